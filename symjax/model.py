@@ -1,0 +1,287 @@
+"""The three model families: standard, Token-Factored and Symbolic Transformer.
+
+"Symbolic Transformers" (Kerce & Fox 2025):
+- Token-Factored block (§4, eqs. 6-15): the hidden state is two streams X = X_t + X_e. Attention reads
+  LayerNorm(X_t + X_e) for queries and keys, takes values from X_t alone through the Kronecker-lifted map,
+  and updates only X_t; the FFN reads LayerNorm(X_t + X_e) and updates only X_e. X_t^0 is the token
+  embedding, X_e^0 = 0, and positions enter only through ALiBi.
+- Symbolic block (§5, Algorithm 1): the same with channel-wise LayerNorm, values VocabProj(X_t W̃_V)
+  (eq. 27) and the VocabFFN (eq. 19), so every update is a convex mixture of each channel's embeddings.
+- Standard block: a pre-LayerNorm GPT-style block, the baseline.
+
+``Transformer(config)`` builds any of them; ``ModelConfig.symbolic_layers`` applies the symbolic constraints
+to selected layers only (the paper's "selective constraint application", §6.3.3), the others being
+Token-Factored.
+
+Intermediates sown into the ``intermediates`` collection (read them with
+``model.apply(variables, tokens, mutable=['intermediates'])``); every value is a 1-tuple:
+
+  ``x_t_0``, ``x_e_0``                       [batch, time, d_model]  two-stream models: X_t^0, X_e^0
+  ``x_0``                                    [batch, time, d_model]  standard model: input to layer 0
+  ``layer_{l}/x_t_attn``, ``x_e_attn``       [batch, time, d_model]  streams after layer l's attention
+  ``layer_{l}/x_t_ffn``, ``x_e_ffn``         [batch, time, d_model]  streams after layer l's FFN
+  ``layer_{l}/x_attn``, ``x_ffn``            [batch, time, d_model]  standard blocks: the residual stream
+  ``layer_{l}/attention/weights``            [batch, heads, time, time]
+  ``layer_{l}/value_projection/mixture``     [batch, time, heads, vocab]  symbolic: α of the values
+  ``layer_{l}/ffn/projection/mixture``       [batch, time, heads, vocab]  symbolic: α of the FFN update
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from symjax import attention as attn
+from symjax import symbolic
+
+Array = jax.Array
+
+MODEL_KINDS = ('standard', 'token_factored', 'symbolic')
+POSITIONS = ('alibi', 'learned')
+VALUE_MAPS = ('kronecker_identity', 'kronecker_normal', 'none')
+CHANNEL_NORM_SCALES = ('vector', 'scalar')
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Everything that defines a model. ``d_model = num_heads * head_dim``."""
+
+  kind: str = 'symbolic'               # one of MODEL_KINDS
+  vocab_size: int = 16
+  num_layers: int = 2
+  num_heads: int = 4
+  head_dim: int = 16
+  ff_dim: int = 256                    # FFN hidden width (standard and Token-Factored blocks)
+  ff_dim_per_head: int = 64            # VocabFFN hidden width per channel (symbolic blocks)
+  max_len: int = 64                    # longest sequence accepted (learned positions need it)
+  causal: bool = True                  # causal or bidirectional attention
+  window: int = 0                      # > 0: also restrict attention to |i - j| < window
+  positions: str = 'alibi'             # standard model only; factored models always use ALiBi
+  learned_slopes: bool = True          # ALiBi slopes learned (paper) or fixed at the reference sequence
+  value_map: str = 'kronecker_identity'  # W̃_V = W_head ⊗ I with W_head = I or N(0, 0.02²); or V = X_t
+  channel_norm_scale: str = 'vector'   # γ_h, β_h per feature ('vector') or per channel ('scalar')
+  symbolic_layers: tuple[int, ...] | None = None  # symbolic model: which layers are symbolic (None: all)
+  tau_init: float = 1.0                # initial vocabulary-projection temperature τ_h
+  vocab_projection: str = 'direct'     # implementation of VocabProj, see symbolic.VOCAB_PROJECTIONS
+  tie_embeddings: bool = True          # readout uses the input embedding table
+  embed_init_std: float = 0.02         # std of the token embedding initialisation
+  dropout_rate: float = 0.0            # on the residual updates
+  attention_dropout_rate: float = 0.0  # on the attention weights
+  layer_norm_epsilon: float = 1e-5
+  dtype: str = 'float32'               # compute dtype; parameters stay float32
+
+  @property
+  def d_model(self) -> int:
+    return self.num_heads * self.head_dim
+
+  @classmethod
+  def from_dict(cls, d: Any) -> ModelConfig:
+    """Builds and validates a config from a mapping (e.g. a ``ConfigDict``'s ``model`` field)."""
+    d = dict(d)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+      raise ValueError(f'unknown model config field(s) {unknown}; known fields: {sorted(names)}')
+    if d.get('symbolic_layers') is not None:
+      d['symbolic_layers'] = tuple(int(l) for l in d['symbolic_layers'])
+    config = cls(**d)
+    config.validate()
+    return config
+
+  def validate(self) -> None:
+    """Raises ValueError naming the first field that is wrong and what is allowed."""
+    def choice(name, allowed):
+      if getattr(self, name) not in allowed:
+        raise ValueError(f"model.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+
+    def positive(name, strict=True):
+      v = getattr(self, name)
+      if not isinstance(v, (int, float)) or isinstance(v, bool) or (v <= 0 if strict else v < 0):
+        raise ValueError(f"model.{name} must be {'> 0' if strict else '>= 0'}, got {v!r}")
+
+    choice('kind', MODEL_KINDS)
+    choice('positions', POSITIONS)
+    choice('value_map', VALUE_MAPS)
+    choice('channel_norm_scale', CHANNEL_NORM_SCALES)
+    choice('vocab_projection', tuple(symbolic.VOCAB_PROJECTIONS))
+    choice('dtype', tuple(DTYPES))
+    for name in ('vocab_size', 'num_layers', 'num_heads', 'head_dim', 'ff_dim', 'ff_dim_per_head',
+                 'max_len', 'tau_init', 'embed_init_std', 'layer_norm_epsilon'):
+      positive(name)
+    positive('window', strict=False)
+    for name in ('dropout_rate', 'attention_dropout_rate'):
+      if not 0.0 <= getattr(self, name) < 1.0:
+        raise ValueError(f'model.{name} must be in [0, 1), got {getattr(self, name)!r}')
+    if self.symbolic_layers is not None:
+      if self.kind != 'symbolic':
+        raise ValueError(f"model.symbolic_layers is only for kind 'symbolic', got kind {self.kind!r}")
+      bad = [l for l in self.symbolic_layers if not 0 <= l < self.num_layers]
+      if bad:
+        raise ValueError(f'model.symbolic_layers {bad} out of range: layers are 0..{self.num_layers - 1}')
+
+  def layer_kinds(self) -> tuple[str, ...]:
+    """The block kind of every layer: 'standard', 'token_factored' or 'symbolic'."""
+    if self.kind != 'symbolic':
+      return (self.kind,) * self.num_layers
+    chosen = range(self.num_layers) if self.symbolic_layers is None else self.symbolic_layers
+    return tuple('symbolic' if l in chosen else 'token_factored' for l in range(self.num_layers))
+
+  def mask(self) -> attn.Mask:
+    mask = attn.causal if self.causal else attn.full
+    return mask & attn.sliding_window(self.window) if self.window else mask
+
+  @property
+  def compute_dtype(self):
+    return DTYPES[self.dtype]
+
+
+class MLP(nn.Module):
+  """W2 gelu(W1 x + b1) + b2, d_model -> ff_dim -> d_model (GELU: tanh approximation)."""
+
+  ff_dim: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    init = nn.initializers.normal(0.02)
+    h = nn.gelu(nn.Dense(self.ff_dim, dtype=self.dtype, kernel_init=init, name='wi')(x))
+    return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=init, name='wo')(h)
+
+
+def _attention(config: ModelConfig, output_projection: bool, alibi: bool) -> attn.Attention:
+  return attn.Attention(config.num_heads, config.head_dim, mask=config.mask(), alibi=alibi,
+                        learned_slopes=config.learned_slopes, output_projection=output_projection,
+                        dropout_rate=config.attention_dropout_rate, dtype=config.compute_dtype,
+                        name='attention')
+
+
+class StandardBlock(nn.Module):
+  """Pre-LayerNorm block: x += Attn(LN(x)); x += MLP(LN(x))."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array, key_mask: Array | None = None, deterministic: bool = True) -> Array:
+    cfg = self.config
+    drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
+    ln = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
+    x = x + drop(_attention(cfg, True, cfg.positions == 'alibi')(
+        ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic))
+    self.sow('intermediates', 'x_attn', x)
+    x = x + drop(MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(ln('norm_ffn')(x)))
+    self.sow('intermediates', 'x_ffn', x)
+    return x
+
+
+class FactoredBlock(nn.Module):
+  """Token-Factored block (eqs. 6-15), or with ``symbolic=True`` the Symbolic block (Algorithm 1).
+
+  Takes and returns the streams ``(x_t, x_e)``, each ``[batch, time, d_model]``; ``table`` is the input
+  embedding table ``[vocab, d_model]`` that the symbolic vocabulary projections mix.
+  """
+
+  config: ModelConfig
+  symbolic: bool = False
+
+  @nn.compact
+  def __call__(self, x_t: Array, x_e: Array, table: Array, key_mask: Array | None = None,
+               deterministic: bool = True) -> tuple[Array, Array]:
+    cfg = self.config
+    drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
+    if self.symbolic:
+      norm = lambda name: symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale,
+                                                    cfg.layer_norm_epsilon, name=name)
+    else:
+      norm = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
+
+    # Attention: values from X_t alone (eq. 8 / eq. 27); update X_t only (eq. 12 / eq. 28).
+    if cfg.value_map == 'none':
+      values = symbolic.split_channels(x_t, cfg.num_heads)
+    else:
+      init = cfg.value_map.removeprefix('kronecker_')
+      values = symbolic.KroneckerValue(cfg.num_heads, init, name='value_map')(x_t)
+    if self.symbolic:
+      values = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
+                                        name='value_projection')(values, table)
+    delta_t = _attention(cfg, False, True)(norm('norm_attn')(x_t + x_e), values=values,
+                                           key_mask=key_mask, deterministic=deterministic)
+    x_t = x_t + drop(delta_t)
+    self.sow('intermediates', 'x_t_attn', x_t)
+    self.sow('intermediates', 'x_e_attn', x_e)
+
+    # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
+    x_ffn = norm('norm_ffn')(x_t + x_e)
+    if self.symbolic:
+      delta_e = symbolic.VocabFFN(cfg.num_heads, cfg.ff_dim_per_head, cfg.tau_init, cfg.vocab_projection,
+                                  cfg.compute_dtype, name='ffn')(x_ffn, table)
+    else:
+      delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
+    x_e = x_e + drop(delta_e)
+    self.sow('intermediates', 'x_t_ffn', x_t)
+    self.sow('intermediates', 'x_e_ffn', x_e)
+    return x_t, x_e
+
+
+class Transformer(nn.Module):
+  """A language model / tagger over token ids; returns logits ``[batch, time, vocab]`` in float32.
+
+  Readout: LN_f(X_t + X_e) Eᵀ with the input embedding table E when ``tie_embeddings`` (channel LayerNorm
+  for symbolic models), else a separate ``[d_model, vocab]`` matrix.
+  """
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens: Array, key_mask: Array | None = None, deterministic: bool = True) -> Array:
+    """tokens: ``[batch, time]`` ints; key_mask: ``[batch, time]``, False for padding keys."""
+    cfg = self.config
+    time = tokens.shape[-1]
+    if time > cfg.max_len:
+      raise ValueError(f'sequence length {time} exceeds model.max_len = {cfg.max_len}; '
+                       f'shorten the input or raise model.max_len')
+    embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
+                     embedding_init=nn.initializers.normal(cfg.embed_init_std), name='embed')
+    x = embed(tokens)
+    table = embed.embedding
+
+    if cfg.kind == 'standard':
+      if cfg.positions == 'learned':
+        pos = self.param('pos_embedding', nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model))
+        x = x + pos[:time].astype(x.dtype)
+      self.sow('intermediates', 'x_0', x)
+      for l in range(cfg.num_layers):
+        x = StandardBlock(cfg, name=f'layer_{l}')(x, key_mask, deterministic)
+      h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
+    else:
+      x_t, x_e = x, jnp.zeros_like(x)
+      self.sow('intermediates', 'x_t_0', x_t)
+      self.sow('intermediates', 'x_e_0', x_e)
+      for l, kind in enumerate(cfg.layer_kinds()):
+        x_t, x_e = FactoredBlock(cfg, kind == 'symbolic', name=f'layer_{l}')(
+            x_t, x_e, table, key_mask, deterministic)
+      if cfg.kind == 'symbolic':
+        h = symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale, cfg.layer_norm_epsilon,
+                                      name='norm_final')(x_t + x_e)
+      else:
+        h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x_t + x_e)
+
+    if cfg.tie_embeddings:
+      return jnp.einsum('btd,vd->btv', h, table.astype(h.dtype), preferred_element_type=jnp.float32)
+    return nn.Dense(cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
+                    kernel_init=nn.initializers.normal(0.02), name='readout')(h).astype(jnp.float32)
+
+
+def param_shapes(config: ModelConfig, seq_len: int = 8) -> Any:
+  """The parameter tree as ``jax.ShapeDtypeStruct``s, without allocating anything."""
+  tokens = jax.ShapeDtypeStruct((1, min(seq_len, config.max_len)), jnp.int32)
+  return jax.eval_shape(Transformer(config).init, jax.random.key(0), tokens)['params']
+
+
+def count_params(config: ModelConfig) -> int:
+  """Number of parameters, from shapes alone."""
+  return sum(int(x.size) for x in jax.tree.leaves(param_shapes(config)))

@@ -1,0 +1,163 @@
+"""The channel-structured pieces of "Symbolic Transformers" (Kerce & Fox 2025).
+
+- ``KroneckerValue``: the value map W̃_V = W_head ⊗ I_{d_head} (§4.4.1, eqs. 9-10), applied as a contraction
+  over the head axis so that the D×D Kronecker product never exists.
+- ``ChannelLayerNorm``: LayerNorm with statistics per head channel (Definition 5.1, eqs. 17-18).
+- ``vocab_projection`` / ``VocabProjection``: per channel h, α_h = softmax(z_h E^(h)ᵀ / τ_h) and output
+  α_h E^(h) (eqs. 21-22), where E^(h) is the h-th d_head slice of the input token embedding table.
+- ``VocabFFN``: per-channel two-layer FFN followed by the vocabulary projection (Definition 5.3,
+  eqs. 19-22).
+
+A hidden vector ``[..., d_model]`` is read as ``[..., heads, head_dim]``: channel h holds features
+``h * head_dim : (h + 1) * head_dim``, the same split the attention heads use.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def split_channels(x: Array, num_heads: int) -> Array:
+  """``[..., d_model]`` -> ``[..., heads, head_dim]``."""
+  return x.reshape(*x.shape[:-1], num_heads, x.shape[-1] // num_heads)
+
+
+def merge_channels(x: Array) -> Array:
+  """``[..., heads, head_dim]`` -> ``[..., d_model]``."""
+  return x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])
+
+
+class KroneckerValue(nn.Module):
+  """v_h = Σ_j W_head[h, j] x_j: the map (W_head ⊗ I_{d_head}) x of eq. 10, with H² parameters.
+
+  ``weight_init``: ``'identity'`` (each channel starts as its own value) or ``'normal'`` (N(0, 0.02²)).
+  Input ``[..., d_model]``, output ``[..., heads, head_dim]``.
+  """
+
+  num_heads: int
+  weight_init: str = 'identity'
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    inits = {'identity': lambda key, shape: jnp.eye(shape[0], dtype=jnp.float32),
+             'normal': nn.initializers.normal(0.02)}
+    if self.weight_init not in inits:
+      raise ValueError(f"KroneckerValue init must be one of {sorted(inits)}, got '{self.weight_init}'")
+    w_head = self.param('w_head', inits[self.weight_init], (self.num_heads, self.num_heads))
+    return jnp.einsum('hg,...gd->...hd', w_head.astype(x.dtype), split_channels(x, self.num_heads))
+
+
+class ChannelLayerNorm(nn.Module):
+  """N_h(x_h) = γ_h (x_h − μ_h) / (σ_h + ε) + β_h for each channel h (eq. 18).
+
+  μ_h and σ_h are the mean and (biased) standard deviation over the channel's d_head features; ε is added
+  to σ as the paper writes it. ``scale='vector'`` learns γ_h, β_h ∈ R^{d_head}; ``scale='scalar'`` learns one
+  γ_h and one β_h per channel. Input and output ``[..., d_model]``; statistics in float32.
+  """
+
+  num_heads: int
+  scale: str = 'vector'
+  epsilon: float = 1e-5
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    if self.scale not in ('vector', 'scalar'):
+      raise ValueError(f"ChannelLayerNorm scale must be 'vector' or 'scalar', got '{self.scale}'")
+    xh = split_channels(x, self.num_heads).astype(jnp.float32)
+    head_dim = xh.shape[-1]
+    shape = (self.num_heads, head_dim) if self.scale == 'vector' else (self.num_heads, 1)
+    gamma = self.param('scale', nn.initializers.ones, shape)
+    beta = self.param('bias', nn.initializers.zeros, shape)
+    mean = xh.mean(-1, keepdims=True)
+    std = jnp.sqrt(jnp.square(xh - mean).mean(-1, keepdims=True))
+    y = gamma * (xh - mean) / (std + self.epsilon) + beta
+    return merge_channels(y).astype(x.dtype)
+
+
+def direct_vocab_projection(z: Array, table: Array, tau: Array) -> tuple[Array, Array]:
+  """α = softmax(z Eᵀ / τ) per channel, and α E (eqs. 21-22), computed in one piece.
+
+  Args:
+    z: ``[..., heads, head_dim]``.
+    table: ``[vocab, heads, head_dim]`` — the embedding table split into channels, E^(h) = table[:, h].
+    tau: ``[heads]``, positive.
+
+  Returns:
+    The projection ``[..., heads, head_dim]`` (float32) and the mixture α ``[..., heads, vocab]``
+    (float32). Memory is O(tokens · heads · vocab).
+  """
+  logits = jnp.einsum('...hd,vhd->...hv', z, table.astype(z.dtype),
+                      preferred_element_type=jnp.float32) / tau[:, None]
+  alpha = jax.nn.softmax(logits, axis=-1)
+  return jnp.einsum('...hv,vhd->...hd', alpha, table.astype(jnp.float32)), alpha
+
+
+# Implementations of the vocabulary projection, chosen by name (config ``vocab_projection``). Each maps
+# (z, table, tau) to (projection, mixture or None).
+VOCAB_PROJECTIONS: dict[str, Callable[[Array, Array, Array], tuple[Array, Array | None]]] = {
+    'direct': direct_vocab_projection,
+}
+
+
+class VocabProjection(nn.Module):
+  """VocabProj_h(z_h) = α_h E^(h) with α_h = softmax(z_h E^(h)ᵀ / τ_h) (eqs. 21-22).
+
+  τ_h is learned per channel through its logarithm, which keeps it positive. ``table`` is the model's input
+  embedding table ``[vocab, d_model]`` (shared, not a parameter of this module), so the output of every
+  channel lies in the convex hull of that channel's token embeddings (eq. 23).
+
+  Sows ``mixture`` α ``[..., heads, vocab]`` into ``intermediates`` when the implementation provides it.
+  """
+
+  num_heads: int
+  tau_init: float = 1.0
+  impl: str = 'direct'
+
+  @nn.compact
+  def __call__(self, z: Array, table: Array) -> Array:
+    """z: ``[..., heads, head_dim]``; table: ``[vocab, d_model]``. Returns ``[..., heads, head_dim]``."""
+    if self.impl not in VOCAB_PROJECTIONS:
+      raise ValueError(f"vocab_projection must be one of {sorted(VOCAB_PROJECTIONS)}, got '{self.impl}'")
+    if self.tau_init <= 0:
+      raise ValueError(f'tau_init must be > 0, got {self.tau_init}')
+    log_tau = self.param('log_tau', nn.initializers.constant(math.log(self.tau_init)), (self.num_heads,))
+    out, alpha = VOCAB_PROJECTIONS[self.impl](z, split_channels(table, self.num_heads), jnp.exp(log_tau))
+    if alpha is not None:
+      self.sow('intermediates', 'mixture', alpha)
+    return out.astype(z.dtype)
+
+
+class VocabFFN(nn.Module):
+  """VocabFFN(x) = ⊕_h VocabProj_h(FFN_h(x_h)) (eqs. 19-20).
+
+  FFN_h(x_h) = W2_h gelu(W1_h x_h + b1_h) + b2_h maps d_head -> ff_dim -> d_head for every channel at once
+  (one contraction with a head axis). GELU is the tanh approximation. Input and output ``[..., d_model]``.
+  """
+
+  num_heads: int
+  ff_dim: int
+  tau_init: float = 1.0
+  impl: str = 'direct'
+  dtype: jnp.dtype = jnp.float32
+  kernel_init: Callable = nn.initializers.normal(0.02)
+
+  @nn.compact
+  def __call__(self, x: Array, table: Array) -> Array:
+    xh = split_channels(x, self.num_heads).astype(self.dtype)
+    head_dim = xh.shape[-1]
+    h, f = self.num_heads, self.ff_dim
+    w1 = self.param('w1', self.kernel_init, (h, head_dim, f))
+    b1 = self.param('b1', nn.initializers.zeros, (h, f))
+    w2 = self.param('w2', self.kernel_init, (h, f, head_dim))
+    b2 = self.param('b2', nn.initializers.zeros, (h, head_dim))
+    hidden = nn.gelu(jnp.einsum('...hd,hdf->...hf', xh, w1.astype(self.dtype)) + b1.astype(self.dtype))
+    z = jnp.einsum('...hf,hfd->...hd', hidden, w2.astype(self.dtype)) + b2.astype(self.dtype)
+    out = VocabProjection(self.num_heads, self.tau_init, self.impl, name='projection')(z, table)
+    return merge_channels(out)

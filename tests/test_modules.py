@@ -1,0 +1,209 @@
+"""Each module against the NumPy transcription of the paper's equations (float32, rel. error <= 1e-5)."""
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import paper_reference as ref
+from symjax import attention as attn
+from symjax import symbolic
+
+TOL = 1e-5
+
+
+def randomize(params, seed, scale=0.5):
+  """Replaces every parameter by a random one of its shape, so no parameter sits at its init value."""
+  leaves, treedef = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  return jax.tree.unflatten(treedef, [scale * jax.random.normal(k, x.shape, x.dtype)
+                                      for k, x in zip(keys, leaves)])
+
+
+def f64(x):
+  return np.asarray(x, np.float64)
+
+
+@pytest.mark.parametrize('num_heads', [1, 2, 3, 4, 5, 6, 8, 12, 16, 24])
+def test_alibi_slopes_match_reference_sequence(num_heads):
+  np.testing.assert_allclose(attn.alibi_slopes(num_heads), ref.alibi_slopes(num_heads), rtol=1e-12)
+
+
+def test_alibi_slopes_for_six_heads_use_the_interleaved_extension():
+  # 4 heads' slopes, then every other slope of the 8-head sequence.
+  np.testing.assert_allclose(attn.alibi_slopes(6), [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3])
+
+
+@pytest.mark.parametrize('learned', [True, False])
+def test_alibi_bias_is_minus_slope_times_distance(learned):
+  module = attn.ALiBi(num_heads=6, learned=learned)
+  variables = module.init(jax.random.key(0), 5, 7)
+  assert ('log_slope' in variables.get('params', {})) == learned
+  if learned:  # random log-slopes: slopes stay positive whatever the parameter
+    variables = {'params': {'log_slope': jnp.array([-9.0, -1.0, 0.0, 0.5, 3.0, -20.0])}}
+  bias = module.apply(variables, 5, 7)
+  chex.assert_shape(bias, (6, 5, 7))
+  slopes = f64(module.apply(variables, method=attn.ALiBi.slopes))
+  assert np.all(slopes > 0)
+  for h in range(6):
+    for i in range(5):
+      for j in range(7):
+        np.testing.assert_allclose(bias[h, i, j], -slopes[h] * abs(i - j), rtol=1e-6)
+
+
+def test_alibi_initial_slopes_are_reference():
+  module = attn.ALiBi(num_heads=12)
+  variables = module.init(jax.random.key(0), 2, 2)
+  np.testing.assert_allclose(module.apply(variables, method=attn.ALiBi.slopes), ref.alibi_slopes(12),
+                             rtol=1e-6)
+
+
+def test_mask_predicates_compose():
+  t = 9
+  m = (attn.causal & attn.sliding_window(3)) | (attn.causal & attn.strided(4))
+  got = np.asarray(m.matrix(t))
+  want = np.array([[(j <= i and i - j < 3) or (j <= i and (i - j) % 4 == 0) for j in range(t)]
+                   for i in range(t)])
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(np.asarray((~attn.causal).matrix(t)), ~np.tril(np.ones((t, t), bool)))
+  assert np.asarray(attn.full.matrix(3, 5)).all()
+  with pytest.raises(ValueError, match='width'):
+    attn.sliding_window(0)
+
+
+def test_attention_with_no_allowed_key_gives_zero_weights_not_nan():
+  q = jnp.ones((1, 3, 1, 2))
+  mask = jnp.array([[False, False, False], [True, False, False], [True, True, False]])
+  out, w = attn.dot_product_attention(q, q, q, None, mask[None, None])
+  assert np.isfinite(np.asarray(out)).all()
+  np.testing.assert_array_equal(np.asarray(w[0, 0, 0]), 0.0)
+  np.testing.assert_allclose(np.asarray(w[0, 0, 2]), [0.5, 0.5, 0.0])
+
+
+@pytest.mark.parametrize('init', ['identity', 'normal'])
+def test_kronecker_value_matches_explicit_kronecker_product(init):
+  num_heads, head_dim = 4, 3
+  module = symbolic.KroneckerValue(num_heads, init)
+  x = jax.random.normal(jax.random.key(1), (2, 5, num_heads * head_dim))
+  variables = module.init(jax.random.key(0), x)
+  w = variables['params']['w_head']
+  chex.assert_shape(w, (num_heads, num_heads))  # exactly H² parameters
+  assert sum(p.size for p in jax.tree.leaves(variables)) == num_heads ** 2
+  if init == 'identity':
+    np.testing.assert_array_equal(w, np.eye(num_heads))
+  variables = randomize(variables, 2)
+  got = module.apply(variables, x)
+  chex.assert_shape(got, (2, 5, num_heads, head_dim))
+  want = ref.kronecker_value(f64(x), f64(variables['params']['w_head']), head_dim)
+  assert ref.rel_err(got.reshape(2, 5, -1), want) <= TOL
+
+
+@pytest.mark.parametrize('scale', ['vector', 'scalar'])
+def test_channel_layer_norm_matches_eq_18(scale):
+  num_heads, head_dim = 3, 8
+  module = symbolic.ChannelLayerNorm(num_heads, scale, epsilon=1e-5)
+  x = 3.0 * jax.random.normal(jax.random.key(1), (4, 6, num_heads * head_dim)) + 1.0
+  variables = randomize(module.init(jax.random.key(0), x), 3)
+  p = variables['params']
+  chex.assert_shape(p['scale'], (num_heads, head_dim) if scale == 'vector' else (num_heads, 1))
+  want = ref.channel_layer_norm(f64(x), f64(p['scale']), f64(p['bias']), num_heads, 1e-5)
+  assert ref.rel_err(module.apply(variables, x), want) <= TOL
+
+
+def test_channel_layer_norm_differs_from_full_layer_norm():
+  # Statistics are per channel: two channels of very different scale are normalised separately.
+  x = jnp.concatenate([jnp.arange(4.0), 100.0 * jnp.arange(4.0)])[None]
+  module = symbolic.ChannelLayerNorm(2)
+  y = np.asarray(module.apply(module.init(jax.random.key(0), x), x))
+  np.testing.assert_allclose(y[0, :4], y[0, 4:], rtol=1e-5)
+
+
+def test_vocab_projection_matches_eqs_21_22_and_is_a_convex_mixture():
+  num_heads, head_dim, vocab = 3, 4, 11
+  module = symbolic.VocabProjection(num_heads, tau_init=0.7)
+  z = jax.random.normal(jax.random.key(1), (2, 5, num_heads, head_dim))
+  table = jax.random.normal(jax.random.key(2), (vocab, num_heads * head_dim))
+  variables = randomize(module.init(jax.random.key(0), z, table), 4)
+  out, state = module.apply(variables, z, table, mutable=['intermediates'])
+  alpha = np.asarray(state['intermediates']['mixture'][0])
+  chex.assert_shape(alpha, (2, 5, num_heads, vocab))
+  tau = np.exp(f64(variables['params']['log_tau']))
+  for h in range(num_heads):
+    e_h = f64(table)[:, h * head_dim:(h + 1) * head_dim]
+    want, want_alpha = ref.vocab_projection(f64(z)[..., h, :], e_h, tau[h])
+    assert ref.rel_err(out[..., h, :], want) <= TOL
+    assert ref.rel_err(alpha[..., h, :], want_alpha) <= TOL
+    # The output is exactly α_h E^(h) with α_h a probability vector (eq. 23).
+    np.testing.assert_allclose(out[..., h, :], alpha[..., h, :] @ e_h, rtol=1e-5, atol=1e-6)
+  assert (alpha >= 0).all()
+  np.testing.assert_allclose(alpha.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_vocab_ffn_matches_eqs_19_22():
+  num_heads, head_dim, ff, vocab = 3, 4, 5, 9
+  module = symbolic.VocabFFN(num_heads, ff, tau_init=1.3)
+  x = jax.random.normal(jax.random.key(1), (2, 6, num_heads * head_dim))
+  table = jax.random.normal(jax.random.key(2), (vocab, num_heads * head_dim))
+  variables = randomize(module.init(jax.random.key(0), x, table), 5)
+  p = jax.tree.map(f64, variables['params'])
+  out, state = module.apply(variables, x, table, mutable=['intermediates'])
+  want, want_alphas = ref.vocab_ffn(f64(x), p['w1'], p['b1'], p['w2'], p['b2'], f64(table),
+                                    np.exp(p['projection']['log_tau']), num_heads)
+  assert ref.rel_err(out, want) <= TOL
+  alpha = state['intermediates']['projection']['mixture'][0]
+  for h in range(num_heads):
+    assert ref.rel_err(alpha[..., h, :], want_alphas[h]) <= TOL
+
+
+@pytest.mark.parametrize('causal', [True, False])
+def test_factored_attention_matches_eq_11(causal):
+  """Q, K from the given input, values supplied, ALiBi with learned slopes, no output projection."""
+  num_heads, head_dim, t = 3, 4, 6
+  d = num_heads * head_dim
+  module = attn.Attention(num_heads, head_dim, mask=attn.causal if causal else attn.full)
+  x = jax.random.normal(jax.random.key(1), (2, t, d))
+  v = jax.random.normal(jax.random.key(2), (2, t, num_heads, head_dim))
+  variables = randomize(module.init(jax.random.key(0), x, v), 6)
+  p = jax.tree.map(f64, variables['params'])
+  assert set(p) == {'query', 'key', 'alibi'}  # no value or output projection
+  out, state = module.apply(variables, x, v, mutable=['intermediates'])
+  w = state['intermediates']['weights'][0]
+  for b in range(2):
+    want, want_w = ref.attention(f64(x[b]) @ p['query']['kernel'].reshape(d, d),
+                                 f64(x[b]) @ p['key']['kernel'].reshape(d, d),
+                                 f64(v[b]).reshape(t, d), np.exp(p['alibi']['log_slope']), num_heads,
+                                 causal)
+    assert ref.rel_err(out[b], want) <= TOL
+    assert ref.rel_err(w[b], want_w) <= TOL
+
+
+def test_attention_key_mask_removes_padding_keys():
+  module = attn.Attention(2, 4, mask=attn.full)
+  x = jax.random.normal(jax.random.key(1), (1, 5, 8))
+  variables = module.init(jax.random.key(0), x)
+  key_mask = jnp.array([[True, True, True, False, False]])
+  _, state = module.apply(variables, x, key_mask=key_mask, mutable=['intermediates'])
+  w = np.asarray(state['intermediates']['weights'][0])
+  np.testing.assert_array_equal(w[..., 3:], 0.0)
+  np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_bfloat16_compute_keeps_float32_parameters():
+  module = symbolic.VocabFFN(2, 4, dtype=jnp.bfloat16)
+  x = jnp.ones((1, 3, 8), jnp.bfloat16)
+  table = jax.random.normal(jax.random.key(0), (5, 8))
+  variables = module.init(jax.random.key(0), x, table)
+  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(variables))
+  assert module.apply(variables, x, table).dtype == jnp.bfloat16
+
+
+def test_module_arguments_are_validated():
+  x = jnp.ones((1, 2, 4))
+  with pytest.raises(ValueError, match="init must be one of"):
+    symbolic.KroneckerValue(2, 'orthogonal').init(jax.random.key(0), x)
+  with pytest.raises(ValueError, match="scale must be 'vector' or 'scalar'"):
+    symbolic.ChannelLayerNorm(2, 'matrix').init(jax.random.key(0), x)
+  with pytest.raises(ValueError, match='vocab_projection must be one of'):
+    symbolic.VocabProjection(2, impl='fast').init(jax.random.key(0), x.reshape(1, 2, 2, 2), x[0])

@@ -101,14 +101,15 @@ def test_kronecker_value_matches_explicit_kronecker_product(init):
 
 
 @pytest.mark.parametrize('scale', ['vector', 'scalar'])
-def test_channel_layer_norm_matches_eq_18(scale):
+@pytest.mark.parametrize('eps', [1e-5, 0.1])  # a large ε tells σ + ε (eq. 18) from sqrt(σ² + ε)
+def test_channel_layer_norm_matches_eq_18(scale, eps):
   num_heads, head_dim = 3, 8
-  module = symbolic.ChannelLayerNorm(num_heads, scale, epsilon=1e-5)
+  module = symbolic.ChannelLayerNorm(num_heads, scale, epsilon=eps)
   x = 3.0 * jax.random.normal(jax.random.key(1), (4, 6, num_heads * head_dim)) + 1.0
   variables = randomize(module.init(jax.random.key(0), x), 3)
   p = variables['params']
   chex.assert_shape(p['scale'], (num_heads, head_dim) if scale == 'vector' else (num_heads, 1))
-  want = ref.channel_layer_norm(f64(x), f64(p['scale']), f64(p['bias']), num_heads, 1e-5)
+  want = ref.channel_layer_norm(f64(x), f64(p['scale']), f64(p['bias']), num_heads, eps)
   assert ref.rel_err(module.apply(variables, x), want) <= TOL
 
 

@@ -1,0 +1,317 @@
+"""Whole blocks and models: against the paper's equations, and the structure the paper promises."""
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import paper_reference as ref
+from symjax import model as model_lib
+from symjax.model import FactoredBlock, ModelConfig, StandardBlock, Transformer
+from test_modules import f64, randomize
+
+TOL = 1e-5
+EPS = 1e-5
+SMALL = ModelConfig(vocab_size=13, num_layers=2, num_heads=3, head_dim=4, ff_dim=10, ff_dim_per_head=5,
+                    max_len=16, layer_norm_epsilon=EPS)
+KINDS = ('standard', 'token_factored', 'symbolic')
+
+
+def small(**kw):
+  return dataclasses.replace(SMALL, **kw)
+
+
+def streams(seed, t=6, batch=2, cfg=SMALL):
+  keys = jax.random.split(jax.random.key(seed), 3)
+  x_t = jax.random.normal(keys[0], (batch, t, cfg.d_model))
+  x_e = jax.random.normal(keys[1], (batch, t, cfg.d_model))
+  table = jax.random.normal(keys[2], (cfg.vocab_size, cfg.d_model))
+  return x_t, x_e, table
+
+
+def factored_params(p, symbolic):
+  d = SMALL.d_model
+  out = {'w_q': f64(p['attention']['query']['kernel']).reshape(d, d),
+         'w_k': f64(p['attention']['key']['kernel']).reshape(d, d),
+         'w_head': f64(p['value_map']['w_head']),
+         'slopes': np.exp(f64(p['attention']['alibi']['log_slope']))}
+  if symbolic:
+    out.update(cln1_g=f64(p['norm_attn']['scale']), cln1_b=f64(p['norm_attn']['bias']),
+               cln2_g=f64(p['norm_ffn']['scale']), cln2_b=f64(p['norm_ffn']['bias']),
+               tau_v=np.exp(f64(p['value_projection']['log_tau'])),
+               tau_f=np.exp(f64(p['ffn']['projection']['log_tau'])),
+               f_w1=f64(p['ffn']['w1']), f_b1=f64(p['ffn']['b1']),
+               f_w2=f64(p['ffn']['w2']), f_b2=f64(p['ffn']['b2']))
+  else:
+    out.update(ln1_g=f64(p['norm_attn']['scale']), ln1_b=f64(p['norm_attn']['bias']),
+               ln2_g=f64(p['norm_ffn']['scale']), ln2_b=f64(p['norm_ffn']['bias']),
+               w1=f64(p['ffn']['wi']['kernel']), b1=f64(p['ffn']['wi']['bias']),
+               w2=f64(p['ffn']['wo']['kernel']), b2=f64(p['ffn']['wo']['bias']))
+  return out
+
+
+@pytest.mark.parametrize('causal', [True, False])
+def test_token_factored_block_matches_eqs_6_to_15(causal):
+  cfg = small(kind='token_factored', causal=causal)
+  x_t, x_e, table = streams(1)
+  block = FactoredBlock(cfg, symbolic=False)
+  variables = randomize(block.init(jax.random.key(0), x_t, x_e, table), 7, scale=0.3)
+  (y_t, y_e), state = block.apply(variables, x_t, x_e, table, mutable=['intermediates'])
+  p = factored_params(variables['params'], symbolic=False)
+  for b in range(x_t.shape[0]):
+    want_t, want_e, want_w = ref.token_factored_block(f64(x_t[b]), f64(x_e[b]), p, cfg.num_heads,
+                                                      causal, EPS)
+    assert ref.rel_err(y_t[b], want_t) <= TOL
+    assert ref.rel_err(y_e[b], want_e) <= TOL
+    assert ref.rel_err(state['intermediates']['attention']['weights'][0][b], want_w) <= TOL
+
+
+@pytest.mark.parametrize('causal', [True, False])
+def test_symbolic_block_matches_algorithm_1(causal):
+  cfg = small(kind='symbolic', causal=causal)
+  x_t, x_e, table = streams(2)
+  block = FactoredBlock(cfg, symbolic=True)
+  variables = randomize(block.init(jax.random.key(0), x_t, x_e, table), 8, scale=0.3)
+  (y_t, y_e), state = block.apply(variables, x_t, x_e, table, mutable=['intermediates'])
+  inter = state['intermediates']
+  p = factored_params(variables['params'], symbolic=True)
+  for b in range(x_t.shape[0]):
+    want_t, want_e, want_w, want_va, want_fa = ref.symbolic_block(
+        f64(x_t[b]), f64(x_e[b]), f64(table), p, cfg.num_heads, causal, EPS)
+    assert ref.rel_err(y_t[b], want_t) <= TOL
+    assert ref.rel_err(y_e[b], want_e) <= TOL
+    assert ref.rel_err(inter['attention']['weights'][0][b], want_w) <= TOL
+    for h in range(cfg.num_heads):
+      assert ref.rel_err(inter['value_projection']['mixture'][0][b, :, h], want_va[h]) <= TOL
+      assert ref.rel_err(inter['ffn']['projection']['mixture'][0][b, :, h], want_fa[h]) <= TOL
+
+
+@pytest.mark.parametrize('positions', ['alibi', 'learned'])
+def test_standard_block_matches_pre_layernorm_transformer(positions):
+  cfg = small(kind='standard', positions=positions)
+  x, _, _ = streams(3)
+  block = StandardBlock(cfg)
+  variables = randomize(block.init(jax.random.key(0), x), 9, scale=0.3)
+  p, d = variables['params'], cfg.d_model
+  rp = {'w_q': f64(p['attention']['query']['kernel']).reshape(d, d),
+        'w_k': f64(p['attention']['key']['kernel']).reshape(d, d),
+        'w_v': f64(p['attention']['value']['kernel']).reshape(d, d),
+        'w_o': f64(p['attention']['out']['kernel']).reshape(d, d),
+        'slopes': np.exp(f64(p['attention']['alibi']['log_slope'])) if positions == 'alibi' else None,
+        'ln1_g': f64(p['norm_attn']['scale']), 'ln1_b': f64(p['norm_attn']['bias']),
+        'ln2_g': f64(p['norm_ffn']['scale']), 'ln2_b': f64(p['norm_ffn']['bias']),
+        'w1': f64(p['ffn']['wi']['kernel']), 'b1': f64(p['ffn']['wi']['bias']),
+        'w2': f64(p['ffn']['wo']['kernel']), 'b2': f64(p['ffn']['wo']['bias'])}
+  assert ('alibi' in p['attention']) == (positions == 'alibi')
+  y = block.apply(variables, x)
+  for b in range(x.shape[0]):
+    want, _ = ref.standard_block(f64(x[b]), rp, cfg.num_heads, True, EPS, alibi=positions == 'alibi')
+    assert ref.rel_err(y[b], want) <= TOL
+
+
+def test_whole_symbolic_model_matches_composed_reference():
+  cfg = small(kind='symbolic')
+  tokens = jax.random.randint(jax.random.key(4), (2, 7), 0, cfg.vocab_size)
+  model = Transformer(cfg)
+  variables = randomize(model.init(jax.random.key(0), tokens), 10, scale=0.3)
+  p = variables['params']
+  table = f64(p['embed']['embedding'])
+  logits = model.apply(variables, tokens)
+  for b in range(2):
+    x_t, x_e = table[np.asarray(tokens[b])], np.zeros((7, cfg.d_model))
+    for l in range(cfg.num_layers):
+      x_t, x_e, *_ = ref.symbolic_block(x_t, x_e, table, factored_params(p[f'layer_{l}'], True),
+                                        cfg.num_heads, True, EPS)
+    h = ref.channel_layer_norm(x_t + x_e, f64(p['norm_final']['scale']), f64(p['norm_final']['bias']),
+                               cfg.num_heads, EPS)
+    assert ref.rel_err(logits[b], h @ table.T) <= TOL
+
+
+# ------------------------------------------------------------------------------------------------------
+# Structure
+# ------------------------------------------------------------------------------------------------------
+def run_with_intermediates(cfg, seed=0, t=8, batch=2, scale=0.3):
+  tokens = jax.random.randint(jax.random.key(seed + 100), (batch, t), 0, cfg.vocab_size)
+  model = Transformer(cfg)
+  variables = randomize(model.init(jax.random.key(seed), tokens), seed + 1, scale=scale)
+  logits, state = model.apply(variables, tokens, mutable=['intermediates'])
+  return tokens, variables, logits, state['intermediates']
+
+
+@pytest.mark.parametrize('kind', ['token_factored', 'symbolic'])
+def test_attention_updates_only_x_t_and_ffn_only_x_e(kind):
+  cfg = small(kind=kind, num_layers=3)
+  _, _, _, inter = run_with_intermediates(cfg)
+  np.testing.assert_array_equal(inter['x_e_0'][0], 0.0)  # X_e^0 = 0
+  x_t, x_e = inter['x_t_0'][0], inter['x_e_0'][0]
+  for l in range(cfg.num_layers):
+    layer = inter[f'layer_{l}']
+    assert not np.allclose(layer['x_t_attn'][0], x_t)          # attention changed X_t ...
+    np.testing.assert_array_equal(layer['x_e_attn'][0], x_e)   # ... and left X_e alone
+    np.testing.assert_array_equal(layer['x_t_ffn'][0], layer['x_t_attn'][0])  # FFN left X_t alone
+    assert not np.allclose(layer['x_e_ffn'][0], x_e)           # ... and changed X_e
+    x_t, x_e = layer['x_t_ffn'][0], layer['x_e_ffn'][0]
+
+
+def test_x_t_0_is_the_token_embedding():
+  tokens, variables, _, inter = run_with_intermediates(small(kind='token_factored'))
+  table = variables['params']['embed']['embedding']
+  np.testing.assert_array_equal(inter['x_t_0'][0], table[tokens])
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_causal_model_does_not_look_ahead(kind):
+  cfg = small(kind=kind, num_layers=2)
+  model = Transformer(cfg)
+  tokens = jax.random.randint(jax.random.key(5), (1, 9), 0, cfg.vocab_size)
+  variables = randomize(model.init(jax.random.key(0), tokens), 11, scale=0.3)
+  j = 5
+  changed = tokens.at[0, j].set((tokens[0, j] + 1) % cfg.vocab_size)
+  a, sa = model.apply(variables, tokens, mutable=['intermediates'])
+  b, sb = model.apply(variables, changed, mutable=['intermediates'])
+  np.testing.assert_allclose(a[:, :j], b[:, :j], rtol=0, atol=1e-6)
+  assert not np.allclose(a[:, j:], b[:, j:])
+  flat_a = jax.tree_util.tree_flatten_with_path(sa['intermediates'])[0]
+  flat_b = jax.tree.leaves(sb['intermediates'])
+  for (path, x), y in zip(flat_a, flat_b):
+    name = jax.tree_util.keystr(path)
+    if 'weights' in name:     # [batch, heads, query, key]
+      np.testing.assert_allclose(x[:, :, :j], y[:, :, :j], atol=1e-6, err_msg=name)
+    else:                     # [batch, time, ...]
+      np.testing.assert_allclose(x[:, :j], y[:, :j], atol=1e-6, err_msg=name)
+
+
+def test_bidirectional_model_does_look_ahead():
+  cfg = small(kind='token_factored', causal=False)
+  model = Transformer(cfg)
+  tokens = jnp.arange(8)[None] % cfg.vocab_size
+  variables = model.init(jax.random.key(0), tokens)
+  a = model.apply(variables, tokens)
+  b = model.apply(variables, tokens.at[0, 7].set(0))
+  assert not np.allclose(a[:, 0], b[:, 0])
+
+
+@pytest.mark.parametrize('kind', ['token_factored', 'symbolic'])
+def test_value_map_has_exactly_h_squared_parameters_and_no_value_projection(kind):
+  cfg = small(kind=kind)
+  params = model_lib.param_shapes(cfg)
+  for l in range(cfg.num_layers):
+    layer = params[f'layer_{l}']
+    assert layer['value_map']['w_head'].shape == (cfg.num_heads, cfg.num_heads)
+    assert set(layer['attention']) == {'query', 'key', 'alibi'}
+  none = model_lib.param_shapes(small(kind=kind, value_map='none'))
+  assert 'value_map' not in none['layer_0']
+
+
+def test_all_symbolic_streams_are_sums_of_convex_token_mixtures():
+  """Theorem 6.4 as it holds: after l layers each channel of X_t is a sum of l+1 convex mixtures of that
+  channel's embedding rows (the input token plus one per attention update) and X_e a sum of l.
+
+  The coefficients are rebuilt here from the sown attention weights and mixtures α: the attention output
+  at (i, h) is Σ_s A[h, i, s] V[s, h] and V[s, h] = α_v[s, h] E^(h), so its coefficients are A α_v.
+  """
+  cfg = small(kind='symbolic', num_layers=3)
+  tokens, variables, _, inter = run_with_intermediates(cfg, scale=0.5)
+  table = f64(variables['params']['embed']['embedding'])
+  hd, nh, vocab = cfg.head_dim, cfg.num_heads, cfg.vocab_size
+  onehot = np.eye(vocab)[np.asarray(tokens)]                          # [b, t, v]
+  w_t = np.repeat(onehot[:, :, None, :], nh, axis=2)                  # [b, t, h, v]
+  w_e = np.zeros_like(w_t)
+
+  def reconstruct(w):
+    return np.concatenate([w[:, :, h] @ table[:, h * hd:(h + 1) * hd] for h in range(nh)], axis=-1)
+
+  for l in range(cfg.num_layers):
+    layer = inter[f'layer_{l}']
+    a = f64(layer['attention']['weights'][0])                         # [b, h, i, s]
+    alpha_v = f64(layer['value_projection']['mixture'][0])            # [b, s, h, v]
+    w_t = w_t + np.einsum('bhis,bshv->bihv', a, alpha_v)
+    w_e = w_e + f64(layer['ffn']['projection']['mixture'][0])
+    for w, mass, x in ((w_t, l + 2, layer['x_t_ffn'][0]), (w_e, l + 1, layer['x_e_ffn'][0])):
+      assert (w >= 0).all()
+      np.testing.assert_allclose(w.sum(-1), mass, rtol=1e-5)
+      assert ref.rel_err(x, reconstruct(w)) <= 1e-5
+
+
+def test_token_factored_streams_are_not_token_mixtures():
+  """The same reconstruction fails for the Token-Factored model: its constraint is separation only."""
+  cfg = small(kind='token_factored', num_layers=1)
+  _, variables, _, inter = run_with_intermediates(cfg, scale=0.5)
+  table = f64(variables['params']['embed']['embedding'])
+  x_e = f64(inter['layer_0']['x_e_ffn'][0]).reshape(-1, cfg.num_heads, cfg.head_dim)
+  # Least-squares coefficients of channel 0 of X_e on E^(0): the residual is not zero in general, or the
+  # coefficients are negative somewhere.
+  e0 = table[:, :cfg.head_dim]
+  coef, *_ = np.linalg.lstsq(e0.T, x_e[:, 0].T, rcond=None)
+  assert (coef < -1e-6).any() or np.abs(e0.T @ coef - x_e[:, 0].T).max() > 1e-4
+
+
+def test_selective_symbolic_layers():
+  cfg = small(kind='symbolic', num_layers=3, symbolic_layers=(1,))
+  assert cfg.layer_kinds() == ('token_factored', 'symbolic', 'token_factored')
+  params = model_lib.param_shapes(cfg)
+  assert 'value_projection' not in params['layer_0'] and 'value_projection' in params['layer_1']
+  _, _, logits, inter = run_with_intermediates(cfg)
+  assert 'value_projection' in inter['layer_1'] and 'value_projection' not in inter['layer_2']
+  assert np.isfinite(np.asarray(logits)).all()
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_bfloat16_compute_is_close_to_float32(kind):
+  cfg = small(kind=kind)
+  tokens = jax.random.randint(jax.random.key(6), (2, 8), 0, cfg.vocab_size)
+  variables = Transformer(cfg).init(jax.random.key(0), tokens)
+  f32 = Transformer(cfg).apply(variables, tokens)
+  bf16 = Transformer(dataclasses.replace(cfg, dtype='bfloat16')).apply(variables, tokens)
+  assert bf16.dtype == jnp.float32
+  assert ref.rel_err(bf16, f32) < 5e-2
+
+
+def test_untied_readout_and_learned_positions():
+  cfg = small(kind='standard', positions='learned', tie_embeddings=False)
+  params = model_lib.param_shapes(cfg)
+  assert params['readout']['kernel'].shape == (cfg.d_model, cfg.vocab_size)
+  assert params['pos_embedding'].shape == (cfg.max_len, cfg.d_model)
+
+
+def test_dropout_is_active_only_when_not_deterministic():
+  cfg = small(kind='symbolic', dropout_rate=0.5, attention_dropout_rate=0.5)
+  tokens = jnp.arange(8)[None] % cfg.vocab_size
+  model = Transformer(cfg)
+  variables = model.init(jax.random.key(0), tokens)
+  a = model.apply(variables, tokens)
+  np.testing.assert_array_equal(a, model.apply(variables, tokens))
+  b = model.apply(variables, tokens, deterministic=False, rngs={'dropout': jax.random.key(1)})
+  assert not np.allclose(a, b)
+
+
+def test_sequence_longer_than_max_len_is_a_clear_error():
+  cfg = small(max_len=8)
+  with pytest.raises(ValueError, match=r'sequence length 9 exceeds model.max_len = 8'):
+    Transformer(cfg).init(jax.random.key(0), jnp.zeros((1, 9), jnp.int32))
+
+
+@pytest.mark.parametrize('change, message', [
+    ({'kind': 'symbolc'}, r"model.kind must be one of \['standard', 'token_factored', 'symbolic'\]"),
+    ({'num_heads': 0}, r'model.num_heads must be > 0'),
+    ({'value_map': 'dense'}, r'model.value_map must be one of'),
+    ({'dropout_rate': 1.5}, r'model.dropout_rate must be in \[0, 1\)'),
+    ({'kind': 'token_factored', 'symbolic_layers': [0]}, r"symbolic_layers is only for kind 'symbolic'"),
+    ({'symbolic_layers': [5]}, r'symbolic_layers \[5\] out of range: layers are 0..1'),
+    ({'dtype': 'float16'}, r"model.dtype must be one of \['float32', 'bfloat16'\]"),
+    ({'tau_init': -1.0}, r'model.tau_init must be > 0'),
+    ({'heads': 4}, r"unknown model config field\(s\) \['heads'\]"),
+])
+def test_model_config_errors_name_the_field(change, message):
+  d = dataclasses.asdict(SMALL) | change
+  with pytest.raises(ValueError, match=message):
+    ModelConfig.from_dict(d)
+
+
+def test_count_params_allocates_nothing_and_counts_the_value_map_as_h_squared():
+  tf = small(kind='token_factored', value_map='none')
+  with_map = small(kind='token_factored')
+  assert model_lib.count_params(with_map) - model_lib.count_params(tf) == SMALL.num_layers * 9

@@ -2,5 +2,12 @@
 
 from symjax.model import ModelConfig, Transformer, count_params, param_shapes
 
-__all__ = ['ModelConfig', 'Transformer', 'count_params', 'param_shapes']
+
+def load(workdir: str, which: str = 'best'):
+  """Model, parameters, config and tokenizer of a trained run; see `symjax.loading.load`."""
+  from symjax.loading import load as _load  # the trainer's imports stay out of `import symjax`
+  return _load(workdir, which)
+
+
+__all__ = ['ModelConfig', 'Transformer', 'count_params', 'param_shapes', 'load']
 __version__ = '0.1.0'

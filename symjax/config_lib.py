@@ -1,0 +1,133 @@
+"""The run configuration: defaults for every field, variant parsing, and validation at start.
+
+Every config under ``configs/`` starts from ``default_config()`` and changes a few fields; this file is the
+one place where each field is defined and commented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import ml_collections
+from ml_collections import config_dict
+
+from symjax.model import ModelConfig
+
+# Model sizes by name (``--config=configs/symbolic.py:size=...``).
+SIZES = {
+    'tiny': dict(num_layers=2, num_heads=2, head_dim=8, ff_dim=32, ff_dim_per_head=16),
+    'small': dict(num_layers=2, num_heads=4, head_dim=16, ff_dim=256, ff_dim_per_head=64),
+    'medium': dict(num_layers=4, num_heads=4, head_dim=32, ff_dim=512, ff_dim_per_head=128),
+    'paper': dict(num_layers=12, num_heads=12, head_dim=64, ff_dim=3072, ff_dim_per_head=256),
+}
+BEST_METRICS = {'accuracy': 'max', 'loss': 'min', 'perplexity': 'min', 'sequence_accuracy': 'max'}
+
+
+def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
+  """Parses ``'key=value,key=value'`` (the part after ``:`` in ``--config=file.py:...``) over defaults.
+
+  Values are converted to the type of the default; unknown keys are an error.
+  """
+  result = ml_collections.ConfigDict(defaults)
+  if not arg:
+    return result
+  for item in arg.split(','):
+    if '=' not in item:
+      raise ValueError(f'config argument {item!r} is not key=value; known keys: {sorted(defaults)}')
+    key, value = item.split('=', 1)
+    if key not in defaults:
+      raise ValueError(f'unknown config argument {key!r}; known keys: {sorted(defaults)}')
+    kind = type(defaults[key])
+    if kind is bool:
+      if value.lower() not in ('true', 'false', '1', '0'):
+        raise ValueError(f'config argument {key} must be true or false, got {value!r}')
+      result[key] = value.lower() in ('true', '1')
+    else:
+      result[key] = kind(value)
+  return result
+
+
+def model_defaults(kind: str, size: str) -> ml_collections.ConfigDict:
+  """``config.model``: the ModelConfig fields, less those the task decides (vocab_size, causal)."""
+  if size not in SIZES:
+    raise ValueError(f'size must be one of {list(SIZES)}, got {size!r}')
+  fields = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+  del fields['vocab_size'], fields['causal']
+  fields.update(SIZES[size], kind=kind)
+  model = ml_collections.ConfigDict(fields)
+  # None-valued fields need a typed placeholder so that command-line overrides type-check.
+  model.symbolic_layers = config_dict.placeholder(tuple)
+  return model
+
+
+def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  # --- Task -------------------------------------------------------------------------------------------
+  c.task = 'induction'         # 'induction' (built in, the default) or 'text' (any UTF-8 file)
+  c.data_seed = 0              # seed of generated datasets (fixed across runs so splits stay the same)
+  c.text_path = ''             # task 'text': the UTF-8 corpus
+  c.tokenizer = 'char'         # task 'text': 'char' (one token per character) or 'bpe' (byte-pair)
+  c.bpe_vocab_size = 512       # task 'text' with tokenizer 'bpe': vocabulary size to train
+  c.seq_len = 64               # task 'text': window length in tokens
+  c.eval_windows = 512         # task 'text': windows per evaluation
+  # --- Model ------------------------------------------------------------------------------------------
+  c.model = model_defaults(kind, size)   # see symjax.model.ModelConfig for every field
+  # --- Optimisation -----------------------------------------------------------------------------------
+  c.seed = 0                   # parameter initialisation, data order and dropout
+  c.batch_size = 64
+  c.total_steps = 3000
+  c.learning_rate = 3e-3       # peak learning rate of AdamW
+  c.warmup_steps = 100         # linear warmup from 0 to the peak
+  c.end_learning_rate_fraction = 0.1  # cosine decay ends at this fraction of the peak
+  c.weight_decay = 0.01        # decoupled, on matrices only (no biases, norms, slopes or τ)
+  c.adam_b1 = 0.9
+  c.adam_b2 = 0.98
+  c.grad_clip_norm = 1.0       # global-norm clipping; 0 disables it
+  # --- Evaluation, logging and checkpoints ------------------------------------------------------------
+  c.log_every_steps = 50       # train metrics to metrics.jsonl and TensorBoard
+  c.eval_every_steps = 500     # validation metrics; a checkpoint is saved at each evaluation
+  c.top_k = 3                  # top-k accuracy is reported for this k
+  c.keep_checkpoints = 2       # the last k checkpoints are kept, plus the best by best_metric
+  c.best_metric = 'accuracy'   # validation metric that picks the best checkpoint: one of BEST_METRICS
+  c.stop_at_accuracy = 0.0     # > 0: stop early once validation accuracy reaches this (0 disables)
+  c.progress_bar = True        # a progress bar on a terminal (never when output is not a TTY)
+  return c
+
+
+def model_config(config: ml_collections.ConfigDict, vocab_size: int, causal: bool) -> ModelConfig:
+  return ModelConfig.from_dict({**config.model.to_dict(), 'vocab_size': vocab_size, 'causal': causal})
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Checks every field once at start; the error names the field and what is allowed."""
+  from symjax import tasks  # tasks import config_lib's users; keep the import local
+
+  if config.task not in tasks.TASKS:
+    raise ValueError(f'config.task must be one of {sorted(tasks.TASKS)}, got {config.task!r}')
+  if config.task == 'text' and not config.text_path:
+    raise ValueError("config.text_path is empty: task 'text' needs the path of a UTF-8 text file")
+  positive = ['batch_size', 'total_steps', 'learning_rate', 'log_every_steps', 'eval_every_steps',
+              'top_k', 'keep_checkpoints', 'seq_len', 'eval_windows', 'bpe_vocab_size']
+  for name in positive:
+    value = config[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+      raise ValueError(f'config.{name} must be > 0, got {value!r}')
+  for name in ('warmup_steps', 'weight_decay', 'grad_clip_norm', 'stop_at_accuracy'):
+    if config[name] < 0:
+      raise ValueError(f'config.{name} must be >= 0, got {config[name]!r}')
+  if config.warmup_steps >= config.total_steps:
+    raise ValueError(f'config.warmup_steps ({config.warmup_steps}) must be < config.total_steps '
+                     f'({config.total_steps})')
+  if not 0 <= config.end_learning_rate_fraction <= 1:
+    raise ValueError(f'config.end_learning_rate_fraction must be in [0, 1], got '
+                     f'{config.end_learning_rate_fraction!r}')
+  for name in ('adam_b1', 'adam_b2'):
+    if not 0 <= config[name] < 1:
+      raise ValueError(f'config.{name} must be in [0, 1), got {config[name]!r}')
+  if config.best_metric not in BEST_METRICS:
+    raise ValueError(f'config.best_metric must be one of {list(BEST_METRICS)}, got {config.best_metric!r}')
+  if config.task == 'text' and config.tokenizer not in ('char', 'bpe'):
+    raise ValueError(f"config.tokenizer must be one of ['char', 'bpe'], got {config.tokenizer!r}")
+  # The model fields, with placeholders for what the task decides.
+  model_config(config, vocab_size=2, causal=True)

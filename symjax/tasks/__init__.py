@@ -1,0 +1,35 @@
+"""Tasks by name. ``get_task(config)`` builds the one ``config.task`` names."""
+
+from __future__ import annotations
+
+import os
+
+from symjax.tasks.base import Task, Vocab
+from symjax.tasks.induction import InductionTask
+from symjax.tasks.text import TextTask
+
+VOCAB_FILE = 'vocab.json'
+
+
+def _induction(config, workdir):
+  del workdir
+  return InductionTask(data_seed=config.data_seed)
+
+
+def _text(config, workdir):
+  vocab_file = os.path.join(workdir, VOCAB_FILE) if workdir else None
+  return TextTask(config.text_path, config.seq_len, config.tokenizer, config.bpe_vocab_size,
+                  config.eval_windows, vocab_file=vocab_file)
+
+
+TASKS = {'induction': _induction, 'text': _text}
+
+
+def get_task(config, workdir: str | None = None) -> Task:
+  """The task ``config.task`` names. A text task reuses ``workdir/vocab.json`` when it exists."""
+  if config.task not in TASKS:
+    raise ValueError(f'config.task must be one of {sorted(TASKS)}, got {config.task!r}')
+  return TASKS[config.task](config, workdir)
+
+
+__all__ = ['Task', 'Vocab', 'get_task', 'TASKS', 'VOCAB_FILE']

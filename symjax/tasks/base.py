@@ -1,0 +1,158 @@
+"""The task interface: every task owns its vocabulary, yields batches, and says how attention is masked.
+
+A batch is a dict of NumPy arrays:
+  ``inputs``  [batch, time] int32 token ids
+  ``targets`` [batch, time] int32 token ids of the same vocabulary (tags are vocabulary tokens too, so
+              every readout stays a mixture of vocabulary tokens)
+  ``weights`` [batch, time] float32, 0 where the target is ignored (PAD tags)
+  ``key_mask`` [batch, time] bool, False on padding inputs (attention never reads them)
+
+Batches are pure functions of (seed, split, step): resuming a run at step k replays exactly the batches an
+uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+from typing import Iterator, Sequence
+
+import numpy as np
+
+PAD, BOS, EOS, UNK = '<pad>', '<s>', '</s>', '<unk>'
+SPECIALS = (PAD, BOS, EOS, UNK)
+SPLITS = ('train', 'validation', 'test')
+
+
+class Vocab:
+  """A list of token strings; id i is ``tokens[i]``."""
+
+  def __init__(self, tokens: Sequence[str]):
+    self.tokens = list(tokens)
+    if len(set(self.tokens)) != len(self.tokens):
+      raise ValueError('vocabulary tokens must be distinct')
+    self.index = {t: i for i, t in enumerate(self.tokens)}
+
+  def __len__(self) -> int:
+    return len(self.tokens)
+
+  def encode(self, tokens: Sequence[str]) -> np.ndarray:
+    unknown = [t for t in tokens if t not in self.index]
+    if unknown:
+      raise ValueError(f'tokens not in the vocabulary: {unknown[:5]}; vocabulary: {self.tokens[:20]}')
+    return np.asarray([self.index[t] for t in tokens], np.int32)
+
+  def decode(self, ids: Sequence[int]) -> list[str]:
+    return [self.tokens[int(i)] for i in ids]
+
+  def id(self, token: str) -> int:
+    return self.index[token]
+
+  def to_json(self) -> dict:
+    return {'type': 'tokens', 'tokens': self.tokens}
+
+
+def rng_for(seed: int, *words: int | str) -> np.random.Generator:
+  """An independent NumPy generator for (seed, words...), e.g. (seed, 'train', epoch)."""
+  ints = [w if isinstance(w, int) else int.from_bytes(w.encode()[:8].ljust(8, b'\0'), 'little')
+          for w in words]
+  return np.random.default_rng([seed, *ints])
+
+
+class Task(abc.ABC):
+  """A supervised sequence task."""
+
+  name: str
+  vocab: Vocab
+  causal: bool
+  seq_len: int
+  language_model: bool = False  # targets are the next input token: sampling text makes sense
+
+  @abc.abstractmethod
+  def batch(self, split: str, step: int, batch_size: int, seed: int) -> dict[str, np.ndarray]:
+    """The training-order batch number ``step`` of ``split``."""
+
+  @abc.abstractmethod
+  def eval_batches(self, split: str, batch_size: int, seed: int) -> Iterator[dict[str, np.ndarray]]:
+    """A fixed pass over ``split`` for evaluation."""
+
+  def describe(self, example: dict[str, np.ndarray], i: int = 0) -> str:
+    """One example of a batch as readable text."""
+    inp = ' '.join(self.vocab.decode(example['inputs'][i]))
+    tgt = ' '.join(t if w else '_' for t, w in zip(self.vocab.decode(example['targets'][i]),
+                                                     example['weights'][i]))
+    return f'input:  {inp}\ntarget: {tgt}'
+
+  def host_metrics(self, predictions: np.ndarray, batch: dict[str, np.ndarray]) -> dict[str, float]:
+    """Task-specific metrics from argmax predictions ``[batch, time]`` (summed; divided by 'count')."""
+    del predictions, batch
+    return {}
+
+
+@dataclasses.dataclass
+class SequenceDataset:
+  """Fixed arrays of examples, split into train/validation/test."""
+
+  inputs: dict[str, np.ndarray]
+  targets: dict[str, np.ndarray]
+
+
+def split_distinct(inputs: np.ndarray, targets: np.ndarray, rng: np.random.Generator,
+                   test_fraction: float = 0.1, validation_fraction: float = 0.1) -> SequenceDataset:
+  """Shuffles and splits: ``test_fraction`` of all for test, then ``validation_fraction`` of the rest."""
+  order = rng.permutation(len(inputs))
+  inputs, targets = inputs[order], targets[order]
+  n_test = int(round(test_fraction * len(inputs)))
+  n_val = int(round(validation_fraction * (len(inputs) - n_test)))
+  cuts = {'test': slice(0, n_test), 'validation': slice(n_test, n_test + n_val),
+          'train': slice(n_test + n_val, None)}
+  return SequenceDataset({k: inputs[s] for k, s in cuts.items()}, {k: targets[s] for k, s in cuts.items()})
+
+
+class FixedSetTask(Task):
+  """A task over a fixed, pre-generated dataset; training walks through shuffled epochs."""
+
+  pad_id: int
+  data: SequenceDataset
+
+  def _make(self, inputs: np.ndarray, targets: np.ndarray) -> dict[str, np.ndarray]:
+    return {'inputs': inputs.astype(np.int32), 'targets': targets.astype(np.int32),
+            'weights': (targets != self.pad_id).astype(np.float32),
+            'key_mask': inputs != self.pad_id}
+
+  def split_size(self, split: str) -> int:
+    check_split(split)
+    return len(self.data.inputs[split])
+
+  def batch(self, split, step, batch_size, seed):
+    n = self.split_size(split)
+    per_epoch = max(n // batch_size, 1)
+    epoch, k = divmod(step, per_epoch)
+    order = rng_for(seed, split, epoch).permutation(n)
+    idx = order[(k * batch_size) % n:][:batch_size]
+    if len(idx) < batch_size:  # split smaller than a batch: wrap around
+      idx = np.resize(order, batch_size)
+    return self._make(self.data.inputs[split][idx], self.data.targets[split][idx])
+
+  def eval_batches(self, split, batch_size, seed):
+    del seed
+    n = self.split_size(split)
+    for start in range(0, n, batch_size):
+      stop = min(start + batch_size, n)
+      inputs, targets = self.data.inputs[split][start:stop], self.data.targets[split][start:stop]
+      if stop - start < batch_size:  # pad the last batch with ignored rows to keep one compiled shape
+        fill = batch_size - (stop - start)
+        inputs = np.concatenate([inputs, np.full((fill, inputs.shape[1]), self.pad_id)])
+        targets = np.concatenate([targets, np.full((fill, targets.shape[1]), self.pad_id)])
+      yield self._make(inputs, targets)
+
+
+def check_split(split: str) -> None:
+  if split not in SPLITS:
+    raise ValueError(f'split must be one of {list(SPLITS)}, got {split!r}')
+
+
+def save_vocab(vocab_json: dict, path: str) -> None:
+  with open(path, 'w') as f:
+    json.dump(vocab_json, f)

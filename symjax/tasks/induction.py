@@ -1,0 +1,67 @@
+"""The in-context learning (induction) task of "Learning Transformer Programs" (Friedman et al. 2023, §4.1).
+
+Letters {a, b, c, d}, numbers {0, 1, 2, 3}; each sequence draws its own letter -> number map (many-to-one
+allowed). After ``<s>`` come 4 letter-number pairs; then with probability ½ a random number is inserted
+right after ``<s>``, otherwise a final query letter is appended: 10 tokens in all. The tag at each letter
+is the number mapped to it if that letter appeared earlier in the sequence, else ``<unk>`` (a real
+class); ``<s>`` and number positions are PAD (ignored). Attention is causal.
+
+Solving it needs an induction circuit: a previous-token head writes each number's preceding letter, and a
+second head matches the current letter against it and copies the number.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from symjax.tasks import base
+
+LETTERS = ('a', 'b', 'c', 'd')
+NUMBERS = ('0', '1', '2', '3')
+SEQ_LEN = 10
+NUM_SEQUENCES = 20_000
+
+
+def vocab() -> base.Vocab:
+  return base.Vocab([*base.SPECIALS, *LETTERS, *NUMBERS])
+
+
+def tag_sequence(tokens: list[str]) -> list[str]:
+  """Tags of one sequence: at each letter the number that followed its earlier occurrence, else <unk>."""
+  seen: dict[str, str] = {}
+  tags = []
+  for i, tok in enumerate(tokens):
+    if tok in LETTERS:
+      tags.append(seen.get(tok, base.UNK))
+      if i + 1 < len(tokens) and tokens[i + 1] in NUMBERS:
+        seen.setdefault(tok, tokens[i + 1])
+    else:
+      tags.append(base.PAD)
+  return tags
+
+
+def sample_sequence(rng: np.random.Generator) -> list[str]:
+  mapping = {letter: NUMBERS[rng.integers(len(NUMBERS))] for letter in LETTERS}
+  letters = [LETTERS[i] for i in rng.integers(len(LETTERS), size=4)]
+  pairs = [t for letter in letters for t in (letter, mapping[letter])]
+  if rng.random() < 0.5:
+    return [base.BOS, NUMBERS[rng.integers(len(NUMBERS))], *pairs]
+  return [base.BOS, *pairs, LETTERS[rng.integers(len(LETTERS))]]
+
+
+class InductionTask(base.FixedSetTask):
+  name = 'induction'
+  causal = True
+  seq_len = SEQ_LEN
+
+  def __init__(self, data_seed: int = 0, num_sequences: int = NUM_SEQUENCES):
+    self.vocab = vocab()
+    self.pad_id = self.vocab.id(base.PAD)
+    rng = base.rng_for(data_seed, 'induction')
+    seen: set[tuple[str, ...]] = set()
+    while len(seen) < num_sequences:  # 20,000 distinct sequences
+      seen.add(tuple(sample_sequence(rng)))
+    sequences = sorted(seen)
+    inputs = np.stack([self.vocab.encode(s) for s in sequences])
+    targets = np.stack([self.vocab.encode(tag_sequence(list(s))) for s in sequences])
+    self.data = base.split_distinct(inputs, targets, rng)

@@ -1,0 +1,327 @@
+"""Training and evaluation, as one linear function: data -> model -> optimizer -> state -> checkpoints ->
+steps -> loop.
+
+Rerunning with the same work directory resumes from the latest valid checkpoint. Batches and dropout keys
+are pure functions of (seed, step), so an interrupted and resumed run ends with exactly the parameters of an
+uninterrupted one (on CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from absl import logging
+from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
+
+from symjax import config_lib, tasks
+from symjax.model import ModelConfig, Transformer
+
+CONFIG_FILE = 'config.json'
+RUN_FILE = 'run.json'
+METRICS_FILE = 'metrics.jsonl'
+CHECKPOINT_DIR = 'checkpoints'
+CORRUPT_DIR = 'checkpoints_corrupt'
+
+
+class TrainingDiverged(RuntimeError):
+  """The loss became non-finite; the last good checkpoint is kept."""
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Pieces the trainer, `symjax.load` and the tools share.
+# ----------------------------------------------------------------------------------------------------------
+def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
+  """Linear warmup from 0, then cosine decay to ``end_learning_rate_fraction`` of the peak."""
+  return optax.warmup_cosine_decay_schedule(
+      0.0, config.learning_rate, config.warmup_steps, config.total_steps,
+      end_value=config.learning_rate * config.end_learning_rate_fraction)
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """AdamW on the schedule, global-norm clipping; weight decay on matrices only."""
+  schedule = learning_rate_schedule(config)
+  decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+  adamw = optax.adamw(schedule, b1=config.adam_b1, b2=config.adam_b2,
+                      weight_decay=config.weight_decay, mask=decay_mask)
+  if config.grad_clip_norm > 0:
+    return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), adamw)
+  return adamw
+
+
+def init_state(model: Transformer, tx: optax.GradientTransformation, rng: jax.Array, seq_len: int
+               ) -> TrainState:
+  params = model.init(rng, jnp.zeros((1, seq_len), jnp.int32))['params']
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+
+def checkpoint_manager(workdir: str, config: ml_collections.ConfigDict, read_only: bool = False
+                       ) -> ocp.CheckpointManager:
+  """Keeps the last ``keep_checkpoints`` plus the best by the validation metric ``best_metric``."""
+  metric = config.best_metric
+  reverse = config_lib.BEST_METRICS[metric] == 'min'  # BestN keeps the highest after sorting
+  policy = pp.AnyPreservationPolicy([
+      pp.LatestN(config.keep_checkpoints),
+      pp.BestN(get_metric_fn=lambda m: m[metric], reverse=reverse, n=1,
+               keep_checkpoints_without_metrics=False),
+  ])
+  options = ocp.CheckpointManagerOptions(preservation_policy=policy, read_only=read_only,
+                                         create=not read_only, enable_async_checkpointing=True)
+  return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)
+
+
+def restore_latest_valid(manager: ocp.CheckpointManager, abstract_state: TrainState, workdir: str,
+                         quarantine: bool = True) -> TrainState | None:
+  """The newest checkpoint that restores. One that fails is reported and (with ``quarantine``) moved to
+  ``checkpoints_corrupt/``, never deleted; the one before it is tried next."""
+  for step in sorted(manager.all_steps(), reverse=True):
+    try:
+      return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning('checkpoint at step %d could not be restored (%s: %s)', step, type(e).__name__,
+                      str(e)[:300])
+      print(f'WARNING: checkpoint at step {step} is corrupt or partial ({type(e).__name__}); '
+            f'falling back to the previous one', file=sys.stderr)
+      if quarantine:
+        corrupt = os.path.join(workdir, CORRUPT_DIR)
+        os.makedirs(corrupt, exist_ok=True)
+        shutil.move(os.path.join(workdir, CHECKPOINT_DIR, str(step)),
+                    os.path.join(corrupt, f'{step}_{int(time.time())}'))
+        manager.reload()
+  return None
+
+
+def weighted_metrics(logits: jax.Array, batch: dict[str, jax.Array], top_k: int) -> dict[str, jax.Array]:
+  """Sums over the batch (divide by 'weight' for means): loss, correct, top-k correct, whole sequences."""
+  targets, weights = batch['targets'], batch['weights']
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  predictions = jnp.argmax(logits, -1)
+  correct = (predictions == targets).astype(jnp.float32)
+  target_logit = jnp.take_along_axis(logits, targets[..., None], -1)
+  in_top_k = (jnp.sum(logits > target_logit, -1) < top_k).astype(jnp.float32)
+  has_targets = weights.sum(-1) > 0
+  sequence_correct = jnp.all((correct > 0) | (weights == 0), -1) & has_targets
+  return {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights),
+          'top_k_correct': jnp.sum(in_top_k * weights), 'weight': jnp.sum(weights),
+          'sequence_correct': jnp.sum(sequence_correct), 'sequences': jnp.sum(has_targets)}
+
+
+def summarize(sums: dict[str, float], top_k: int) -> dict[str, float]:
+  weight = max(sums['weight'], 1e-9)
+  loss = sums['loss'] / weight
+  out = {'loss': loss, 'perplexity': math.exp(min(loss, 700.0)), 'accuracy': sums['correct'] / weight,
+         f'top{top_k}_accuracy': sums['top_k_correct'] / weight,
+         'sequence_accuracy': sums['sequence_correct'] / max(sums['sequences'], 1e-9)}
+  out.update({k: v / max(sums['sequences'], 1e-9) for k, v in sums.items() if k.startswith('task/')})
+  return out
+
+
+def evaluate(eval_step, params, task: tasks.Task, split: str, config) -> dict[str, float]:
+  sums: dict[str, float] = {}
+  for batch in task.eval_batches(split, config.batch_size, config.seed):
+    device_sums, predictions = eval_step(params, batch)
+    extra = task.host_metrics(np.asarray(predictions), batch)
+    for k, v in {**jax.device_get(device_sums), **{f'task/{k}': v for k, v in extra.items()}}.items():
+      sums[k] = sums.get(k, 0.0) + float(v)
+  return summarize(sums, config.top_k)
+
+
+class MetricWriter:
+  """One JSON line per record in ``metrics.jsonl`` plus TensorBoard events; process 0 only."""
+
+  def __init__(self, workdir: str):
+    self.active = jax.process_index() == 0
+    if self.active:
+      from tensorboardX import SummaryWriter
+      self.jsonl = open(os.path.join(workdir, METRICS_FILE), 'a')
+      self.tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
+
+  def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
+    if not self.active:
+      return
+    self.jsonl.write(json.dumps({'step': step, 'split': split, **metrics}) + '\n')
+    self.jsonl.flush()
+    for k, v in metrics.items():
+      self.tb.add_scalar(f'{split}/{k}', v, step)
+    self.tb.flush()
+
+  def close(self) -> None:
+    if self.active:
+      self.jsonl.close()
+      self.tb.close()
+
+
+def save_run_files(workdir: str, config: ml_collections.ConfigDict, task: tasks.Task,
+                   model_config: ModelConfig) -> None:
+  """config.json, run.json (the resolved model and task facts) and vocab.json: all `load` needs."""
+  if jax.process_index() != 0:
+    return
+  with open(os.path.join(workdir, CONFIG_FILE), 'w') as f:
+    f.write(config.to_json_best_effort(indent=1))
+  with open(os.path.join(workdir, RUN_FILE), 'w') as f:
+    json.dump({'model': dataclasses.asdict(model_config), 'task': task.name, 'seq_len': task.seq_len,
+               'language_model': task.language_model}, f, indent=1)
+  vocab_json = task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
+  with open(os.path.join(workdir, tasks.VOCAB_FILE), 'w') as f:
+    json.dump(vocab_json, f)
+
+
+def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
+  columns = sorted({k for r in rows.values() for k in r}, key=lambda k: (k.startswith('task/'), k))
+  print(f'\n{title}')
+  print(' | '.join(['split'.ljust(10)] + [c.rjust(12) for c in columns]))
+  for name, r in rows.items():
+    print(' | '.join([name.ljust(10)] + [f'{r[c]:12.4f}' if c in r else ' ' * 12 for c in columns]))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The trainer.
+# ----------------------------------------------------------------------------------------------------------
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict[str, float]]:
+  """Trains (or resumes) in ``workdir``; returns the final metrics per split."""
+  # --- Config and work directory.
+  config_lib.validate(config)
+  os.makedirs(workdir, exist_ok=True)
+
+  # --- Data.
+  task = tasks.get_task(config, workdir)
+  model_config = config_lib.model_config(config, len(task.vocab), task.causal)
+  if task.seq_len > model_config.max_len:
+    raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
+                     f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
+  save_run_files(workdir, config, task, model_config)
+
+  # --- Model, optimizer, and state built from shapes.
+  model = Transformer(model_config)
+  tx = make_optimizer(config)
+  schedule = learning_rate_schedule(config)
+  rng = jax.random.key(config.seed)
+  init = lambda key: init_state(model, tx, key, task.seq_len)
+  abstract_state = jax.eval_shape(init, rng)
+  num_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
+
+  # --- Checkpoints: resume from the latest valid one.
+  manager = checkpoint_manager(workdir, config)
+  state = restore_latest_valid(manager, abstract_state, workdir)
+  if state is None:
+    state = jax.jit(init)(rng)
+  start_step = int(state.step)
+
+  # --- Steps.
+  def loss_fn(params, batch, dropout_key):
+    logits = model.apply({'params': params}, batch['inputs'], batch['key_mask'], deterministic=False,
+                         rngs={'dropout': dropout_key})
+    sums = weighted_metrics(logits, batch, config.top_k)
+    return sums['loss'] / jnp.maximum(sums['weight'], 1.0), sums
+
+  def train_step(state: TrainState, batch):
+    dropout_key = jax.random.fold_in(jax.random.fold_in(rng, 1), state.step)
+    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, dropout_key)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {'loss': loss, 'accuracy': sums['correct'] / jnp.maximum(sums['weight'], 1.0),
+               'grad_norm': optax.tree.norm(grads)}
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  def eval_step(params, batch):
+    logits = model.apply({'params': params}, batch['inputs'], batch['key_mask'])
+    return weighted_metrics(logits, batch, config.top_k), jnp.argmax(logits, -1)
+
+  train_step = jax.jit(train_step, donate_argnums=0)
+  eval_step = jax.jit(eval_step)
+
+  # --- Loop.
+  writer = MetricWriter(workdir)
+  print(f'symjax: {model_config.kind} model, {num_params:,} parameters, task {task.name!r} '
+        f'(vocabulary {len(task.vocab)}), workdir {workdir}')
+  if start_step > 0:
+    print(f'resuming from step {start_step}')
+  bar = None
+  if config.progress_bar and sys.stderr.isatty() and jax.process_index() == 0:
+    from tqdm import tqdm
+    bar = tqdm(total=config.total_steps, initial=start_step, dynamic_ncols=True)
+  tokens_per_step = config.batch_size * task.seq_len
+  last_time, last_step = time.time(), start_step
+  validation: dict[str, float] = {}
+  step = start_step
+  try:
+    while step < config.total_steps:
+      batch = task.batch('train', step, config.batch_size, config.seed)
+      state, metrics = train_step(state, batch)
+      step += 1
+      if step % config.log_every_steps == 0 or step == config.total_steps:
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        if not all(math.isfinite(v) for v in metrics.values()):
+          raise TrainingDiverged(f'non-finite training metrics at step {step}: {metrics}')
+        now = time.time()
+        metrics['tokens_per_second'] = (step - last_step) * tokens_per_step / max(now - last_time, 1e-9)
+        metrics['learning_rate'] = float(schedule(step))
+        last_time, last_step = now, step
+        writer.write(step, 'train', metrics)
+        if bar is not None:
+          bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_second']:.0f}")
+      if bar is not None:
+        bar.update(1)
+      done = step == config.total_steps
+      if step % config.eval_every_steps == 0 or done:
+        if not all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(state.params)):
+          raise TrainingDiverged(f'non-finite parameters at step {step}')
+        validation = evaluate(eval_step, state.params, task, 'validation', config)
+        writer.write(step, 'validation', validation)
+        manager.save(step, args=ocp.args.StandardSave(state), metrics=validation)
+        message = ' '.join(f'{k}={v:.4f}' for k, v in validation.items() if not k.startswith('task/'))
+        (bar.write if bar is not None else print)(f'step {step}: validation {message}')
+        if config.stop_at_accuracy and validation['accuracy'] >= config.stop_at_accuracy:
+          print(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
+          break
+  except TrainingDiverged:
+    manager.wait_until_finished()
+    writer.close()
+    raise
+  finally:
+    if bar is not None:
+      bar.close()
+  manager.wait_until_finished()
+
+  # --- Final evaluation of the final parameters.
+  final = {'train': evaluate_train_sample(eval_step, state.params, task, config),
+           'validation': validation or evaluate(eval_step, state.params, task, 'validation', config),
+           'test': evaluate(eval_step, state.params, task, 'test', config)}
+  writer.write(step, 'test', final['test'])
+  writer.close()
+  if jax.process_index() == 0:
+    print_table(f'final metrics at step {step}', final)
+    with open(os.path.join(workdir, 'final_metrics.json'), 'w') as f:
+      json.dump({'step': step, **final}, f, indent=1)
+  manager.close()
+  return final
+
+
+def evaluate_train_sample(eval_step, params, task, config) -> dict[str, float]:
+  """Metrics on a few training batches (the same ones every time), to compare with validation."""
+  sums: dict[str, float] = {}
+  for i in range(4):
+    device_sums, _ = eval_step(params, task.batch('train', i, config.batch_size, config.seed + 1))
+    for k, v in jax.device_get(device_sums).items():
+      sums[k] = sums.get(k, 0.0) + float(v)
+  return summarize(sums, config.top_k)

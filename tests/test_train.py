@@ -1,0 +1,282 @@
+"""The trainer end to end on tiny configs: outputs, exact resume, corrupt checkpoints, divergence, loading,
+sampling, and clear errors for bad configs and inputs."""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+import symjax
+from symjax import config_lib, sample, train
+from symjax.tasks import base as tasks_base
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare.txt')
+TOTAL_STEPS = 40
+
+
+def tiny_config(kind='symbolic', **overrides):
+  config = config_lib.default_config(kind=kind, size='tiny')
+  config.total_steps = TOTAL_STEPS
+  config.warmup_steps = 5
+  config.batch_size = 16
+  config.log_every_steps = 5
+  config.eval_every_steps = 10
+  config.progress_bar = False
+  for k, v in overrides.items():
+    config[k] = v
+  return config
+
+
+def params_of(workdir, which='latest'):
+  return symjax.load(workdir, which).params
+
+
+def assert_trees_equal(a, b):
+  for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.fixture(scope='module')
+def finished_run(tmp_path_factory):
+  """One uninterrupted tiny symbolic run on the induction task."""
+  workdir = str(tmp_path_factory.mktemp('run') / 'work')
+  final = train.train_and_evaluate(tiny_config(), workdir)
+  return workdir, final
+
+
+def test_run_leaves_metrics_events_config_and_checkpoints(finished_run):
+  workdir, final = finished_run
+  records = [json.loads(l) for l in open(os.path.join(workdir, train.METRICS_FILE))]
+  train_steps = [r['step'] for r in records if r['split'] == 'train']
+  assert train_steps == list(range(5, TOTAL_STEPS + 1, 5))
+  assert [r['step'] for r in records if r['split'] == 'validation'] == [10, 20, 30, 40]
+  assert all(np.isfinite(r['loss']) and r['tokens_per_second'] > 0 for r in records if r['split'] == 'train')
+  assert glob.glob(os.path.join(workdir, 'tensorboard', 'events.out.tfevents.*'))
+  config = json.load(open(os.path.join(workdir, train.CONFIG_FILE)))
+  assert config['total_steps'] == TOTAL_STEPS and config['model']['kind'] == 'symbolic'
+  steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, train.CHECKPOINT_DIR)) if s.isdigit())
+  assert steps[-2:] == [30, 40]  # the last two, plus the best when it is older
+  assert set(final) == {'train', 'validation', 'test'}
+  assert 0.0 <= final['test']['accuracy'] <= 1.0 and final['test']['top3_accuracy'] >= final['test']['accuracy']
+
+
+def test_best_checkpoint_is_kept_beside_the_last_ones(finished_run):
+  workdir, _ = finished_run
+  records = [json.loads(l) for l in open(os.path.join(workdir, train.METRICS_FILE))]
+  validation = {r['step']: r['accuracy'] for r in records if r['split'] == 'validation'}
+  best = max(validation, key=lambda s: (validation[s], s))
+  assert os.path.isdir(os.path.join(workdir, train.CHECKPOINT_DIR, str(best)))
+  assert symjax.load(workdir, 'best').step == best
+
+
+def test_killed_run_resumes_to_exactly_the_uninterrupted_parameters(finished_run, tmp_path):
+  reference, _ = finished_run
+  workdir = str(tmp_path / 'killed')
+  # Kill the process outright (SIGKILL) when it asks for the batch of step 25: no clean-up runs.
+  driver = textwrap.dedent(f"""
+      import os, signal
+      from symjax import train
+      from symjax.tasks import base
+      from tests.test_train import tiny_config
+      batch = base.FixedSetTask.batch
+      def killing_batch(self, split, step, *args):
+        if split == 'train' and step == 25:
+          os.kill(os.getpid(), signal.SIGKILL)
+        return batch(self, split, step, *args)
+      base.FixedSetTask.batch = killing_batch
+      train.train_and_evaluate(tiny_config(), {workdir!r})
+  """)
+  proc = subprocess.run([sys.executable, '-c', driver], cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == -9, proc.stderr[-2000:]
+  assert not os.path.exists(os.path.join(workdir, 'final_metrics.json'))
+  train.train_and_evaluate(tiny_config(), workdir)  # the same command again
+  assert_trees_equal(params_of(workdir), params_of(reference))
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(finished_run, tmp_path, capsys):
+  reference, _ = finished_run
+  workdir = str(tmp_path / 'corrupt')
+  shutil.copytree(reference, workdir)
+  latest = os.path.join(workdir, train.CHECKPOINT_DIR, str(TOTAL_STEPS))
+  corrupted = 0
+  for path in glob.glob(os.path.join(latest, '**', '*'), recursive=True):
+    if os.path.isfile(path):
+      with open(path, 'wb') as f:
+        f.write(b'not a checkpoint')
+      corrupted += 1
+  assert corrupted > 0
+  train.train_and_evaluate(tiny_config(), workdir)
+  err = capsys.readouterr()
+  assert f'checkpoint at step {TOTAL_STEPS} is corrupt or partial' in err.err
+  assert 'resuming from step 30' in err.out
+  # The corrupt files were moved aside, not deleted, and the retrained step 40 equals the original.
+  moved = os.listdir(os.path.join(workdir, train.CORRUPT_DIR))
+  assert len(moved) == 1 and moved[0].startswith(f'{TOTAL_STEPS}_')
+  assert_trees_equal(params_of(workdir), params_of(reference))
+
+
+def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+  batch = tasks_base.FixedSetTask.batch
+
+  def poisoned(self, split, step, *args):
+    out = batch(self, split, step, *args)
+    if split == 'train' and step >= 22:
+      out['weights'] = np.full_like(out['weights'], np.nan)
+    return out
+
+  monkeypatch.setattr(tasks_base.FixedSetTask, 'batch', poisoned)
+  workdir = str(tmp_path / 'nan')
+  with pytest.raises(train.TrainingDiverged, match='non-finite training metrics at step 25'):
+    train.train_and_evaluate(tiny_config(), workdir)
+  monkeypatch.undo()
+  steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, train.CHECKPOINT_DIR)) if s.isdigit())
+  assert steps == [10, 20]
+  loaded = symjax.load(workdir, 'latest')
+  assert loaded.step == 20
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(loaded.params))
+
+
+@pytest.fixture(scope='module')
+def shakespeare_run(tmp_path_factory):
+  if not os.path.isfile(SHAKESPEARE):
+    pytest.skip(f'corpus not found at {SHAKESPEARE}')
+  workdir = str(tmp_path_factory.mktemp('text') / 'work')
+  config = tiny_config('token_factored', task='text', text_path=SHAKESPEARE, seq_len=32, eval_windows=32,
+                       total_steps=20)
+  config.model.max_len = 96
+  train.train_and_evaluate(config, workdir)
+  return workdir
+
+
+def test_text_run_reloads_without_the_corpus_and_samples_every_mode(shakespeare_run, tmp_path):
+  workdir = str(tmp_path / 'moved')
+  shutil.copytree(shakespeare_run, workdir)  # symjax.load needs only the work directory
+  loaded = symjax.load(workdir)
+  assert loaded.language_model and loaded.tokenizer.kind == 'char' and len(loaded.tokenizer.vocab) == 65
+  outputs = {}
+  for mode in sample.MODES:
+    text = sample.sample_text(loaded, 'ROMEO:', 20, mode=mode, top_k=5, top_p=0.8, seed=1)
+    assert text.startswith('ROMEO:') and len(text) == len('ROMEO:') + 20
+    outputs[mode] = text
+  assert outputs['greedy'] == sample.sample_text(loaded, 'ROMEO:', 20, mode='greedy')
+  # A prompt longer than the training windows (32) works up to model.max_len (96), then a clear error.
+  long_prompt = 'To be, or not to be, that is the question: whether tis nobler in the mind'
+  assert len(sample.sample_text(loaded, long_prompt, 10, mode='greedy')) == len(long_prompt) + 10
+  with pytest.raises(ValueError, match=r'exceeds model.max_len = 96'):
+    sample.sample_text(loaded, long_prompt, 30)
+
+
+def test_sample_cli_prints_a_continuation(shakespeare_run):
+  proc = subprocess.run([sys.executable, '-m', 'symjax.sample', f'--workdir={shakespeare_run}',
+                         '--prompt=KING:', '--num_tokens=12', '--mode=top_k', '--top_k=3'],
+                        cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.startswith('KING:') and len(proc.stdout.rstrip('\n')) >= len('KING:') + 1
+
+
+def test_top_k_and_top_p_filters_keep_the_right_tokens():
+  logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+  top_k = np.asarray(sample.filter_logits(logits, 'top_k', 1.0, 2, 1.0))
+  assert np.isfinite(top_k).tolist() == [True, True, False, False]
+  top_p = np.asarray(sample.filter_logits(logits, 'top_p', 1.0, 0, 0.75))
+  assert np.isfinite(top_p).tolist() == [True, True, False, False]   # 0.5 + 0.3 reaches 0.75
+  top_p = np.asarray(sample.filter_logits(logits, 'top_p', 1.0, 0, 0.5))
+  assert np.isfinite(top_p).tolist() == [True, False, False, False]
+
+
+def test_bpe_tokenizer_round_trips_and_is_saved(tmp_path):
+  from symjax.tasks.text import TextTask, tokenizer_from_json
+  path = tmp_path / 'corpus.txt'
+  path.write_text('the cat sat on the mat. ' * 300 + 'ünïcödé ok\n', encoding='utf-8')
+  task = TextTask(str(path), seq_len=16, tokenizer='bpe', bpe_vocab_size=300)
+  text = 'the mat sat on ünïcödé'
+  assert task.tokenizer.decode(task.tokenizer.encode(text)) == text
+  assert len(task.tokenizer.encode('the cat sat')) < len('the cat sat')  # merges happened
+  again = tokenizer_from_json(json.loads(json.dumps(task.tokenizer.to_json())))
+  np.testing.assert_array_equal(again.encode(text), task.tokenizer.encode(text))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Bad configs and inputs: each error names the problem.
+# ------------------------------------------------------------------------------------------------------
+def _with(**kw):
+  config = tiny_config()
+  for k, v in kw.items():
+    if k.startswith('model_'):
+      config.model[k[len('model_'):]] = v
+    else:
+      config[k] = v
+  return config
+
+
+@pytest.mark.parametrize('config, message', [
+    (_with(task='sorting'), r"config.task must be one of \['induction', 'text'\], got 'sorting'"),
+    (_with(batch_size=0), r'config.batch_size must be > 0, got 0'),
+    (_with(learning_rate=-1e-3), r'config.learning_rate must be > 0'),
+    (_with(warmup_steps=40), r'config.warmup_steps \(40\) must be < config.total_steps \(40\)'),
+    (_with(best_metric='f1'), r"config.best_metric must be one of \['accuracy', 'loss'"),
+    (_with(adam_b2=1.0), r'config.adam_b2 must be in \[0, 1\)'),
+    (_with(model_kind='linear'), r"model.kind must be one of \['standard', 'token_factored', 'symbolic'\]"),
+    (_with(model_head_dim=0), r'model.head_dim must be > 0'),
+    (_with(model_symbolic_layers=(7,)), r'model.symbolic_layers \[7\] out of range: layers are 0..1'),
+    (_with(task='text'), r"config.text_path is empty: task 'text' needs the path"),
+    (_with(task='text', text_path='/nonexistent/corpus.txt'), r"'/nonexistent/corpus.txt' does not exist"),
+    (_with(task='text', tokenizer='wordpiece', text_path=__file__),
+     r"config.tokenizer must be one of \['char', 'bpe'\]"),
+    (_with(model_max_len=8), r"task 'induction' has sequences of 10 tokens but model.max_len is 8"),
+])
+def test_bad_config_is_a_clear_error(config, message, tmp_path):
+  with pytest.raises(ValueError, match=message):
+    train.train_and_evaluate(config, str(tmp_path / 'w'))
+  assert not os.path.exists(tmp_path / 'w' / train.CHECKPOINT_DIR)
+
+
+@pytest.mark.parametrize('content, message', [
+    ('', r'is empty'),
+    ('short text', r'is too short: its train part has 9 tokens, fewer than seq_len \+ 2 = 66'),
+])
+def test_empty_or_short_corpus_is_a_clear_error(content, message, tmp_path):
+  path = tmp_path / 'corpus.txt'
+  path.write_text(content)
+  with pytest.raises(ValueError, match=message):
+    train.train_and_evaluate(_with(task='text', text_path=str(path)), str(tmp_path / 'w'))
+
+
+def test_non_utf8_corpus_is_a_clear_error(tmp_path):
+  path = tmp_path / 'corpus.bin'
+  path.write_bytes(b'\xff\xfe\x00binary' * 100)
+  with pytest.raises(ValueError, match='is not UTF-8 text'):
+    train.train_and_evaluate(_with(task='text', text_path=str(path)), str(tmp_path / 'w'))
+
+
+def test_config_arguments_are_checked():
+  with pytest.raises(ValueError, match=r"unknown config argument 'sise'; known keys"):
+    config_lib.parse_arg('sise=small', task='induction', size='small')
+  with pytest.raises(ValueError, match=r"size must be one of \['tiny', 'small', 'medium', 'paper'\]"):
+    config_lib.default_config(size='huge')
+
+
+def test_load_and_sample_errors(finished_run, tmp_path):
+  with pytest.raises(FileNotFoundError, match='is not a symjax work directory: config.json is missing'):
+    symjax.load(str(tmp_path))
+  loaded = symjax.load(finished_run[0])
+  with pytest.raises(ValueError, match="task 'induction' is a tagging task"):
+    sample.sample_text(loaded, '<s> a', 3)
+  with pytest.raises(ValueError, match='temperature must be > 0'):
+    sample.generate(loaded.model, loaded.params, [1, 4], 2, mode='temperature', temperature=0.0)
+
+
+def test_main_cli_reports_a_bad_override_and_exits_nonzero():
+  proc = subprocess.run([sys.executable, '-m', 'symjax.main', '--config=configs/symbolic.py:size=tiny',
+                         '--config.batch_size=-3', '--workdir=/nonexistent-unused'],
+                        cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 1
+  assert 'error: config.batch_size must be > 0, got -3' in proc.stderr

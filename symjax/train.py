@@ -186,6 +186,21 @@ def save_run_files(workdir: str, config: ml_collections.ConfigDict, task: tasks.
     json.dump(vocab_json, f)
 
 
+def check_same_model(workdir: str, model_config: ModelConfig) -> None:
+  """Refuses to resume a work directory whose checkpoints belong to a different model."""
+  path = os.path.join(workdir, RUN_FILE)
+  if not os.path.isfile(path):
+    return
+  with open(path) as f:
+    saved = json.load(f)['model']
+  now = json.loads(json.dumps(dataclasses.asdict(model_config)))  # tuples as lists, like the file
+  changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+  if changed:
+    details = ', '.join(f'{k}: {saved.get(k)!r} -> {now.get(k)!r}' for k in changed)
+    raise ValueError(f'work directory {workdir!r} holds a run of a different model ({details}); '
+                     f'resume it with its own config or choose a new --workdir')
+
+
 def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
   columns = sorted({k for r in rows.values() for k in r}, key=lambda k: (k.startswith('task/'), k))
   print(f'\n{title}')
@@ -209,6 +224,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   if task.seq_len > model_config.max_len:
     raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
                      f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
+  check_same_model(workdir, model_config)
   save_run_files(workdir, config, task, model_config)
 
   # --- Model, optimizer, and state built from shapes.

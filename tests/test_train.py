@@ -123,6 +123,16 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(finished_run, 
   assert_trees_equal(params_of(workdir), params_of(reference))
 
 
+def test_resuming_with_a_different_model_is_refused_and_keeps_the_checkpoints(finished_run):
+  workdir, _ = finished_run
+  before = sorted(os.listdir(os.path.join(workdir, train.CHECKPOINT_DIR)))
+  config = tiny_config()
+  config.model.num_heads = 4
+  with pytest.raises(ValueError, match=r'holds a run of a different model \(num_heads: 2 -> 4\)'):
+    train.train_and_evaluate(config, workdir)
+  assert sorted(os.listdir(os.path.join(workdir, train.CHECKPOINT_DIR))) == before
+
+
 def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
   batch = tasks_base.FixedSetTask.batch
 

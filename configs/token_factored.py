@@ -1,0 +1,17 @@
+"""Token-Factored Transformer ("Symbolic Transformers", Kerce & Fox 2025, §4, eqs. 6-15).
+
+Default: the in-context learning (induction) task, 2 layers, 4 heads of 16, 3000 steps of batch 64.
+
+  python -m symjax.main --config=configs/token_factored.py
+
+Expected: 100% validation and test token accuracy from step ~1000; 55 s on a 2-core CPU (measured: test
+accuracy 1.0000, 53.3 s wall clock including compilation).
+
+Variants after ':' — task=induction|text, size=tiny|small|medium|paper.
+"""
+
+from symjax import config_lib
+
+
+def get_config(arg=None):
+  return config_lib.variant('token_factored', arg)

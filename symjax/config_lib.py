@@ -7,6 +7,7 @@ one place where each field is defined and commented.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import ml_collections
@@ -96,6 +97,18 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   c.best_metric = 'accuracy'   # validation metric that picks the best checkpoint: one of BEST_METRICS
   c.stop_at_accuracy = 0.0     # > 0: stop early once validation accuracy reaches this (0 disables)
   c.progress_bar = True        # a progress bar on a terminal (never when output is not a TTY)
+  # --- Devices, sharding and processes ----------------------------------------------------------------
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.data = -1             # devices along the batch axis; -1: all that 'vocab' leaves
+  c.mesh.vocab = 1             # devices along the vocabulary axis (embedding table and its softmaxes)
+  # Logical axis names used in the model -> mesh axes (None: replicated).
+  c.sharding_rules = (('vocab', 'vocab'), ('embed', None))
+  c.readout = 'direct'         # LM loss: 'direct' (full logits) or 'streamed' (vocabulary chunks)
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.coordinator_address = ''  # 'host:port' of process 0 for a multi-process run ('' = none)
+  c.distributed.num_processes = 1
+  c.distributed.process_id = 0
+  c.distributed.cpu_collectives = ''      # 'gloo' for multi-process runs on CPU
   return c
 
 
@@ -120,8 +133,12 @@ def variant(kind: str, arg: str | None) -> ml_collections.ConfigDict:
   return config
 
 
-def model_config(config: ml_collections.ConfigDict, vocab_size: int, causal: bool) -> ModelConfig:
-  return ModelConfig.from_dict({**config.model.to_dict(), 'vocab_size': vocab_size, 'causal': causal})
+def model_config(config: ml_collections.ConfigDict, vocab_size: int, causal: bool, vocab_shards: int = 1
+                 ) -> ModelConfig:
+  """The ModelConfig of a run; the table is padded to a multiple of the vocabulary mesh axis."""
+  fields = {**config.model.to_dict(), 'vocab_size': vocab_size, 'causal': causal}
+  fields['vocab_pad_multiple'] = math.lcm(fields.get('vocab_pad_multiple', 1), vocab_shards)
+  return ModelConfig.from_dict(fields)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -152,6 +169,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f'config.{name} must be in [0, 1), got {config[name]!r}')
   if config.best_metric not in BEST_METRICS:
     raise ValueError(f'config.best_metric must be one of {list(BEST_METRICS)}, got {config.best_metric!r}')
+  if config.readout not in ('direct', 'streamed'):
+    raise ValueError(f"config.readout must be one of ['direct', 'streamed'], got {config.readout!r}")
   if config.task == 'text' and config.tokenizer not in ('char', 'bpe'):
     raise ValueError(f"config.tokenizer must be one of ['char', 'bpe'], got {config.tokenizer!r}")
   # The model fields, with placeholders for what the task decides.

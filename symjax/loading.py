@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any
 
+import flax.linen as nn
 import jax
 import ml_collections
 
@@ -47,7 +48,11 @@ def load(workdir: str, which: str = 'best') -> Loaded:
   model = Transformer(model_config)
 
   tx = train.make_optimizer(config)
-  abstract = jax.eval_shape(lambda k: train.init_state(model, tx, k, 1), jax.random.key(0))
+  # Restored onto one device, whatever mesh the run trained on.
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
+                          nn.meta.unbox(jax.eval_shape(lambda k: train.init_state(model, tx, k, 1),
+                                                       jax.random.key(0))))
   manager = train.checkpoint_manager(workdir, config, read_only=True)
   steps = sorted(manager.all_steps(), reverse=True)
   if not steps:
@@ -61,7 +66,8 @@ def load(workdir: str, which: str = 'best') -> Loaded:
       state = manager.restore(step, args=train.ocp.args.StandardRestore(abstract))
       break
     except Exception as e:  # pylint: disable=broad-except
-      print(f'WARNING: checkpoint at step {step} could not be restored ({type(e).__name__}); trying another')
+      print(f'WARNING: checkpoint at step {step} could not be restored ({type(e).__name__}: '
+            f'{str(e)[:200]}); trying another')
   manager.close()
   if state is None:
     raise RuntimeError(f'no checkpoint in {workdir!r} could be restored')

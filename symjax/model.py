@@ -45,6 +45,9 @@ POSITIONS = ('alibi', 'learned')
 VALUE_MAPS = ('kronecker_identity', 'kronecker_normal', 'none')
 CHANNEL_NORM_SCALES = ('vector', 'scalar')
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+REMAT_POLICIES = {'full': None, 'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+# Logical axis names of parameters (mapped to mesh axes by the config's sharding rules).
+VOCAB, EMBED = 'vocab', 'embed'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +70,12 @@ class ModelConfig:
   channel_norm_scale: str = 'vector'   # γ_h, β_h per feature ('vector') or per channel ('scalar')
   symbolic_layers: tuple[int, ...] | None = None  # symbolic model: which layers are symbolic (None: all)
   tau_init: float = 1.0                # initial vocabulary-projection temperature τ_h
-  vocab_projection: str = 'direct'     # implementation of VocabProj, see symbolic.VOCAB_PROJECTIONS
+  vocab_projection: str = 'direct'     # 'direct' or 'streamed' (memory O(tokens·heads·chunk)), see symbolic
+  vocab_chunk_size: int = 1024         # vocabulary rows per step of the streamed projection
+  vocab_pad_multiple: int = 1          # embedding rows padded to a multiple (the 'vocab' mesh axis size);
+                                       # padding rows never receive weight or probability
+  remat: str = 'none'                  # rematerialise each block in the backward pass: 'none', 'full',
+                                       # or 'dots' (keep matrix products, recompute the rest)
   tie_embeddings: bool = True          # readout uses the input embedding table
   embed_init_std: float = 0.02         # std of the token embedding initialisation
   dropout_rate: float = 0.0            # on the residual updates
@@ -78,6 +86,15 @@ class ModelConfig:
   @property
   def d_model(self) -> int:
     return self.num_heads * self.head_dim
+
+  @property
+  def padded_vocab_size(self) -> int:
+    return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
+
+  @property
+  def num_valid_rows(self) -> int | None:
+    """The real vocabulary size when the table is padded, else None (no masking needed)."""
+    return self.vocab_size if self.padded_vocab_size != self.vocab_size else None
 
   @classmethod
   def from_dict(cls, d: Any) -> ModelConfig:
@@ -110,8 +127,10 @@ class ModelConfig:
     choice('channel_norm_scale', CHANNEL_NORM_SCALES)
     choice('vocab_projection', tuple(symbolic.VOCAB_PROJECTIONS))
     choice('dtype', tuple(DTYPES))
+    choice('remat', ('none', *REMAT_POLICIES))
     for name in ('vocab_size', 'num_layers', 'num_heads', 'head_dim', 'ff_dim', 'ff_dim_per_head',
-                 'max_len', 'tau_init', 'embed_init_std', 'layer_norm_epsilon'):
+                 'max_len', 'tau_init', 'embed_init_std', 'layer_norm_epsilon', 'vocab_chunk_size',
+                 'vocab_pad_multiple'):
       positive(name)
     positive('window', strict=False)
     for name in ('dropout_rate', 'attention_dropout_rate'):
@@ -207,6 +226,7 @@ class FactoredBlock(nn.Module):
       values = symbolic.KroneckerValue(cfg.num_heads, init, name='value_map')(x_t)
     if self.symbolic:
       values = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
+                                        cfg.vocab_chunk_size, cfg.num_valid_rows,
                                         name='value_projection')(values, table)
     delta_t = _attention(cfg, False, True)(norm('norm_attn')(x_t + x_e), values=values,
                                            key_mask=key_mask, deterministic=deterministic)
@@ -218,7 +238,8 @@ class FactoredBlock(nn.Module):
     x_ffn = norm('norm_ffn')(x_t + x_e)
     if self.symbolic:
       delta_e = symbolic.VocabFFN(cfg.num_heads, cfg.ff_dim_per_head, cfg.tau_init, cfg.vocab_projection,
-                                  cfg.compute_dtype, name='ffn')(x_ffn, table)
+                                  cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
+                                  name='ffn')(x_ffn, table)
     else:
       delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
     x_e = x_e + drop(delta_e)
@@ -231,21 +252,24 @@ class Transformer(nn.Module):
   """A language model / tagger over token ids; returns logits ``[batch, time, vocab]`` in float32.
 
   Readout: LN_f(X_t + X_e) Eᵀ with the input embedding table E when ``tie_embeddings`` (channel LayerNorm
-  for symbolic models), else a separate ``[d_model, vocab]`` matrix.
+  for symbolic models), else a separate ``[vocab, d_model]`` table. With ``return_hidden=True`` it returns
+  ``(LN_f(X_t + X_e), readout table)`` instead, for losses that stream over the vocabulary.
   """
 
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens: Array, key_mask: Array | None = None, deterministic: bool = True) -> Array:
+  def __call__(self, tokens: Array, key_mask: Array | None = None, deterministic: bool = True,
+               return_hidden: bool = False):
     """tokens: ``[batch, time]`` ints; key_mask: ``[batch, time]``, False for padding keys."""
     cfg = self.config
     time = tokens.shape[-1]
     if time > cfg.max_len:
       raise ValueError(f'sequence length {time} exceeds model.max_len = {cfg.max_len}; '
                        f'shorten the input or raise model.max_len')
-    embed = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
-                     embedding_init=nn.initializers.normal(cfg.embed_init_std), name='embed')
+    table_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.embed_init_std), (VOCAB, EMBED))
+    embed = nn.Embed(cfg.padded_vocab_size, cfg.d_model, dtype=cfg.compute_dtype, embedding_init=table_init,
+                     name='embed')
     x = embed(tokens)
     table = embed.embedding
 
@@ -254,32 +278,43 @@ class Transformer(nn.Module):
         pos = self.param('pos_embedding', nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model))
         x = x + pos[:time].astype(x.dtype)
       self.sow('intermediates', 'x_0', x)
+      block = _remat(StandardBlock, cfg, static_argnums=(3,))
       for l in range(cfg.num_layers):
-        x = StandardBlock(cfg, name=f'layer_{l}')(x, key_mask, deterministic)
+        x = block(cfg, name=f'layer_{l}')(x, key_mask, deterministic)
       h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
     else:
       x_t, x_e = x, jnp.zeros_like(x)
       self.sow('intermediates', 'x_t_0', x_t)
       self.sow('intermediates', 'x_e_0', x_e)
+      block = _remat(FactoredBlock, cfg, static_argnums=(5,))
       for l, kind in enumerate(cfg.layer_kinds()):
-        x_t, x_e = FactoredBlock(cfg, kind == 'symbolic', name=f'layer_{l}')(
-            x_t, x_e, table, key_mask, deterministic)
+        x_t, x_e = block(cfg, kind == 'symbolic', name=f'layer_{l}')(x_t, x_e, table, key_mask, deterministic)
       if cfg.kind == 'symbolic':
         h = symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale, cfg.layer_norm_epsilon,
                                       name='norm_final')(x_t + x_e)
       else:
         h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x_t + x_e)
 
-    if cfg.tie_embeddings:
-      return jnp.einsum('btd,vd->btv', h, table.astype(h.dtype), preferred_element_type=jnp.float32)
-    return nn.Dense(cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
-                    kernel_init=nn.initializers.normal(0.02), name='readout')(h).astype(jnp.float32)
+    if not cfg.tie_embeddings:
+      table = self.param('readout', nn.with_logical_partitioning(nn.initializers.normal(0.02), (VOCAB, EMBED)),
+                         (cfg.padded_vocab_size, cfg.d_model))
+    if return_hidden:
+      return h, table
+    logits = jnp.einsum('btd,vd->btv', h, table.astype(h.dtype), preferred_element_type=jnp.float32)
+    return logits[..., :cfg.vocab_size]
+
+
+def _remat(block_cls, cfg: ModelConfig, static_argnums):
+  """The block class, rematerialised by ``cfg.remat`` (argument indices count ``self`` as 0)."""
+  if cfg.remat == 'none':
+    return block_cls
+  return nn.remat(block_cls, policy=REMAT_POLICIES[cfg.remat], static_argnums=static_argnums)
 
 
 def param_shapes(config: ModelConfig, seq_len: int = 8) -> Any:
   """The parameter tree as ``jax.ShapeDtypeStruct``s, without allocating anything."""
   tokens = jax.ShapeDtypeStruct((1, min(seq_len, config.max_len)), jnp.int32)
-  return jax.eval_shape(Transformer(config).init, jax.random.key(0), tokens)['params']
+  return nn.meta.unbox(jax.eval_shape(Transformer(config).init, jax.random.key(0), tokens)['params'])
 
 
 def count_params(config: ModelConfig) -> int:

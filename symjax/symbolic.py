@@ -21,6 +21,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from symjax import streamed
+
 Array = jax.Array
 
 
@@ -81,28 +83,48 @@ class ChannelLayerNorm(nn.Module):
     return merge_channels(y).astype(x.dtype)
 
 
-def direct_vocab_projection(z: Array, table: Array, tau: Array) -> tuple[Array, Array]:
+def direct_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 0,
+                            num_valid: int | None = None) -> tuple[Array, Array]:
   """α = softmax(z Eᵀ / τ) per channel, and α E (eqs. 21-22), computed in one piece.
 
   Args:
     z: ``[..., heads, head_dim]``.
     table: ``[vocab, heads, head_dim]`` — the embedding table split into channels, E^(h) = table[:, h].
     tau: ``[heads]``, positive.
+    chunk: unused (the streamed implementation's chunk size).
+    num_valid: rows from this index on are padding and get no weight.
 
   Returns:
     The projection ``[..., heads, head_dim]`` (float32) and the mixture α ``[..., heads, vocab]``
     (float32). Memory is O(tokens · heads · vocab).
   """
+  del chunk
   logits = jnp.einsum('...hd,vhd->...hv', z, table.astype(z.dtype),
                       preferred_element_type=jnp.float32) / tau[:, None]
+  if num_valid is not None and num_valid < table.shape[0]:
+    logits = jnp.where(jnp.arange(table.shape[0]) < num_valid, logits, -jnp.inf)
   alpha = jax.nn.softmax(logits, axis=-1)
   return jnp.einsum('...hv,vhd->...hd', alpha, table.astype(jnp.float32)), alpha
 
 
+def streamed_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 1024,
+                              num_valid: int | None = None) -> tuple[Array, None]:
+  """The same projection streamed over ``chunk`` vocabulary rows (``streamed.softmax_mix``), sharded over
+  the 'vocab' mesh axis when one is active. Memory is O(tokens · heads · chunk); α is not kept.
+
+  τ divides the queries outside the custom-gradient op, so its gradient comes from autodiff.
+  """
+  q = z / tau[:, None].astype(z.dtype)
+  heads, dim = z.shape[-2:]
+  out = streamed.vocab_mix(q.reshape(-1, heads, dim), table, chunk, num_valid)
+  return out.reshape(z.shape), None
+
+
 # Implementations of the vocabulary projection, chosen by name (config ``vocab_projection``). Each maps
-# (z, table, tau) to (projection, mixture or None).
-VOCAB_PROJECTIONS: dict[str, Callable[[Array, Array, Array], tuple[Array, Array | None]]] = {
+# (z, table, tau, chunk, num_valid) to (projection, mixture or None).
+VOCAB_PROJECTIONS: dict[str, Callable[..., tuple[Array, Array | None]]] = {
     'direct': direct_vocab_projection,
+    'streamed': streamed_vocab_projection,
 }
 
 
@@ -119,6 +141,8 @@ class VocabProjection(nn.Module):
   num_heads: int
   tau_init: float = 1.0
   impl: str = 'direct'
+  chunk_size: int = 1024
+  num_valid: int | None = None  # rows of the table from this index on are padding
 
   @nn.compact
   def __call__(self, z: Array, table: Array) -> Array:
@@ -128,7 +152,8 @@ class VocabProjection(nn.Module):
     if self.tau_init <= 0:
       raise ValueError(f'tau_init must be > 0, got {self.tau_init}')
     log_tau = self.param('log_tau', nn.initializers.constant(math.log(self.tau_init)), (self.num_heads,))
-    out, alpha = VOCAB_PROJECTIONS[self.impl](z, split_channels(table, self.num_heads), jnp.exp(log_tau))
+    out, alpha = VOCAB_PROJECTIONS[self.impl](z, split_channels(table, self.num_heads), jnp.exp(log_tau),
+                                              self.chunk_size, self.num_valid)
     if alpha is not None:
       self.sow('intermediates', 'mixture', alpha)
     return out.astype(z.dtype)
@@ -145,6 +170,8 @@ class VocabFFN(nn.Module):
   ff_dim: int
   tau_init: float = 1.0
   impl: str = 'direct'
+  chunk_size: int = 1024
+  num_valid: int | None = None
   dtype: jnp.dtype = jnp.float32
   kernel_init: Callable = nn.initializers.normal(0.02)
 
@@ -159,5 +186,6 @@ class VocabFFN(nn.Module):
     b2 = self.param('b2', nn.initializers.zeros, (h, head_dim))
     hidden = nn.gelu(jnp.einsum('...hd,hdf->...hf', xh, w1.astype(self.dtype)) + b1.astype(self.dtype))
     z = jnp.einsum('...hf,hfd->...hd', hidden, w2.astype(self.dtype)) + b2.astype(self.dtype)
-    out = VocabProjection(self.num_heads, self.tau_init, self.impl, name='projection')(z, table)
+    out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,
+                          name='projection')(z, table)
     return merge_channels(out)

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import flax
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -25,9 +26,11 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from absl import logging
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
-from symjax import config_lib, tasks
+from symjax import config_lib, streamed, tasks
 from symjax.model import ModelConfig, Transformer
 
 CONFIG_FILE = 'config.json'
@@ -111,14 +114,29 @@ def restore_latest_valid(manager: ocp.CheckpointManager, abstract_state: TrainSt
   return None
 
 
-def weighted_metrics(logits: jax.Array, batch: dict[str, jax.Array], top_k: int) -> dict[str, jax.Array]:
+def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[jax.Array, ...]:
+  """Per-token (loss, prediction, rank of the target), each ``[batch, time]``.
+
+  ``config.readout='streamed'`` streams the readout over vocabulary chunks (sharded over the 'vocab' mesh
+  axis when there is one) and never forms the ``[tokens, vocabulary]`` logits.
+  """
+  h, table = model.apply({'params': params}, batch['inputs'], batch['key_mask'], return_hidden=True,
+                         **apply_kw)
+  flat_h, flat_targets = h.reshape(-1, h.shape[-1]), batch['targets'].reshape(-1)
+  num_valid = model.config.num_valid_rows
+  if config.readout == 'streamed':
+    stats = streamed.readout_stats(flat_h, table, flat_targets, model.config.vocab_chunk_size, num_valid)
+  else:
+    stats = streamed.direct_readout_stats(flat_h, table, flat_targets, num_valid)
+  return tuple(x.reshape(batch['targets'].shape) for x in stats)
+
+
+def weighted_metrics(loss: jax.Array, predictions: jax.Array, rank: jax.Array, batch, top_k: int
+                     ) -> dict[str, jax.Array]:
   """Sums over the batch (divide by 'weight' for means): loss, correct, top-k correct, whole sequences."""
   targets, weights = batch['targets'], batch['weights']
-  loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-  predictions = jnp.argmax(logits, -1)
   correct = (predictions == targets).astype(jnp.float32)
-  target_logit = jnp.take_along_axis(logits, targets[..., None], -1)
-  in_top_k = (jnp.sum(logits > target_logit, -1) < top_k).astype(jnp.float32)
+  in_top_k = (rank < top_k).astype(jnp.float32)
   has_targets = weights.sum(-1) > 0
   sequence_correct = jnp.all((correct > 0) | (weights == 0), -1) & has_targets
   return {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights),
@@ -136,11 +154,11 @@ def summarize(sums: dict[str, float], top_k: int) -> dict[str, float]:
   return out
 
 
-def evaluate(eval_step, params, task: tasks.Task, split: str, config) -> dict[str, float]:
+def evaluate(eval_step, params, task: tasks.Task, split: str, config, put) -> dict[str, float]:
   sums: dict[str, float] = {}
   for batch in task.eval_batches(split, config.batch_size, config.seed):
-    device_sums, predictions = eval_step(params, batch)
-    extra = task.host_metrics(np.asarray(predictions), batch)
+    device_sums, predictions = eval_step(params, put(batch))
+    extra = task.host_metrics(np.asarray(multihost_utils.process_allgather(predictions, tiled=True)), batch)
     for k, v in {**jax.device_get(device_sums), **{f'task/{k}': v for k, v in extra.items()}}.items():
       sums[k] = sums.get(k, 0.0) + float(v)
   return summarize(sums, config.top_k)
@@ -209,135 +227,199 @@ def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
     print(' | '.join([name.ljust(10)] + [f'{r[c]:12.4f}' if c in r else ' ' * 12 for c in columns]))
 
 
+def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
+  """Joins a multi-process run: from ``config.distributed`` when its address is set, else from the
+  environment JAX recognises (cluster schedulers, TPU pods, JAX_COORDINATOR_ADDRESS); no-op otherwise."""
+  d = config.distributed
+  if jax.distributed.is_initialized():
+    return
+  if d.cpu_collectives:
+    jax.config.update('jax_cpu_collectives_implementation', d.cpu_collectives)
+  if d.coordinator_address:
+    jax.distributed.initialize(d.coordinator_address, d.num_processes, d.process_id)
+  elif os.environ.get('JAX_COORDINATOR_ADDRESS') or os.environ.get('SLURM_JOB_ID') and d.num_processes:
+    jax.distributed.initialize()
+
+
+def make_mesh(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
+  """A ('data', 'vocab') mesh over every device; ``config.mesh.data = -1`` takes what 'vocab' leaves."""
+  n = jax.device_count()
+  vocab = config.mesh.vocab
+  if vocab < 1 or n % vocab:
+    raise ValueError(f'config.mesh.vocab = {vocab} must be >= 1 and divide the {n} devices')
+  data = n // vocab if config.mesh.data == -1 else config.mesh.data
+  if data * vocab != n:
+    raise ValueError(f'config.mesh.data × config.mesh.vocab = {data} × {vocab} must equal the {n} devices '
+                     f'(set config.mesh.data = -1 to use all that config.mesh.vocab leaves)')
+  if config.batch_size % data:
+    raise ValueError(f'config.batch_size = {config.batch_size} must be a multiple of the data axis ({data})')
+  # Auto axes: the compiler propagates shardings; only the vocabulary softmaxes are written per shard.
+  return jax.make_mesh((data, vocab), (streamed.DATA_AXIS, streamed.VOCAB_AXIS),
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def state_shardings(abstract_boxed: TrainState, mesh, rules) -> Any:
+  """NamedShardings of the state from the model's logical axis names and the config's rules."""
+  return nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_boxed), mesh, rules)
+
+
+def batch_putter(mesh):
+  """Places a host batch (the same global batch on every process) on the mesh, split along 'data'."""
+  sharding = NamedSharding(mesh, PartitionSpec(streamed.DATA_AXIS))
+
+  def put(batch):
+    return {k: jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])
+            for k, v in batch.items()}
+  return put
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The trainer.
 # ----------------------------------------------------------------------------------------------------------
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict[str, float]]:
   """Trains (or resumes) in ``workdir``; returns the final metrics per split."""
-  # --- Config and work directory.
+  # --- Config, processes and mesh.
   config_lib.validate(config)
+  maybe_initialize_distributed(config)
+  mesh = make_mesh(config)
+  rules = tuple(tuple(r) for r in config.sharding_rules)
   os.makedirs(workdir, exist_ok=True)
+  lead = jax.process_index() == 0
 
-  # --- Data.
+  # --- Data. Every process builds the same global batches and keeps its devices' rows.
   task = tasks.get_task(config, workdir)
-  model_config = config_lib.model_config(config, len(task.vocab), task.causal)
+  model_config = config_lib.model_config(config, len(task.vocab), task.causal,
+                                         vocab_shards=mesh.shape[streamed.VOCAB_AXIS])
   if task.seq_len > model_config.max_len:
     raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
                      f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
   check_same_model(workdir, model_config)
   save_run_files(workdir, config, task, model_config)
+  put = batch_putter(mesh)
 
-  # --- Model, optimizer, and state built from shapes.
-  model = Transformer(model_config)
-  tx = make_optimizer(config)
-  schedule = learning_rate_schedule(config)
-  rng = jax.random.key(config.seed)
-  init = lambda key: init_state(model, tx, key, task.seq_len)
-  abstract_state = jax.eval_shape(init, rng)
-  num_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
+  with jax.set_mesh(mesh):
+    # --- Model, optimizer, and state built from shapes, sharded by the logical-axis rules.
+    model = Transformer(model_config)
+    tx = make_optimizer(config)
+    schedule = learning_rate_schedule(config)
+    rng = jax.random.key(config.seed)
+    init = lambda key: init_state(model, tx, key, task.seq_len)
+    abstract_boxed = jax.eval_shape(init, rng)
+    shardings = state_shardings(abstract_boxed, mesh, rules)
+    abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                                  nn.meta.unbox(abstract_boxed), shardings)
+    num_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
 
-  # --- Checkpoints: resume from the latest valid one.
-  manager = checkpoint_manager(workdir, config)
-  state = restore_latest_valid(manager, abstract_state, workdir)
-  if state is None:
-    state = jax.jit(init)(rng)
-  start_step = int(state.step)
+    # --- Checkpoints: resume from the latest valid one.
+    manager = checkpoint_manager(workdir, config)
+    state = restore_latest_valid(manager, abstract_state, workdir)
+    if state is None:
+      state = jax.jit(lambda k: nn.meta.unbox(init(k)), out_shardings=shardings)(rng)
+    start_step = int(state.step)
 
-  # --- Steps.
-  def loss_fn(params, batch, dropout_key):
-    logits = model.apply({'params': params}, batch['inputs'], batch['key_mask'], deterministic=False,
-                         rngs={'dropout': dropout_key})
-    sums = weighted_metrics(logits, batch, config.top_k)
-    return sums['loss'] / jnp.maximum(sums['weight'], 1.0), sums
+    # --- Steps.
+    def loss_fn(params, batch, dropout_key):
+      loss, predictions, rank = token_stats(model, params, batch, config, deterministic=False,
+                                            rngs={'dropout': dropout_key})
+      sums = weighted_metrics(loss, predictions, rank, batch, config.top_k)
+      return sums['loss'] / jnp.maximum(sums['weight'], 1.0), sums
 
-  def train_step(state: TrainState, batch):
-    dropout_key = jax.random.fold_in(jax.random.fold_in(rng, 1), state.step)
-    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, dropout_key)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = {'loss': loss, 'accuracy': sums['correct'] / jnp.maximum(sums['weight'], 1.0),
-               'grad_norm': optax.tree.norm(grads)}
-    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+    def train_step(state: TrainState, batch):
+      dropout_key = jax.random.fold_in(jax.random.fold_in(rng, 1), state.step)
+      (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, dropout_key)
+      updates, opt_state = tx.update(grads, state.opt_state, state.params)
+      params = optax.apply_updates(state.params, updates)
+      metrics = {'loss': loss, 'accuracy': sums['correct'] / jnp.maximum(sums['weight'], 1.0),
+                 'grad_norm': optax.tree.norm(grads)}
+      return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
-  def eval_step(params, batch):
-    logits = model.apply({'params': params}, batch['inputs'], batch['key_mask'])
-    return weighted_metrics(logits, batch, config.top_k), jnp.argmax(logits, -1)
+    def eval_step(params, batch):
+      loss, predictions, rank = token_stats(model, params, batch, config)
+      return weighted_metrics(loss, predictions, rank, batch, config.top_k), predictions
 
-  train_step = jax.jit(train_step, donate_argnums=0)
-  eval_step = jax.jit(eval_step)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    batch_sharding = NamedSharding(mesh, PartitionSpec(streamed.DATA_AXIS))
+    train_step = jax.jit(train_step, in_shardings=(shardings, batch_sharding),
+                         out_shardings=(shardings, replicated), donate_argnums=0)
+    eval_step = jax.jit(eval_step, in_shardings=(shardings.params, batch_sharding),
+                        out_shardings=(replicated, batch_sharding))
+    all_finite = jax.jit(lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)])),
+                         out_shardings=replicated)
 
-  # --- Loop.
-  writer = MetricWriter(workdir)
-  print(f'symjax: {model_config.kind} model, {num_params:,} parameters, task {task.name!r} '
-        f'(vocabulary {len(task.vocab)}), workdir {workdir}')
-  if start_step > 0:
-    print(f'resuming from step {start_step}')
-  bar = None
-  if config.progress_bar and sys.stderr.isatty() and jax.process_index() == 0:
-    from tqdm import tqdm
-    bar = tqdm(total=config.total_steps, initial=start_step, dynamic_ncols=True)
-  tokens_per_step = config.batch_size * task.seq_len
-  last_time, last_step = time.time(), start_step
-  validation: dict[str, float] = {}
-  step = start_step
-  try:
-    while step < config.total_steps:
-      batch = task.batch('train', step, config.batch_size, config.seed)
-      state, metrics = train_step(state, batch)
-      step += 1
-      if step % config.log_every_steps == 0 or step == config.total_steps:
-        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        if not all(math.isfinite(v) for v in metrics.values()):
-          raise TrainingDiverged(f'non-finite training metrics at step {step}: {metrics}')
-        now = time.time()
-        metrics['tokens_per_second'] = (step - last_step) * tokens_per_step / max(now - last_time, 1e-9)
-        metrics['learning_rate'] = float(schedule(step))
-        last_time, last_step = now, step
-        writer.write(step, 'train', metrics)
+    # --- Loop.
+    writer = MetricWriter(workdir)
+    if lead:
+      print(f'symjax: {model_config.kind} model, {num_params:,} parameters, task {task.name!r} '
+            f'(vocabulary {len(task.vocab)}), mesh {dict(mesh.shape)}, workdir {workdir}')
+      if start_step > 0:
+        print(f'resuming from step {start_step}')
+    bar = None
+    if config.progress_bar and sys.stderr.isatty() and lead:
+      from tqdm import tqdm
+      bar = tqdm(total=config.total_steps, initial=start_step, dynamic_ncols=True)
+    say = bar.write if bar is not None else print
+    tokens_per_step = config.batch_size * task.seq_len
+    last_time, last_step = time.time(), start_step
+    validation: dict[str, float] = {}
+    step = start_step
+    try:
+      while step < config.total_steps:
+        state, metrics = train_step(state, put(task.batch('train', step, config.batch_size, config.seed)))
+        step += 1
+        if step % config.log_every_steps == 0 or step == config.total_steps:
+          metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+          if not all(math.isfinite(v) for v in metrics.values()):
+            raise TrainingDiverged(f'non-finite training metrics at step {step}: {metrics}')
+          now = time.time()
+          metrics['tokens_per_second'] = (step - last_step) * tokens_per_step / max(now - last_time, 1e-9)
+          metrics['learning_rate'] = float(schedule(step))
+          last_time, last_step = now, step
+          writer.write(step, 'train', metrics)
+          if bar is not None:
+            bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_second']:.0f}")
         if bar is not None:
-          bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_second']:.0f}")
+          bar.update(1)
+        if step % config.eval_every_steps == 0 or step == config.total_steps:
+          if not bool(all_finite(state.params)):
+            raise TrainingDiverged(f'non-finite parameters at step {step}')
+          validation = evaluate(eval_step, state.params, task, 'validation', config, put)
+          writer.write(step, 'validation', validation)
+          manager.save(step, args=ocp.args.StandardSave(state), metrics=validation)
+          if lead:
+            say(f'step {step}: validation ' + ' '.join(
+                f'{k}={v:.4f}' for k, v in validation.items() if not k.startswith('task/')))
+          if config.stop_at_accuracy and validation['accuracy'] >= config.stop_at_accuracy:
+            if lead:
+              say(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
+            break
+    except TrainingDiverged:
+      manager.wait_until_finished()
+      writer.close()
+      raise
+    finally:
       if bar is not None:
-        bar.update(1)
-      done = step == config.total_steps
-      if step % config.eval_every_steps == 0 or done:
-        if not all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(state.params)):
-          raise TrainingDiverged(f'non-finite parameters at step {step}')
-        validation = evaluate(eval_step, state.params, task, 'validation', config)
-        writer.write(step, 'validation', validation)
-        manager.save(step, args=ocp.args.StandardSave(state), metrics=validation)
-        message = ' '.join(f'{k}={v:.4f}' for k, v in validation.items() if not k.startswith('task/'))
-        (bar.write if bar is not None else print)(f'step {step}: validation {message}')
-        if config.stop_at_accuracy and validation['accuracy'] >= config.stop_at_accuracy:
-          print(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
-          break
-  except TrainingDiverged:
+        bar.close()
     manager.wait_until_finished()
-    writer.close()
-    raise
-  finally:
-    if bar is not None:
-      bar.close()
-  manager.wait_until_finished()
 
-  # --- Final evaluation of the final parameters.
-  final = {'train': evaluate_train_sample(eval_step, state.params, task, config),
-           'validation': validation or evaluate(eval_step, state.params, task, 'validation', config),
-           'test': evaluate(eval_step, state.params, task, 'test', config)}
-  writer.write(step, 'test', final['test'])
-  writer.close()
-  if jax.process_index() == 0:
-    print_table(f'final metrics at step {step}', final)
-    with open(os.path.join(workdir, 'final_metrics.json'), 'w') as f:
-      json.dump({'step': step, **final}, f, indent=1)
-  manager.close()
+    # --- Final evaluation of the final parameters.
+    final = {'train': evaluate_train_sample(eval_step, state.params, task, config, put),
+             'validation': validation or evaluate(eval_step, state.params, task, 'validation', config, put),
+             'test': evaluate(eval_step, state.params, task, 'test', config, put)}
+    writer.write(step, 'test', final['test'])
+    writer.close()
+    if lead:
+      print_table(f'final metrics at step {step}', final)
+      with open(os.path.join(workdir, 'final_metrics.json'), 'w') as f:
+        json.dump({'step': step, **final}, f, indent=1)
+    manager.close()
   return final
 
 
-def evaluate_train_sample(eval_step, params, task, config) -> dict[str, float]:
+def evaluate_train_sample(eval_step, params, task, config, put) -> dict[str, float]:
   """Metrics on a few training batches (the same ones every time), to compare with validation."""
   sums: dict[str, float] = {}
   for i in range(4):
-    device_sums, _ = eval_step(params, task.batch('train', i, config.batch_size, config.seed + 1))
+    device_sums, _ = eval_step(params, put(task.batch('train', i, config.batch_size, config.seed + 1)))
     for k, v in jax.device_get(device_sums).items():
       sums[k] = sums.get(k, 0.0) + float(v)
   return summarize(sums, config.top_k)

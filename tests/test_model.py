@@ -273,7 +273,7 @@ def test_bfloat16_compute_is_close_to_float32(kind):
 def test_untied_readout_and_learned_positions():
   cfg = small(kind='standard', positions='learned', tie_embeddings=False)
   params = model_lib.param_shapes(cfg)
-  assert params['readout']['kernel'].shape == (cfg.d_model, cfg.vocab_size)
+  assert params['readout'].shape == (cfg.vocab_size, cfg.d_model)
   assert params['pos_embedding'].shape == (cfg.max_len, cfg.d_model)
 
 

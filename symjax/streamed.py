@@ -1,0 +1,317 @@
+"""Vocabulary-sized softmaxes without a [tokens × vocabulary] tensor: streamed, and sharded over vocabulary.
+
+The vocabulary projection of "Symbolic Transformers" (eqs. 21-22), softmax(q E^(h)ᵀ) E^(h) per channel, is
+cross-attention whose keys and values are both the embedding rows. Computed directly it materialises
+[tokens × heads × vocabulary] (eq. 34: the paper's "prohibitively expensive" memory). Here it is streamed
+over vocabulary chunks with an online softmax, and its backward pass recomputes each chunk from the saved
+log-sum-exp, as memory-efficient attention does (FlashAttention-2's backward: D = rowsum(dO ∘ O),
+dS = P ∘ (dP − D)). Keys and values are the same rows, so their gradients land in one buffer.
+
+The same streaming gives the readout's log-sum-exp over the vocabulary, for the LM loss without
+[tokens × vocabulary] logits, and the argmax / rank of the target for accuracy and top-k accuracy.
+
+Every function takes ``axis_name``: inside ``jax.shard_map`` with the table split along that mesh axis,
+each device streams over its own rows and the partial (max, sum, weighted sum) are combined with
+pmax / psum (Megatron's vocabulary-parallel cross-entropy, applied also to the projection). Gradients
+of the table stay local to their shard.
+
+Shapes: q ``[tokens, heads, head_dim]``; table ``[vocab, heads, head_dim]``; lse ``[tokens, heads]``.
+Accumulation is in float32.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+NEG_INF = -jnp.inf
+
+
+def _chunks(vocab: int, chunk: int) -> tuple[int, int]:
+  """(number of chunks, chunk size). The last chunk is read at ``vocab - chunk`` and its rows already
+  covered are masked, so the table is never padded or copied."""
+  chunk = min(chunk, vocab)
+  return -(-vocab // chunk), chunk
+
+
+def _row_offset(table: Array, axis_name) -> Array | int:
+  """Global index of this device's first table row: shards are contiguous blocks along ``axis_name``."""
+  return 0 if axis_name is None else jax.lax.axis_index(axis_name) * table.shape[0]
+
+
+def _chunk_at(table: Array, c: Array, chunk: int, offset=0, num_valid: int | None = None
+              ) -> tuple[Array, Array, Array]:
+  """Rows of chunk c, their first (local) row index, and which of them count: rows not in an earlier
+  chunk, and (with ``num_valid``) whose global index is below it — padding rows never count."""
+  vocab = table.shape[0]
+  start = jnp.minimum(c * chunk, vocab - chunk)
+  rows = jax.lax.dynamic_slice_in_dim(table, start, chunk, axis=0)
+  index = start + jnp.arange(chunk)
+  use = index >= c * chunk
+  if num_valid is not None:
+    use = use & (index + offset < num_valid)
+  return rows, start, use
+
+
+def _combine(m, l, acc, axis_name):
+  """Merges per-device partial softmax statistics along ``axis_name``."""
+  if axis_name is None:
+    return m, l, acc
+  m_all = jax.lax.pmax(m, axis_name)
+  scale = jnp.exp(m - m_all)
+  l = jax.lax.psum(l * scale, axis_name)
+  acc = None if acc is None else jax.lax.psum(acc * scale[..., None], axis_name)
+  return m_all, l, acc
+
+
+# ----------------------------------------------------------------------------------------------------------
+# softmax(q Eᵀ) E per head, streamed.
+# ----------------------------------------------------------------------------------------------------------
+def _mix_forward(q: Array, table: Array, chunk: int, axis_name, num_valid):
+  n_chunks, chunk = _chunks(table.shape[0], chunk)
+  tokens, heads, dim = q.shape
+  offset = _row_offset(table, axis_name)
+
+  def body(carry, c):
+    m, l, acc = carry
+    rows, _, new = _chunk_at(table, c, chunk, offset, num_valid)
+    s = jnp.einsum('nhd,chd->nhc', q, rows, preferred_element_type=jnp.float32)
+    s = jnp.where(new, s, NEG_INF)
+    m_new = jnp.maximum(m, s.max(-1))
+    scale = jnp.exp(m - m_new)
+    p = jnp.exp(s - m_new[..., None])
+    l = l * scale + p.sum(-1)
+    acc = acc * scale[..., None] + jnp.einsum('nhc,chd->nhd', p, rows.astype(jnp.float32))
+    return (m_new, l, acc), None
+
+  init = (jnp.full((tokens, heads), NEG_INF, jnp.float32), jnp.zeros((tokens, heads), jnp.float32),
+          jnp.zeros((tokens, heads, dim), jnp.float32))
+  (m, l, acc), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
+  m, l, acc = _combine(m, l, acc, axis_name)
+  return acc / l[..., None], m + jnp.log(l)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def softmax_mix(q: Array, table: Array, chunk: int = 1024, axis_name: str | None = None,
+                num_valid: int | None = None) -> Array:
+  """softmax(q_h E_hᵀ) E_h for every token and head, streamed over ``chunk`` rows at a time.
+
+  q ``[tokens, heads, head_dim]`` (already divided by τ), table ``[vocab, heads, head_dim]`` (this
+  device's shard under ``axis_name``); rows whose global index is ``>= num_valid`` are padding and get
+  no weight. Returns ``[tokens, heads, head_dim]`` in float32.
+  """
+  return _mix_forward(q, table, chunk, axis_name, num_valid)[0]
+
+
+def _mix_fwd(q, table, chunk, axis_name, num_valid):
+  out, lse = _mix_forward(q, table, chunk, axis_name, num_valid)
+  return out, (q, table, out, lse)
+
+
+def _mix_bwd(chunk, axis_name, num_valid, residuals, d_out):
+  q, table, out, lse = residuals
+  n_chunks, chunk = _chunks(table.shape[0], chunk)
+  offset = _row_offset(table, axis_name)
+  d_out = d_out.astype(jnp.float32)
+  delta = jnp.sum(d_out * out, -1)                                   # D = rowsum(dO ∘ O)  [n, h]
+  qf = q.astype(jnp.float32)
+
+  def body(carry, c):
+    dq, dtable = carry
+    rows, start, new = _chunk_at(table, c, chunk, offset, num_valid)
+    rows = rows.astype(jnp.float32)
+    s = jnp.einsum('nhd,chd->nhc', qf, rows)
+    p = jnp.where(new, jnp.exp(s - lse[..., None]), 0.0)            # P, recomputed
+    dp = jnp.einsum('nhd,chd->nhc', d_out, rows)                     # dP = dO Eᵀ
+    ds = p * (dp - delta[..., None])                                 # dS = P ∘ (dP − D)
+    dq = dq + jnp.einsum('nhc,chd->nhd', ds, rows)
+    # E is both key and value: dE = dSᵀ q + Pᵀ dO, accumulated in place (masked rows add zero).
+    d_rows = jnp.einsum('nhc,nhd->chd', ds, qf) + jnp.einsum('nhc,nhd->chd', p, d_out)
+    current = jax.lax.dynamic_slice_in_dim(dtable, start, chunk, axis=0)
+    dtable = jax.lax.dynamic_update_slice_in_dim(dtable, current + d_rows, start, axis=0)
+    return (dq, dtable), None
+
+  init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros(table.shape, jnp.float32))
+  (dq, dtable), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
+  if axis_name is not None:
+    dq = jax.lax.psum(dq, axis_name)  # each shard saw only its rows; the table gradient stays local
+  return dq.astype(q.dtype), dtable.astype(table.dtype)
+
+
+softmax_mix.defvjp(_mix_fwd, _mix_bwd)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# log Σ_v exp(h · E_v), streamed: the readout's normaliser.
+# ----------------------------------------------------------------------------------------------------------
+def _lse_forward(h: Array, table: Array, chunk: int, axis_name, num_valid):
+  n_chunks, chunk = _chunks(table.shape[0], chunk)
+  offset = _row_offset(table, axis_name)
+
+  def body(carry, c):
+    m, l = carry
+    rows, _, new = _chunk_at(table, c, chunk, offset, num_valid)
+    s = jnp.where(new, jnp.einsum('nd,cd->nc', h, rows, preferred_element_type=jnp.float32), NEG_INF)
+    m_new = jnp.maximum(m, s.max(-1))
+    l = l * jnp.exp(m - m_new) + jnp.exp(s - m_new[:, None]).sum(-1)
+    return (m_new, l), None
+
+  init = (jnp.full(h.shape[:1], NEG_INF, jnp.float32), jnp.zeros(h.shape[:1], jnp.float32))
+  (m, l), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
+  m, l, _ = _combine(m, l, None, axis_name)
+  return m + jnp.log(l)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def logsumexp(h: Array, table: Array, chunk: int = 4096, axis_name: str | None = None,
+              num_valid: int | None = None) -> Array:
+  """log Σ_v exp(h_n · E_v) for h ``[tokens, d]`` and table ``[vocab, d]``; ``[tokens]`` float32."""
+  return _lse_forward(h, table, chunk, axis_name, num_valid)
+
+
+def _lse_fwd(h, table, chunk, axis_name, num_valid):
+  lse = _lse_forward(h, table, chunk, axis_name, num_valid)
+  return lse, (h, table, lse)
+
+
+def _lse_bwd(chunk, axis_name, num_valid, residuals, g):
+  h, table, lse = residuals
+  n_chunks, chunk = _chunks(table.shape[0], chunk)
+  offset = _row_offset(table, axis_name)
+  hf = h.astype(jnp.float32)
+
+  def body(carry, c):
+    dh, dtable = carry
+    rows, start, new = _chunk_at(table, c, chunk, offset, num_valid)
+    rows = rows.astype(jnp.float32)
+    p = jnp.where(new, jnp.exp(jnp.einsum('nd,cd->nc', hf, rows) - lse[:, None]), 0.0) * g[:, None]
+    dh = dh + p @ rows
+    current = jax.lax.dynamic_slice_in_dim(dtable, start, chunk, axis=0)
+    dtable = jax.lax.dynamic_update_slice_in_dim(dtable, current + p.T @ hf, start, axis=0)
+    return (dh, dtable), None
+
+  init = (jnp.zeros(h.shape, jnp.float32), jnp.zeros(table.shape, jnp.float32))
+  (dh, dtable), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
+  if axis_name is not None:
+    dh = jax.lax.psum(dh, axis_name)
+  return dh.astype(h.dtype), dtable.astype(table.dtype)
+
+
+logsumexp.defvjp(_lse_fwd, _lse_bwd)
+
+
+def argmax_and_rank(h: Array, table: Array, targets: Array, chunk: int = 4096,
+                    axis_name: str | None = None, num_valid: int | None = None) -> tuple[Array, Array]:
+  """The argmax over the vocabulary of h Eᵀ, and the target's rank: how many logits exceed the target's
+  (it is in the top k iff rank < k). No gradient; ``[tokens]`` int32 each.
+
+  Two streamed passes: the first reads each target's logit from the same chunk products the second
+  compares against, so a target never outranks itself by rounding.
+  """
+  n_chunks, chunk = _chunks(table.shape[0], chunk)
+  tokens = h.shape[0]
+  offset = _row_offset(table, axis_name)
+
+  def logits(c):
+    rows, start, new = _chunk_at(table, c, chunk, offset, num_valid)
+    s = jnp.einsum('nd,cd->nc', h, rows, preferred_element_type=jnp.float32)
+    return jnp.where(new, s, NEG_INF), start + offset, new
+
+  def target_pass(target_logit, c):
+    s, start, new = logits(c)
+    local = targets - start
+    hit = (local >= 0) & (local < chunk)
+    hit = hit & jnp.take(new, jnp.clip(local, 0, chunk - 1))
+    value = jnp.take_along_axis(s, jnp.clip(local, 0, chunk - 1)[:, None], -1)[:, 0]
+    return jnp.where(hit, value, target_logit), None
+
+  target_logit, _ = jax.lax.scan(target_pass, jnp.full((tokens,), NEG_INF, jnp.float32),
+                                 jnp.arange(n_chunks))
+  if axis_name is not None:
+    target_logit = jax.lax.pmax(target_logit, axis_name)
+
+  def rank_pass(carry, c):
+    best, best_idx, above = carry
+    s, start, _ = logits(c)
+    idx = jnp.argmax(s, -1)
+    val = jnp.take_along_axis(s, idx[:, None], -1)[:, 0]
+    best_idx = jnp.where(val > best, start + idx, best_idx)
+    above = above + jnp.sum(s > target_logit[:, None], -1)
+    return (jnp.maximum(best, val), best_idx, above), None
+
+  init = (jnp.full((tokens,), NEG_INF, jnp.float32), jnp.zeros((tokens,), jnp.int32),
+          jnp.zeros((tokens,), jnp.int32))
+  (best, best_idx, above), _ = jax.lax.scan(rank_pass, init, jnp.arange(n_chunks))
+  if axis_name is not None:
+    best_all = jax.lax.pmax(best, axis_name)
+    best_idx = jax.lax.pmin(jnp.where(best == best_all, best_idx, jnp.iinfo(jnp.int32).max), axis_name)
+    above = jax.lax.psum(above, axis_name)
+  return best_idx, above
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Mesh-aware entry points. Under `jax.set_mesh` with a 'vocab' axis of size > 1, the table is split along
+# it and each function runs under `jax.shard_map`; the batch (leading) axis is split along 'data'.
+# ----------------------------------------------------------------------------------------------------------
+DATA_AXIS = 'data'
+VOCAB_AXIS = 'vocab'
+
+
+def _vocab_mesh():
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or VOCAB_AXIS not in mesh.axis_names or mesh.shape[VOCAB_AXIS] == 1:
+    return None
+  return mesh
+
+
+def _sharded(fn, n_batch_args: int, n_out: int):
+  """``fn(*batch_args, table, axis_name)`` run per vocabulary shard when a vocab mesh is active."""
+  mesh = _vocab_mesh()
+  if mesh is None:
+    return lambda *args: fn(*args, None)
+  P = jax.sharding.PartitionSpec
+  batch = P(DATA_AXIS) if DATA_AXIS in mesh.axis_names else P()
+  out = batch if n_out == 1 else (batch,) * n_out
+  return jax.shard_map(lambda *args: fn(*args, VOCAB_AXIS),
+                       in_specs=(batch,) * n_batch_args + (P(VOCAB_AXIS),), out_specs=out)
+
+
+def vocab_mix(q: Array, table: Array, chunk: int, num_valid: int | None = None) -> Array:
+  """softmax(q_h E_hᵀ) E_h, q ``[tokens, heads, head_dim]``, table ``[vocab, heads, head_dim]``."""
+  return _sharded(lambda q, t, axis: softmax_mix(q, t, chunk, axis, num_valid), 1, 1)(q, table)
+
+
+def readout_stats(h: Array, table: Array, targets: Array, chunk: int, num_valid: int | None = None
+                  ) -> tuple[Array, Array, Array]:
+  """Cross-entropy of ``targets`` under logits h Eᵀ, the argmax, and the target's rank; each ``[tokens]``.
+
+  h ``[tokens, d]``, table ``[vocab, d]``, targets ``[tokens]`` int. Differentiable in h and the table
+  through the loss only.
+  """
+  def local(h, targets, t, axis):
+    lse = logsumexp(h, t, chunk, axis, num_valid)
+    row = targets - _row_offset(t, axis)
+    inside = (row >= 0) & (row < t.shape[0])
+    target_logit = jnp.where(inside, jnp.einsum('nd,nd->n', h, t[jnp.clip(row, 0, t.shape[0] - 1)],
+                                                preferred_element_type=jnp.float32), 0.0)
+    if axis is not None:
+      target_logit = jax.lax.psum(target_logit, axis)
+    prediction, rank = argmax_and_rank(jax.lax.stop_gradient(h), jax.lax.stop_gradient(t), targets, chunk,
+                                       axis, num_valid)
+    return lse - target_logit, prediction, rank
+
+  return _sharded(local, 2, 3)(h, targets, table)
+
+
+def direct_readout_stats(h: Array, table: Array, targets: Array, num_valid: int | None = None
+                         ) -> tuple[Array, Array, Array]:
+  """The same as ``readout_stats`` through the full ``[tokens, vocab]`` logits."""
+  logits = jnp.einsum('nd,vd->nv', h, table, preferred_element_type=jnp.float32)
+  if num_valid is not None and num_valid < table.shape[0]:
+    logits = jnp.where(jnp.arange(table.shape[0]) < num_valid, logits, NEG_INF)
+  target_logit = jnp.take_along_axis(logits, targets[:, None], -1)
+  loss = jax.nn.logsumexp(logits, -1) - target_logit[:, 0]
+  return loss, jnp.argmax(logits, -1).astype(jnp.int32), jnp.sum(logits > target_logit, -1).astype(jnp.int32)

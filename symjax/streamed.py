@@ -56,6 +56,29 @@ def _chunk_at(table: Array, c: Array, chunk: int, offset=0, num_valid: int | Non
   return rows, start, use
 
 
+def _vma(x) -> frozenset:
+  """The manual mesh axes x varies over (its shard_map type); empty outside shard_map."""
+  aval = jax.typeof(x)
+  mat = getattr(aval, 'mat', None)  # newer JAX keeps them here; older ones in `aval.vma`
+  return frozenset(mat.varying if mat is not None else getattr(aval, 'vma', ()))
+
+
+def _varying(tree, *refs):
+  """Marks fresh arrays (scan carries) as varying over the mesh axes its inputs vary over, as
+  `jax.shard_map`'s type checks require; a no-op outside shard_map."""
+  axes = frozenset().union(*(_vma(r) for r in refs))
+  def cast(x):
+    missing = tuple(sorted(axes - _vma(x)))
+    return jax.lax.pcast(x, missing, to='varying') if missing else x
+  return jax.tree.map(cast, tree)
+
+
+def _reduce_to(cotangent, primal):
+  """Sums a cotangent over the mesh axes its primal was invariant (replicated) along."""
+  extra = tuple(sorted(_vma(cotangent) - _vma(primal)))
+  return jax.lax.psum(cotangent, extra) if extra else cotangent
+
+
 def _combine(m, l, acc, axis_name):
   """Merges per-device partial softmax statistics along ``axis_name``."""
   if axis_name is None:
@@ -87,8 +110,8 @@ def _mix_forward(q: Array, table: Array, chunk: int, axis_name, num_valid):
     acc = acc * scale[..., None] + jnp.einsum('nhc,chd->nhd', p, rows.astype(jnp.float32))
     return (m_new, l, acc), None
 
-  init = (jnp.full((tokens, heads), NEG_INF, jnp.float32), jnp.zeros((tokens, heads), jnp.float32),
-          jnp.zeros((tokens, heads, dim), jnp.float32))
+  init = _varying((jnp.full((tokens, heads), NEG_INF, jnp.float32), jnp.zeros((tokens, heads), jnp.float32),
+                   jnp.zeros((tokens, heads, dim), jnp.float32)), q, table)
   (m, l, acc), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
   m, l, acc = _combine(m, l, acc, axis_name)
   return acc / l[..., None], m + jnp.log(l)
@@ -134,11 +157,11 @@ def _mix_bwd(chunk, axis_name, num_valid, residuals, d_out):
     dtable = jax.lax.dynamic_update_slice_in_dim(dtable, current + d_rows, start, axis=0)
     return (dq, dtable), None
 
-  init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros(table.shape, jnp.float32))
+  init = _varying((jnp.zeros(q.shape, jnp.float32), jnp.zeros(table.shape, jnp.float32)), q, table, d_out)
   (dq, dtable), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
-  if axis_name is not None:
-    dq = jax.lax.psum(dq, axis_name)  # each shard saw only its rows; the table gradient stays local
-  return dq.astype(q.dtype), dtable.astype(table.dtype)
+  # Each vocabulary shard saw only its rows: sum dq over them. The table gradient stays on its shard
+  # (summed only over the batch shards that shared it).
+  return _reduce_to(dq, q).astype(q.dtype), _reduce_to(dtable, table).astype(table.dtype)
 
 
 softmax_mix.defvjp(_mix_fwd, _mix_bwd)
@@ -159,7 +182,8 @@ def _lse_forward(h: Array, table: Array, chunk: int, axis_name, num_valid):
     l = l * jnp.exp(m - m_new) + jnp.exp(s - m_new[:, None]).sum(-1)
     return (m_new, l), None
 
-  init = (jnp.full(h.shape[:1], NEG_INF, jnp.float32), jnp.zeros(h.shape[:1], jnp.float32))
+  init = _varying((jnp.full(h.shape[:1], NEG_INF, jnp.float32), jnp.zeros(h.shape[:1], jnp.float32)),
+                  h, table)
   (m, l), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
   m, l, _ = _combine(m, l, None, axis_name)
   return m + jnp.log(l)
@@ -193,11 +217,9 @@ def _lse_bwd(chunk, axis_name, num_valid, residuals, g):
     dtable = jax.lax.dynamic_update_slice_in_dim(dtable, current + p.T @ hf, start, axis=0)
     return (dh, dtable), None
 
-  init = (jnp.zeros(h.shape, jnp.float32), jnp.zeros(table.shape, jnp.float32))
+  init = _varying((jnp.zeros(h.shape, jnp.float32), jnp.zeros(table.shape, jnp.float32)), h, table, g)
   (dh, dtable), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
-  if axis_name is not None:
-    dh = jax.lax.psum(dh, axis_name)
-  return dh.astype(h.dtype), dtable.astype(table.dtype)
+  return _reduce_to(dh, h).astype(h.dtype), _reduce_to(dtable, table).astype(table.dtype)
 
 
 logsumexp.defvjp(_lse_fwd, _lse_bwd)
@@ -228,8 +250,8 @@ def argmax_and_rank(h: Array, table: Array, targets: Array, chunk: int = 4096,
     value = jnp.take_along_axis(s, jnp.clip(local, 0, chunk - 1)[:, None], -1)[:, 0]
     return jnp.where(hit, value, target_logit), None
 
-  target_logit, _ = jax.lax.scan(target_pass, jnp.full((tokens,), NEG_INF, jnp.float32),
-                                 jnp.arange(n_chunks))
+  target_logit, _ = jax.lax.scan(target_pass, _varying(jnp.full((tokens,), NEG_INF, jnp.float32), h, table,
+                                                      targets), jnp.arange(n_chunks))
   if axis_name is not None:
     target_logit = jax.lax.pmax(target_logit, axis_name)
 
@@ -242,8 +264,8 @@ def argmax_and_rank(h: Array, table: Array, targets: Array, chunk: int = 4096,
     above = above + jnp.sum(s > target_logit[:, None], -1)
     return (jnp.maximum(best, val), best_idx, above), None
 
-  init = (jnp.full((tokens,), NEG_INF, jnp.float32), jnp.zeros((tokens,), jnp.int32),
-          jnp.zeros((tokens,), jnp.int32))
+  init = _varying((jnp.full((tokens,), NEG_INF, jnp.float32), jnp.zeros((tokens,), jnp.int32),
+                   jnp.zeros((tokens,), jnp.int32)), h, table, targets)
   (best, best_idx, above), _ = jax.lax.scan(rank_pass, init, jnp.arange(n_chunks))
   if axis_name is not None:
     best_all = jax.lax.pmax(best, axis_name)

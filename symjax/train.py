@@ -194,14 +194,19 @@ def save_run_files(workdir: str, config: ml_collections.ConfigDict, task: tasks.
   """config.json, run.json (the resolved model and task facts) and vocab.json: all `load` needs."""
   if jax.process_index() != 0:
     return
-  with open(os.path.join(workdir, CONFIG_FILE), 'w') as f:
-    f.write(config.to_json_best_effort(indent=1))
-  with open(os.path.join(workdir, RUN_FILE), 'w') as f:
-    json.dump({'model': dataclasses.asdict(model_config), 'task': task.name, 'seq_len': task.seq_len,
-               'language_model': task.language_model}, f, indent=1)
-  vocab_json = task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
-  with open(os.path.join(workdir, tasks.VOCAB_FILE), 'w') as f:
-    json.dump(vocab_json, f)
+  run = {'model': dataclasses.asdict(model_config), 'task': task.name, 'seq_len': task.seq_len,
+         'language_model': task.language_model}
+  vocab = task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
+  for name, text in ((CONFIG_FILE, config.to_json_best_effort(indent=1)), (RUN_FILE, json.dumps(run, indent=1)),
+                     (tasks.VOCAB_FILE, json.dumps(vocab))):
+    write_atomically(os.path.join(workdir, name), text)
+
+
+def write_atomically(path: str, text: str) -> None:
+  """Other processes (and a crash mid-write) see the old file or the new one, never half of one."""
+  with open(path + '.tmp', 'w') as f:
+    f.write(text)
+  os.replace(path + '.tmp', path)
 
 
 def check_same_model(workdir: str, model_config: ModelConfig) -> None:
@@ -225,6 +230,64 @@ def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
   print(' | '.join(['split'.ljust(10)] + [c.rjust(12) for c in columns]))
   for name, r in rows.items():
     print(' | '.join([name.ljust(10)] + [f'{r[c]:12.4f}' if c in r else ' ' * 12 for c in columns]))
+
+
+def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_collections.ConfigDict,
+               rng: jax.Array):
+  """The pure train and eval step functions (to be jitted with the run's shardings)."""
+
+  def loss_fn(params, batch, dropout_key):
+    loss, predictions, rank = token_stats(model, params, batch, config, deterministic=False,
+                                          rngs={'dropout': dropout_key})
+    sums = weighted_metrics(loss, predictions, rank, batch, config.top_k)
+    return sums['loss'] / jnp.maximum(sums['weight'], 1.0), sums
+
+  def train_step(state: TrainState, batch):
+    dropout_key = jax.random.fold_in(jax.random.fold_in(rng, 1), state.step)
+    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, dropout_key)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {'loss': loss, 'accuracy': sums['correct'] / jnp.maximum(sums['weight'], 1.0),
+               'grad_norm': optax.tree.norm(grads)}
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  def eval_step(params, batch):
+    loss, predictions, rank = token_stats(model, params, batch, config)
+    return weighted_metrics(loss, predictions, rank, batch, config.top_k), predictions
+
+  return train_step, eval_step
+
+
+@dataclasses.dataclass
+class CompiledRun:
+  abstract_state: TrainState  # ShapeDtypeStructs carrying their shardings (Orbax restores into them)
+  shardings: Any
+  init: Any                   # rng -> sharded TrainState
+  train_step: Any             # (state, batch) -> (state, metrics); donates the state
+  eval_step: Any              # (params, batch) -> (metric sums, predictions)
+  all_finite: Any             # pytree -> bool array
+
+
+def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int) -> CompiledRun:
+  """State shapes from `jax.eval_shape`, shardings from the logical-axis rules, and the jitted steps with
+  explicit in/out shardings. Call under `jax.set_mesh(mesh)`."""
+  init = lambda key: init_state(model, tx, key, seq_len)
+  abstract_boxed = jax.eval_shape(init, rng)
+  shardings = state_shardings(abstract_boxed, mesh, rules)
+  abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                                nn.meta.unbox(abstract_boxed), shardings)
+  train_step, eval_step = make_steps(model, tx, config, rng)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  batch_sharding = NamedSharding(mesh, PartitionSpec(streamed.DATA_AXIS))
+  return CompiledRun(
+      abstract_state=abstract_state, shardings=shardings,
+      init=jax.jit(lambda k: nn.meta.unbox(init(k)), out_shardings=shardings),
+      train_step=jax.jit(train_step, in_shardings=(shardings, batch_sharding),
+                         out_shardings=(shardings, replicated), donate_argnums=0),
+      eval_step=jax.jit(eval_step, in_shardings=(shardings.params, batch_sharding),
+                        out_shardings=(replicated, batch_sharding)),
+      all_finite=jax.jit(lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)])),
+                         out_shardings=replicated))
 
 
 def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
@@ -298,53 +361,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   put = batch_putter(mesh)
 
   with jax.set_mesh(mesh):
-    # --- Model, optimizer, and state built from shapes, sharded by the logical-axis rules.
+    # --- Model, optimizer, state shapes and shardings, compiled steps.
     model = Transformer(model_config)
     tx = make_optimizer(config)
     schedule = learning_rate_schedule(config)
     rng = jax.random.key(config.seed)
-    init = lambda key: init_state(model, tx, key, task.seq_len)
-    abstract_boxed = jax.eval_shape(init, rng)
-    shardings = state_shardings(abstract_boxed, mesh, rules)
-    abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                                  nn.meta.unbox(abstract_boxed), shardings)
-    num_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
+    run = compile_run(model, tx, config, rng, mesh, rules, task.seq_len)
+    num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
 
     # --- Checkpoints: resume from the latest valid one.
     manager = checkpoint_manager(workdir, config)
-    state = restore_latest_valid(manager, abstract_state, workdir)
+    state = restore_latest_valid(manager, run.abstract_state, workdir)
     if state is None:
-      state = jax.jit(lambda k: nn.meta.unbox(init(k)), out_shardings=shardings)(rng)
+      state = run.init(rng)
     start_step = int(state.step)
-
-    # --- Steps.
-    def loss_fn(params, batch, dropout_key):
-      loss, predictions, rank = token_stats(model, params, batch, config, deterministic=False,
-                                            rngs={'dropout': dropout_key})
-      sums = weighted_metrics(loss, predictions, rank, batch, config.top_k)
-      return sums['loss'] / jnp.maximum(sums['weight'], 1.0), sums
-
-    def train_step(state: TrainState, batch):
-      dropout_key = jax.random.fold_in(jax.random.fold_in(rng, 1), state.step)
-      (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, dropout_key)
-      updates, opt_state = tx.update(grads, state.opt_state, state.params)
-      params = optax.apply_updates(state.params, updates)
-      metrics = {'loss': loss, 'accuracy': sums['correct'] / jnp.maximum(sums['weight'], 1.0),
-                 'grad_norm': optax.tree.norm(grads)}
-      return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
-
-    def eval_step(params, batch):
-      loss, predictions, rank = token_stats(model, params, batch, config)
-      return weighted_metrics(loss, predictions, rank, batch, config.top_k), predictions
-
-    replicated = NamedSharding(mesh, PartitionSpec())
-    batch_sharding = NamedSharding(mesh, PartitionSpec(streamed.DATA_AXIS))
-    train_step = jax.jit(train_step, in_shardings=(shardings, batch_sharding),
-                         out_shardings=(shardings, replicated), donate_argnums=0)
-    eval_step = jax.jit(eval_step, in_shardings=(shardings.params, batch_sharding),
-                        out_shardings=(replicated, batch_sharding))
-    all_finite = jax.jit(lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)])),
-                         out_shardings=replicated)
+    train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite
 
     # --- Loop.
     writer = MetricWriter(workdir)

@@ -1,0 +1,102 @@
+"""Sharded training on simulated CPU devices, and a two-process run over localhost (CPU collectives)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import symjax
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOL = 1e-5
+
+
+def rel_err(a, b):
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def env_with_devices(n):
+  env = dict(os.environ)
+  env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={n}'
+  env['JAX_PLATFORMS'] = 'cpu'
+  return env
+
+
+@pytest.fixture(scope='module')
+def sharded_results(tmp_path_factory):
+  corpus = tmp_path_factory.mktemp('corpus') / 'text.txt'
+  rng = np.random.default_rng(0)
+  alphabet = list('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN .,')  # 43 symbols: the table pads to 48
+  corpus.write_text(''.join(rng.choice(alphabet, 5000)))
+  proc = subprocess.run([sys.executable, os.path.join(REPO, 'tests', 'sharded_step.py'), str(corpus)],
+                        env=env_with_devices(8), capture_output=True, text=True, cwd=REPO)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize('mesh', ['2x4', '1x8', '8x1'])
+def test_sharded_step_equals_single_device_step(sharded_results, mesh):
+  ref, got = sharded_results['1x1'], sharded_results[mesh]
+  assert rel_err(got['loss'], ref['loss']) <= TOL
+  for name in ref['grads']:
+    assert rel_err(got['grads'][name], ref['grads'][name]) <= TOL, name
+  for name in ref['params']:  # after three AdamW steps
+    assert rel_err(got['params'][name], ref['params'][name]) <= TOL, name
+  assert not np.allclose(ref['params']['embed/embedding'], 0)
+
+
+@pytest.mark.parametrize('mesh, share', [('1x1', 1.0), ('2x4', 1 / 4), ('1x8', 1 / 8), ('8x1', 1.0)])
+def test_each_device_holds_one_vocab_shard_of_the_table(sharded_results, mesh, share):
+  assert sharded_results[mesh]['table_share'] == share
+  assert sharded_results[mesh]['table_rows'] == 48 and sharded_results[mesh]['vocab_size'] == 43
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+TRAIN_ARGS = ['--config=configs/symbolic.py:size=tiny', '--config.total_steps=6', '--config.warmup_steps=2',
+              '--config.eval_every_steps=3', '--config.log_every_steps=3', '--config.batch_size=16',
+              '--config.mesh.data=2', '--config.mesh.vocab=2', '--config.model.vocab_projection=streamed',
+              '--config.model.vocab_chunk_size=4', '--config.readout=streamed']
+
+
+def test_two_processes_train_like_one(tmp_path):
+  """Two processes with 2 CPU devices each form one data=2 × vocab=2 mesh; the result equals one
+  process driving 4 devices with the same mesh."""
+  single = str(tmp_path / 'single')
+  proc = subprocess.run([sys.executable, '-m', 'symjax.main', *TRAIN_ARGS, f'--workdir={single}'],
+                        env=env_with_devices(4), capture_output=True, text=True, cwd=REPO, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+  multi = str(tmp_path / 'multi')
+  port = _free_port()
+  procs = [subprocess.Popen(
+      [sys.executable, '-m', 'symjax.main', *TRAIN_ARGS, f'--workdir={multi}',
+       f'--config.distributed.coordinator_address=localhost:{port}', '--config.distributed.num_processes=2',
+       f'--config.distributed.process_id={i}', '--config.distributed.cpu_collectives=gloo'],
+      env=env_with_devices(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+      for i in range(2)]
+  outputs = [p.communicate(timeout=600) for p in procs]
+  for p, (out, err) in zip(procs, outputs):
+    assert p.returncode == 0, err[-3000:]
+  assert "mesh {'data': 2, 'vocab': 2}" in outputs[0][0]
+  assert 'final metrics' in outputs[0][0] and 'final metrics' not in outputs[1][0]  # process 0 logs
+
+  a, b = symjax.load(multi, 'latest'), symjax.load(single, 'latest')
+  assert a.step == b.step == 6
+  for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a.params)[0], jax.tree.leaves(b.params)):
+    assert rel_err(x, y) <= TOL, jax.tree_util.keystr(path)
+  single_metrics = [json.loads(l) for l in open(os.path.join(single, 'metrics.jsonl'))]
+  multi_metrics = [json.loads(l) for l in open(os.path.join(multi, 'metrics.jsonl'))]
+  assert len(single_metrics) == len(multi_metrics)
+  for x, y in zip(single_metrics, multi_metrics):
+    assert x['step'] == y['step'] and abs(x['loss'] - y['loss']) <= 1e-5 * max(abs(x['loss']), 1)

@@ -93,28 +93,35 @@ def _combine(m, l, acc, axis_name):
 # ----------------------------------------------------------------------------------------------------------
 # softmax(q Eᵀ) E per head, streamed.
 # ----------------------------------------------------------------------------------------------------------
+def _heads_first(rows: Array) -> Array:
+  """``[rows, heads, dim]`` -> ``[heads, rows, dim]``: heads as the leading batch axis of every product."""
+  return jnp.swapaxes(rows, 0, 1)
+
+
 def _mix_forward(q: Array, table: Array, chunk: int, axis_name, num_valid):
   n_chunks, chunk = _chunks(table.shape[0], chunk)
   tokens, heads, dim = q.shape
   offset = _row_offset(table, axis_name)
+  qh = _heads_first(q)                                                 # [h, n, d]
 
   def body(carry, c):
     m, l, acc = carry
-    rows, _, new = _chunk_at(table, c, chunk, offset, num_valid)
-    s = jnp.einsum('nhd,chd->nhc', q, rows, preferred_element_type=jnp.float32)
-    s = jnp.where(new, s, NEG_INF)
+    rows, _, use = _chunk_at(table, c, chunk, offset, num_valid)
+    rows = _heads_first(rows)                                          # [h, c, d]
+    s = jnp.einsum('hnd,hcd->hnc', qh, rows, preferred_element_type=jnp.float32)
+    s = jnp.where(use, s, NEG_INF)
     m_new = jnp.maximum(m, s.max(-1))
     scale = jnp.exp(m - m_new)
     p = jnp.exp(s - m_new[..., None])
     l = l * scale + p.sum(-1)
-    acc = acc * scale[..., None] + jnp.einsum('nhc,chd->nhd', p, rows.astype(jnp.float32))
+    acc = acc * scale[..., None] + jnp.einsum('hnc,hcd->hnd', p, rows.astype(jnp.float32))
     return (m_new, l, acc), None
 
-  init = _varying((jnp.full((tokens, heads), NEG_INF, jnp.float32), jnp.zeros((tokens, heads), jnp.float32),
-                   jnp.zeros((tokens, heads, dim), jnp.float32)), q, table)
+  init = _varying((jnp.full((heads, tokens), NEG_INF, jnp.float32), jnp.zeros((heads, tokens), jnp.float32),
+                   jnp.zeros((heads, tokens, dim), jnp.float32)), q, table)
   (m, l, acc), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
   m, l, acc = _combine(m, l, acc, axis_name)
-  return acc / l[..., None], m + jnp.log(l)
+  return _heads_first(acc / l[..., None]), _heads_first(m + jnp.log(l))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
@@ -138,30 +145,34 @@ def _mix_bwd(chunk, axis_name, num_valid, residuals, d_out):
   q, table, out, lse = residuals
   n_chunks, chunk = _chunks(table.shape[0], chunk)
   offset = _row_offset(table, axis_name)
+  tokens = q.shape[0]
   d_out = d_out.astype(jnp.float32)
-  delta = jnp.sum(d_out * out, -1)                                   # D = rowsum(dO ∘ O)  [n, h]
-  qf = q.astype(jnp.float32)
+  delta = _heads_first(jnp.sum(d_out * out, -1)[..., None])[..., 0]  # D = rowsum(dO ∘ O)  [h, n]
+  qh, d_out_h, lse_h = _heads_first(q.astype(jnp.float32)), _heads_first(d_out), _heads_first(lse[..., None])
+  # E is both key and value, so dE = dSᵀ q + Pᵀ dO is one product over [dS | P] and [q | dO].
+  q_and_d_out = jnp.concatenate([qh, d_out_h], axis=1)                 # [h, 2n, d]
 
   def body(carry, c):
     dq, dtable = carry
-    rows, start, new = _chunk_at(table, c, chunk, offset, num_valid)
-    rows = rows.astype(jnp.float32)
-    s = jnp.einsum('nhd,chd->nhc', qf, rows)
-    p = jnp.where(new, jnp.exp(s - lse[..., None]), 0.0)            # P, recomputed
-    dp = jnp.einsum('nhd,chd->nhc', d_out, rows)                     # dP = dO Eᵀ
-    ds = p * (dp - delta[..., None])                                 # dS = P ∘ (dP − D)
-    dq = dq + jnp.einsum('nhc,chd->nhd', ds, rows)
-    # E is both key and value: dE = dSᵀ q + Pᵀ dO, accumulated in place (masked rows add zero).
-    d_rows = jnp.einsum('nhc,nhd->chd', ds, qf) + jnp.einsum('nhc,nhd->chd', p, d_out)
+    rows, start, use = _chunk_at(table, c, chunk, offset, num_valid)
+    rows = _heads_first(rows.astype(jnp.float32))                      # [h, c, d]
+    s_and_dp = jnp.einsum('hnd,hcd->hnc', q_and_d_out, rows)           # [q | dO] Eᵀ in one product
+    s, dp = s_and_dp[:, :tokens], s_and_dp[:, tokens:]                 # logits, and dP = dO Eᵀ
+    p = jnp.where(use, jnp.exp(s - lse_h), 0.0)                        # P, recomputed
+    ds = p * (dp - delta[..., None])                                   # dS = P ∘ (dP − D)
+    dq = dq + jnp.einsum('hnc,hcd->hnd', ds, rows)
+    d_rows = jnp.einsum('hnc,hnd->chd', jnp.concatenate([ds, p], axis=1), q_and_d_out)
+    # Accumulated in place: rows masked in this chunk add zero.
     current = jax.lax.dynamic_slice_in_dim(dtable, start, chunk, axis=0)
     dtable = jax.lax.dynamic_update_slice_in_dim(dtable, current + d_rows, start, axis=0)
     return (dq, dtable), None
 
-  init = _varying((jnp.zeros(q.shape, jnp.float32), jnp.zeros(table.shape, jnp.float32)), q, table, d_out)
+  init = _varying((jnp.zeros(qh.shape, jnp.float32), jnp.zeros(table.shape, jnp.float32)), q, table, d_out)
   (dq, dtable), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
   # Each vocabulary shard saw only its rows: sum dq over them. The table gradient stays on its shard
   # (summed only over the batch shards that shared it).
-  return _reduce_to(dq, q).astype(q.dtype), _reduce_to(dtable, table).astype(table.dtype)
+  return (_reduce_to(_heads_first(dq), q).astype(q.dtype),
+          _reduce_to(dtable, table).astype(table.dtype))
 
 
 softmax_mix.defvjp(_mix_fwd, _mix_bwd)

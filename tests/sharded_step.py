@@ -17,7 +17,7 @@ from symjax import config_lib, train  # noqa: E402
 from symjax.model import Transformer  # noqa: E402
 from symjax.tasks.text import TextTask  # noqa: E402
 
-MESHES = [(1, 1), (2, 4), (1, 8), (8, 1)]
+MESHES = [(1, 1), (2, 4), (1, 8)]
 
 
 def main(corpus_path):

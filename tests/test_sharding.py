@@ -40,7 +40,7 @@ def sharded_results(tmp_path_factory):
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize('mesh', ['2x4', '1x8', '8x1'])
+@pytest.mark.parametrize('mesh', ['2x4', '1x8'])
 def test_sharded_step_equals_single_device_step(sharded_results, mesh):
   ref, got = sharded_results['1x1'], sharded_results[mesh]
   assert rel_err(got['loss'], ref['loss']) <= TOL
@@ -51,7 +51,7 @@ def test_sharded_step_equals_single_device_step(sharded_results, mesh):
   assert not np.allclose(ref['params']['embed/embedding'], 0)
 
 
-@pytest.mark.parametrize('mesh, share', [('1x1', 1.0), ('2x4', 1 / 4), ('1x8', 1 / 8), ('8x1', 1.0)])
+@pytest.mark.parametrize('mesh, share', [('1x1', 1.0), ('2x4', 1 / 4), ('1x8', 1 / 8)])
 def test_each_device_holds_one_vocab_shard_of_the_table(sharded_results, mesh, share):
   assert sharded_results[mesh]['table_share'] == share
   assert sharded_results[mesh]['table_rows'] == 48 and sharded_results[mesh]['vocab_size'] == 43

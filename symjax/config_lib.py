@@ -92,10 +92,11 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   # --- Evaluation, logging and checkpoints ------------------------------------------------------------
   c.log_every_steps = 50       # train metrics to metrics.jsonl and TensorBoard
   c.eval_every_steps = 500     # validation metrics; a checkpoint is saved at each evaluation
-  c.top_k = 3                  # top-k accuracy is reported for this k
+  c.top_ks = (3,)              # top-k accuracy is reported for each k
   c.keep_checkpoints = 2       # the last k checkpoints are kept, plus the best by best_metric
   c.best_metric = 'accuracy'   # validation metric that picks the best checkpoint: one of BEST_METRICS
   c.stop_at_accuracy = 0.0     # > 0: stop early once validation accuracy reaches this (0 disables)
+  c.numeral_glyph_init = False  # task 'fol': initialise the numerals' embeddings from their glyphs
   c.progress_bar = True        # a progress bar on a terminal (never when output is not a TTY)
   # --- Devices, sharding and processes ----------------------------------------------------------------
   c.mesh = ml_collections.ConfigDict()
@@ -133,6 +134,34 @@ def variant(kind: str, arg: str | None) -> ml_collections.ConfigDict:
   return config
 
 
+def rasp_variant(arg: str | None) -> ml_collections.ConfigDict:
+  """``configs/rasp.py:task=<RASP task>,model=<kind>,size=<size>``: the published setting (vocab 8,
+  length 8; Dyck 16), 3 layers of 4 heads, 3000 steps of batch 64."""
+  from symjax.tasks import rasp  # the task list lives with the tasks
+  a = parse_arg(arg, task='reverse', model='symbolic', size='small')
+  if a.task not in rasp.TASKS:
+    raise ValueError(f'task must be one of {list(rasp.TASKS)}, got {a.task!r}')
+  config = default_config(kind=a.model, size=a.size)
+  config.task = a.task
+  config.model.num_layers = 3
+  config.model.max_len = 16          # room for the length-generalisation splits (12 and 16)
+  config.eval_every_steps = 1000
+  return config
+
+
+def fol_variant(arg: str | None) -> ml_collections.ConfigDict:
+  """``configs/fol.py:model=<kind>,size=<size>``: next-symbol prediction over first-order-logic formulas
+  (663 symbols, sequences of 48); kinds include the 'lstm' baseline."""
+  a = parse_arg(arg, model='symbolic', size='small', glyphs=False)
+  config = default_config(kind=a.model, size=a.size)
+  config.task = 'fol'
+  config.model.max_len = 48
+  config.top_ks = (5, 10)
+  config.best_metric = 'loss'
+  config.numeral_glyph_init = a.glyphs
+  return config
+
+
 def model_config(config: ml_collections.ConfigDict, vocab_size: int, causal: bool, vocab_shards: int = 1
                  ) -> ModelConfig:
   """The ModelConfig of a run; the table is padded to a multiple of the vocabulary mesh axis."""
@@ -149,8 +178,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.task must be one of {sorted(tasks.TASKS)}, got {config.task!r}')
   if config.task == 'text' and not config.text_path:
     raise ValueError("config.text_path is empty: task 'text' needs the path of a UTF-8 text file")
+  if not config.top_ks or any(not isinstance(k, int) or k < 1 for k in config.top_ks):
+    raise ValueError(f'config.top_ks must be a non-empty tuple of integers >= 1, got {config.top_ks!r}')
   positive = ['batch_size', 'total_steps', 'learning_rate', 'log_every_steps', 'eval_every_steps',
-              'top_k', 'keep_checkpoints', 'seq_len', 'eval_windows', 'bpe_vocab_size']
+              'keep_checkpoints', 'seq_len', 'eval_windows', 'bpe_vocab_size']
   for name in positive:
     value = config[name]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -169,6 +200,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f'config.{name} must be in [0, 1), got {config[name]!r}')
   if config.best_metric not in BEST_METRICS:
     raise ValueError(f'config.best_metric must be one of {list(BEST_METRICS)}, got {config.best_metric!r}')
+  if config.numeral_glyph_init and config.task != 'fol':
+    raise ValueError(f"config.numeral_glyph_init is only for task 'fol', got task {config.task!r}")
   if config.readout not in ('direct', 'streamed'):
     raise ValueError(f"config.readout must be one of ['direct', 'streamed'], got {config.readout!r}")
   if config.task == 'text' and config.tokenizer not in ('char', 'bpe'):

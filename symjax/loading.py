@@ -12,6 +12,7 @@ import jax
 import ml_collections
 
 from symjax import tasks, train
+from symjax import model as model_lib
 from symjax.model import ModelConfig, Transformer
 from symjax.tasks.text import tokenizer_from_json
 
@@ -45,7 +46,7 @@ def load(workdir: str, which: str = 'best') -> Loaded:
   tokenizer = tokenizer_from_json(vocab_json) if vocab_json['type'] in ('char', 'bpe') else TokenVocab(
       tasks.Vocab(vocab_json['tokens']))
   model_config = ModelConfig.from_dict(run['model'])
-  model = Transformer(model_config)
+  model = model_lib.build(model_config)
 
   tx = train.make_optimizer(config)
   # Restored onto one device, whatever mesh the run trained on.

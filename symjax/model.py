@@ -40,7 +40,7 @@ from symjax import symbolic
 
 Array = jax.Array
 
-MODEL_KINDS = ('standard', 'token_factored', 'symbolic')
+MODEL_KINDS = ('standard', 'token_factored', 'symbolic', 'lstm')  # lstm: a recurrent baseline
 POSITIONS = ('alibi', 'learned')
 VALUE_MAPS = ('kronecker_identity', 'kronecker_normal', 'none')
 CHANNEL_NORM_SCALES = ('vector', 'scalar')
@@ -136,6 +136,9 @@ class ModelConfig:
     for name in ('dropout_rate', 'attention_dropout_rate'):
       if not 0.0 <= getattr(self, name) < 1.0:
         raise ValueError(f'model.{name} must be in [0, 1), got {getattr(self, name)!r}')
+    if self.kind == 'lstm' and not self.causal:
+      raise ValueError("model.kind 'lstm' reads left to right and needs a causal task; this task is "
+                       "bidirectional: use 'standard', 'token_factored' or 'symbolic'")
     if self.symbolic_layers is not None:
       if self.kind != 'symbolic':
         raise ValueError(f"model.symbolic_layers is only for kind 'symbolic', got kind {self.kind!r}")
@@ -267,9 +270,7 @@ class Transformer(nn.Module):
     if time > cfg.max_len:
       raise ValueError(f'sequence length {time} exceeds model.max_len = {cfg.max_len}; '
                        f'shorten the input or raise model.max_len')
-    table_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.embed_init_std), (VOCAB, EMBED))
-    embed = nn.Embed(cfg.padded_vocab_size, cfg.d_model, dtype=cfg.compute_dtype, embedding_init=table_init,
-                     name='embed')
+    embed = _embed(cfg)
     x = embed(tokens)
     table = embed.embedding
 
@@ -295,13 +296,49 @@ class Transformer(nn.Module):
       else:
         h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x_t + x_e)
 
-    if not cfg.tie_embeddings:
-      table = self.param('readout', nn.with_logical_partitioning(nn.initializers.normal(0.02), (VOCAB, EMBED)),
+    return _readout(self, cfg, h, table, return_hidden)
+
+
+def _embed(cfg: ModelConfig) -> nn.Embed:
+  table_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.embed_init_std), (VOCAB, EMBED))
+  return nn.Embed(cfg.padded_vocab_size, cfg.d_model, dtype=cfg.compute_dtype, embedding_init=table_init,
+                  name='embed')
+
+
+def _readout(module: nn.Module, cfg: ModelConfig, h: Array, table: Array, return_hidden: bool):
+  """Logits h Eᵀ over the real vocabulary, or (h, table) for a streamed loss; a separate table when
+  embeddings are untied."""
+  if not cfg.tie_embeddings:
+    table = module.param('readout', nn.with_logical_partitioning(nn.initializers.normal(0.02), (VOCAB, EMBED)),
                          (cfg.padded_vocab_size, cfg.d_model))
-    if return_hidden:
-      return h, table
-    logits = jnp.einsum('btd,vd->btv', h, table.astype(h.dtype), preferred_element_type=jnp.float32)
-    return logits[..., :cfg.vocab_size]
+  if return_hidden:
+    return h, table
+  logits = jnp.einsum('btd,vd->btv', h, table.astype(h.dtype), preferred_element_type=jnp.float32)
+  return logits[..., :cfg.vocab_size]
+
+
+class LSTM(nn.Module):
+  """The recurrent baseline: embedding, ``num_layers`` LSTMs of width d_model, LayerNorm, tied readout.
+  Same interface as ``Transformer`` (``key_mask`` is unused: it reads left to right)."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens: Array, key_mask: Array | None = None, deterministic: bool = True,
+               return_hidden: bool = False):
+    del key_mask, deterministic
+    cfg = self.config
+    embed = _embed(cfg)
+    x = embed(tokens)
+    for l in range(cfg.num_layers):
+      x = nn.RNN(nn.OptimizedLSTMCell(cfg.d_model, param_dtype=jnp.float32), name=f'lstm_{l}')(x)
+    h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
+    return _readout(self, cfg, h, embed.embedding, return_hidden)
+
+
+def build(config: ModelConfig) -> nn.Module:
+  """The model ``config.kind`` names."""
+  return LSTM(config) if config.kind == 'lstm' else Transformer(config)
 
 
 def _remat(block_cls, cfg: ModelConfig, static_argnums):
@@ -314,7 +351,7 @@ def _remat(block_cls, cfg: ModelConfig, static_argnums):
 def param_shapes(config: ModelConfig, seq_len: int = 8) -> Any:
   """The parameter tree as ``jax.ShapeDtypeStruct``s, without allocating anything."""
   tokens = jax.ShapeDtypeStruct((1, min(seq_len, config.max_len)), jnp.int32)
-  return nn.meta.unbox(jax.eval_shape(Transformer(config).init, jax.random.key(0), tokens)['params'])
+  return nn.meta.unbox(jax.eval_shape(build(config).init, jax.random.key(0), tokens)['params'])
 
 
 def count_params(config: ModelConfig) -> int:

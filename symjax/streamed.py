@@ -237,9 +237,10 @@ logsumexp.defvjp(_lse_fwd, _lse_bwd)
 
 
 def argmax_and_rank(h: Array, table: Array, targets: Array, chunk: int = 4096,
-                    axis_name: str | None = None, num_valid: int | None = None) -> tuple[Array, Array]:
-  """The argmax over the vocabulary of h Eᵀ, and the target's rank: how many logits exceed the target's
-  (it is in the top k iff rank < k). No gradient; ``[tokens]`` int32 each.
+                    axis_name: str | None = None, num_valid: int | None = None
+                    ) -> tuple[Array, Array, Array]:
+  """The argmax over the vocabulary of h Eᵀ, and the target's rank: how many logits exceed the target's,
+  and how many equal it (the target included). No gradient; ``[tokens]`` int32 each.
 
   Two streamed passes: the first reads each target's logit from the same chunk products the second
   compares against, so a target never outranks itself by rounding.
@@ -267,22 +268,23 @@ def argmax_and_rank(h: Array, table: Array, targets: Array, chunk: int = 4096,
     target_logit = jax.lax.pmax(target_logit, axis_name)
 
   def rank_pass(carry, c):
-    best, best_idx, above = carry
+    best, best_idx, above, tied = carry
     s, start, _ = logits(c)
     idx = jnp.argmax(s, -1)
     val = jnp.take_along_axis(s, idx[:, None], -1)[:, 0]
     best_idx = jnp.where(val > best, start + idx, best_idx)
     above = above + jnp.sum(s > target_logit[:, None], -1)
-    return (jnp.maximum(best, val), best_idx, above), None
+    tied = tied + jnp.sum(s == target_logit[:, None], -1)
+    return (jnp.maximum(best, val), best_idx, above, tied), None
 
-  init = _varying((jnp.full((tokens,), NEG_INF, jnp.float32), jnp.zeros((tokens,), jnp.int32),
-                   jnp.zeros((tokens,), jnp.int32)), h, table, targets)
-  (best, best_idx, above), _ = jax.lax.scan(rank_pass, init, jnp.arange(n_chunks))
+  zeros = jnp.zeros((tokens,), jnp.int32)
+  init = _varying((jnp.full((tokens,), NEG_INF, jnp.float32), zeros, zeros, zeros), h, table, targets)
+  (best, best_idx, above, tied), _ = jax.lax.scan(rank_pass, init, jnp.arange(n_chunks))
   if axis_name is not None:
     best_all = jax.lax.pmax(best, axis_name)
     best_idx = jax.lax.pmin(jnp.where(best == best_all, best_idx, jnp.iinfo(jnp.int32).max), axis_name)
-    above = jax.lax.psum(above, axis_name)
-  return best_idx, above
+    above, tied = jax.lax.psum(above, axis_name), jax.lax.psum(tied, axis_name)
+  return best_idx, above, tied
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -318,8 +320,9 @@ def vocab_mix(q: Array, table: Array, chunk: int, num_valid: int | None = None) 
 
 
 def readout_stats(h: Array, table: Array, targets: Array, chunk: int, num_valid: int | None = None
-                  ) -> tuple[Array, Array, Array]:
-  """Cross-entropy of ``targets`` under logits h Eᵀ, the argmax, and the target's rank; each ``[tokens]``.
+                  ) -> tuple[Array, Array, Array, Array]:
+  """Cross-entropy of ``targets`` under logits h Eᵀ, the argmax, and how many logits are above and equal
+  to the target's; each ``[tokens]``.
 
   h ``[tokens, d]``, table ``[vocab, d]``, targets ``[tokens]`` int. Differentiable in h and the table
   through the loss only.
@@ -332,19 +335,26 @@ def readout_stats(h: Array, table: Array, targets: Array, chunk: int, num_valid:
                                                 preferred_element_type=jnp.float32), 0.0)
     if axis is not None:
       target_logit = jax.lax.psum(target_logit, axis)
-    prediction, rank = argmax_and_rank(jax.lax.stop_gradient(h), jax.lax.stop_gradient(t), targets, chunk,
-                                       axis, num_valid)
-    return lse - target_logit, prediction, rank
+    prediction, above, tied = argmax_and_rank(jax.lax.stop_gradient(h), jax.lax.stop_gradient(t), targets,
+                                              chunk, axis, num_valid)
+    return lse - target_logit, prediction, above, tied
 
-  return _sharded(local, 2, 3)(h, targets, table)
+  return _sharded(local, 2, 4)(h, targets, table)
 
 
 def direct_readout_stats(h: Array, table: Array, targets: Array, num_valid: int | None = None
-                         ) -> tuple[Array, Array, Array]:
+                         ) -> tuple[Array, Array, Array, Array]:
   """The same as ``readout_stats`` through the full ``[tokens, vocab]`` logits."""
   logits = jnp.einsum('nd,vd->nv', h, table, preferred_element_type=jnp.float32)
   if num_valid is not None and num_valid < table.shape[0]:
     logits = jnp.where(jnp.arange(table.shape[0]) < num_valid, logits, NEG_INF)
-  target_logit = jnp.take_along_axis(logits, targets[:, None], -1)
-  loss = jax.nn.logsumexp(logits, -1) - target_logit[:, 0]
-  return loss, jnp.argmax(logits, -1).astype(jnp.int32), jnp.sum(logits > target_logit, -1).astype(jnp.int32)
+  return logit_stats(logits, targets)
+
+
+def logit_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Array]:
+  """(loss, argmax, #logits above the target's, #equal to it) from logits ``[..., vocab]``: the one place
+  where the transformers' direct readout and the baselines (n-gram, uniform) are scored."""
+  target_logit = jnp.take_along_axis(logits, targets[..., None], -1)
+  loss = jax.nn.logsumexp(logits, -1) - target_logit[..., 0]
+  return (loss, jnp.argmax(logits, -1).astype(jnp.int32), jnp.sum(logits > target_logit, -1).astype(jnp.int32),
+          jnp.sum(logits == target_logit, -1).astype(jnp.int32))

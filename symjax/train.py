@@ -31,6 +31,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
 from symjax import config_lib, streamed, tasks
+from symjax import model as model_lib
 from symjax.model import ModelConfig, Transformer
 
 CONFIG_FILE = 'config.json'
@@ -115,7 +116,7 @@ def restore_latest_valid(manager: ocp.CheckpointManager, abstract_state: TrainSt
 
 
 def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[jax.Array, ...]:
-  """Per-token (loss, prediction, rank of the target), each ``[batch, time]``.
+  """Per-token (loss, prediction, #logits above the target's, #equal to it), each ``[batch, time]``.
 
   ``config.readout='streamed'`` streams the readout over vocabulary chunks (sharded over the 'vocab' mesh
   axis when there is one) and never forms the ``[tokens, vocabulary]`` logits.
@@ -131,24 +132,31 @@ def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[
   return tuple(x.reshape(batch['targets'].shape) for x in stats)
 
 
-def weighted_metrics(loss: jax.Array, predictions: jax.Array, rank: jax.Array, batch, top_k: int
+def in_top_k(above: jax.Array, tied: jax.Array, k: int) -> jax.Array:
+  """Probability that the target is among the k best under uniformly random tie-breaking: 1 or 0 when no
+  logit ties the target's, fractional for tied baselines such as a uniform predictor."""
+  return jnp.clip((k - above) / jnp.maximum(tied, 1), 0.0, 1.0)
+
+
+def weighted_metrics(loss: jax.Array, above: jax.Array, tied: jax.Array, batch, top_ks
                      ) -> dict[str, jax.Array]:
   """Sums over the batch (divide by 'weight' for means): loss, correct, top-k correct, whole sequences."""
-  targets, weights = batch['targets'], batch['weights']
-  correct = (predictions == targets).astype(jnp.float32)
-  in_top_k = (rank < top_k).astype(jnp.float32)
+  weights = batch['weights']
+  correct = in_top_k(above, tied, 1)
   has_targets = weights.sum(-1) > 0
-  sequence_correct = jnp.all((correct > 0) | (weights == 0), -1) & has_targets
-  return {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights),
-          'top_k_correct': jnp.sum(in_top_k * weights), 'weight': jnp.sum(weights),
-          'sequence_correct': jnp.sum(sequence_correct), 'sequences': jnp.sum(has_targets)}
+  sequence_correct = jnp.all((correct == 1.0) | (weights == 0), -1) & has_targets
+  out = {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights), 'weight': jnp.sum(weights),
+         'sequence_correct': jnp.sum(sequence_correct), 'sequences': jnp.sum(has_targets)}
+  for k in top_ks:
+    out[f'top{k}_correct'] = jnp.sum(in_top_k(above, tied, k) * weights)
+  return out
 
 
-def summarize(sums: dict[str, float], top_k: int) -> dict[str, float]:
+def summarize(sums: dict[str, float], top_ks) -> dict[str, float]:
   weight = max(sums['weight'], 1e-9)
   loss = sums['loss'] / weight
   out = {'loss': loss, 'perplexity': math.exp(min(loss, 700.0)), 'accuracy': sums['correct'] / weight,
-         f'top{top_k}_accuracy': sums['top_k_correct'] / weight,
+         **{f'top{k}_accuracy': sums[f'top{k}_correct'] / weight for k in top_ks},
          'sequence_accuracy': sums['sequence_correct'] / max(sums['sequences'], 1e-9)}
   out.update({k: v / max(sums['sequences'], 1e-9) for k, v in sums.items() if k.startswith('task/')})
   return out
@@ -161,7 +169,7 @@ def evaluate(eval_step, params, task: tasks.Task, split: str, config, put) -> di
     extra = task.host_metrics(np.asarray(multihost_utils.process_allgather(predictions, tiled=True)), batch)
     for k, v in {**jax.device_get(device_sums), **{f'task/{k}': v for k, v in extra.items()}}.items():
       sums[k] = sums.get(k, 0.0) + float(v)
-  return summarize(sums, config.top_k)
+  return summarize(sums, config.top_ks)
 
 
 class MetricWriter:
@@ -237,9 +245,9 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
   """The pure train and eval step functions (to be jitted with the run's shardings)."""
 
   def loss_fn(params, batch, dropout_key):
-    loss, predictions, rank = token_stats(model, params, batch, config, deterministic=False,
-                                          rngs={'dropout': dropout_key})
-    sums = weighted_metrics(loss, predictions, rank, batch, config.top_k)
+    loss, _, above, tied = token_stats(model, params, batch, config, deterministic=False,
+                                       rngs={'dropout': dropout_key})
+    sums = weighted_metrics(loss, above, tied, batch, config.top_ks)
     return sums['loss'] / jnp.maximum(sums['weight'], 1.0), sums
 
   def train_step(state: TrainState, batch):
@@ -252,8 +260,8 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   def eval_step(params, batch):
-    loss, predictions, rank = token_stats(model, params, batch, config)
-    return weighted_metrics(loss, predictions, rank, batch, config.top_k), predictions
+    loss, predictions, above, tied = token_stats(model, params, batch, config)
+    return weighted_metrics(loss, above, tied, batch, config.top_ks), predictions
 
   return train_step, eval_step
 
@@ -288,6 +296,20 @@ def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int) 
                         out_shardings=(replicated, batch_sharding)),
       all_finite=jax.jit(lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)])),
                          out_shardings=replicated))
+
+
+def glyph_init(state: TrainState, model_config: ModelConfig, shardings) -> TrainState:
+  """Replaces the FOL numerals' embedding rows (ids 0-624) by embeddings of their 25×25 glyphs."""
+  from symjax.tasks import fol
+  rows = jnp.asarray(fol.numeral_embeddings(model_config.d_model, model_config.embed_init_std))
+
+  def set_rows(state):
+    params = flax.core.copy(state.params, {})
+    embed = dict(params['embed'])
+    embed['embedding'] = embed['embedding'].at[:fol.NUM_NUMERALS].set(rows)
+    return state.replace(params={**params, 'embed': embed})
+
+  return jax.jit(set_rows, out_shardings=shardings, donate_argnums=0)(state)
 
 
 def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
@@ -362,7 +384,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
   with jax.set_mesh(mesh):
     # --- Model, optimizer, state shapes and shardings, compiled steps.
-    model = Transformer(model_config)
+    model = model_lib.build(model_config)
     tx = make_optimizer(config)
     schedule = learning_rate_schedule(config)
     rng = jax.random.key(config.seed)
@@ -374,6 +396,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     state = restore_latest_valid(manager, run.abstract_state, workdir)
     if state is None:
       state = run.init(rng)
+      if config.numeral_glyph_init:
+        state = glyph_init(state, model_config, run.shardings)
     start_step = int(state.step)
     train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite
 
@@ -435,7 +459,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     # --- Final evaluation of the final parameters.
     final = {'train': evaluate_train_sample(eval_step, state.params, task, config, put),
              'validation': validation or evaluate(eval_step, state.params, task, 'validation', config, put),
-             'test': evaluate(eval_step, state.params, task, 'test', config, put)}
+             **{split: evaluate(eval_step, state.params, task, split, config, put)
+                for split in ('test', *task.eval_splits)}}
     writer.write(step, 'test', final['test'])
     writer.close()
     if lead:
@@ -453,4 +478,4 @@ def evaluate_train_sample(eval_step, params, task, config, put) -> dict[str, flo
     device_sums, _ = eval_step(params, put(task.batch('train', i, config.batch_size, config.seed + 1)))
     for k, v in jax.device_get(device_sums).items():
       sums[k] = sums.get(k, 0.0) + float(v)
-  return summarize(sums, config.top_k)
+  return summarize(sums, config.top_ks)

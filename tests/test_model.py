@@ -295,7 +295,7 @@ def test_sequence_longer_than_max_len_is_a_clear_error():
 
 
 @pytest.mark.parametrize('change, message', [
-    ({'kind': 'symbolc'}, r"model.kind must be one of \['standard', 'token_factored', 'symbolic'\]"),
+    ({'kind': 'symbolc'}, r"model.kind must be one of \['standard', 'token_factored', 'symbolic', 'lstm'\]"),
     ({'num_heads': 0}, r'model.num_heads must be > 0'),
     ({'value_map': 'dense'}, r'model.value_map must be one of'),
     ({'dropout_rate': 1.5}, r'model.dropout_rate must be in \[0, 1\)'),

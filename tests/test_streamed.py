@@ -60,7 +60,9 @@ def test_streamed_loss_equals_direct_loss_with_gradients(vocab, chunk, num_valid
   chunked = streamed.readout_stats(h, table, targets, chunk, num_valid)
   assert ref.rel_err(chunked[0], direct[0]) <= TOL
   np.testing.assert_array_equal(chunked[1], direct[1])  # argmax
-  np.testing.assert_array_equal(chunked[2], direct[2])  # rank of the target
+  np.testing.assert_array_equal(chunked[2], direct[2])  # logits above the target's
+  np.testing.assert_array_equal(chunked[3], direct[3])  # logits tied with it (the target itself)
+  np.testing.assert_array_equal(chunked[3], 1)
   g_direct = jax.grad(total(streamed.direct_readout_stats, num_valid), argnums=(0, 1))(h, table)
   g_chunked = jax.grad(total(streamed.readout_stats, chunk, num_valid), argnums=(0, 1))(h, table)
   assert max_rel_err(g_chunked, g_direct) <= TOL

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from symjax.tasks.base import Task, Vocab
+from symjax.tasks import fol, rasp
 from symjax.tasks.induction import InductionTask
 from symjax.tasks.text import TextTask
 
@@ -22,7 +23,17 @@ def _text(config, workdir):
                   config.eval_windows, vocab_file=vocab_file)
 
 
-TASKS = {'induction': _induction, 'text': _text}
+def _rasp(config, workdir):
+  del workdir
+  return rasp.RaspTask(config.task, data_seed=config.data_seed)
+
+
+def _fol(config, workdir):
+  del workdir
+  return fol.FOLTask(data_seed=config.data_seed)
+
+
+TASKS = {'induction': _induction, 'text': _text, 'fol': _fol, **{name: _rasp for name in rasp.TASKS}}
 
 
 def get_task(config, workdir: str | None = None) -> Task:

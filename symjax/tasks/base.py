@@ -68,6 +68,7 @@ class Task(abc.ABC):
   causal: bool
   seq_len: int
   language_model: bool = False  # targets are the next input token: sampling text makes sense
+  eval_splits: tuple[str, ...] = ()  # extra splits evaluated at the end (e.g. longer sequences)
 
   @abc.abstractmethod
   def batch(self, split: str, step: int, batch_size: int, seed: int) -> dict[str, np.ndarray]:
@@ -122,7 +123,8 @@ class FixedSetTask(Task):
             'key_mask': inputs != self.pad_id}
 
   def split_size(self, split: str) -> int:
-    check_split(split)
+    if split not in self.data.inputs:
+      raise ValueError(f'split must be one of {list(self.data.inputs)}, got {split!r}')
     return len(self.data.inputs[split])
 
   def batch(self, split, step, batch_size, seed):

@@ -1,0 +1,128 @@
+"""Task generators against hand-worked examples, split sizes and disjointness, lengths and symbols."""
+
+import numpy as np
+import pytest
+
+from symjax.tasks import base, induction, rasp
+
+# ------------------------------------------------------------------------------------------------------
+# Induction ("Learning Transformer Programs", Figure 5; its numbers 4 are outside our 0..3, so the second
+# example uses 2 in their place).
+# ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize('sequence, last_tag', [('a1b2b2a', '1'), ('b3c2a3c', '2'), ('d2c0a2b', '<unk>')])
+def test_induction_tags_match_the_papers_examples(sequence, last_tag):
+  tags = induction.tag_sequence(list(sequence))
+  assert tags[-1] == last_tag
+  assert tags[1::2] == ['<pad>'] * 3  # numbers are ignored
+  assert tags[0] == '<unk>'           # the first letter has no earlier occurrence
+
+
+@pytest.fixture(scope='module')
+def induction_task():
+  return induction.InductionTask()
+
+
+def test_induction_dataset(induction_task):
+  data = induction_task.data
+  sizes = {k: len(v) for k, v in data.inputs.items()}
+  assert sizes == {'train': 16_200, 'validation': 1_800, 'test': 2_000}
+  rows = {split: {tuple(r) for r in data.inputs[split]} for split in sizes}
+  assert sum(len(r) for r in rows.values()) == 20_000  # distinct, and the splits are disjoint
+  v = induction_task.vocab
+  for row, tag in zip(data.inputs['train'][:500], data.targets['train'][:500]):
+    tokens = v.decode(row)
+    assert len(tokens) == 10 and tokens[0] == '<s>'
+    assert v.decode(tag) == induction.tag_sequence(tokens)
+    letters = [t for t in tokens if t in induction.LETTERS]
+    assert len(letters) in (4, 5)
+
+
+# ------------------------------------------------------------------------------------------------------
+# RASP tags, worked by hand.
+# ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize('task, content, expected', [
+    ('reverse', '0124', '4210'),
+    ('sort', '3102', '0123'),
+    ('hist', '0110', ['#2', '#2', '#2', '#2']),
+    ('hist', '0112', ['#1', '#2', '#2', '#1']),
+    ('double_hist', '0112', ['#2', '#1', '#1', '#2']),   # counts 1,2,2,1: two symbols have count 1
+    ('double_hist', '5', ['#1']),
+    ('most_freq', '0112', ['1', '0', '2', '<s>']),      # by count, ties by first position
+    ('most_freq', '3300', ['3', '0', '<s>', '<s>']),
+    ('dyck1', '()())', list('PTPTF')),                   # the paper's example
+    ('dyck1', ')(()', list('FFFF')),                     # F from the first error to the end
+    ('dyck2', '({})()', list('PPPTPT')),
+    ('dyck2', '({)}', list('PPFF')),
+])
+def test_rasp_tags_match_hand_worked_examples(task, content, expected):
+  assert rasp.tags(task, list(content)) == list(expected)
+
+
+@pytest.fixture(scope='module', params=rasp.TASKS)
+def rasp_task(request):
+  return rasp.RaspTask(request.param)
+
+
+def test_rasp_splits_are_disjoint_and_sized(rasp_task):
+  data = rasp_task.data
+  sizes = {k: len(data.inputs[k]) for k in ('train', 'validation', 'test')}
+  if rasp_task.name in ('reverse', 'sort'):  # all 19,530 inputs of 5 symbols and length 1..6 exist
+    assert sizes == {'train': 15_819, 'validation': 1_758, 'test': 1_953}
+  else:
+    assert sizes == {'train': 16_200, 'validation': 1_800, 'test': 2_000}
+  rows = [{tuple(r) for r in data.inputs[k]} for k in sizes]
+  assert sum(len(r) for r in rows) == sum(sizes.values())
+  assert not (rows[0] & rows[1]) and not (rows[0] & rows[2]) and not (rows[1] & rows[2])
+
+
+def test_rasp_lengths_symbols_and_tags_follow_the_table(rasp_task):
+  name, v = rasp_task.name, rasp_task.vocab
+  max_len = 16 if name.startswith('dyck') else 8
+  assert rasp_task.causal == name.startswith('dyck')
+  assert rasp_task.data.inputs['train'].shape[1] == max_len
+  allowed = set(rasp.symbols(name))
+  n_symbols = {'reverse': 5, 'sort': 5, 'hist': 6, 'double_hist': 6, 'most_freq': 6, 'dyck1': 2, 'dyck2': 4}
+  assert len(allowed) == n_symbols[name]
+  lengths = set()
+  for row, tag in zip(rasp_task.data.inputs['train'][:3000], rasp_task.data.targets['train'][:3000]):
+    tokens = [t for t in v.decode(row) if t != base.PAD]
+    assert tokens[0] == base.BOS
+    content = tokens[1:-1] if name in ('reverse', 'sort') else tokens[1:]
+    if name in ('reverse', 'sort'):
+      assert tokens[-1] == base.EOS
+    assert set(content) <= allowed
+    lengths.add(len(content))
+    tags = v.decode(tag)
+    assert tags[0] == base.PAD
+    assert tags[1:1 + len(content)] == rasp.tags(name, content)
+    assert all(t == base.PAD for t in tags[1 + len(content):])
+  lo, hi = rasp.content_lengths(name, max_len)
+  all_lengths = (rasp_task.data.inputs['train'] != v.id(base.PAD)).sum(1) - (2 if name in ('reverse', 'sort') else 1)
+  assert all_lengths.min() == lo and all_lengths.max() == hi
+  assert lengths <= set(range(lo, hi + 1))
+
+
+def test_rasp_length_generalisation_splits(rasp_task):
+  if rasp_task.causal:
+    assert rasp_task.eval_splits == ()
+    return
+  assert rasp_task.eval_splits == ('length_12', 'length_16')
+  train = {tuple(r) for r in rasp_task.data.inputs['train']}
+  for n in (12, 16):
+    inputs = rasp_task.data.inputs[f'length_{n}']
+    assert inputs.shape == (2000, n)
+    pad = rasp_task.vocab.id(base.PAD)
+    assert (inputs != pad).sum(1).max() == n  # some sequences use the full new length
+    assert not any(tuple(r[:8]) in train and (r[8:] == pad).all() for r in inputs)
+
+
+def test_dyck_inputs_are_biased_towards_balanced_prefixes():
+  """Half the inputs start from a random balanced string, so long balanced prefixes (a T tag past
+  position 8) are more common than among uniformly random brackets."""
+  task = rasp.RaspTask('dyck1')
+  v = task.vocab
+  late_t = lambda tags: np.mean([any(t == 'T' for t in tg[8:]) for tg in tags])
+  data = [v.decode(t)[1:] for t in task.data.targets['train']]
+  rng = np.random.default_rng(1)
+  uniform = [rasp.dyck_tags(list(rng.choice(['(', ')'], 15)), ('()',)) for _ in range(len(data))]
+  assert late_t(data) > 1.2 * late_t(uniform)

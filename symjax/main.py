@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (configs/*.py[:key=value,...]).',
@@ -30,6 +30,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   from symjax import train  # after flag parsing: keeps --help fast
+  if not flags.FLAGS['verbosity'].present:  # Orbax logs every save at INFO; --verbosity=0 shows it
+    logging.set_verbosity(logging.WARNING)
   workdir = _WORKDIR.value or default_workdir(flags.FLAGS['config'].config_filename)
   print(f'workdir: {workdir}')
   try:

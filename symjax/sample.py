@@ -14,7 +14,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 MODES = ('greedy', 'temperature', 'top_k', 'top_p')
 
@@ -102,6 +102,8 @@ _WHICH = flags.DEFINE_enum('checkpoint', 'best', ['best', 'latest'], 'Which chec
 def main(argv):
   del argv
   from symjax.loading import load
+  if not flags.FLAGS['verbosity'].present:  # Orbax logs every save at INFO; --verbosity=0 shows it
+    logging.set_verbosity(logging.WARNING)
   if not _WORKDIR.value:
     raise app.UsageError('--workdir is required')
   try:

@@ -88,33 +88,36 @@ def sample_text(loaded, prompt: str, num_tokens: int, **kw) -> str:
   return loaded.tokenizer.decode(generate(loaded.model, loaded.params, ids, num_tokens, **kw))
 
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Work directory of a trained run.')
-_PROMPT = flags.DEFINE_string('prompt', '\n', 'Text to continue.')
-_NUM_TOKENS = flags.DEFINE_integer('num_tokens', 200, 'Tokens to generate.')
-_MODE = flags.DEFINE_enum('mode', 'top_p', MODES, 'Decoding mode.')
-_TEMPERATURE = flags.DEFINE_float('temperature', 1.0, 'Softmax temperature (not for greedy).')
-_TOP_K = flags.DEFINE_integer('top_k', 40, 'mode=top_k: sample among the k most likely tokens.')
-_TOP_P = flags.DEFINE_float('top_p', 0.9, 'mode=top_p: sample from the smallest set with this mass.')
-_SEED = flags.DEFINE_integer('seed', 0, 'Random seed.')
-_WHICH = flags.DEFINE_enum('checkpoint', 'best', ['best', 'latest'], 'Which checkpoint to load.')
+def define_flags() -> None:
+  """The CLI's flags, defined only when this module runs as a program (importing it defines none)."""
+  flags.DEFINE_string('workdir', None, 'Work directory of a trained run.')
+  flags.DEFINE_string('prompt', '\n', 'Text to continue.')
+  flags.DEFINE_integer('num_tokens', 200, 'Tokens to generate.')
+  flags.DEFINE_enum('mode', 'top_p', MODES, 'Decoding mode.')
+  flags.DEFINE_float('temperature', 1.0, 'Softmax temperature (not for greedy).')
+  flags.DEFINE_integer('top_k', 40, 'mode=top_k: sample among the k most likely tokens.')
+  flags.DEFINE_float('top_p', 0.9, 'mode=top_p: sample from the smallest set with this mass.')
+  flags.DEFINE_integer('seed', 0, 'Random seed.')
+  flags.DEFINE_enum('checkpoint', 'best', ['best', 'latest'], 'Which checkpoint to load.')
 
 
 def main(argv):
   del argv
   from symjax.loading import load
+  f = flags.FLAGS
   if not flags.FLAGS['verbosity'].present:  # Orbax logs every save at INFO; --verbosity=0 shows it
     logging.set_verbosity(logging.WARNING)
-  if not _WORKDIR.value:
+  if not f.workdir:
     raise app.UsageError('--workdir is required')
   try:
-    loaded = load(_WORKDIR.value, _WHICH.value)
-    print(sample_text(loaded, _PROMPT.value, _NUM_TOKENS.value, mode=_MODE.value,
-                      temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
-                      seed=_SEED.value))
+    loaded = load(f.workdir, f.checkpoint)
+    print(sample_text(loaded, f.prompt, f.num_tokens, mode=f.mode, temperature=f.temperature,
+                      top_k=f.top_k, top_p=f.top_p, seed=f.seed))
   except (ValueError, FileNotFoundError, RuntimeError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

@@ -29,7 +29,7 @@ Intermediates sown into the ``intermediates`` collection (read them with
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -2,7 +2,6 @@
 
 import dataclasses
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -3,7 +3,6 @@
 import dataclasses
 import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -4,8 +4,8 @@ Default: the in-context learning (induction) task, 2 layers, 4 heads of 16, 3000
 
   python -m symjax.main --config=configs/standard.py
 
-Expected: 100% validation and test token accuracy from step ~1000; 55 s on a 2-core CPU (measured: test
-accuracy 1.0000, 52.7 s wall clock including compilation).
+Expected: 100% validation and test token accuracy from step ~1000; 65 s on a 2-core CPU (measured: test
+accuracy 1.0000, 63.1 s wall clock including compilation).
 
 Variants after ':' — task=induction|text, size=tiny|small|medium|paper; learned positions with
 --config.model.positions=learned.

@@ -4,8 +4,8 @@ Default: the in-context learning (induction) task, 2 layers, 4 heads of 16, 3000
 
   python -m symjax.main --config=configs/token_factored.py
 
-Expected: 100% validation and test token accuracy from step ~1000; 55 s on a 2-core CPU (measured: test
-accuracy 1.0000, 53.3 s wall clock including compilation).
+Expected: 100% validation and test token accuracy from step ~1500; 60 s on a 2-core CPU (measured: test
+accuracy 1.0000, 56.4 s wall clock including compilation).
 
 Variants after ':' — task=induction|text, size=tiny|small|medium|paper.
 """

@@ -313,8 +313,9 @@ def glyph_init(state: TrainState, model_config: ModelConfig, shardings) -> Train
 
 
 def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
-  """Joins a multi-process run: from ``config.distributed`` when its address is set, else from the
-  environment JAX recognises (cluster schedulers, TPU pods, JAX_COORDINATOR_ADDRESS); no-op otherwise."""
+  """Joins a multi-process run: from ``config.distributed`` when its address is set; by JAX's cluster
+  auto-detection (Cloud TPU, SLURM, JAX_COORDINATOR_ADDRESS) when only ``num_processes > 1`` or that
+  variable is set; otherwise a single-process run."""
   d = config.distributed
   if jax.distributed.is_initialized():
     return
@@ -322,7 +323,7 @@ def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
     jax.config.update('jax_cpu_collectives_implementation', d.cpu_collectives)
   if d.coordinator_address:
     jax.distributed.initialize(d.coordinator_address, d.num_processes, d.process_id)
-  elif os.environ.get('JAX_COORDINATOR_ADDRESS') or os.environ.get('SLURM_JOB_ID') and d.num_processes:
+  elif d.num_processes > 1 or os.environ.get('JAX_COORDINATOR_ADDRESS'):
     jax.distributed.initialize()
 
 

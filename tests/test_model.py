@@ -317,7 +317,7 @@ def test_count_params_allocates_nothing_and_counts_the_value_map_as_h_squared():
 
 
 def test_library_mixture_trace_is_exact_and_convex():
-  from symjax import mixtures
+  from symjax.interpret import mixtures
   cfg = small(kind='symbolic', num_layers=3)
   tokens = jax.random.randint(jax.random.key(7), (2, 8), 0, cfg.vocab_size)
   model = Transformer(cfg)

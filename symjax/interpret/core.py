@@ -1,0 +1,215 @@
+"""Shared pieces of the interpretability tools: running a model for its intermediates, the streams and
+updates of every layer, the channel lens, the final normalisation written out, and the learned
+per-head parameters (ALiBi slopes, τ, W_head).
+
+Notation ("Symbolic Transformers"): after layer l the two-stream models hold X_t^l and X_e^l
+(``[batch, time, d_model]``); the standard model holds one residual stream x^l. Channel h of a vector is
+its slice ``[h·d_head, (h+1)·d_head)``; E^(h) is the same slice of the input embedding table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from symjax import attention as attn
+from symjax.model import ModelConfig, Transformer
+
+
+def analysis_model(model) -> Transformer:
+  """The same model (same parameters) with the direct vocabulary projection, which keeps the mixtures
+  α, and without rematerialisation. LSTMs have no attention or streams to read."""
+  cfg: ModelConfig = model.config
+  if cfg.kind == 'lstm':
+    raise ValueError("the interpretability tools read attention and streams; model.kind 'lstm' has "
+                     "neither: use 'standard', 'token_factored' or 'symbolic'")
+  return Transformer(dataclasses.replace(cfg, vocab_projection='direct', remat='none'))
+
+
+def as_batch(tokens) -> np.ndarray:
+  """``[time]`` or ``[batch, time]`` ids -> ``[batch, time]`` int32."""
+  tokens = np.asarray(tokens)
+  if tokens.ndim == 1:
+    tokens = tokens[None]
+  if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
+    raise ValueError(f'tokens must be integer ids of shape [time] or [batch, time], got '
+                     f'{tokens.dtype} {tokens.shape}')
+  return tokens.astype(np.int32)
+
+
+def _unwrap(tree):
+  """Sown values are 1-tuples; returns the same tree with each as a float64 NumPy array."""
+  if isinstance(tree, tuple) and len(tree) == 1:
+    return np.asarray(tree[0], np.float64)
+  if isinstance(tree, dict) or hasattr(tree, 'items'):
+    return {k: _unwrap(v) for k, v in tree.items()}
+  return np.asarray(tree, np.float64)
+
+
+def run(model: Transformer, params, tokens, key_mask=None) -> tuple[np.ndarray, dict[str, Any]]:
+  """Logits ``[batch, time, vocab]`` and every sown intermediate (see ``symjax.model``) as float64."""
+  tokens = as_batch(tokens)
+  km = None if key_mask is None else jnp.asarray(np.asarray(key_mask, bool).reshape(tokens.shape))
+  logits, state = model.apply({'params': nn.meta.unbox(params)}, jnp.asarray(tokens), km,
+                              mutable=['intermediates'])
+  return np.asarray(logits, np.float64), _unwrap(state['intermediates'])
+
+
+def stream_names(cfg: ModelConfig) -> tuple[str, ...]:
+  return ('x',) if cfg.kind == 'standard' else ('x_t', 'x_e', 'x')
+
+
+def streams(cfg: ModelConfig, inter) -> list[dict[str, np.ndarray]]:
+  """Per layer l = 0..L (0 is the input): {'x_t', 'x_e', 'x'} (standard: {'x'}), ``[batch, time, d]``."""
+  if cfg.kind == 'standard':
+    out = [{'x': inter['x_0']}]
+    out += [{'x': inter[f'layer_{l}']['x_ffn']} for l in range(cfg.num_layers)]
+    return out
+  out = [{'x_t': inter['x_t_0'], 'x_e': inter['x_e_0']}]
+  out += [{'x_t': inter[f'layer_{l}']['x_t_ffn'], 'x_e': inter[f'layer_{l}']['x_e_ffn']}
+          for l in range(cfg.num_layers)]
+  for s in out:
+    s['x'] = s['x_t'] + s['x_e']
+  return out
+
+
+def components(cfg: ModelConfig, inter) -> dict[str, np.ndarray]:
+  """The terms whose sum is the final state: 'embedding', then per layer 'attention_l' (the X_t update)
+  and 'ffn_l' (the X_e update); standard: the input (token + position) and the two residual updates."""
+  out = {}
+  if cfg.kind == 'standard':
+    prev = out['embedding'] = inter['x_0']
+    for l in range(cfg.num_layers):
+      layer = inter[f'layer_{l}']
+      out[f'attention_{l}'] = layer['x_attn'] - prev
+      out[f'ffn_{l}'] = layer['x_ffn'] - layer['x_attn']
+      prev = layer['x_ffn']
+    return out
+  prev_t = out['embedding'] = inter['x_t_0']
+  prev_e = inter['x_e_0']
+  for l in range(cfg.num_layers):
+    layer = inter[f'layer_{l}']
+    out[f'attention_{l}'] = layer['x_t_attn'] - prev_t
+    out[f'ffn_{l}'] = layer['x_e_ffn'] - prev_e
+    prev_t, prev_e = layer['x_t_ffn'], layer['x_e_ffn']
+  return out
+
+
+def channels(x: np.ndarray, num_heads: int) -> np.ndarray:
+  return x.reshape(*x.shape[:-1], num_heads, x.shape[-1] // num_heads)
+
+
+def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
+  z = z - z.max(axis, keepdims=True)
+  e = np.exp(z)
+  return e / e.sum(axis, keepdims=True)
+
+
+def channel_lens(x: np.ndarray, table: np.ndarray, num_heads: int, vocab_size: int,
+                 tau: np.ndarray | None = None) -> np.ndarray:
+  """softmax_v(x_h · E^(h)_v / τ_h) over the real vocabulary, per channel: ``[..., heads, vocab]``.
+
+  This is the symbolic model's own vocabulary projection (eqs. 21-22) applied to a stream; τ = 1 where
+  the model has none."""
+  table = np.asarray(table, np.float64)[:vocab_size]
+  scores = np.einsum('...hd,vhd->...hv', channels(np.asarray(x, np.float64), num_heads),
+                     channels(table, num_heads))
+  if tau is not None:
+    scores = scores / np.asarray(tau, np.float64)[:, None]
+  return softmax(scores)
+
+
+def readout_table(cfg: ModelConfig, params) -> np.ndarray:
+  params = nn.meta.unbox(params)
+  table = params['embed']['embedding'] if cfg.tie_embeddings else params['readout']
+  return np.asarray(table, np.float64)[:cfg.vocab_size]
+
+
+def final_norm_affine(cfg: ModelConfig, params, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """The final normalisation of the state x written as LN_f(x) = a ⊙ (x − μ(x)) + β, with a = γ / s(x)
+  evaluated at x: returns (a, β) broadcastable to x. Freezing a makes LN_f linear in its input, which is
+  the basis of direct logit attribution.
+
+  Standard and Token-Factored: LayerNorm over d_model, s = sqrt(var + ε). Symbolic: channel LayerNorm,
+  μ and s per channel, s = σ_h + ε (eq. 18)."""
+  p = nn.meta.unbox(params)['norm_final']
+  x = np.asarray(x, np.float64)
+  gamma, beta = np.asarray(p['scale'], np.float64), np.asarray(p['bias'], np.float64)
+  eps = cfg.layer_norm_epsilon
+  if cfg.kind == 'symbolic':
+    xh = channels(x, cfg.num_heads)
+    std = np.sqrt(np.square(xh - xh.mean(-1, keepdims=True)).mean(-1, keepdims=True))
+    a = np.broadcast_to(gamma, xh.shape) / (std + eps)
+    return a.reshape(x.shape), np.broadcast_to(beta, xh.shape).reshape(x.shape)
+  var = np.square(x - x.mean(-1, keepdims=True)).mean(-1, keepdims=True)
+  return gamma / np.sqrt(var + eps), np.broadcast_to(beta, x.shape)
+
+
+def centre(cfg: ModelConfig, x: np.ndarray) -> np.ndarray:
+  """x − μ(x), over d_model, or per channel for the symbolic model's channel LayerNorm (linear in x)."""
+  if cfg.kind == 'symbolic':
+    xh = channels(x, cfg.num_heads)
+    return (xh - xh.mean(-1, keepdims=True)).reshape(x.shape)
+  return x - x.mean(-1, keepdims=True)
+
+
+def readout(cfg: ModelConfig, params, x: np.ndarray) -> np.ndarray:
+  """Logits LN_f(x) Eᵀ of any state x ``[..., d_model]`` (the logit lens; at the last layer, the model's
+  own logits)."""
+  a, beta = final_norm_affine(cfg, params, x)
+  return (a * centre(cfg, x) + beta) @ readout_table(cfg, params).T
+
+
+@dataclasses.dataclass
+class HeadParameters:
+  """Learned per-head quantities, ``[layers, heads]`` (NaN where a layer has none)."""
+
+  slopes: np.ndarray | None      # ALiBi slopes m_h (None: learned positions, standard model)
+  tau_value: np.ndarray          # τ_h of the value projection (symbolic layers)
+  tau_ffn: np.ndarray            # τ_h of the VocabFFN projection (symbolic layers)
+  w_head: np.ndarray | None      # [layers, heads, heads] Kronecker value maps (two-stream models)
+
+
+def head_parameters(cfg: ModelConfig, params) -> HeadParameters:
+  p = nn.meta.unbox(params)
+  L, H = cfg.num_layers, cfg.num_heads
+  alibi = cfg.kind != 'standard' or cfg.positions == 'alibi'
+  slopes = None
+  if alibi:
+    if cfg.learned_slopes:
+      slopes = np.stack([np.exp(np.asarray(p[f'layer_{l}']['attention']['alibi']['log_slope'], np.float64))
+                         for l in range(L)])
+    else:
+      slopes = np.tile(np.asarray(attn.alibi_slopes(H), np.float64), (L, 1))
+  tau_v, tau_f = np.full((L, H), np.nan), np.full((L, H), np.nan)
+  for l, kind in enumerate(cfg.layer_kinds()):
+    if kind == 'symbolic':
+      tau_v[l] = np.exp(np.asarray(p[f'layer_{l}']['value_projection']['log_tau'], np.float64))
+      tau_f[l] = np.exp(np.asarray(p[f'layer_{l}']['ffn']['projection']['log_tau'], np.float64))
+  w_head = None
+  if cfg.kind != 'standard':
+    w_head = np.stack([np.asarray(p[f'layer_{l}']['value_map']['w_head'], np.float64)
+                       if cfg.value_map != 'none' else np.eye(H) for l in range(L)])
+  return HeadParameters(slopes, tau_v, tau_f, w_head)
+
+
+def token_metrics(logits: np.ndarray, targets: np.ndarray, weights: np.ndarray) -> dict[str, float]:
+  """Weighted mean cross-entropy and argmax accuracy over the positions with weight > 0."""
+  logits = np.asarray(logits, np.float64)
+  logp = logits - logits.max(-1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  nll = -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
+  correct = (logits.argmax(-1) == targets).astype(np.float64)
+  w = np.asarray(weights, np.float64)
+  total = max(w.sum(), 1e-12)
+  return {'loss': float((nll * w).sum() / total), 'accuracy': float((correct * w).sum() / total),
+          'count': float(w.sum())}
+
+
+def to_jax(x):
+  return jax.tree.map(jnp.asarray, x)

@@ -1,0 +1,209 @@
+"""Figures (matplotlib) and a self-contained HTML report of one input: the prediction, the program view,
+the induction circuit, attention heatmaps per layer and head, W_head matrices, ALiBi slopes and τ per
+head, lens tables, stream attribution and token importance. Images are embedded as PNG data URIs, so the
+file can be mailed or opened anywhere."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+from typing import Callable
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from symjax.interpret import attribution, circuits, core, mixtures  # noqa: E402
+from symjax.interpret import tracing  # noqa: E402
+
+
+def attention_figure(attention: np.ndarray, labels: list[str], highlight: set[tuple[int, int]] = frozenset()):
+  """Heatmaps ``[layers, heads, time, time]`` in a grid (rows: layers; columns: heads)."""
+  L, H = attention.shape[:2]
+  fig, axes = plt.subplots(L, H, figsize=(2.4 * H + 0.5, 2.4 * L + 0.3), squeeze=False)
+  for l in range(L):
+    for h in range(H):
+      ax = axes[l, h]
+      ax.imshow(attention[l, h], vmin=0, vmax=1, cmap='Blues')
+      title = f'L{l}.H{h}'
+      if (l, h) in highlight:
+        title += ' *'
+      ax.set_title(title, fontsize=9, color='crimson' if (l, h) in highlight else 'black')
+      ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=90)
+      ax.set_yticks(range(len(labels)), labels, fontsize=6)
+  fig.supxlabel('key position', fontsize=8)
+  fig.supylabel('query position', fontsize=8)
+  fig.tight_layout()
+  return fig
+
+
+def head_parameter_figure(heads: core.HeadParameters):
+  """W_head matrices per layer, ALiBi slopes and τ per head."""
+  L = heads.tau_value.shape[0]
+  panels = (L if heads.w_head is not None else 0) + 2
+  fig, axes = plt.subplots(1, panels, figsize=(2.6 * panels, 2.6), squeeze=False)
+  axes = axes[0]
+  k = 0
+  if heads.w_head is not None:
+    lim = max(np.abs(heads.w_head).max(), 1e-6)
+    for l in range(L):
+      im = axes[k].imshow(heads.w_head[l], cmap='RdBu_r', vmin=-lim, vmax=lim)
+      axes[k].set_title(f'W_head, layer {l}', fontsize=9)
+      axes[k].set_xlabel('from channel', fontsize=8)
+      axes[k].set_ylabel('to head', fontsize=8)
+      k += 1
+    fig.colorbar(im, ax=axes[k - 1], fraction=0.046)
+  H = heads.tau_value.shape[1]
+  width = 0.8 / L
+  for l in range(L):
+    if heads.slopes is not None:
+      axes[k].bar(np.arange(H) + l * width, heads.slopes[l], width, label=f'layer {l}')
+    axes[k + 1].bar(np.arange(H) + l * width, heads.tau_value[l], width, label=f'value, layer {l}')
+    axes[k + 1].bar(np.arange(H) + l * width, heads.tau_ffn[l], width * 0.4, label=f'FFN, layer {l}')
+  axes[k].set_title('ALiBi slopes m_h' if heads.slopes is not None else 'no ALiBi (learned positions)', fontsize=9)
+  axes[k + 1].set_title('τ_h (symbolic layers)' if np.isfinite(heads.tau_value).any() else 'no τ (not symbolic)',
+                        fontsize=9)
+  for ax in axes[k:k + 2]:
+    ax.set_xlabel('head', fontsize=8)
+    ax.set_xticks(range(H))
+    if ax.has_data():
+      ax.legend(fontsize=6)
+  fig.tight_layout()
+  return fig
+
+
+def bars_figure(values: dict[str, np.ndarray], labels: list[str], title: str):
+  """One bar chart per entry of ``values`` (each ``[len(labels)]``), side by side."""
+  n = len(values)
+  fig, axes = plt.subplots(1, n, figsize=(max(3.0, 0.35 * len(labels)) * n, 2.6), squeeze=False)
+  for ax, (name, v) in zip(axes[0], values.items()):
+    ax.bar(range(len(labels)), v, color='tab:purple')
+    ax.set_title(name, fontsize=9)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=90)
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  return fig
+
+
+def figure_to_uri(fig) -> str:
+  buf = io.BytesIO()
+  fig.savefig(buf, format='png', dpi=110)
+  plt.close(fig)
+  return 'data:image/png;base64,' + base64.b64encode(buf.getvalue()).decode()
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+  head = ''.join(f'<th>{html.escape(h)}</th>' for h in header)
+  body = ''.join('<tr>' + ''.join(f'<td>{html.escape(str(c))}</td>' for c in r) + '</tr>' for r in rows)
+  return f'<table><tr>{head}</tr>{body}</table>'
+
+
+STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;color:#222}
+table{border-collapse:collapse;font-size:12px;margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 6px}
+th{background:#f3f3f3}pre{background:#f7f7f7;padding:0.6em;font-size:12px;overflow-x:auto}
+img{max-width:100%}h2{border-bottom:1px solid #ddd}"""
+
+
+def build_report(model, params, tokens, decode: Callable, title: str = 'symjax report',
+                 position: int = -1, target: int | None = None, ignore=frozenset(),
+                 ig_steps: int = 128) -> str:
+  """The HTML of the report for one sequence ``tokens`` ``[time]``. ``position``: the query position whose
+  prediction is attributed (default: the last); ``target``: the token whose log-probability the gradient
+  methods explain (default: the model's prediction). ``ignore``: token ids that are never induction queries.
+  """
+  tokens = core.as_batch(tokens)
+  if tokens.shape[0] != 1:
+    raise ValueError('the report reads one sequence')
+  model = core.analysis_model(model)
+  cfg = model.config
+  t = tokens.shape[1]
+  pos = position % t
+  labels = [f'{i}:{decode([int(v)])}' for i, v in enumerate(tokens[0])]
+  tr = tracing.trace(model, params, tokens)
+  pred = tr.logits[0].argmax(-1)
+  target = int(pred[pos]) if target is None else int(target)
+  parts = []
+  probs = core.softmax(tr.logits[0])
+  parts.append('<h2>Input and prediction</h2>' + _table(
+      ['position', 'token', 'prediction', 'p'],
+      [[i, decode([int(tokens[0, i])]), decode([int(pred[i])]), f'{probs[i, pred[i]]:.3f}'] for i in range(t)]))
+
+  circuit = circuits.find_induction_circuit(model, params, tokens, ignore=ignore)
+  highlight = {circuit.previous_token_head, circuit.induction_head}
+  parts.append('<h2>Heads</h2><p>' + html.escape(circuit.describe()) + ' — on this input; starred in the '
+               'heatmaps.</p>' + _table(
+                   ['layer.head', 'previous-token score', 'induction score'],
+                   [[f'L{l}.H{h}', f'{circuit.previous_token_scores[l, h]:.2f}',
+                     f'{circuit.induction_scores[l, h]:.2f}']
+                    for l in range(cfg.num_layers) for h in range(cfg.num_heads)]))
+  parts.append(f'<h2>Attention</h2><img src="{figure_to_uri(attention_figure(tr.attention[:, 0], labels, highlight))}">')
+  parts.append('<h2>Program view</h2><pre>' + html.escape(
+      circuits.format_program(circuits.program(model, params, tokens), tokens, decode)) + '</pre>')
+  parts.append(f'<h2>Per-head parameters</h2><img src="{figure_to_uri(head_parameter_figure(tr.heads))}">')
+
+  lens_html = []
+  for l in range(len(tr.streams)):
+    for name in core.stream_names(cfg):
+      rows = tr.lens_table(l, name, decode)
+      lens_html.append(f'<h3>layer {l}, {name}</h3>' + _table(
+          ['position'] + [f'head {h}' for h in range(cfg.num_heads)],
+          [[labels[i]] + r for i, r in enumerate(rows)]))
+  parts.append('<h2>Channel lens</h2><p>Each head channel decoded through its embedding slice, '
+               'softmax(x_h · E^(h) / τ_h): the top two tokens and their probabilities.</p>' + ''.join(lens_html))
+
+  if tr.mixture is not None:
+    errs = mixtures.reconstruction_errors(tr.mixture, core.nn.meta.unbox(params)['embed']['embedding'],
+                                          cfg.num_heads)
+    parts.append('<h2>Exact mixture trace</h2><p>Every channel of X_t and X_e written as Σ_v w_v E^(h)_v with '
+                 'w ≥ 0 (Property 5.6); largest relative reconstruction error per layer: ' + html.escape(
+                     ', '.join(f'{k}: {max(v):.1e}' for k, v in errs.items())) + '.</p>')
+  if tr.cone_cosine is not None:
+    rows = [[l] + [f'{c[name][0].mean():.2f}' for name in ('x_t', 'x_e', 'x')] for l, c in enumerate(tr.cone_cosine)]
+    parts.append('<h2>Distance from the vocabulary cone</h2><p>Mean cosine between each channel state and its '
+                 'nearest non-negative combination of the channel\'s token embeddings (1: a token mixture).</p>'
+                 + _table(['layer', 'X_t', 'X_e', 'X'], rows))
+
+  parts_attr = attribution.group_attribution(attribution.stream_attribution(model, params, tokens),
+                                            cfg.kind != 'standard')
+  values = {name: v[0, :, target] for name, v in parts_attr.items()}
+  fig = bars_figure(values, labels, f'direct contribution to the logit of {decode([target])!r} at each position')
+  parts.append('<h2>Stream attribution</h2><p>Logits = Σ of the terms below exactly, with the final '
+               'normalisation\'s scale held at its value (direct logit attribution).</p>'
+               f'<img src="{figure_to_uri(fig)}">')
+
+  targets = np.full(tokens.shape, target, np.int32)
+  blocks = attribution.native_importance(model, params, tokens)[:, 0, pos]
+  ig = attribution.gradient_importance(model, params, tokens, targets, None, 'integrated_gradients', ig_steps,
+                                       signed=True)[0, pos]
+  gap = ig.sum() - (attribution.target_logprob(model, params, tokens, targets)[0, pos]
+                    - attribution.target_logprob(model, params, tokens, targets, baseline='mean')[0, pos])
+  scores = {'native (X_t flow, last block)': blocks[-1], 'integrated gradients': ig,
+            'input × gradient': attribution.gradient_importance(model, params, tokens, targets, None,
+                                                                'input_x_gradient', signed=True)[0, pos]}
+  scores.update({f'native, block {l}': blocks[l] for l in range(len(blocks) - 1)})
+  fig = bars_figure(scores, labels, f'importance of each input token for position {labels[pos]} '
+                                    f'(target {decode([target])!r})')
+  parts.append('<h2>Token importance</h2><p>Native: the share of each input position in what the query '
+               'position holds after each block (flow through X_t). Gradient methods: signed attribution '
+               f'of log p(target); integrated gradients from the mean-embedding baseline in {ig_steps} steps '
+               f'(completeness gap {gap:+.2e}).</p>' + f'<img src="{figure_to_uri(fig)}">')
+
+  summary = (f'{cfg.kind} model, {cfg.num_layers} layers × {cfg.num_heads} heads of {cfg.head_dim}, '
+             f'vocabulary {cfg.vocab_size}')
+  return (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+          f'<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1><p>{html.escape(summary)}</p>'
+          + '\n'.join(parts) + '</body></html>')
+
+
+def write_report(path: str, text: str) -> str:
+  """Writes atomically (a temporary file, then rename) and returns the path."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = path + '.tmp'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    f.write(text)
+  os.replace(tmp, path)
+  return path

@@ -314,20 +314,3 @@ def test_count_params_allocates_nothing_and_counts_the_value_map_as_h_squared():
   tf = small(kind='token_factored', value_map='none')
   with_map = small(kind='token_factored')
   assert model_lib.count_params(with_map) - model_lib.count_params(tf) == SMALL.num_layers * 9
-
-
-def test_library_mixture_trace_is_exact_and_convex():
-  from symjax.interpret import mixtures
-  cfg = small(kind='symbolic', num_layers=3)
-  tokens = jax.random.randint(jax.random.key(7), (2, 8), 0, cfg.vocab_size)
-  model = Transformer(cfg)
-  params = randomize(model.init(jax.random.key(0), tokens), 8, scale=0.5)['params']
-  trace = mixtures.mixture_trace(model, params, tokens)
-  assert len(trace.x_t) == cfg.num_layers + 1
-  for l, (w_t, w_e) in enumerate(zip(trace.x_t, trace.x_e)):
-    assert (w_t >= 0).all() and (w_e >= 0).all()
-    np.testing.assert_allclose(w_t.sum(-1), l + 1, rtol=1e-6)
-    np.testing.assert_allclose(w_e.sum(-1), l, rtol=1e-6)
-  assert mixtures.reconstruction_error(trace, params['embed']['embedding'], cfg.num_heads) <= 1e-5
-  with pytest.raises(ValueError, match='needs every layer symbolic'):
-    mixtures.mixture_trace(Transformer(small(kind='symbolic', symbolic_layers=(1,))), params, tokens)

@@ -14,8 +14,8 @@ import pytest
 
 import paper_reference as ref
 from symjax import config_lib, interpret, train
-from symjax.interpret import attribution, circuits, core, induction, interventions, mixtures, report
-from symjax.interpret import __main__ as cli
+from symjax.interpret import attribution, circuits, core, induction, interventions, mixtures
+from symjax.interpret import cli
 from symjax.model import ModelConfig, Transformer
 from symjax.tasks import induction as induction_task
 from test_modules import randomize
@@ -440,7 +440,8 @@ def test_report_cli_rejects_bad_input(tiny_run):
     cli.encode(run, '<s> a 1 zebra')
   with pytest.raises(ValueError, match='at most model.max_len = 64'):
     cli.encode(run, ' '.join(['a'] * 65))
+  with pytest.raises(ValueError, match=r'--position 12 is outside the input of 10 tokens \(allowed: -10..9\)'):
+    cli.check_position(list(range(10)), 12)
   out = subprocess.run([sys.executable, '-m', 'symjax.interpret', f'--workdir={workdir}', '--input=<s> q'],
                        capture_output=True, text=True, cwd=REPO, timeout=300)
   assert out.returncode == 2 and 'error: --input could not be tokenised' in out.stderr
-  assert report.write_report  # the module is importable without a display (Agg backend)

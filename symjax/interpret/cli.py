@@ -1,0 +1,90 @@
+"""The report command: an HTML report of a trained model on one input.
+
+  python -m symjax.interpret --workdir=/tmp/symbolic --input="<s> a 1 b 2 c 3 d 0 a"
+
+The input is tokenised as the run's task does (space-separated tokens for the built-in tasks, raw text
+for character/BPE models); without --input the first test example of the task is used. The report goes
+to ``<workdir>/interpret/report.html`` (or --output) and its path is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags, logging
+
+REPORT_DIR = 'interpret'
+
+
+def define_flags() -> None:
+  """The CLI's flags, defined only when it runs as a program (importing this module defines none)."""
+  flags.DEFINE_string('workdir', None, 'Work directory of a training run.', required=True)
+  flags.DEFINE_string('input', '', 'The input to read; empty: the first test example of the task.')
+  flags.DEFINE_enum('which', 'best', ['best', 'latest'], 'Which checkpoint to load.')
+  flags.DEFINE_string('output', '', 'Where to write the report (default: <workdir>/interpret/report.html).')
+  flags.DEFINE_integer('position', -1, 'Position whose prediction is attributed (default: the last).')
+  flags.DEFINE_integer('ig_steps', 128, 'Integrated-gradients steps.')
+
+
+def default_input(loaded) -> list[int]:
+  """The first test example of a built-in task, up to its last valid position."""
+  from symjax import tasks
+  if loaded.task == 'text':
+    raise ValueError('a text model needs --input (the text to read)')
+  task = tasks.get_task(loaded.config)
+  batch = next(task.eval_batches('test', 1, loaded.config.seed))
+  n = int(batch['key_mask'][0].sum())
+  return [int(t) for t in batch['inputs'][0][:n]]
+
+
+def encode(loaded, text: str) -> list[int]:
+  try:
+    ids = [int(t) for t in loaded.tokenizer.encode(text)]
+  except ValueError as e:
+    raise ValueError(f'--input could not be tokenised for task {loaded.task!r}: {e}') from None
+  if not ids:
+    raise ValueError('--input is empty after tokenisation')
+  if len(ids) > loaded.model_config.max_len:
+    raise ValueError(f'--input is {len(ids)} tokens; this model reads at most model.max_len = '
+                     f'{loaded.model_config.max_len}')
+  return ids
+
+
+def check_position(ids, position: int) -> None:
+  if not -len(ids) <= position < len(ids):
+    raise ValueError(f'--position {position} is outside the input of {len(ids)} tokens '
+                     f'(allowed: {-len(ids)}..{len(ids) - 1})')
+
+
+def main(argv):
+  del argv
+  f = flags.FLAGS
+  if not f['verbosity'].present:  # Orbax logs every restore at INFO
+    logging.set_verbosity(logging.ERROR)
+  from symjax import loading
+  from symjax.interpret import report
+  from symjax.tasks import induction
+  loaded = loading.load(f.workdir, f.which)
+  ids = encode(loaded, f.input) if f.input else default_input(loaded)
+  check_position(ids, f.position)
+  decode = loaded.tokenizer.decode
+  ignore = frozenset()
+  if loaded.task == 'induction':  # only letters are induction queries
+    vocab = loaded.tokenizer.vocab
+    ignore = frozenset(set(range(len(vocab))) - {vocab.id(s) for s in induction.LETTERS})
+  text = report.build_report(loaded.model, loaded.params, ids, decode,
+                             title=f'{loaded.model_config.kind} · {loaded.task} · step {loaded.step}',
+                             position=f.position, ignore=ignore, ig_steps=f.ig_steps)
+  path = f.output or os.path.join(f.workdir, REPORT_DIR, 'report.html')
+  report.write_report(path, text)
+  print(f'report: {os.path.abspath(path)}')
+
+
+def run():
+  define_flags()
+  try:
+    app.run(main)
+  except (ValueError, FileNotFoundError, RuntimeError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)

@@ -404,6 +404,8 @@ def test_induction_tools_run_on_a_trained_checkpoint(tiny_run):
   (il, ih), (pl, ph) = circuit.induction_head, circuit.previous_token_head
   assert circuit.induction_scores[il, ih] == circuit.induction_scores.max()
   assert il == 0 or pl < il
+  earlier = circuit.previous_token_scores[:il] if il else circuit.previous_token_scores
+  assert circuit.previous_token_scores[pl, ph] == earlier.max()
   assert circuit.induction_head in circuit.induction_heads
   table = induction.knockouts(run.model, run.params, batch, task.vocab, circuit)
   assert list(table)[0] == 'none' and len(table) == 4

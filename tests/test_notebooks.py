@@ -4,7 +4,6 @@ that overrides it, as papermill does)."""
 import os
 
 import nbformat
-import pytest
 from nbclient import NotebookClient
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -124,6 +124,11 @@ def channel_lens(x: np.ndarray, table: np.ndarray, num_heads: int, vocab_size: i
   return softmax(scores)
 
 
+def embedding_table(params) -> np.ndarray:
+  """The input embedding table E ``[padded vocab, d_model]``, float64."""
+  return np.asarray(nn.meta.unbox(params)['embed']['embedding'], np.float64)
+
+
 def readout_table(cfg: ModelConfig, params) -> np.ndarray:
   params = nn.meta.unbox(params)
   table = params['embed']['embedding'] if cfg.tie_embeddings else params['readout']

@@ -156,7 +156,7 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
                'softmax(x_h · E^(h) / τ_h): the top two tokens and their probabilities.</p>' + ''.join(lens_html))
 
   if tr.mixture is not None:
-    errs = mixtures.reconstruction_errors(tr.mixture, core.nn.meta.unbox(params)['embed']['embedding'],
+    errs = mixtures.reconstruction_errors(tr.mixture, core.embedding_table(params),
                                           cfg.num_heads)
     parts.append('<h2>Exact mixture trace</h2><p>Every channel of X_t and X_e written as Σ_v w_v E^(h)_v with '
                  'w ≥ 0 (Property 5.6); largest relative reconstruction error per layer: ' + html.escape(

@@ -77,7 +77,7 @@ def trace(model: Transformer, params, tokens, key_mask=None, with_cone: bool = T
   tokens = core.as_batch(tokens)
   logits, inter = core.run(model, params, tokens, key_mask)
   heads = core.head_parameters(cfg, params)
-  table = core.nn.meta.unbox(params)['embed']['embedding']
+  table = core.embedding_table(params)
   stream_list = core.streams(cfg, inter)
   kinds = cfg.layer_kinds()
   lens, logit_lens, cones = [], [], []

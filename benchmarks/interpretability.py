@@ -86,8 +86,8 @@ def main(_):
         'induction_heads': circuit.induction_heads,
         'previous_token_scores': circuit.previous_token_scores.round(4).tolist(),
         'induction_scores': circuit.induction_scores.round(4).tolist(),
-        'knockout_mean': induction.knockouts(run.model, run.params, batch, task.vocab, circuit, 'mean'),
-        'knockout_zero': induction.knockouts(run.model, run.params, batch, task.vocab, circuit, 'zero'),
+        **{f'knockout_{mode}': induction.knockouts(run.model, run.params, batch, task.vocab, circuit, mode)
+           for mode in induction.KNOCKOUT_MODES},
         'context_guess_accuracy': induction.context_guess_accuracy(batch, task.vocab), 'chance': 0.25}
     save()
 
@@ -121,19 +121,24 @@ def main(_):
 
 def print_tables(results):
   pct = lambda x: f'{100 * x:.1f}'
-  print('\n## Induction circuit (test split, positions that need induction; mean ablation)\n')
-  print('| model | previous-token head(s) | induction head(s) | accuracy | top head out | all induction heads '
-        'out | previous-token heads out | numbers-only, all induction heads out | context guess | chance |')
-  print('|---|---|---|---:|---:|---:|---:|---:|---:|---:|')
+  print('\n## Induction circuit (test split, positions that need induction)\n')
+  print('| model | previous-token head(s) | induction head(s) | knockout | accuracy | top induction head out | '
+        'all induction heads out | previous-token heads out | numbers only, all induction heads out |')
+  print('|---|---|---|---|---:|---:|---:|---:|---:|')
+  names = lambda heads: ', '.join(f'L{l}.H{h}' for l, h in heads)
   for kind in KINDS:
     r = results.get(f'circuit/{kind}')
     if not r:
       continue
-    k = list(r['knockout_mean'].values())
-    names = lambda heads: ', '.join(f'L{l}.H{h}' for l, h in heads)
-    print(f"| {kind} | {names(r['previous_token_heads'])} | {names(r['induction_heads'])} | {pct(k[0]['accuracy'])} | "
-          f"{pct(k[1]['accuracy'])} | {pct(k[2]['accuracy'])} | {pct(k[3]['accuracy'])} | "
-          f"{pct(k[2]['numbers_accuracy'])} | {pct(r['context_guess_accuracy'])} | {pct(r['chance'])} |")
+    for mode in ('resample', 'mean', 'zero'):
+      k = list(r[f'knockout_{mode}'].values())
+      print(f"| {kind} | {names(r['previous_token_heads'])} | {names(r['induction_heads'])} | {mode} | "
+            f"{pct(k[0]['accuracy'])} | {pct(k[1]['accuracy'])} | {pct(k[2]['accuracy'])} | {pct(k[3]['accuracy'])} | "
+            f"{pct(k[2]['numbers_accuracy'])} |")
+  for kind in KINDS:
+    r = results.get(f'circuit/{kind}')
+    if r:
+      print(f"{kind}: context guess {pct(r['context_guess_accuracy'])}%, chance {pct(r['chance'])}%")
   print('\n## Token importance: precision@1 against the known source positions\n')
   print('| task | model | native | integrated gradients | input × gradient | |IG| | |I×G| | random | queries |')
   print('|---|---|---:|---:|---:|---:|---:|---:|---:|')

@@ -407,9 +407,12 @@ def test_induction_tools_run_on_a_trained_checkpoint(tiny_run):
   earlier = circuit.previous_token_scores[:il] if il else circuit.previous_token_scores
   assert circuit.previous_token_scores[pl, ph] == earlier.max()
   assert circuit.induction_head in circuit.induction_heads
-  table = induction.knockouts(run.model, run.params, batch, task.vocab, circuit)
-  assert list(table)[0] == 'none' and len(table) == 4
-  assert all(0.0 <= r['accuracy'] <= 1.0 and r['queries'] == table['none']['queries'] for r in table.values())
+  for mode in induction.KNOCKOUT_MODES:
+    table = induction.knockouts(run.model, run.params, batch, task.vocab, circuit, mode)
+    assert list(table)[0] == 'none' and len(table) == 4
+    assert all(0.0 <= r['accuracy'] <= 1.0 and r['queries'] == table['none']['queries'] for r in table.values())
+  with pytest.raises(ValueError, match=r"knockout mode must be one of \['mean', 'zero', 'resample'\]"):
+    induction.knockouts(run.model, run.params, batch, task.vocab, circuit, 'noise')
   assert 0.0 <= induction.context_guess_accuracy(batch, task.vocab) <= 1.0
   streams = attribution.stream_ablations(run.model, run.params, [batch])
   logits, _ = core.run(run.model, run.params, batch['inputs'], batch['key_mask'])

@@ -58,11 +58,20 @@ def context_guess_accuracy(batch, vocab) -> float:
   return hits / max(q.sum(), 1)
 
 
-def knockouts(model, params, batch, vocab, circuit: circuits.Circuit, mode: str = 'mean'
+KNOCKOUT_MODES = ('mean', 'zero', 'resample')
+
+
+def knockouts(model, params, batch, vocab, circuit: circuits.Circuit, mode: str = 'resample'
               ) -> dict[str, dict[str, float]]:
   """Accuracies with nothing ablated, the top induction head, all induction heads, and the previous-token
-  heads knocked out (``mode``: 'mean' or 'zero')."""
-  head = lambda lh: interventions.Ablation('head', lh[0], lh[1], mode=mode)
+  heads knocked out. ``mode``: 'resample' (each sequence gets the heads' outputs on the next sequence of
+  the batch: same distribution, none of its information), 'mean' (their mean over the batch) or 'zero'."""
+  if mode not in KNOCKOUT_MODES:
+    raise ValueError(f'knockout mode must be one of {list(KNOCKOUT_MODES)}, got {mode!r}')
+  kw = {}
+  if mode == 'resample':
+    kw = {'source': np.roll(batch['inputs'], 1, axis=0), 'source_mask': np.roll(batch['key_mask'], 1, axis=0)}
+  head = lambda lh: interventions.Ablation('head', lh[0], lh[1], mode='patch' if mode == 'resample' else mode)
   name = lambda heads: '+'.join(f'L{l}.H{h}' for l, h in heads)
   cases = {'none': [],
            f'induction head {name([circuit.induction_head])}': [head(circuit.induction_head)],
@@ -72,7 +81,7 @@ def knockouts(model, params, batch, vocab, circuit: circuits.Circuit, mode: str 
   out = {}
   for case, ablations in cases.items():
     if ablations:
-      logits, _ = interventions.run_with(model, params, batch['inputs'], ablations, batch['key_mask'])
+      logits, _ = interventions.run_with(model, params, batch['inputs'], ablations, batch['key_mask'], **kw)
     else:
       logits, _ = core.run(core.analysis_model(model), params, batch['inputs'], batch['key_mask'])
     out[case] = accuracies(logits, batch, vocab)

@@ -434,7 +434,7 @@ def test_report_cli_writes_a_self_contained_html_report(tiny_run):
   for section in ('Input and prediction', 'Heads', 'Attention', 'Program view', 'Per-head parameters',
                   'Channel lens', 'Exact mixture trace', 'Stream attribution', 'Token importance'):
     assert f'<h2>{section}</h2>' in text
-  assert len(re.findall(r'<img src="data:image/png;base64,', text)) == 4
+  assert len(re.findall(r'<img src="data:image/png;base64,', text)) == 5
   assert not re.search(r'(src|href)="(http|/|file:)', text)                # nothing outside the file
   assert re.search(r'induction head L\d\.H\d', text)
 

@@ -62,20 +62,25 @@ def main(argv):
   f = flags.FLAGS
   if not f['verbosity'].present:  # Orbax logs every restore at INFO
     logging.set_verbosity(logging.ERROR)
-  from symjax import loading
+  from symjax import loading, tasks
+  from symjax.interpret import induction as induction_tools
   from symjax.interpret import report
   from symjax.tasks import induction
   loaded = loading.load(f.workdir, f.which)
   ids = encode(loaded, f.input) if f.input else default_input(loaded)
   check_position(ids, f.position)
   decode = loaded.tokenizer.decode
-  ignore = frozenset()
-  if loaded.task == 'induction':  # only letters are induction queries
+  kw = {}
+  if loaded.task == 'induction':  # score the heads on the test split, as the benchmark does
     vocab = loaded.tokenizer.vocab
-    ignore = frozenset(set(range(len(vocab))) - {vocab.id(s) for s in induction.LETTERS})
+    task = tasks.get_task(loaded.config)
+    batch = next(task.eval_batches('test', 500, loaded.config.seed))
+    kw = dict(circuit=induction_tools.find_circuit(loaded.model, loaded.params, batch, vocab),
+              circuit_source='500 test sequences',
+              ignore=frozenset(set(range(len(vocab))) - {vocab.id(s) for s in induction.LETTERS}))
   text = report.build_report(loaded.model, loaded.params, ids, decode,
                              title=f'{loaded.model_config.kind} · {loaded.task} · step {loaded.step}',
-                             position=f.position, ignore=ignore, ig_steps=f.ig_steps)
+                             position=f.position, ig_steps=f.ig_steps, **kw)
   path = f.output or os.path.join(f.workdir, REPORT_DIR, 'report.html')
   report.write_report(path, text)
   print(f'report: {os.path.abspath(path)}')

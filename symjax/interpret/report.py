@@ -21,15 +21,17 @@ from symjax.interpret import attribution, circuits, core, mixtures  # noqa: E402
 from symjax.interpret import tracing  # noqa: E402
 
 
-def attention_figure(attention: np.ndarray, labels: list[str], highlight: set[tuple[int, int]] = frozenset()):
-  """Heatmaps ``[layers, heads, time, time]`` in a grid (rows: layers; columns: heads)."""
+def attention_figure(attention: np.ndarray, labels: list[str], highlight: set[tuple[int, int]] = frozenset(),
+                     titles: list[list[str]] | None = None):
+  """Heatmaps ``[layers, heads, time, time]`` in a grid (rows: layers; columns: heads); ``titles`` per
+  panel override the 'L{l}.H{h}' names."""
   L, H = attention.shape[:2]
   fig, axes = plt.subplots(L, H, figsize=(2.4 * H + 0.5, 2.4 * L + 0.3), squeeze=False)
   for l in range(L):
     for h in range(H):
       ax = axes[l, h]
       ax.imshow(attention[l, h], vmin=0, vmax=1, cmap='Blues')
-      title = f'L{l}.H{h}'
+      title = titles[l][h] if titles else f'L{l}.H{h}'
       if (l, h) in highlight:
         title += ' *'
       ax.set_title(title, fontsize=9, color='crimson' if (l, h) in highlight else 'black')
@@ -110,10 +112,13 @@ img{max-width:100%}h2{border-bottom:1px solid #ddd}"""
 
 def build_report(model, params, tokens, decode: Callable, title: str = 'symjax report',
                  position: int = -1, target: int | None = None, ignore=frozenset(),
-                 ig_steps: int = 128) -> str:
+                 ig_steps: int = 128, circuit: circuits.Circuit | None = None,
+                 circuit_source: str = 'this input') -> str:
   """The HTML of the report for one sequence ``tokens`` ``[time]``. ``position``: the query position whose
   prediction is attributed (default: the last); ``target``: the token whose log-probability the gradient
   methods explain (default: the model's prediction). ``ignore``: token ids that are never induction queries.
+  ``circuit``: heads found elsewhere (e.g. on a test split, named by ``circuit_source``); by default they
+  are scored on this input.
   """
   tokens = core.as_batch(tokens)
   if tokens.shape[0] != 1:
@@ -132,14 +137,19 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
       ['position', 'token', 'prediction', 'p'],
       [[i, decode([int(tokens[0, i])]), decode([int(pred[i])]), f'{probs[i, pred[i]]:.3f}'] for i in range(t)]))
 
-  circuit = circuits.find_induction_circuit(model, params, tokens, ignore=ignore)
+  if circuit is None:
+    circuit = circuits.find_induction_circuit(model, params, tokens, ignore=ignore)
   highlight = {circuit.previous_token_head, circuit.induction_head}
-  parts.append('<h2>Heads</h2><p>' + html.escape(circuit.describe()) + ' — on this input; starred in the '
-               'heatmaps.</p>' + _table(
+  parts.append('<h2>Heads</h2><p>' + html.escape(circuit.describe()) + f' — scored on {html.escape(circuit_source)}; '
+               'starred in the heatmaps.</p>' + _table(
                    ['layer.head', 'previous-token score', 'induction score'],
                    [[f'L{l}.H{h}', f'{circuit.previous_token_scores[l, h]:.2f}',
                      f'{circuit.induction_scores[l, h]:.2f}']
                     for l in range(cfg.num_layers) for h in range(cfg.num_heads)]))
+  (pl, ph), (il, ih) = circuit.previous_token_head, circuit.induction_head
+  pair = np.stack([tr.attention[pl, 0, ph], tr.attention[il, 0, ih]])[None]
+  pair_titles = [[f'previous-token head L{pl}.H{ph}', f'induction head L{il}.H{ih}']]
+  parts.append(f'<img src="{figure_to_uri(attention_figure(pair, labels, titles=pair_titles))}">')
   parts.append(f'<h2>Attention</h2><img src="{figure_to_uri(attention_figure(tr.attention[:, 0], labels, highlight))}">')
   parts.append('<h2>Program view</h2><pre>' + html.escape(
       circuits.format_program(circuits.program(model, params, tokens), tokens, decode)) + '</pre>')

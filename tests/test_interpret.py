@@ -16,19 +16,12 @@ import paper_reference as ref
 from symjax import config_lib, interpret, train
 from symjax.interpret import attribution, circuits, core, induction, interventions, mixtures
 from symjax.interpret import cli
-from symjax.model import ModelConfig, Transformer
+from symjax.model import Transformer
 from symjax.tasks import induction as induction_task
+from test_model import EPS, KINDS, small
 from test_modules import randomize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EPS = 1e-5
-SMALL = ModelConfig(vocab_size=11, num_layers=2, num_heads=3, head_dim=4, ff_dim=10, ff_dim_per_head=5,
-                    max_len=16, layer_norm_epsilon=EPS)
-KINDS = ('standard', 'token_factored', 'symbolic')
-
-
-def small(**kw):
-  return dataclasses.replace(SMALL, **kw)
 
 
 @pytest.fixture(scope='module', params=KINDS)
@@ -136,7 +129,8 @@ def test_symbolic_streams_lie_in_their_cones_and_token_factored_streams_need_not
   table = params['embed']['embedding']
   for states in tr.streams[1:]:
     assert interpret.cone(states['x_t'], table, model.config.num_heads, model.config.vocab_size).min() > 0.999
-  tf = Transformer(small(kind='token_factored'))
+  # Channels wider than the vocabulary, so the cone is a proper subset of each channel's space.
+  tf = Transformer(small(kind='token_factored', head_dim=16))
   tf_params = randomize(tf.init(jax.random.key(0), tokens), 9, scale=0.5)['params']
   tr = interpret.trace(tf, tf_params, tokens[:1])
   assert len(tr.cone_cosine) == tf.config.num_layers + 1
@@ -374,7 +368,7 @@ def test_head_writes_are_distributions_and_standard_heads_add_up_to_the_attentio
   np.testing.assert_allclose(writes.sum(-1), 1.0, rtol=1e-6)
   if cfg.kind == 'standard':
     _, inter = core.run(model, params, tokens)
-    per_head = circuits._standard_head_outputs(cfg, params, 1, inter, tokens, None, core.analysis_model(model))
+    per_head = circuits._standard_head_outputs(cfg, params, 1, tokens, None, core.analysis_model(model))
     assert ref.rel_err(per_head.sum(2), core.components(cfg, inter)['attention_1']) <= 1e-5
 
 

@@ -141,13 +141,13 @@ def head_writes(model, params, tokens, key_mask=None) -> tuple[np.ndarray, np.nd
     elif kind == 'token_factored':
       w = core.channel_lens(comps[f'attention_{l}'], table, cfg.num_heads, cfg.vocab_size)
     else:                    # standard: each head's share of the output projection, read by the unembedding
-      per_head = _standard_head_outputs(cfg, p, l, inter, tokens, key_mask, model)
+      per_head = _standard_head_outputs(cfg, p, l, tokens, key_mask, model)
       w = core.softmax(per_head @ core.readout_table(cfg, params).T)
     writes.append(w)
   return np.stack(writes), np.stack(attention)
 
 
-def _standard_head_outputs(cfg, p, l, inter, tokens, key_mask, model) -> np.ndarray:
+def _standard_head_outputs(cfg, p, l, tokens, key_mask, model) -> np.ndarray:
   """``[batch, time, heads, d_model]``: each head's term of a standard block's attention output."""
   from symjax.interpret import interventions
   sites = [interventions.Ablation('head', l, h) for h in range(cfg.num_heads)]

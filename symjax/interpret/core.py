@@ -13,7 +13,6 @@ import dataclasses
 from typing import Any
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -214,7 +213,3 @@ def token_metrics(logits: np.ndarray, targets: np.ndarray, weights: np.ndarray) 
   total = max(w.sum(), 1e-12)
   return {'loss': float((nll * w).sum() / total), 'accuracy': float((correct * w).sum() / total),
           'count': float(w.sum())}
-
-
-def to_jax(x):
-  return jax.tree.map(jnp.asarray, x)

@@ -50,6 +50,12 @@ def mixture_trace(model: Transformer, params, tokens, key_mask=None) -> MixtureT
   model = core.analysis_model(model)
   tokens = core.as_batch(tokens)
   _, inter = core.run(model, params, tokens, key_mask)
+  return from_intermediates(cfg, tokens, inter)
+
+
+def from_intermediates(cfg, tokens: np.ndarray, inter) -> MixtureTrace:
+  """The same from the intermediates of a run already made (``core.run`` of an all-symbolic model with
+  the direct projection) on ``tokens`` ``[batch, time]``."""
   vocab = cfg.padded_vocab_size
   w_t = np.repeat(np.eye(vocab)[tokens][:, :, None, :], cfg.num_heads, axis=2)
   w_e = np.zeros_like(w_t)

@@ -96,6 +96,6 @@ def trace(model: Transformer, params, tokens, key_mask=None, with_cone: bool = T
              for l, k in enumerate(kinds)]
   mix = None
   if cfg.kind == 'symbolic' and all(k == 'symbolic' for k in kinds):
-    mix = mixtures.mixture_trace(model, params, tokens, key_mask)
+    mix = mixtures.from_intermediates(cfg, tokens, inter)
   return Trace(cfg, tokens, logits, stream_list, lens, logit_lens, attention, value_mix, ffn_mix, heads,
                mix, cones if cones else None)

@@ -126,3 +126,32 @@ def test_dyck_inputs_are_biased_towards_balanced_prefixes():
   rng = np.random.default_rng(1)
   uniform = [rasp.dyck_tags(list(rng.choice(['(', ')'], 15)), ('()',)) for _ in range(len(data))]
   assert late_t(data) > 1.2 * late_t(uniform)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Text: nanoGPT's 90% training part, then disjoint validation and test parts.
+# ------------------------------------------------------------------------------------------------------
+def test_text_splits_are_disjoint_and_cover_the_corpus(tmp_path):
+  from symjax.tasks.text import TextTask
+  path = tmp_path / 'corpus.txt'
+  text = ''.join(np.random.default_rng(0).choice(list('abcdefghijklmnopqrstuvwxyz'), 10_000))
+  path.write_text(text, encoding='utf-8')
+  task = TextTask(str(path), seq_len=8, eval_windows=64)
+  sizes = {k: len(v) for k, v in task.streams.items()}
+  assert sizes == {'train': 9_000, 'validation': 500, 'test': 500}
+  joined = np.concatenate([task.streams[s] for s in base.SPLITS])
+  assert task.tokenizer.decode(joined) == text   # in order, nothing shared, nothing dropped
+  # Evaluation windows come from their own part and never from the other held-out one.
+  windows_of = lambda stream: {tuple(stream[s:s + 8]) for s in range(len(stream) - 7)}
+  for split, other in (('validation', 'test'), ('test', 'validation')):
+    windows = {tuple(w) for b in task.eval_batches(split, 16, 0) for w in b['inputs']}
+    assert windows <= windows_of(task.streams[split])
+    assert not windows & windows_of(task.streams[other])
+
+
+def test_text_too_short_for_its_held_out_parts_is_an_error(tmp_path):
+  from symjax.tasks.text import TextTask
+  path = tmp_path / 'short.txt'
+  path.write_text('abcdefgh' * 40, encoding='utf-8')   # 320 chars: 16 for validation, 16 for test
+  with pytest.raises(ValueError, match=r"its validation part has 16 tokens, fewer than seq_len \+ 2 = 34"):
+    TextTask(str(path), seq_len=32)

@@ -1,6 +1,7 @@
 """The trainer end to end on tiny configs: outputs, exact resume, corrupt checkpoints, divergence, loading,
 sampling, and clear errors for bad configs and inputs."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -317,3 +318,39 @@ def test_rasp_config_runs_from_the_command_line(tmp_path):
 def test_lstm_needs_a_causal_task(tmp_path):
   with pytest.raises(ValueError, match="model.kind 'lstm' reads left to right and needs a causal task"):
     train.train_and_evaluate(tiny_config('lstm', task='sort'), str(tmp_path / 'w'))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Weight decay by role: exactly these leaves decay, for every kind.
+# ------------------------------------------------------------------------------------------------------
+DECAYED = {
+    'standard': {'attention/key/kernel', 'attention/query/kernel', 'attention/value/kernel',
+                 'attention/out/kernel', 'ffn/wi/kernel', 'ffn/wo/kernel'},
+    'token_factored': {'attention/key/kernel', 'attention/query/kernel', 'ffn/wi/kernel', 'ffn/wo/kernel'},
+    'symbolic': {'attention/key/kernel', 'attention/query/kernel', 'ffn/w1', 'ffn/w2'},
+}
+
+
+@pytest.mark.parametrize('kind', sorted(DECAYED))
+def test_weight_decay_applies_to_activation_matrices_only(kind):
+  from symjax import model as model_lib
+  config = tiny_config(kind, weight_decay=0.5, grad_clip_norm=0.0, warmup_steps=0, total_steps=10)
+  model_config = config_lib.model_config(config, vocab_size=10, causal=True)
+  shapes = model_lib.param_shapes(model_config)
+  name = lambda path: '/'.join(str(k.key) for k in path)
+  mask = jax.tree_util.tree_flatten_with_path(train.decay_mask(shapes))[0]
+  decayed = {name(p).split('/', 1)[1] for p, on in mask if on}
+  assert decayed == DECAYED[kind]
+  # Untied readout tables decay too; the embedding table never does.
+  untied = model_lib.param_shapes(dataclasses.replace(model_config, tie_embeddings=False))
+  flags = {name(p): on for p, on in jax.tree_util.tree_flatten_with_path(train.decay_mask(untied))[0]}
+  assert flags['readout'] and not flags['embed/embedding']
+  # With zero gradients, one AdamW step moves exactly the decayed leaves (by lr · wd · p).
+  params = jax.tree.map(lambda s: np.ones(s.shape, np.float32), shapes)
+  tx = train.make_optimizer(config)
+  zeros = jax.tree.map(np.zeros_like, params)
+  updates, _ = tx.update(zeros, tx.init(params), params)
+  lr = float(train.learning_rate_schedule(config)(0))
+  for path, u in jax.tree_util.tree_flatten_with_path(updates)[0]:
+    expected = -lr * 0.5 if name(path).split('/', 1)[-1] in DECAYED[kind] else 0.0
+    np.testing.assert_allclose(np.asarray(u), expected, rtol=1e-6, err_msg=name(path))

@@ -1,7 +1,9 @@
 """Language modelling on any UTF-8 text file: character-level or byte-pair vocabulary.
 
-The first 90% of the token stream is for training, the last 10% for validation (and test). Training
-batches are random windows drawn from (seed, step); evaluation reads a fixed set of windows.
+The first 90% of the token stream is for training (nanoGPT's split, so results stay comparable); of the
+last 10%, the first half is for validation (model selection, tuning) and the second half for test, so the
+test text is never read while choosing a model. Training batches are random windows drawn from
+(seed, step); evaluation reads a fixed set of windows.
 """
 
 from __future__ import annotations
@@ -118,9 +120,9 @@ class TextTask(base.Task):
     self.vocab = self.tokenizer.vocab
     ids = self.tokenizer.encode(text)
     self.seq_len = seq_len
-    cut = int(0.9 * len(ids))
-    self.streams = {'train': ids[:cut], 'validation': ids[cut:], 'test': ids[cut:]}
-    for split in ('train', 'validation'):
+    cut, held_out = int(0.9 * len(ids)), int(0.95 * len(ids))
+    self.streams = {'train': ids[:cut], 'validation': ids[cut:held_out], 'test': ids[held_out:]}
+    for split in base.SPLITS:
       if len(self.streams[split]) < seq_len + 2:
         raise ValueError(
             f'config.text_path {path!r} is too short: its {split} part has {len(self.streams[split])} '

@@ -26,7 +26,6 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from absl import logging
-from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
@@ -172,16 +171,15 @@ def summarize(sums: dict[str, float], top_ks) -> dict[str, float]:
   out = {'loss': loss, 'perplexity': math.exp(min(loss, 700.0)), 'accuracy': sums['correct'] / weight,
          **{f'top{k}_accuracy': sums[f'top{k}_correct'] / weight for k in top_ks},
          'sequence_accuracy': sums['sequence_correct'] / max(sums['sequences'], 1e-9)}
-  out.update({k: v / max(sums['sequences'], 1e-9) for k, v in sums.items() if k.startswith('task/')})
   return out
 
 
 def evaluate(eval_step, params, task: tasks.Task, split: str, config, put) -> dict[str, float]:
+  """Metrics of ``split``. Its evaluation batches depend on ``data_seed`` only, so every training seed is
+  scored on the same examples."""
   sums: dict[str, float] = {}
-  for batch in task.eval_batches(split, config.batch_size, config.seed):
-    device_sums, predictions = eval_step(params, put(batch))
-    extra = task.host_metrics(np.asarray(multihost_utils.process_allgather(predictions, tiled=True)), batch)
-    for k, v in {**jax.device_get(device_sums), **{f'task/{k}': v for k, v in extra.items()}}.items():
+  for batch in task.eval_batches(split, config.batch_size, config.data_seed):
+    for k, v in jax.device_get(eval_step(params, put(batch))).items():
       sums[k] = sums.get(k, 0.0) + float(v)
   return summarize(sums, config.top_ks)
 
@@ -247,16 +245,16 @@ def check_same_model(workdir: str, model_config: ModelConfig) -> None:
 
 
 def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
-  columns = sorted({k for r in rows.values() for k in r}, key=lambda k: (k.startswith('task/'), k))
+  columns = sorted({k for r in rows.values() for k in r})
   print(f'\n{title}')
   print(' | '.join(['split'.ljust(10)] + [c.rjust(12) for c in columns]))
   for name, r in rows.items():
     print(' | '.join([name.ljust(10)] + [f'{r[c]:12.4f}' if c in r else ' ' * 12 for c in columns]))
 
 
-def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_collections.ConfigDict,
-               rng: jax.Array):
-  """The pure train and eval step functions (to be jitted with the run's shardings)."""
+def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_collections.ConfigDict):
+  """The pure train and eval step functions (to be jitted with the run's shardings, or vmapped over
+  seeds): ``train_step(state, batch, rng)`` with the run's key ``rng``, ``eval_step(params, batch)``."""
 
   def loss_fn(params, batch, dropout_key):
     loss, _, above, tied = token_stats(model, params, batch, config, deterministic=False,
@@ -264,7 +262,7 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
     sums = weighted_metrics(loss, above, tied, batch, config.top_ks)
     return sums['loss'] / jnp.maximum(sums['weight'], 1.0), sums
 
-  def train_step(state: TrainState, batch):
+  def train_step(state: TrainState, batch, rng):
     dropout_key = jax.random.fold_in(jax.random.fold_in(rng, 1), state.step)
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, dropout_key)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -274,8 +272,8 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   def eval_step(params, batch):
-    loss, predictions, above, tied = token_stats(model, params, batch, config)
-    return weighted_metrics(loss, above, tied, batch, config.top_ks), predictions
+    loss, _, above, tied = token_stats(model, params, batch, config)
+    return weighted_metrics(loss, above, tied, batch, config.top_ks)
 
   return train_step, eval_step
 
@@ -286,7 +284,7 @@ class CompiledRun:
   shardings: Any
   init: Any                   # rng -> sharded TrainState
   train_step: Any             # (state, batch) -> (state, metrics); donates the state
-  eval_step: Any              # (params, batch) -> (metric sums, predictions)
+  eval_step: Any              # (params, batch) -> metric sums
   all_finite: Any             # pytree -> bool array
 
 
@@ -298,16 +296,17 @@ def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int) 
   shardings = state_shardings(abstract_boxed, mesh, rules)
   abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                 nn.meta.unbox(abstract_boxed), shardings)
-  train_step, eval_step = make_steps(model, tx, config, rng)
+  train_step, eval_step = make_steps(model, tx, config)
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_sharding = NamedSharding(mesh, PartitionSpec(streamed.DATA_AXIS))
   return CompiledRun(
       abstract_state=abstract_state, shardings=shardings,
       init=jax.jit(lambda k: nn.meta.unbox(init(k)), out_shardings=shardings),
-      train_step=jax.jit(train_step, in_shardings=(shardings, batch_sharding),
+      train_step=jax.jit(lambda state, batch: train_step(state, batch, rng),
+                         in_shardings=(shardings, batch_sharding),
                          out_shardings=(shardings, replicated), donate_argnums=0),
       eval_step=jax.jit(eval_step, in_shardings=(shardings.params, batch_sharding),
-                        out_shardings=(replicated, batch_sharding)),
+                        out_shardings=replicated),
       all_finite=jax.jit(lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)])),
                          out_shardings=replicated))
 
@@ -457,7 +456,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
           manager.save(step, args=ocp.args.StandardSave(state), metrics=validation)
           if lead:
             say(f'step {step}: validation ' + ' '.join(
-                f'{k}={v:.4f}' for k, v in validation.items() if not k.startswith('task/')))
+                f'{k}={v:.4f}' for k, v in validation.items()))
           if config.stop_at_accuracy and validation['accuracy'] >= config.stop_at_accuracy:
             if lead:
               say(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
@@ -490,7 +489,7 @@ def evaluate_train_sample(eval_step, params, task, config, put) -> dict[str, flo
   """Metrics on a few training batches (the same ones every time), to compare with validation."""
   sums: dict[str, float] = {}
   for i in range(4):
-    device_sums, _ = eval_step(params, put(task.batch('train', i, config.batch_size, config.seed + 1)))
+    device_sums = eval_step(params, put(task.batch('train', i, config.batch_size, config.data_seed + 1)))
     for k, v in jax.device_get(device_sums).items():
       sums[k] = sums.get(k, 0.0) + float(v)
   return summarize(sums, config.top_ks)

@@ -85,11 +85,6 @@ class Task(abc.ABC):
                                                      example['weights'][i]))
     return f'input:  {inp}\ntarget: {tgt}'
 
-  def host_metrics(self, predictions: np.ndarray, batch: dict[str, np.ndarray]) -> dict[str, float]:
-    """Task-specific metrics from argmax predictions ``[batch, time]`` (summed; divided by 'count')."""
-    del predictions, batch
-    return {}
-
 
 @dataclasses.dataclass
 class SequenceDataset:

@@ -1,0 +1,204 @@
+"""Several seeds of one config, trained together in one process.
+
+``jax.vmap`` over a leading seed axis of everything that differs between seeds: the parameters (initialised
+from each seed's key), the optimiser state, the order of the training batches and the dropout keys. The
+task's data (and so its splits and evaluation batches) depend on ``data_seed`` only and are shared. One
+compiled step then trains every seed, so small models keep the CPU busy instead of paying per-step overhead
+once per seed.
+
+Each seed has its own work directory, laid out as a single run's (``config.json`` with that seed, ``run.json``,
+``vocab.json``, ``metrics.jsonl``, ``final_metrics.json``, ``checkpoints/``): ``symjax.load`` and
+``python -m symjax.main`` read it like any other, and a vmapped seed equals the separate run of that seed up
+to float rounding (``tests/test_seeds.py``). Rerunning resumes from the newest checkpoint step that every
+seed has, and a set of seeds whose ``final_metrics.json`` all record the last step is not trained again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+
+from symjax import config_lib, tasks, train
+from symjax import model as model_lib
+
+FINAL_FILE = 'final_metrics.json'
+
+
+def finished(workdir: str, total_steps: int) -> dict | None:
+  """The final metrics of a run in ``workdir`` that reached ``total_steps``, else None."""
+  path = os.path.join(workdir, FINAL_FILE)
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    final = json.load(f)
+  return final if final.get('step') == total_steps else None
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """What training seeds together cannot do, as one-line errors."""
+  if config.stop_at_accuracy:
+    raise ValueError(f'config.stop_at_accuracy must be 0 when seeds train together (each seed would stop at '
+                     f'its own step), got {config.stop_at_accuracy}')
+  if config.numeral_glyph_init:
+    raise ValueError('config.numeral_glyph_init is not supported when seeds train together; '
+                     'train such runs one by one with python -m symjax.main')
+  if config.mesh.vocab != 1 or config.mesh.data not in (-1, 1) or config.distributed.num_processes != 1:
+    raise ValueError('seeds train together on one device of one process: config.mesh.vocab and '
+                     'config.mesh.data must be 1 (or data -1) and config.distributed.num_processes 1')
+
+
+def _stack(trees):
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def _restore_common(managers, abstract_state, workdirs) -> tuple[int, list | None]:
+  """The newest checkpoint step that every seed has and that restores for every seed."""
+  common = set.intersection(*(set(m.all_steps()) for m in managers)) if managers else set()
+  for step in sorted(common, reverse=True):
+    try:
+      return step, [m.restore(step, args=ocp.args.StandardRestore(abstract_state)) for m in managers]
+    except Exception as e:  # pylint: disable=broad-except
+      print(f'WARNING: checkpoint step {step} does not restore for every seed ({type(e).__name__}); '
+            f'trying an earlier common step', file=sys.stderr)
+  if common:
+    print('WARNING: no common checkpoint step restores; the seeds start from step 0', file=sys.stderr)
+  return 0, None
+
+
+def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdirs: Sequence[str],
+                verbose: bool = True) -> list[dict]:
+  """Trains ``config`` once per seed, all seeds in one vmapped step; seed i in ``workdirs[i]``.
+
+  Returns each seed's final metrics (the content of its ``final_metrics.json``; a seed whose loss became
+  non-finite has ``{'diverged': step}`` instead, and its last good checkpoint is kept).
+  """
+  if len(seeds) != len(workdirs) or not seeds:
+    raise ValueError(f'need one work directory per seed, got {len(seeds)} seeds and {len(workdirs)} folders')
+  config_lib.validate(config)
+  check_config(config)
+  done = [finished(w, config.total_steps) for w in workdirs]
+  if all(done):
+    return done
+
+  # --- Data and model, shared by every seed.
+  for w in workdirs:
+    os.makedirs(w, exist_ok=True)
+  task = tasks.get_task(config, workdirs[0])
+  model_config = config_lib.model_config(config, len(task.vocab), task.causal)
+  if task.seq_len > model_config.max_len:
+    raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
+                     f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
+  seed_configs = []
+  for seed, w in zip(seeds, workdirs):
+    c = ml_collections.ConfigDict(config.to_dict())
+    c.seed = seed
+    train.check_same_model(w, model_config)
+    train.save_run_files(w, c, task, model_config)
+    seed_configs.append(c)
+  model = model_lib.build(model_config)
+  tx = train.make_optimizer(config)
+  schedule = train.learning_rate_schedule(config)
+  train_step, eval_step = train.make_steps(model, tx, config)
+  init = lambda key: nn.meta.unbox(train.init_state(model, tx, key, task.seq_len))
+  keys = jnp.stack([jax.random.key(s) for s in seeds])
+  v_train = jax.jit(jax.vmap(train_step), donate_argnums=0)
+  v_eval = jax.jit(jax.vmap(eval_step, in_axes=(0, None)))   # every seed scores the same batch
+  all_finite = jax.jit(jax.vmap(
+      lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))))
+
+  # --- State: resume from the newest step all seeds share.
+  managers = [train.checkpoint_manager(w, config) for w in workdirs]
+  abstract_state = jax.eval_shape(init, keys[0])
+  start_step, restored = _restore_common(managers, abstract_state, workdirs)
+  state = _stack(restored) if restored else jax.jit(jax.vmap(init))(keys)
+  writers = [train.MetricWriter(w) for w in workdirs]
+  num_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
+  if verbose:
+    print(f'symjax: {len(seeds)} seeds {list(seeds)} of a {model_config.kind} model, {num_params:,} parameters '
+          f'each, task {task.name!r}' + (f', resuming from step {start_step}' if start_step else ''))
+
+  def evaluate(params, split: str) -> list[dict[str, float]]:
+    """Every seed's metrics on ``split``; 'train' is a fixed sample of 4 training batches, as in the
+    single-run trainer, to compare with validation."""
+    if split == 'train':
+      batches = (task.batch('train', i, config.batch_size, config.data_seed + 1) for i in range(4))
+    else:
+      batches = task.eval_batches(split, config.batch_size, config.data_seed)
+    sums = [{} for _ in seeds]
+    for batch in batches:
+      for i, seed_sums in enumerate(_unstack(jax.device_get(v_eval(params, batch)), len(seeds))):
+        for k, v in seed_sums.items():
+          sums[i][k] = sums[i].get(k, 0.0) + float(v)
+    return [train.summarize(s, config.top_ks) for s in sums]
+
+  # --- Loop.
+  diverged: dict[int, int] = {}
+  tokens_per_step = len(seeds) * config.batch_size * task.seq_len
+  last_time, last_step, step, rate = time.time(), start_step, start_step, 0.0
+  try:
+    while step < config.total_steps:
+      batch = _stack([task.batch('train', step, config.batch_size, s) for s in seeds])
+      state, metrics = v_train(state, batch, keys)
+      step += 1
+      if step % config.log_every_steps == 0 or step == config.total_steps:
+        now = time.time()
+        rate = (step - last_step) * tokens_per_step / max(now - last_time, 1e-9)
+        last_time, last_step = now, step
+        for i, m in enumerate(_unstack(jax.device_get(metrics), len(seeds))):
+          m = {k: float(v) for k, v in m.items()}
+          if i not in diverged and not all(math.isfinite(v) for v in m.values()):
+            diverged[i] = step
+            print(f'WARNING: seed {seeds[i]} diverged at step {step} (non-finite training metrics); '
+                  f'its last good checkpoint is kept', file=sys.stderr)
+          if i not in diverged:
+            writers[i].write(step, 'train', {**m, 'tokens_per_second': rate, 'learning_rate': float(schedule(step))})
+      if step % config.eval_every_steps == 0 or step == config.total_steps:
+        finite = np.asarray(all_finite(state.params))
+        validation = evaluate(state.params, 'validation')
+        for i, (manager, writer) in enumerate(zip(managers, writers)):
+          if not finite[i]:
+            diverged.setdefault(i, step)
+          if i in diverged:
+            continue
+          writer.write(step, 'validation', validation[i])
+          manager.save(step, args=ocp.args.StandardSave(jax.tree.map(lambda x, i=i: x[i], state)),
+                       metrics=validation[i])
+        if verbose:
+          mean = lambda k: np.mean([v[k] for i, v in enumerate(validation) if i not in diverged] or [np.nan])
+          print(f'step {step}: validation loss {mean("loss"):.4f} accuracy {mean("accuracy"):.4f} '
+                f'(mean of {len(seeds) - len(diverged)} seeds)' + (f', {rate:,.0f} tokens/s' if rate else ''),
+                flush=True)
+  finally:  # on an error too: finish writing the checkpoints being saved, so nothing saved is lost
+    for manager in managers:
+      manager.wait_until_finished()
+
+  # --- Final evaluation of every seed's final parameters.
+  splits = {'train': evaluate(state.params, 'train'), 'validation': evaluate(state.params, 'validation'),
+            **{s: evaluate(state.params, s) for s in ('test', *task.eval_splits)}}
+  finals = []
+  for i, (w, writer, manager) in enumerate(zip(workdirs, writers, managers)):
+    if i in diverged:
+      final = {'step': step, 'diverged': diverged[i]}
+    else:
+      final = {'step': step, **{split: rows[i] for split, rows in splits.items()}}
+      writer.write(step, 'test', final['test'])
+    train.write_atomically(os.path.join(w, FINAL_FILE), json.dumps(final, indent=1))
+    writer.close()
+    manager.close()
+    finals.append(final)
+  return finals
+
+
+def _unstack(tree, n: int) -> list:
+  return [jax.tree.map(lambda x, i=i: x[i], tree) for i in range(n)]

@@ -1,0 +1,132 @@
+"""Seeds trained together (vmapped) against separate runs, their resume, and the sweep's grid and table."""
+
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+import symjax
+from symjax import config_lib, seeds, sweep, train
+
+STEPS = 20
+
+
+def tiny(**overrides):
+  config = config_lib.default_config('symbolic', 'tiny')
+  config.total_steps = STEPS
+  config.warmup_steps = 5
+  config.batch_size = 16
+  config.log_every_steps = 5
+  config.eval_every_steps = 10
+  config.progress_bar = False
+  config.model.dropout_rate = 0.1   # dropout keys must follow each seed too
+  for k, v in overrides.items():
+    config[k] = v
+  return config
+
+
+def max_difference(a, b):
+  return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+@pytest.fixture(scope='module')
+def together(tmp_path_factory):
+  root = tmp_path_factory.mktemp('seeds')
+  folders = [str(root / f'seed_{s}') for s in (0, 1)]
+  finals = seeds.train_seeds(tiny(), [0, 1], folders, verbose=False)
+  return root, folders, finals
+
+
+def test_vmapped_seeds_equal_separate_runs(together, tmp_path):
+  _, folders, finals = together
+  for seed, folder, final in zip((0, 1), folders, finals):
+    alone = train.train_and_evaluate(tiny(seed=seed), str(tmp_path / f'alone_{seed}'))
+    assert max_difference(symjax.load(folder).params, symjax.load(str(tmp_path / f'alone_{seed}')).params) < 1e-5
+    for split in ('validation', 'test'):
+      assert final[split]['loss'] == pytest.approx(alone[split]['loss'], rel=1e-5)
+  # The seeds really differ (initialisation, data order, dropout).
+  assert max_difference(symjax.load(folders[0]).params, symjax.load(folders[1]).params) > 1e-3
+  with open(os.path.join(folders[1], train.CONFIG_FILE)) as f:
+    assert json.load(f)['seed'] == 1
+
+
+def test_finished_seeds_are_not_trained_again(together, monkeypatch):
+  _, folders, finals = together
+  monkeypatch.setattr(seeds.tasks, 'get_task', lambda *a, **k: pytest.fail('a finished run was trained again'))
+  assert seeds.train_seeds(tiny(), [0, 1], folders, verbose=False) == finals
+
+
+def test_resume_starts_from_the_newest_step_every_seed_has(together, tmp_path):
+  _, folders, _ = together
+  copies = [str(tmp_path / os.path.basename(f)) for f in folders]
+  for src, dst in zip(folders, copies):
+    shutil.copytree(src, dst)
+    os.remove(os.path.join(dst, seeds.FINAL_FILE))
+  shutil.rmtree(os.path.join(copies[1], train.CHECKPOINT_DIR, str(STEPS)))   # seed 1 stopped at step 10
+  seeds.train_seeds(tiny(), [0, 1], copies, verbose=False)
+  for src, dst in zip(folders, copies):
+    assert max_difference(symjax.load(src).params, symjax.load(dst).params) < 1e-6
+  with open(os.path.join(copies[1], train.METRICS_FILE)) as f:
+    assert any(json.loads(line)['step'] == STEPS for line in f)
+
+
+def test_seeds_refuse_what_they_cannot_do(tmp_path):
+  with pytest.raises(ValueError, match='config.stop_at_accuracy must be 0 when seeds train together'):
+    seeds.train_seeds(tiny(stop_at_accuracy=0.9), [0], [str(tmp_path / 'a')])
+  with pytest.raises(ValueError, match='one work directory per seed'):
+    seeds.train_seeds(tiny(), [0, 1], [str(tmp_path / 'a')])
+
+
+@pytest.mark.parametrize('spec, message', [
+    ('learnig_rate=1e-3', r"--grid field 'learnig_rate' is not a config field; fields: adam_b1, .*learning_rate"),
+    ('model.tau=1', r"--grid field 'model.tau' is not a config field; fields of model: .*tau_init"),
+    ('learning_rate=fast', r"--grid learning_rate: 'fast' is not a number \(float\)"),
+    ('batch_size=1.5', r"--grid batch_size: '1.5' is not an integer"),
+    ('learning_rate=', r'--grid learning_rate: empty value'),
+    ('model=1', r"--grid field 'model' is a group of fields"),
+    ('learning_rate', r"--grid 'learning_rate' is not field=value1,value2"),
+])
+def test_bad_grid_is_a_clear_error(spec, message):
+  with pytest.raises(ValueError, match=message):
+    sweep.parse_grid(tiny(), [spec])
+
+
+def test_grid_values_take_the_fields_types():
+  grid = sweep.parse_grid(tiny(), ['learning_rate=1e-3,0.01', 'batch_size=8', 'model.symbolic_layers=0:1,1',
+                                   'model.learned_slopes=false', 'model.dtype=bfloat16'])
+  assert grid == [('learning_rate', [1e-3, 0.01]), ('batch_size', [8]), ('model.symbolic_layers', [(0, 1), (1,)]),
+                  ('model.learned_slopes', [False]), ('model.dtype', ['bfloat16'])]
+  point = dict((f, v[0]) for f, v in grid)
+  config = sweep.apply(tiny(), point)
+  assert config.model.symbolic_layers == (0, 1) and config.batch_size == 8 and not config.model.learned_slopes
+  assert sweep.point_name(point) == ('learning_rate=0.001,batch_size=8,model.symbolic_layers=0:1,'
+                                     'model.learned_slopes=False,model.dtype=bfloat16')
+
+
+def test_interval_is_students_t():
+  mean, half = sweep.interval([1.0, 2.0, 3.0])
+  assert mean == 2.0 and half == pytest.approx(4.302653 / np.sqrt(3), rel=1e-6)   # t(0.975, 2) = 4.3027
+  assert sweep.interval([5.0]) == (5.0, 0.0)
+
+
+def test_invalid_grid_point_is_refused_before_anything_trains(tmp_path):
+  with pytest.raises(ValueError, match=r'grid point model.tau_init=-1.0: model.tau_init must be > 0'):
+    sweep.run(tiny(), ['model.tau_init=1,-1'], 2, str(tmp_path))
+  assert not os.listdir(tmp_path)
+
+
+def test_sweep_table_reports_test_for_the_chosen_point_only(together):
+  root, _, _ = together
+  # A grid point whose folders are the trained seeds (symlinked): the sweep trains nothing, only tabulates.
+  os.makedirs(root / 'sweep', exist_ok=True)
+  os.symlink(root, root / 'sweep' / 'total_steps=20', target_is_directory=True)
+  summary = sweep.run(tiny(), ['total_steps=20'], 2, str(root / 'sweep'), command='test')
+  row, = summary['rows']
+  values = row['validation/loss']['values']
+  assert len(values) == 2 and row['validation/loss']['mean'] == pytest.approx(np.mean(values))
+  assert summary['chosen']['name'] == 'total_steps=20' and len(summary['chosen']['test/loss']['values']) == 2
+  assert not any(k.startswith('test/') for k in row)
+  assert (root / 'sweep' / 'sweep.md').read_text().count('test/loss') == 1

@@ -252,6 +252,22 @@ def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
     print(' | '.join([name.ljust(10)] + [f'{r[c]:12.4f}' if c in r else ' ' * 12 for c in columns]))
 
 
+def training_dynamics(params, grads) -> dict[str, jax.Array]:
+  """What the diagnosis of a run reads over training, cheap enough for every logged step: the gradient
+  norm of every top-level module (``grad_norm/layer_0``, ``grad_norm/embed``, ...), the mean learned
+  temperature τ of every vocabulary projection (``tau/layer_0/ffn``) and the mean ALiBi slope of every
+  layer (``slope/layer_0``)."""
+  out = {f'grad_norm/{name}': optax.tree.norm(g) for name, g in grads.items()}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    keys = [str(getattr(k, 'key', k)) for k in path]
+    if keys[-1] == 'log_tau':
+      site = 'ffn' if 'ffn' in keys else 'values'
+      out[f'tau/{keys[0]}/{site}'] = jnp.exp(leaf).mean()
+    elif keys[-1] == 'log_slope':
+      out[f'slope/{keys[0]}'] = jnp.exp(leaf).mean()
+  return out
+
+
 def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_collections.ConfigDict):
   """The pure train and eval step functions (to be jitted with the run's shardings, or vmapped over
   seeds): ``train_step(state, batch, rng)`` with the run's key ``rng``, ``eval_step(params, batch)``."""
@@ -268,7 +284,7 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {'loss': loss, 'accuracy': sums['correct'] / jnp.maximum(sums['weight'], 1.0),
-               'grad_norm': optax.tree.norm(grads)}
+               'grad_norm': optax.tree.norm(grads), **training_dynamics(state.params, grads)}
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   def eval_step(params, batch):

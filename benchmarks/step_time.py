@@ -1,0 +1,126 @@
+"""Training-step time, measured side by side in one run: the three kinds at the text recipe's shape, and
+several seeds trained together (vmapped) against one seed at the default induction config.
+
+  python benchmarks/step_time.py [--json=benchmarks/results/step_time.json] [--steps=100] [--repeats=3]
+
+Kinds: 4 layers, 4 heads × 32, |V| = 65 (Tiny Shakespeare's characters), batch 12 × 64 tokens, AdamW
+(``configs/<kind>.py:task=text,size=medium``); a fixed random batch, so only the compiled step is timed.
+Seeds: ``configs/symbolic.py`` (induction, batch 64), the host building each seed's batch every step as
+the trainer does. Compilation is excluded (warm-up steps first); the variants are timed in turn, ``repeats``
+rounds, and the fastest round of each is reported, so that other load on the machine affects every
+variant alike.
+"""
+
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from symjax import config_lib, tasks, train
+from symjax import model as model_lib
+
+_JSON = flags.DEFINE_string('json', 'benchmarks/results/step_time.json', 'Where to write the results.')
+_STEPS = flags.DEFINE_integer('steps', 100, 'Timed steps per round.')
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'Rounds; the fastest is reported.')
+_SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds trained together in the seeds comparison.')
+KINDS = ('standard', 'token_factored', 'symbolic')
+
+
+def recipe_step(kind: str):
+  """A closure running one training step of ``kind`` at the recipe's shape, and the parameter count."""
+  config = config_lib.variant(kind, 'task=text,size=medium')
+  model = model_lib.build(config_lib.model_config(config, 65, causal=True))
+  tx = train.make_optimizer(config)
+  train_step, _ = train.make_steps(model, tx, config)
+  step = jax.jit(train_step, donate_argnums=0)
+  rng = jax.random.key(0)
+  state = jax.jit(lambda k: jax.tree.map(lambda x: x, train.init_state(model, tx, k, config.seq_len)))(rng)
+  state = jax.tree.map(lambda x: getattr(x, 'value', x), state, is_leaf=lambda x: hasattr(x, 'value'))
+  r = np.random.default_rng(0)
+  shape = (config.batch_size, config.seq_len)
+  batch = {'inputs': r.integers(0, 65, shape, dtype=np.int32), 'targets': r.integers(0, 65, shape, dtype=np.int32),
+           'weights': np.ones(shape, np.float32), 'key_mask': np.ones(shape, bool)}
+  holder = {'state': state}
+
+  def run():
+    holder['state'], metrics = step(holder['state'], batch, rng)
+    return metrics
+  return run, sum(x.size for x in jax.tree.leaves(state.params))
+
+
+def seeds_step(num_seeds: int):
+  """One training step of ``num_seeds`` seeds of the default induction config, batches built on the host."""
+  config = config_lib.variant('symbolic', None)
+  task = tasks.get_task(config)
+  model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
+  tx = train.make_optimizer(config)
+  train_step, _ = train.make_steps(model, tx, config)
+  init = lambda key: jax.tree.map(lambda x: getattr(x, 'value', x), train.init_state(model, tx, key, task.seq_len),
+                                  is_leaf=lambda x: hasattr(x, 'value'))
+  keys = jnp.stack([jax.random.key(s) for s in range(num_seeds)])
+  step = jax.jit(jax.vmap(train_step), donate_argnums=0)
+  holder = {'state': jax.jit(jax.vmap(init))(keys), 'step': 0}
+
+  def run():
+    batches = [task.batch('train', holder['step'], config.batch_size, s) for s in range(num_seeds)]
+    batch = jax.tree.map(lambda *xs: np.stack(xs), *batches)
+    holder['state'], metrics = step(holder['state'], batch, keys)
+    holder['step'] += 1
+    return metrics
+  return run
+
+
+def time_rounds(runs: dict, steps: int, repeats: int) -> dict[str, float]:
+  """Seconds per step of each closure: warm-up, then ``repeats`` rounds in turn; the fastest round."""
+  for run in runs.values():
+    for _ in range(5):
+      jax.block_until_ready(run())
+  best = {name: float('inf') for name in runs}
+  for _ in range(repeats):
+    for name, run in runs.items():
+      start = time.perf_counter()
+      for _ in range(steps):
+        out = run()
+      jax.block_until_ready(out)
+      best[name] = min(best[name], (time.perf_counter() - start) / steps)
+  return best
+
+
+def main(_):
+  kinds = {k: recipe_step(k) for k in KINDS}
+  kind_times = time_rounds({k: run for k, (run, _) in kinds.items()}, _STEPS.value, _REPEATS.value)
+  print(f'\nOne training step at the text recipe shape (batch 12 × 64, 4 layers, 4 × 32, |V| = 65), '
+        f'{jax.devices()[0].platform}, fastest of {_REPEATS.value} rounds of {_STEPS.value} steps')
+  print('| kind | parameters | step (ms) | tokens/s | vs token_factored |')
+  print('|---|---:|---:|---:|---:|')
+  for k in KINDS:
+    t = kind_times[k]
+    print(f'| {k} | {kinds[k][1]:,} | {1e3 * t:.1f} | {12 * 64 / t:,.0f} | {t / kind_times["token_factored"]:.2f}× |')
+
+  n = _SEEDS.value
+  seed_times = time_rounds({'1 seed': seeds_step(1), f'{n} seeds': seeds_step(n)}, _STEPS.value, _REPEATS.value)
+  ratio = seed_times[f'{n} seeds'] / seed_times['1 seed']
+  print(f'\nDefault induction config (configs/symbolic.py), batches built on the host each step')
+  print('| seeds | step (ms) | vs 1 seed | vs 1 seed run n times |')
+  print('|---|---:|---:|---:|')
+  for name, t in seed_times.items():
+    k = int(name.split()[0])
+    print(f'| {name} | {1e3 * t:.2f} | {t / seed_times["1 seed"]:.2f}× | {t / (k * seed_times["1 seed"]):.2f} |')
+  result = {'device': str(jax.devices()[0]), 'steps': _STEPS.value, 'repeats': _REPEATS.value,
+            'recipe_step_seconds': kind_times, 'parameters': {k: int(v[1]) for k, v in kinds.items()},
+            'symbolic_over_token_factored': kind_times['symbolic'] / kind_times['token_factored'],
+            'seeds_step_seconds': seed_times, f'{n}_seeds_over_1': ratio,
+            'command': 'python benchmarks/step_time.py ' + ' '.join(
+                f'--{f}={flags.FLAGS[f].value}' for f in ('steps', 'repeats', 'seeds'))}
+  os.makedirs(os.path.dirname(_JSON.value) or '.', exist_ok=True)
+  with open(_JSON.value, 'w') as f:
+    json.dump(result, f, indent=1)
+  print(f'wrote {_JSON.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)

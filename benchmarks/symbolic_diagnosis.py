@@ -1,0 +1,122 @@
+"""Diagnosis of trained runs: fit (train vs validation vs test), mixture entropy, τ, slopes, gradient norms.
+
+  python benchmarks/symbolic_diagnosis.py --runs=runs/text_symbolic/learning_rate=0.01 \\
+      [--runs=runs/text_token_factored/learning_rate=0.01 ...] [--json=benchmarks/results/diagnosis.json]
+
+Each ``--runs`` folder is a sweep grid point (its ``seed_*`` folders) or a single work directory. For every
+seed it reads ``final_metrics.json`` (train loss on a fixed sample of training batches, validation and
+test loss: the gap says under- or over-fitting), and the final parameters: for symbolic layers the entropy
+of every vocabulary-projection mixture α (values and FFN, per layer and head, mean over 4 validation
+batches, as a fraction of log |V|: 0 is one token, 1 is uniform) and the learned τ per head; ALiBi slopes;
+and from ``metrics.jsonl`` the gradient norm of every module at the start, middle and end of training.
+Prints a table and writes JSON.
+"""
+
+import glob
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+import symjax
+from symjax import tasks
+
+_RUNS = flags.DEFINE_multi_string('runs', [], 'Sweep grid-point folders or work directories.')
+_JSON = flags.DEFINE_string('json', 'benchmarks/results/symbolic_diagnosis.json', 'Where to write the results.')
+
+
+def seed_dirs(path: str) -> list[str]:
+  found = sorted(glob.glob(os.path.join(path, 'seed_*')))
+  return found or [path]
+
+
+def mixture_entropy(run, batches) -> dict[str, list[float]]:
+  """Mean entropy of α over valid tokens, per site and head, as a fraction of log |V|."""
+  sums: dict[str, np.ndarray] = {}
+  count = 0.0
+  log_v = math.log(run.model.config.vocab_size)
+  for batch in batches:
+    _, state = run.model.apply({'params': run.params}, batch['inputs'], batch['key_mask'],
+                               mutable=['intermediates'])
+    weights = jnp.asarray(batch['weights'])[..., None]                      # [batch, time, 1]
+    for layer, inter in state['intermediates'].items():
+      if not isinstance(inter, dict) or not layer.startswith('layer_'):
+        continue
+      sites = {'values': inter.get('value_projection', {}).get('mixture'),
+               'ffn': inter.get('ffn', {}).get('projection', {}).get('mixture')}
+      for site, alpha in sites.items():
+        if alpha is None:
+          continue
+        alpha = alpha[0]                                                    # [batch, time, heads, vocab]
+        h = -(alpha * jnp.log(jnp.clip(alpha, 1e-30))).sum(-1) / log_v      # [batch, time, heads]
+        key = f'{layer}/{site}'
+        sums[key] = sums.get(key, 0.0) + np.asarray((h * weights).sum((0, 1)))
+    count += float(batch['weights'].sum())
+  return {k: (v / count).round(4).tolist() for k, v in sorted(sums.items())}
+
+
+def learned(params, leaf: str) -> dict[str, list[float]]:
+  out = {}
+  for path, value in jax.tree_util.tree_flatten_with_path(params)[0]:
+    keys = [str(getattr(k, 'key', k)) for k in path]
+    if keys[-1] == leaf:
+      out['/'.join(keys[:-1])] = np.exp(np.asarray(value)).round(4).tolist()
+  return out
+
+
+def grad_trajectory(workdir: str) -> dict[str, list[float]]:
+  """Gradient norm of every module at the first, middle and last logged training step."""
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    records = [r for r in map(json.loads, f) if r['split'] == 'train']
+  if not records:
+    return {}
+  picks = [records[0], records[len(records) // 2], records[-1]]
+  keys = sorted(k for k in records[-1] if k.startswith('grad_norm'))
+  return {'steps': [r['step'] for r in picks], **{k: [round(r.get(k, math.nan), 4) for r in picks] for k in keys}}
+
+
+def diagnose(workdir: str) -> dict:
+  run = symjax.load(workdir)
+  with open(os.path.join(workdir, 'final_metrics.json')) as f:
+    final = json.load(f)
+  out = {'workdir': workdir, 'kind': run.model.config.kind,
+         'loss': {s: final[s]['loss'] for s in ('train', 'validation', 'test') if s in final},
+         'tau': learned(run.params, 'log_tau'), 'slopes': learned(run.params, 'log_slope'),
+         'grad_norm': grad_trajectory(workdir)}
+  if run.model.config.kind == 'symbolic':
+    task = tasks.get_task(run.config, workdir)
+    batches = [b for _, b in zip(range(4), task.eval_batches('validation', 64, run.config.data_seed))]
+    out['mixture_entropy'] = mixture_entropy(run, batches)
+  return out
+
+
+def main(_):
+  results = {}
+  for path in _RUNS.value:
+    results[path] = [diagnose(w) for w in seed_dirs(path)]
+  print('| run | kind | train loss | validation loss | test loss | gap (val - train) |')
+  print('|---|---|---:|---:|---:|---:|')
+  for path, seeds in results.items():
+    mean = lambda s: np.mean([d['loss'].get(s, math.nan) for d in seeds])
+    print(f"| {path} | {seeds[0]['kind']} | {mean('train'):.4f} | {mean('validation'):.4f} | {mean('test'):.4f} | "
+          f"{mean('validation') - mean('train'):+.4f} |")
+  for path, seeds in results.items():
+    if 'mixture_entropy' in seeds[0]:
+      print(f'\nMixture entropy / log|V| per head (mean of {len(seeds)} seeds), {path}:')
+      for site in seeds[0]['mixture_entropy']:
+        values = np.mean([d['mixture_entropy'][site] for d in seeds], 0)
+        tau = np.mean([d['tau'].get(site.replace('/values', '/value_projection').replace('/ffn', '/ffn/projection'),
+                                    [math.nan]) for d in seeds], 0)
+        print(f'  {site:22s} entropy {np.array2string(values, precision=3)}  τ {np.array2string(tau, precision=3)}')
+  os.makedirs(os.path.dirname(_JSON.value) or '.', exist_ok=True)
+  with open(_JSON.value, 'w') as f:
+    json.dump(results, f, indent=1)
+  print(f'wrote {_JSON.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -9,22 +9,15 @@ import numpy as np
 import pytest
 
 import symjax
-from symjax import config_lib, seeds, sweep, train
+from symjax import seeds, sweep, train
+from test_train import tiny_config
 
 STEPS = 20
 
 
 def tiny(**overrides):
-  config = config_lib.default_config('symbolic', 'tiny')
-  config.total_steps = STEPS
-  config.warmup_steps = 5
-  config.batch_size = 16
-  config.log_every_steps = 5
-  config.eval_every_steps = 10
-  config.progress_bar = False
+  config = tiny_config(total_steps=STEPS, **overrides)
   config.model.dropout_rate = 0.1   # dropout keys must follow each seed too
-  for k, v in overrides.items():
-    config[k] = v
   return config
 
 

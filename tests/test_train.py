@@ -41,8 +41,16 @@ def params_of(workdir, which='latest'):
 
 
 def assert_trees_equal(a, b):
+  """Bit-identical on CPU. On GPU, XLA's reductions (the embedding gradient's scatter-add among them) may
+  sum in a different order from one run to the next even with --xla_gpu_deterministic_ops, so resumed and
+  uninterrupted runs there agree to float32 rounding (seen on an H100: 7e-9 absolute), not bit for bit."""
+  exact = jax.default_backend() == 'cpu'
   for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b)):
-    np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=jax.tree_util.keystr(path))
+    if exact:
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=jax.tree_util.keystr(path))
+    else:
+      np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7,
+                                 err_msg=jax.tree_util.keystr(path))
 
 
 @pytest.fixture(scope='module')

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Every kind on every benchmark task with the same tuning budget: peak learning rate in {3e-3, 1e-2},
+# 3 seeds per point (trained together under jax.vmap), chosen on validation loss; test read once, for the
+# chosen point. One `python -m symjax.sweep` per (task, kind), JOBS of them at a time.
+#
+#   [PYTHON=python3] bash benchmarks/sweep_suite.sh ROOT [JOBS] [CORPUS]
+#
+# ROOT/<task>/<kind>/sweep.{md,json} hold the tables; benchmarks/collect_sweeps.py gathers them.
+set -uo pipefail
+root=${1:?usage: sweep_suite.sh ROOT [JOBS] [CORPUS]}
+jobs=${2:-4}
+corpus=${3:-../shared/data/tinyshakespeare.txt}
+grid='learning_rate=3e-3,1e-2'
+common="--seeds=3 --grid $grid --config.progress_bar=false"
+{
+  for kind in symbolic token_factored standard; do
+    echo "text $kind --config=configs/$kind.py:task=text,size=medium --config.text_path=$corpus"
+  done
+  for kind in symbolic token_factored standard; do
+    echo "fol $kind --config=configs/fol.py:model=$kind"
+  done
+  for kind in symbolic token_factored standard; do
+    for task in reverse sort hist double_hist most_freq dyck1 dyck2; do
+      echo "$task $kind --config=configs/rasp.py:task=$task,model=$kind"
+    done
+  done
+} | xargs -P "$jobs" -L 1 bash -c 'mkdir -p "$0/$1/$2" && ${PYTHON:-python} -m symjax.sweep "${@:3}" '"$common"' \
+      --workdir="$0/$1/$2" > "$0/$1/$2/log.txt" 2>&1; echo "$1/$2 exit $?"' "$root"

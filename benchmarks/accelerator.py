@@ -68,7 +68,7 @@ def forward_flops_per_token(cfg, seq_len: int) -> float:
     if kind == 'standard':
       total += 2 * 4 * d * d + 2 * 2 * d * cfg.ff_dim + scores           # Q, K, V, O; FFN
     else:
-      total += 2 * 3 * d * d + 2 * h * d + scores                        # Q, K, O; W_head ⊗ I values
+      total += 2 * 2 * d * d + 2 * h * d + scores                        # Q, K; W_head ⊗ I values; no O
       if kind == 'token_factored':
         total += 2 * 2 * d * cfg.ff_dim
       else:

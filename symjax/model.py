@@ -44,6 +44,7 @@ MODEL_KINDS = ('standard', 'token_factored', 'symbolic', 'lstm')  # lstm: a recu
 POSITIONS = ('alibi', 'learned')
 VALUE_MAPS = ('kronecker_identity', 'kronecker_normal', 'none')
 CHANNEL_NORM_SCALES = ('vector', 'scalar')
+SYMBOLIC_SITES = ('both', 'values', 'ffn')  # which sites of a symbolic layer are vocabulary-projected
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 REMAT_POLICIES = {'full': None, 'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 # Logical axis names of parameters (mapped to mesh axes by the config's sharding rules).
@@ -69,6 +70,13 @@ class ModelConfig:
   value_map: str = 'kronecker_identity'  # W̃_V = W_head ⊗ I with W_head = I or N(0, 0.02²); or V = X_t
   channel_norm_scale: str = 'vector'   # γ_h, β_h per feature ('vector') or per channel ('scalar')
   symbolic_layers: tuple[int, ...] | None = None  # symbolic model: which layers are symbolic (None: all)
+  # Opt-in variants of the symbolic layers (the paper's model is 'both' without gain; see README, "The
+  # Symbolic Transformer against the baselines"): which sites go through the vocabulary projection —
+  # 'both' (values and FFN, Algorithm 1), 'values' (the FFN is the Token-Factored MLP) or 'ffn' (values are
+  # W_head ⊗ I of X_t, unprojected) — and whether each projection is scaled by a learned per-channel gain
+  # g_h = exp(log_gain_h) > 0, so that every projected vector is g_h times a convex mixture.
+  symbolic_sites: str = 'both'
+  projection_gain: bool = False
   tau_init: float = 1.0                # initial vocabulary-projection temperature τ_h
   vocab_projection: str = 'direct'     # 'direct' or 'streamed' (memory O(tokens·heads·chunk)), see symbolic
   vocab_chunk_size: int = 1024         # vocabulary rows per step of the streamed projection
@@ -127,6 +135,7 @@ class ModelConfig:
     choice('channel_norm_scale', CHANNEL_NORM_SCALES)
     choice('vocab_projection', tuple(symbolic.VOCAB_PROJECTIONS))
     choice('dtype', tuple(DTYPES))
+    choice('symbolic_sites', SYMBOLIC_SITES)
     choice('remat', ('none', *REMAT_POLICIES))
     for name in ('vocab_size', 'num_layers', 'num_heads', 'head_dim', 'ff_dim', 'ff_dim_per_head',
                  'max_len', 'tau_init', 'embed_init_std', 'layer_norm_epsilon', 'vocab_chunk_size',
@@ -139,6 +148,9 @@ class ModelConfig:
     if self.kind == 'lstm' and not self.causal:
       raise ValueError("model.kind 'lstm' reads left to right and needs a causal task; this task is "
                        "bidirectional: use 'standard', 'token_factored' or 'symbolic'")
+    if self.kind != 'symbolic' and (self.symbolic_sites != 'both' or self.projection_gain):
+      raise ValueError(f"model.symbolic_sites and model.projection_gain are only for kind 'symbolic', "
+                       f"got kind {self.kind!r}")
     if self.symbolic_layers is not None:
       if self.kind != 'symbolic':
         raise ValueError(f"model.symbolic_layers is only for kind 'symbolic', got kind {self.kind!r}")
@@ -152,6 +164,16 @@ class ModelConfig:
       return (self.kind,) * self.num_layers
     chosen = range(self.num_layers) if self.symbolic_layers is None else self.symbolic_layers
     return tuple('symbolic' if l in chosen else 'token_factored' for l in range(self.num_layers))
+
+  def projects(self, layer: int, site: str) -> bool:
+    """Whether ``site`` ('values' or 'ffn') of ``layer`` goes through the vocabulary projection."""
+    return self.layer_kinds()[layer] == 'symbolic' and self.symbolic_sites in ('both', site)
+
+  @property
+  def paper_symbolic(self) -> bool:
+    """Every layer symbolic as in Algorithm 1: both sites projected, no gain (exact convex mixtures)."""
+    return (self.kind == 'symbolic' and self.layer_kinds() == ('symbolic',) * self.num_layers
+            and self.symbolic_sites == 'both' and not self.projection_gain)
 
   def mask(self) -> attn.Mask:
     mask = attn.causal if self.causal else attn.full
@@ -227,9 +249,9 @@ class FactoredBlock(nn.Module):
     else:
       init = cfg.value_map.removeprefix('kronecker_')
       values = symbolic.KroneckerValue(cfg.num_heads, init, name='value_map')(x_t)
-    if self.symbolic:
+    if self.symbolic and cfg.symbolic_sites in ('both', 'values'):
       values = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
-                                        cfg.vocab_chunk_size, cfg.num_valid_rows,
+                                        cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.projection_gain,
                                         name='value_projection')(values, table)
     delta_t = _attention(cfg, False, True)(norm('norm_attn')(x_t + x_e), values=values,
                                            key_mask=key_mask, deterministic=deterministic)
@@ -239,10 +261,10 @@ class FactoredBlock(nn.Module):
 
     # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
     x_ffn = norm('norm_ffn')(x_t + x_e)
-    if self.symbolic:
+    if self.symbolic and cfg.symbolic_sites in ('both', 'ffn'):
       delta_e = symbolic.VocabFFN(cfg.num_heads, cfg.ff_dim_per_head, cfg.tau_init, cfg.vocab_projection,
                                   cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
-                                  name='ffn')(x_ffn, table)
+                                  gain=cfg.projection_gain, name='ffn')(x_ffn, table)
     else:
       delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
     x_e = x_e + drop(delta_e)

@@ -157,6 +157,7 @@ class VocabProjection(nn.Module):
   impl: str = 'direct'
   chunk_size: int = 1024
   num_valid: int | None = None  # rows of the table from this index on are padding
+  gain: bool = False  # opt-in: scale channel h by a learned g_h = exp(log_gain_h) > 0 (starts at 1)
 
   @nn.compact
   def __call__(self, z: Array, table: Array) -> Array:
@@ -170,6 +171,9 @@ class VocabProjection(nn.Module):
                                               self.chunk_size, self.num_valid)
     if alpha is not None:
       self.sow('intermediates', 'mixture', alpha)
+    if self.gain:
+      log_gain = self.param('log_gain', nn.initializers.zeros, (self.num_heads,))
+      out = out * jnp.exp(log_gain)[:, None].astype(out.dtype)
     return out.astype(z.dtype)
 
 
@@ -187,6 +191,7 @@ class VocabFFN(nn.Module):
   chunk_size: int = 1024
   num_valid: int | None = None
   dtype: jnp.dtype = jnp.float32
+  gain: bool = False
   kernel_init: Callable = nn.initializers.normal(0.02)
 
   @nn.compact
@@ -204,5 +209,5 @@ class VocabFFN(nn.Module):
     z = jnp.einsum('hnf,hfd->hnd', hidden, w2.astype(self.dtype)) + b2[:, None].astype(self.dtype)
     z = tokens_major(z, xh.shape[:-2])
     out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,
-                          name='projection')(z, table)
+                          self.gain, name='projection')(z, table)
     return merge_channels(out)

@@ -9,6 +9,7 @@ import pytest
 
 import paper_reference as ref
 from symjax import model as model_lib
+from symjax.interpret import mixtures as symjax_mixtures
 from symjax.model import FactoredBlock, ModelConfig, StandardBlock, Transformer
 from test_modules import f64, randomize
 
@@ -233,6 +234,60 @@ def test_all_symbolic_streams_are_sums_of_convex_token_mixtures():
       assert (w >= 0).all()
       np.testing.assert_allclose(w.sum(-1), mass, rtol=1e-5)
       assert ref.rel_err(x, reconstruct(w)) <= 1e-5
+
+
+@pytest.mark.parametrize('sites,gain', [('values', False), ('ffn', False), ('both', True), ('values', True)])
+def test_symbolic_variants_keep_an_exact_token_reading_where_they_project(sites, gain):
+  """Opt-in variants: a projected site's every update is g_h times a convex mixture of that channel's
+  embedding rows (g_h = 1 without gain), rebuilt from the sown α, attention weights and gains alone; the
+  stream whose site is not projected is not such a sum, and its projection parameters do not exist."""
+  cfg = small(kind='symbolic', num_layers=2, symbolic_sites=sites, projection_gain=gain)
+  tokens, variables, _, inter = run_with_intermediates(cfg, scale=0.5)
+  params = variables['params']
+  table = f64(params['embed']['embedding'])
+  hd, nh, vocab = cfg.head_dim, cfg.num_heads, cfg.vocab_size
+  w_t = np.repeat(np.eye(vocab)[np.asarray(tokens)][:, :, None, :], nh, axis=2)  # [b, t, h, v]
+  w_e = np.zeros_like(w_t)
+  mass_t, mass_e = np.ones(nh), np.zeros(nh)
+
+  def reconstruct(w):
+    return np.concatenate([w[:, :, h] @ table[:, h * hd:(h + 1) * hd] for h in range(nh)], axis=-1)
+
+  def gain_of(p):
+    assert ('log_gain' in p) == gain
+    return np.exp(f64(p['log_gain'])) if gain else np.ones(nh)
+
+  for l in range(cfg.num_layers):
+    layer, p = inter[f'layer_{l}'], params[f'layer_{l}']
+    assert ('value_projection' in p) == (sites != 'ffn') and ('projection' in p['ffn']) == (sites != 'values')
+    if sites != 'ffn':
+      g = gain_of(p['value_projection'])
+      a = f64(layer['attention']['weights'][0])
+      w_t = w_t + np.einsum('bhis,bshv,h->bihv', a, f64(layer['value_projection']['mixture'][0]), g)
+      mass_t = mass_t + g
+    if sites != 'values':
+      g = gain_of(p['ffn']['projection'])
+      w_e = w_e + f64(layer['ffn']['projection']['mixture'][0]) * g[:, None]
+      mass_e = mass_e + g
+    for w, mass, x, projected in ((w_t, mass_t, layer['x_t_ffn'][0], sites != 'ffn'),
+                                  (w_e, mass_e, layer['x_e_ffn'][0], sites != 'values')):
+      if projected:
+        assert (w >= 0).all()
+        np.testing.assert_allclose(w.sum(-1), np.broadcast_to(mass, w.shape[:-1]), rtol=1e-5)
+        assert ref.rel_err(x, reconstruct(w)) <= 1e-5
+      else:
+        assert ref.rel_err(x, reconstruct(w)) > 1e-2
+  if gain:
+    assert not cfg.paper_symbolic
+    with pytest.raises(ValueError, match='projection_gain'):
+      symjax_mixtures.mixture_trace(Transformer(cfg), params, tokens)
+
+
+def test_symbolic_variant_fields_are_checked():
+  with pytest.raises(ValueError, match="model.symbolic_sites must be one of"):
+    small(kind='symbolic', symbolic_sites='keys').validate()
+  with pytest.raises(ValueError, match="only for kind 'symbolic'"):
+    small(kind='token_factored', projection_gain=True).validate()
 
 
 def test_token_factored_streams_are_not_token_mixtures():

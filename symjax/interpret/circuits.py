@@ -136,9 +136,10 @@ def head_writes(model, params, tokens, key_mask=None) -> tuple[np.ndarray, np.nd
     layer = inter[f'layer_{l}']
     A = layer['attention']['weights']
     attention.append(A)
-    if kind == 'symbolic':   # the head's update is Σ_s A[i, s] α_v[s] E^(h): coefficients of mass 1
+    if cfg.projects(l, 'values') and not cfg.projection_gain:
+      # the head's update is Σ_s A[i, s] α_v[s] E^(h): coefficients of mass 1
       w = np.einsum('bhis,bshv->bihv', A, layer['value_projection']['mixture'])[..., :cfg.vocab_size]
-    elif kind == 'token_factored':
+    elif kind != 'standard':
       w = core.channel_lens(comps[f'attention_{l}'], table, cfg.num_heads, cfg.vocab_size)
     else:                    # standard: each head's share of the output projection, read by the unembedding
       per_head = _standard_head_outputs(cfg, p, l, tokens, key_mask, model)

@@ -191,9 +191,10 @@ def head_parameters(cfg: ModelConfig, params) -> HeadParameters:
     else:
       slopes = np.tile(np.asarray(attn.alibi_slopes(H), np.float64), (L, 1))
   tau_v, tau_f = np.full((L, H), np.nan), np.full((L, H), np.nan)
-  for l, kind in enumerate(cfg.layer_kinds()):
-    if kind == 'symbolic':
+  for l in range(L):
+    if cfg.projects(l, 'values'):
       tau_v[l] = np.exp(np.asarray(p[f'layer_{l}']['value_projection']['log_tau'], np.float64))
+    if cfg.projects(l, 'ffn'):
       tau_f[l] = np.exp(np.asarray(p[f'layer_{l}']['ffn']['projection']['log_tau'], np.float64))
   w_head = None
   if cfg.kind != 'standard':

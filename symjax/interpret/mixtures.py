@@ -44,9 +44,11 @@ def mixture_trace(model: Transformer, params, tokens, key_mask=None) -> MixtureT
   (same parameters), which keeps the mixtures α.
   """
   cfg = model.config
-  if cfg.kind != 'symbolic' or cfg.layer_kinds() != ('symbolic',) * cfg.num_layers:
-    raise ValueError('the exact mixture trace needs every layer symbolic (model.kind="symbolic", '
-                     f'symbolic_layers=None); this model has layers {cfg.layer_kinds()}')
+  if not cfg.paper_symbolic:
+    raise ValueError('the exact mixture trace needs every layer symbolic with both sites projected and no '
+                     'gain (model.kind="symbolic", symbolic_layers=None, symbolic_sites="both", '
+                     f'projection_gain=False); this model has layers {cfg.layer_kinds()}, symbolic_sites '
+                     f'{cfg.symbolic_sites!r}, projection_gain={cfg.projection_gain}')
   model = core.analysis_model(model)
   tokens = core.as_batch(tokens)
   _, inter = core.run(model, params, tokens, key_mask)

@@ -79,23 +79,22 @@ def trace(model: Transformer, params, tokens, key_mask=None, with_cone: bool = T
   heads = core.head_parameters(cfg, params)
   table = core.embedding_table(params)
   stream_list = core.streams(cfg, inter)
-  kinds = cfg.layer_kinds()
   lens, logit_lens, cones = [], [], []
   for l, states in enumerate(stream_list):
     block = max(l - 1, 0)
-    tau = heads.tau_value[block] if kinds[block] == 'symbolic' else None
+    tau = heads.tau_value[block] if cfg.projects(block, 'values') else None
     lens.append({name: core.channel_lens(x, table, cfg.num_heads, cfg.vocab_size, tau)
                  for name, x in states.items()})
     logit_lens.append(core.readout(cfg, params, states['x']))
     if with_cone and cfg.kind == 'token_factored':
       cones.append({name: cone(x, table, cfg.num_heads, cfg.vocab_size) for name, x in states.items()})
   attention = np.stack([inter[f'layer_{l}']['attention']['weights'] for l in range(cfg.num_layers)])
-  value_mix = [inter[f'layer_{l}']['value_projection']['mixture'] if k == 'symbolic' else None
-               for l, k in enumerate(kinds)]
-  ffn_mix = [inter[f'layer_{l}']['ffn']['projection']['mixture'] if k == 'symbolic' else None
-             for l, k in enumerate(kinds)]
+  value_mix = [inter[f'layer_{l}']['value_projection']['mixture'] if cfg.projects(l, 'values') else None
+               for l in range(cfg.num_layers)]
+  ffn_mix = [inter[f'layer_{l}']['ffn']['projection']['mixture'] if cfg.projects(l, 'ffn') else None
+             for l in range(cfg.num_layers)]
   mix = None
-  if cfg.kind == 'symbolic' and all(k == 'symbolic' for k in kinds):
+  if cfg.paper_symbolic:
     mix = mixtures.from_intermediates(cfg, tokens, inter)
   return Trace(cfg, tokens, logits, stream_list, lens, logit_lens, attention, value_mix, ffn_mix, heads,
                mix, cones if cones else None)

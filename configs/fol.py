@@ -1,4 +1,4 @@
-"""First-order-logic next-symbol prediction (the FOL symbolic-transformer design note): 663 symbols,
+"""First-order-logic next-symbol prediction ("Technical Architecture: FOL Symbolic Transformer"): 663 symbols,
 20,000 distinct formulas (atomic 20%, compounds 40%, quantified 30%, nested 10%), 16,200/1,800/2,000.
 
   python -m symjax.main --config=configs/fol.py:model=symbolic

@@ -104,7 +104,7 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   c.best_metric = 'accuracy'   # validation metric that picks the best checkpoint: one of BEST_METRICS
   c.stop_at_accuracy = 0.0     # > 0: stop early once validation accuracy reaches this (0 disables)
   c.numeral_glyph_init = False  # task 'fol': initialise the numerals' embeddings from their glyphs
-  c.progress_bar = True        # a progress bar on a terminal (never when output is not a TTY)
+  c.progress_bar = True        # a progress bar on a terminal or in a notebook (never in logs)
   # --- Devices, sharding and processes ----------------------------------------------------------------
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1             # devices along the batch axis; -1: all that 'vocab' leaves

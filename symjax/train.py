@@ -341,6 +341,15 @@ def glyph_init(state: TrainState, model_config: ModelConfig, shardings) -> Train
   return jax.jit(set_rows, out_shardings=shardings, donate_argnums=0)(state)
 
 
+def interactive_output() -> bool:
+  """A terminal, or a Jupyter / Colab kernel (whose stderr is no TTY, yet shows tqdm's widget)."""
+  if sys.stderr.isatty():
+    return True
+  ipython = sys.modules.get('IPython')
+  shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, 'get_ipython') else None
+  return shell is not None and hasattr(shell, 'kernel')
+
+
 def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
   """Joins a multi-process run: from ``config.distributed`` when its address is set; by JAX's cluster
   auto-detection (Cloud TPU, SLURM, JAX_COORDINATOR_ADDRESS) when only ``num_processes > 1`` or that
@@ -439,8 +448,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       if start_step > 0:
         print(f'resuming from step {start_step}')
     bar = None
-    if config.progress_bar and sys.stderr.isatty() and lead:
-      from tqdm import tqdm
+    if config.progress_bar and interactive_output() and lead:
+      from tqdm.auto import tqdm  # a widget in notebooks, a text bar on terminals
       bar = tqdm(total=config.total_steps, initial=start_step, dynamic_ncols=True)
     say = bar.write if bar is not None else print
     tokens_per_step = config.batch_size * task.seq_len

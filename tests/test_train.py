@@ -362,3 +362,13 @@ def test_weight_decay_applies_to_activation_matrices_only(kind):
   for path, u in jax.tree_util.tree_flatten_with_path(updates)[0]:
     expected = -lr * 0.5 if name(path).split('/', 1)[-1] in DECAYED[kind] else 0.0
     np.testing.assert_allclose(np.asarray(u), expected, rtol=1e-6, err_msg=name(path))
+
+
+def test_progress_bar_shows_in_notebook_kernels_and_not_in_captured_output(monkeypatch):
+  import types
+  assert not train.interactive_output()  # pytest captures stderr: no TTY, no kernel
+  kernel_shell = types.SimpleNamespace(kernel=object())
+  monkeypatch.setitem(sys.modules, 'IPython', types.SimpleNamespace(get_ipython=lambda: kernel_shell))
+  assert train.interactive_output()
+  monkeypatch.setitem(sys.modules, 'IPython', types.SimpleNamespace(get_ipython=lambda: None))
+  assert not train.interactive_output()

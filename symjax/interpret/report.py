@@ -11,14 +11,13 @@ import io
 import os
 from typing import Callable
 
-import matplotlib
+import numpy as np
+# Figures are built as plain `Figure` objects, outside pyplot: importing this module leaves the session's
+# backend alone (notebooks keep their inline figures), and the report renders PNGs without a display.
+from matplotlib.figure import Figure
 
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from symjax.interpret import attribution, circuits, core, mixtures  # noqa: E402
-from symjax.interpret import tracing  # noqa: E402
+from symjax.interpret import attribution, circuits, core, mixtures
+from symjax.interpret import tracing
 
 
 def attention_figure(attention: np.ndarray, labels: list[str], highlight: set[tuple[int, int]] = frozenset(),
@@ -26,7 +25,8 @@ def attention_figure(attention: np.ndarray, labels: list[str], highlight: set[tu
   """Heatmaps ``[layers, heads, time, time]`` in a grid (rows: layers; columns: heads); ``titles`` per
   panel override the 'L{l}.H{h}' names."""
   L, H = attention.shape[:2]
-  fig, axes = plt.subplots(L, H, figsize=(2.4 * H + 0.5, 2.4 * L + 0.3), squeeze=False)
+  fig = Figure(figsize=(2.4 * H + 0.5, 2.4 * L + 0.3))
+  axes = fig.subplots(L, H, squeeze=False)
   for l in range(L):
     for h in range(H):
       ax = axes[l, h]
@@ -47,7 +47,8 @@ def head_parameter_figure(heads: core.HeadParameters):
   """W_head matrices per layer, ALiBi slopes and τ per head."""
   L = heads.tau_value.shape[0]
   panels = (L if heads.w_head is not None else 0) + 2
-  fig, axes = plt.subplots(1, panels, figsize=(2.6 * panels, 2.6), squeeze=False)
+  fig = Figure(figsize=(2.6 * panels, 2.6))
+  axes = fig.subplots(1, panels, squeeze=False)
   axes = axes[0]
   k = 0
   if heads.w_head is not None:
@@ -81,7 +82,8 @@ def head_parameter_figure(heads: core.HeadParameters):
 def bars_figure(values: dict[str, np.ndarray], labels: list[str], title: str):
   """One bar chart per entry of ``values`` (each ``[len(labels)]``), side by side."""
   n = len(values)
-  fig, axes = plt.subplots(1, n, figsize=(max(3.0, 0.35 * len(labels)) * n, 2.6), squeeze=False)
+  fig = Figure(figsize=(max(3.0, 0.35 * len(labels)) * n, 2.6))
+  axes = fig.subplots(1, n, squeeze=False)
   for ax, (name, v) in zip(axes[0], values.items()):
     ax.bar(range(len(labels)), v, color='tab:purple')
     ax.set_title(name, fontsize=9)
@@ -94,7 +96,6 @@ def bars_figure(values: dict[str, np.ndarray], labels: list[str], title: str):
 def figure_to_uri(fig) -> str:
   buf = io.BytesIO()
   fig.savefig(buf, format='png', dpi=110)
-  plt.close(fig)
   return 'data:image/png;base64,' + base64.b64encode(buf.getvalue()).decode()
 
 

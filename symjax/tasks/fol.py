@@ -1,4 +1,4 @@
-"""First-order-logic next-symbol prediction, from the FOL symbolic-transformer design note.
+"""First-order-logic next-symbol prediction, from "Technical Architecture: FOL Symbolic Transformer".
 
 Vocabulary (663 symbols): numerals 0-624 are ids 0-624; operators have the note's ids 625-654
 (connectives, quantifiers, relations, structural, category, truth, meta-logic). The note leaves ids

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 from symjax import config_lib, symbolic, train
+from flops import forward_flops_per_token  # benchmarks/flops.py
 from symjax.model import Transformer
 
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'standard:direct', 'token_factored', 'token_factored:direct',
@@ -56,24 +57,6 @@ def model_config(name: str):
   config.readout = readout or 'streamed'
   config.batch_size = _BATCH.value
   return config, config_lib.model_config(config, VOCAB, causal=True)
-
-
-def forward_flops_per_token(cfg, seq_len: int) -> float:
-  """Multiply-adds × 2 of one forward pass per token, from the layer equations."""
-  d, h, dh, v = cfg.d_model, cfg.num_heads, cfg.head_dim, VOCAB
-  scores = 2 * 2 * seq_len * d                       # QKᵀ and weights·V, every key counted
-  projection = 2 * 2 * h * v * dh                    # logits z E^(h)ᵀ and mixing α E^(h), every channel
-  total = 2 * d * v                                  # readout
-  for kind in cfg.layer_kinds():
-    if kind == 'standard':
-      total += 2 * 4 * d * d + 2 * 2 * d * cfg.ff_dim + scores           # Q, K, V, O; FFN
-    else:
-      total += 2 * 2 * d * d + 2 * h * d + scores                        # Q, K; W_head ⊗ I values; no O
-      if kind == 'token_factored':
-        total += 2 * 2 * d * cfg.ff_dim
-      else:
-        total += 2 * 2 * h * dh * cfg.ff_dim_per_head + 2 * projection  # VocabFFN; two projections
-  return float(total)
 
 
 def measure_kind(name: str) -> dict:

@@ -59,6 +59,25 @@ def mixture_entropy(run, batches) -> dict[str, list[float]]:
   return {k: (v / count).round(4).tolist() for k, v in sorted(sums.items())}
 
 
+def readable_share(run, batches) -> float:
+  """Share of the last layer's state ‖X_t‖² + ‖X_e‖² held by the streams with an exact token reading (the
+  streams whose site is vocabulary-projected in every layer: both for the paper's model, X_t for
+  symbolic_sites='values', X_e for 'ffn'), mean over valid tokens. 1.0: everything reads as tokens."""
+  cfg = run.model.config
+  layers = range(cfg.num_layers)
+  readable = {'x_t': all(cfg.projects(l, 'values') for l in layers), 'x_e': all(cfg.projects(l, 'ffn') for l in layers)}
+  total = count = 0.0
+  for batch in batches:
+    _, state = run.model.apply({'params': run.params}, batch['inputs'], batch['key_mask'],
+                               mutable=['intermediates'])
+    last = state['intermediates'][f'layer_{cfg.num_layers - 1}']
+    energy = {k: jnp.sum(last[f'{k}_ffn'][0] ** 2, -1) for k in ('x_t', 'x_e')}   # [batch, time]
+    share = sum(energy[k] for k in energy if readable[k]) / (energy['x_t'] + energy['x_e'])
+    total += float((share * batch['weights']).sum())
+    count += float(batch['weights'].sum())
+  return total / count
+
+
 def learned(params, leaf: str) -> dict[str, list[float]]:
   out = {}
   for path, value in jax.tree_util.tree_flatten_with_path(params)[0]:
@@ -91,6 +110,9 @@ def diagnose(workdir: str) -> dict:
     task = tasks.get_task(run.config, workdir)
     batches = [b for _, b in zip(range(4), task.eval_batches('validation', 64, run.config.data_seed))]
     out['mixture_entropy'] = mixture_entropy(run, batches)
+    out['readable_share'] = readable_share(run, batches)
+    out['variant'] = {'symbolic_sites': run.model.config.symbolic_sites,
+                      'projection_gain': run.model.config.projection_gain}
   return out
 
 
@@ -98,12 +120,13 @@ def main(_):
   results = {}
   for path in _RUNS.value:
     results[path] = [diagnose(w) for w in seed_dirs(path)]
-  print('| run | kind | train loss | validation loss | test loss | gap (val - train) |')
-  print('|---|---|---:|---:|---:|---:|')
+  print('| run | kind | train loss | validation loss | test loss | gap (val - train) | exactly readable share |')
+  print('|---|---|---:|---:|---:|---:|---:|')
   for path, seeds in results.items():
     mean = lambda s: np.mean([d['loss'].get(s, math.nan) for d in seeds])
     print(f"| {path} | {seeds[0]['kind']} | {mean('train'):.4f} | {mean('validation'):.4f} | {mean('test'):.4f} | "
-          f"{mean('validation') - mean('train'):+.4f} |")
+          f"{mean('validation') - mean('train'):+.4f} | "
+          f"{np.mean([d.get('readable_share', math.nan) for d in seeds]):.3f} |")
   for path, seeds in results.items():
     if 'mixture_entropy' in seeds[0]:
       print(f'\nMixture entropy / log|V| per head (mean of {len(seeds)} seeds), {path}:')

@@ -1,0 +1,126 @@
+"""Training throughput on this machine against the rate of the model's own matrix products.
+
+  python benchmarks/throughput.py [--steps=100] [--json=benchmarks/results/throughput.json]
+
+Each kind at the text recipe (`configs/<kind>.py:task=text,size=medium`: 4 layers, 4 heads × 32, context
+64, batch 12, |V| = 65 as for Tiny Shakespeare), float32, on random tokens: steady-state tokens/s of the
+compiled training step (compilation and two warm-up steps excluded; median of --repeats rounds of --steps
+steps), model FLOP/s (3 × the forward count of benchmarks/flops.py), and, in the same run, the FLOP/s of
+exactly the model's matrix products (each forward product and its two backward products, one jitted
+function, nothing else). The ratio is the fraction of that limit the training step reaches. Also the
+compile time of the step and the time from process start to the first finished step.
+"""
+
+import json
+import statistics
+import sys
+import time
+
+_START = time.perf_counter()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from flops import forward_flops_per_token, products  # noqa: E402  (benchmarks/flops.py)
+from symjax import config_lib, train  # noqa: E402
+from symjax.model import Transformer  # noqa: E402
+
+_KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'Model kinds.')
+_STEPS = flags.DEFINE_integer('steps', 100, 'Steps per timed round.')
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds (the median is reported).')
+_VOCAB = flags.DEFINE_integer('vocab', 65, 'Vocabulary size (Tiny Shakespeare: 65 characters).')
+_JSON = flags.DEFINE_string('json', 'benchmarks/results/throughput.json', 'Where to write the results.')
+
+
+def timed_rounds(fn, *args) -> float:
+  """Median seconds per call over --repeats rounds of --steps calls (after two warm-up calls)."""
+  out = fn(*args)
+  out = fn(*args)
+  jax.block_until_ready(out)
+  rounds = []
+  for _ in range(_REPEATS.value):
+    start = time.perf_counter()
+    for _ in range(_STEPS.value):
+      out = fn(*args)
+    jax.block_until_ready(out)
+    rounds.append((time.perf_counter() - start) / _STEPS.value)
+  return statistics.median(rounds)
+
+
+def matmul_limit(cfg, batch: int, seq_len: int) -> tuple[float, float]:
+  """(seconds, FLOPs) of the model's forward products and their backward products, batch × sequences."""
+  shapes = [(b * batch, m, k, n) if per_sequence else (b, m * batch, k, n)
+            for b, m, k, n, per_sequence in products(cfg, seq_len)]
+  keys = iter(jax.random.split(jax.random.key(0), 3 * len(shapes)))
+  operands = [tuple(jax.random.normal(next(keys), s, jnp.float32) for s in ((b, m, k), (b, k, n), (b, m, n)))
+              for b, m, k, n in shapes]
+
+  @jax.jit
+  def all_products(operands):
+    out = []
+    for a, w, g in operands:
+      out += [a @ w, g @ jnp.swapaxes(w, 1, 2), jnp.swapaxes(a, 1, 2) @ g]  # y, dL/da, dL/dw
+    return out
+
+  flops = sum(3 * 2 * b * m * k * n for b, m, k, n in shapes)
+  return timed_rounds(all_products, operands), flops
+
+
+def measure(kind: str) -> dict:
+  config = config_lib.variant(kind, 'task=text,size=medium')
+  config.data_seed = 0
+  cfg = config_lib.model_config(config, _VOCAB.value, causal=True)
+  batch, seq_len = config.batch_size, config.seq_len
+  mesh = jax.make_mesh((1, 1), ('data', 'vocab'), devices=jax.devices()[:1],
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  with jax.set_mesh(mesh):
+    run = train.compile_run(Transformer(cfg), train.make_optimizer(config), config, jax.random.key(0), mesh, (),
+                            seq_len)
+    tokens = jax.random.randint(jax.random.key(1), (batch, seq_len + 1), 0, _VOCAB.value, jnp.int32)
+    data = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:], 'weights': jnp.ones((batch, seq_len), jnp.float32),
+            'key_mask': jnp.ones((batch, seq_len), bool)}
+    start = time.perf_counter()
+    compiled = run.train_step.lower(run.abstract_state, data).compile()
+    compile_s = time.perf_counter() - start
+    state = run.init(jax.random.key(0))
+    state, metrics = compiled(state, data)
+    jax.block_until_ready(metrics)
+    first_step_s = time.perf_counter() - _START
+    # Donated state: thread it through the timed calls.
+    box = [state]
+
+    def one(_):
+      box[0], m = compiled(box[0], data)
+      return m
+
+    step_s = timed_rounds(one, None)
+  matmul_s, matmul_flops = matmul_limit(cfg, batch, seq_len)
+  flops = 3 * forward_flops_per_token(cfg, seq_len) * batch * seq_len
+  return {'kind': kind, 'parameters': int(sum(x.size for x in jax.tree.leaves(run.abstract_state.params))),
+          'step_s': step_s, 'tokens_per_s': batch * seq_len / step_s, 'model_flops_per_step': flops,
+          'model_gflops_per_s': flops / step_s / 1e9, 'matmul_gflops_per_s': matmul_flops / matmul_s / 1e9,
+          'matmul_flops': matmul_flops, 'fraction_of_limit': (flops / step_s) / (matmul_flops / matmul_s),
+          'compile_s': compile_s, 'seconds_to_first_step': first_step_s}
+
+
+def main(_):
+  rows = [measure(kind) for kind in _KINDS.value]
+  print(f'\n{jax.devices()[0].device_kind} ({jax.default_backend()}), text recipe: batch 12 × 64, |V| = {_VOCAB.value}, '
+        f'float32; median of {_REPEATS.value} rounds of {_STEPS.value} steps')
+  print('| kind | parameters | step | tokens/s | model GFLOP/s | its products alone, GFLOP/s | fraction | compile |')
+  print('|---|---:|---:|---:|---:|---:|---:|---:|')
+  for r in rows:
+    print(f"| {r['kind']} | {r['parameters']:,} | {1e3 * r['step_s']:.2f} ms | {r['tokens_per_s']:,.0f} | "
+          f"{r['model_gflops_per_s']:.1f} | {r['matmul_gflops_per_s']:.1f} | {100 * r['fraction_of_limit']:.0f}% | "
+          f"{r['compile_s']:.1f} s |")
+  print(f"time from start to the first finished step (first kind, compile included): "
+        f"{rows[0]['seconds_to_first_step']:.1f} s")
+  with open(_JSON.value, 'w') as f:
+    json.dump({'device': jax.devices()[0].device_kind, 'jax': jax.__version__, 'rows': rows,
+               'command': 'python benchmarks/throughput.py ' + ' '.join(sys.argv[1:])}, f, indent=1)
+  print(f'wrote {_JSON.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)

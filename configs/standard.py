@@ -9,6 +9,9 @@ accuracy 1.0000, 63.1 s wall clock including compilation).
 
 Variants after ':' — task=induction|text, size=tiny|small|medium|paper; learned positions with
 --config.model.positions=learned.
+
+task=text: peak learning rate 3e-3, embedding std 0.02 — 3e-3 won this kind's 3-seed sweep over
+{3e-3, 1e-2} on validation (1.672 ± 0.018 nats; config_lib.TEXT_LEARNING_RATES).
 """
 
 from symjax import config_lib

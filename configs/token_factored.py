@@ -8,6 +8,9 @@ Expected: 100% validation and test token accuracy from step ~1500; 60 s on a 2-c
 accuracy 1.0000, 56.4 s wall clock including compilation).
 
 Variants after ':' — task=induction|text, size=tiny|small|medium|paper.
+
+task=text: peak learning rate 1e-2 — it won this kind's 3-seed sweep over {3e-3, 1e-2} on validation
+(1.744 ± 0.029 against 1.831 ± 0.013 nats; config_lib.TEXT_LEARNING_RATES).
 """
 
 from symjax import config_lib

@@ -77,6 +77,7 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   c.task = 'induction'         # 'induction' (built in, the default) or 'text' (any UTF-8 file)
   c.data_seed = 0              # seed of generated datasets (fixed across runs so splits stay the same)
   c.text_path = ''             # task 'text': the UTF-8 corpus
+  c.token_path = ''            # task 'text': instead, a folder of `python -m symjax.tokenize` (memory-mapped)
   c.tokenizer = 'char'         # task 'text': 'char' (one token per character) or 'bpe' (byte-pair)
   c.bpe_vocab_size = 512       # task 'text' with tokenizer 'bpe': vocabulary size to train
   c.seq_len = 64               # task 'text': window length in tokens
@@ -191,8 +192,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
   if config.task not in tasks.TASKS:
     raise ValueError(f'config.task must be one of {sorted(tasks.TASKS)}, got {config.task!r}')
-  if config.task == 'text' and not config.text_path:
-    raise ValueError("config.text_path is empty: task 'text' needs the path of a UTF-8 text file")
+  if config.task == 'text' and not (config.text_path or config.get('token_path')):
+    raise ValueError("config.text_path is empty: task 'text' needs the path of a UTF-8 text file "
+                     "(or config.token_path, a folder written by `python -m symjax.tokenize`)")
   if not config.top_ks or any(not isinstance(k, int) or k < 1 for k in config.top_ks):
     raise ValueError(f'config.top_ks must be a non-empty tuple of integers >= 1, got {config.top_ks!r}')
   positive = ['batch_size', 'total_steps', 'learning_rate', 'log_every_steps', 'eval_every_steps',

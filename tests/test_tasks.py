@@ -155,3 +155,100 @@ def test_text_too_short_for_its_held_out_parts_is_an_error(tmp_path):
   path.write_text('abcdefgh' * 40, encoding='utf-8')   # 320 chars: 16 for validation, 16 for test
   with pytest.raises(ValueError, match=r"its validation part has 16 tokens, fewer than seq_len \+ 2 = 34"):
     TextTask(str(path), seq_len=32)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Text from a memory-mapped token folder (`python -m symjax.tokenize`).
+# ------------------------------------------------------------------------------------------------------
+def multilingual_text(n: int) -> str:
+  words = ['the', 'cat', 'résumé', 'naïve', '東京', 'κόσμε', '🙂', 'end.\n', 'line\n', ' ']
+  return ' '.join(np.random.default_rng(3).choice(words, n))
+
+
+def test_token_folder_gives_the_text_tasks_splits_and_batches(tmp_path):
+  from symjax.tasks import text
+  path = tmp_path / 'corpus.txt'
+  path.write_text(multilingual_text(4_000), encoding='utf-8')
+  # Small chunks: many chunk boundaries, some inside multi-byte characters of the UTF-8 file.
+  meta = text.write_token_file(str(path), str(tmp_path / 'tokens'), chunk_chars=97)
+  in_memory = text.TextTask(str(path), seq_len=16)
+  mapped = text.TextTask('', seq_len=16, token_path=str(tmp_path / 'tokens'))
+  assert isinstance(mapped.streams['train'], np.memmap) and meta['dtype'] == 'uint16'
+  assert mapped.vocab.tokens == in_memory.vocab.tokens
+  for split in base.SPLITS:
+    np.testing.assert_array_equal(mapped.streams[split], in_memory.streams[split])
+  for step in (0, 7):
+    a, b = in_memory.batch('train', step, 8, 5), mapped.batch('train', step, 8, 5)
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k])
+      assert a[k].dtype == b[k].dtype
+  a, b = next(in_memory.eval_batches('test', 4, 0)), next(mapped.eval_batches('test', 4, 0))
+  np.testing.assert_array_equal(a['inputs'], b['inputs'])
+
+
+def test_bpe_token_folder_is_lossless(tmp_path):
+  from symjax.tasks import text
+  corpus = multilingual_text(3_000)
+  (tmp_path / 'c.txt').write_text(corpus, encoding='utf-8')
+  text.write_token_file(str(tmp_path / 'c.txt'), str(tmp_path / 'bpe'), 'bpe', 300, chunk_chars=500)
+  tok, ids = text.open_token_file(str(tmp_path / 'bpe'))
+  assert tok.kind == 'bpe' and len(tok.vocab) <= 300 and len(ids) < len(corpus)
+  assert tok.decode(np.asarray(ids)) == corpus
+
+
+def test_token_folder_errors_name_the_problem_and_overwrite_nothing(tmp_path):
+  from symjax.tasks import text
+  (tmp_path / 'c.txt').write_text('abc\n' * 500, encoding='utf-8')
+  with pytest.raises(ValueError, match=r"lacks \['tokens.bin', 'meta.json', 'vocab.json'\]"):
+    text.open_token_file(str(tmp_path / 'nothing'))
+  text.write_token_file(str(tmp_path / 'c.txt'), str(tmp_path / 't'))
+  before = (tmp_path / 't' / 'tokens.bin').read_bytes()
+  with pytest.raises(ValueError, match='already holds a token file'):
+    text.write_token_file(str(tmp_path / 'c.txt'), str(tmp_path / 't'))
+  assert (tmp_path / 't' / 'tokens.bin').read_bytes() == before
+  with open(tmp_path / 't' / 'tokens.bin', 'r+b') as f:
+    f.truncate(len(before) - 2)
+  with pytest.raises(ValueError, match='tokens.bin has 3998 bytes, meta.json says 2000 tokens'):
+    text.open_token_file(str(tmp_path / 't'))
+  with pytest.raises(ValueError, match='does not exist'):
+    text.write_token_file(str(tmp_path / 'missing.txt'), str(tmp_path / 'u'))
+
+
+LARGE_CORPUS = r'''
+import json, os, resource, sys
+import numpy as np
+folder, tokens = sys.argv[1], int(sys.argv[2])
+os.makedirs(folder)
+with open(os.path.join(folder, 'tokens.bin'), 'wb') as f:   # written in pieces: never all in memory
+  for i in range(0, tokens, 1 << 24):
+    f.write((np.arange(i, min(tokens, i + (1 << 24))) % 65).astype(np.uint16).tobytes())
+json.dump({'dtype': 'uint16', 'count': tokens}, open(os.path.join(folder, 'meta.json'), 'w'))
+json.dump({'type': 'char', 'tokens': [chr(48 + i) for i in range(65)]}, open(os.path.join(folder, 'vocab.json'), 'w'))
+from symjax.tasks import text
+# The process may allocate 256 MB more than it has now: far less than the corpus.
+used = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+resource.setrlimit(resource.RLIMIT_DATA, (used + (256 << 20), resource.RLIM_INFINITY))
+try:
+  np.fromfile(os.path.join(folder, 'tokens.bin'), np.uint16)
+  print('LOADED'); sys.exit(1)                                  # the limit would not bind: test is void
+except MemoryError:
+  pass
+task = text.TextTask('', seq_len=64, token_path=folder)
+for step in range(200):
+  batch = task.batch('train', step, 12, 0)
+  ok = (np.diff(batch['inputs'], axis=1) % 65 == 1).all() and (batch['targets'][:, :-1] == batch['inputs'][:, 1:]).all()
+  assert ok, step
+assert sum(1 for _ in task.eval_batches('test', 16, 0)) == 16
+print('OK', len(task.streams['train']))
+'''
+
+
+def test_corpus_larger_than_the_process_may_allocate_trains_from_the_map(tmp_path):
+  """600 MB of tokens under a 256 MB allocation limit: loading it fails, batches from the map do not."""
+  import subprocess
+  import sys
+  tokens = 300_000_000
+  proc = subprocess.run([sys.executable, '-c', LARGE_CORPUS, str(tmp_path / 'big'), str(tokens)],
+                        capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+  assert proc.stdout.split() == ['OK', str(int(0.9 * tokens))]

@@ -20,7 +20,7 @@ def _induction(config, workdir):
 def _text(config, workdir):
   vocab_file = os.path.join(workdir, VOCAB_FILE) if workdir else None
   return TextTask(config.text_path, config.seq_len, config.tokenizer, config.bpe_vocab_size,
-                  config.eval_windows, vocab_file=vocab_file)
+                  config.eval_windows, vocab_file=vocab_file, token_path=config.get('token_path', ''))
 
 
 def _rasp(config, workdir):

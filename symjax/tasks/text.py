@@ -4,6 +4,12 @@ The first 90% of the token stream is for training (nanoGPT's split, so results s
 last 10%, the first half is for validation (model selection, tuning) and the second half for test, so the
 test text is never read while choosing a model. Training batches are random windows drawn from
 (seed, step); evaluation reads a fixed set of windows.
+
+Corpora larger than memory: ``python -m symjax.tokenize --text_path=corpus.txt --out=corpus_tokens``
+tokenizes the file once, streaming it, into ``tokens.bin`` (a flat uint16/uint32 array) with its
+``vocab.json`` and ``meta.json`` beside it; ``--config.token_path=corpus_tokens`` then reads that array
+through ``numpy.memmap``, so a batch touches only the pages of its own windows. The splits and the windows
+of every (seed, step) are the same as from the text itself, so resume stays exact.
 """
 
 from __future__ import annotations
@@ -54,13 +60,17 @@ class BPETokenizer:
 
   @classmethod
   def train(cls, text: str, vocab_size: int) -> BPETokenizer:
+    return cls.train_from_chunks((text[i:i + 100_000] for i in range(0, len(text), 100_000)), vocab_size)
+
+  @classmethod
+  def train_from_chunks(cls, chunks, vocab_size: int) -> BPETokenizer:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([text[i:i + 100_000] for i in range(0, len(text), 100_000)], trainer)
+    tok.train_from_iterator(chunks, trainer)
     return cls(tok)
 
   def encode(self, text: str) -> np.ndarray:
@@ -85,11 +95,100 @@ def tokenizer_from_json(d: dict):
   raise ValueError(f"unknown tokenizer type {d.get('type')!r} in vocabulary file; known: {list(TOKENIZERS)}")
 
 
-def read_corpus(path: str) -> str:
+TOKEN_FILE, TOKEN_META, TOKEN_VOCAB = 'tokens.bin', 'meta.json', 'vocab.json'
+
+
+def _text_chunks(path: str, chunk_chars: int):
+  """The file's text in pieces of about ``chunk_chars`` characters, each ending at a line end (so that a
+  byte-pair tokenizer, whose pre-tokenizer splits at whitespace, sees the same words as in one piece)."""
+  read_corpus(path, check_only=True)
+  carry = ''
+  with open(path, encoding='utf-8', newline='') as f:
+    while True:
+      block = f.read(chunk_chars)
+      if not block:
+        break
+      block = carry + block
+      cut = block.rfind('\n') + 1
+      if cut == 0:
+        carry = block
+        continue
+      carry = block[cut:]
+      yield block[:cut]
+  if carry:
+    yield carry
+
+
+def write_token_file(text_path: str, out_dir: str, tokenizer: str = 'char', bpe_vocab_size: int = 512,
+                     chunk_chars: int = 1 << 22) -> dict:
+  """Tokenizes ``text_path`` once into ``out_dir``/tokens.bin, streaming: memory stays O(chunk_chars).
+
+  The char vocabulary is every distinct character of the file (a first pass); a BPE vocabulary is trained
+  on the whole file as a stream of chunks. Returns the metadata written to meta.json.
+  """
+  if tokenizer not in TOKENIZERS:
+    raise ValueError(f'tokenizer must be one of {list(TOKENIZERS)}, got {tokenizer!r}')
+  if os.path.exists(os.path.join(out_dir, TOKEN_FILE)):
+    raise ValueError(f'{out_dir!r} already holds a token file; choose a new folder (nothing was overwritten)')
+  if tokenizer == 'char':
+    chars = set()
+    for chunk in _text_chunks(text_path, chunk_chars):
+      chars.update(chunk)
+    tok = CharTokenizer(sorted(chars))
+  else:
+    tok = BPETokenizer.train_from_chunks(_text_chunks(text_path, chunk_chars), bpe_vocab_size)
+  if not len(tok.vocab):
+    raise ValueError(f'config.text_path {text_path!r} is empty')
+  dtype = np.uint16 if len(tok.vocab) <= np.iinfo(np.uint16).max + 1 else np.uint32
+  os.makedirs(out_dir, exist_ok=True)
+  partial = os.path.join(out_dir, TOKEN_FILE + '.partial')
+  count = 0
+  with open(partial, 'wb') as f:
+    for chunk in _text_chunks(text_path, chunk_chars):
+      ids = tok.encode(chunk).astype(dtype)
+      f.write(ids.tobytes())
+      count += len(ids)
+  meta = {'dtype': np.dtype(dtype).name, 'count': count, 'tokenizer': tok.kind,
+          'source': os.path.abspath(text_path), 'source_bytes': os.path.getsize(text_path)}
+  with open(os.path.join(out_dir, TOKEN_VOCAB), 'w') as f:
+    json.dump(tok.to_json(), f)
+  with open(os.path.join(out_dir, TOKEN_META), 'w') as f:
+    json.dump(meta, f, indent=1)
+  os.replace(partial, os.path.join(out_dir, TOKEN_FILE))  # complete files only
+  return meta
+
+
+def open_token_file(token_path: str):
+  """(tokenizer, read-only memory map of the token ids) of a folder written by ``write_token_file``."""
+  names = [os.path.join(token_path, n) for n in (TOKEN_FILE, TOKEN_META, TOKEN_VOCAB)]
+  missing = [os.path.basename(n) for n in names if not os.path.isfile(n)]
+  if missing:
+    raise ValueError(f'config.token_path {token_path!r} lacks {missing}: write it with '
+                     f'`python -m symjax.tokenize --text_path=... --out={token_path}`')
+  try:
+    with open(names[1]) as f:
+      meta = json.load(f)
+    with open(names[2]) as f:
+      tok = tokenizer_from_json(json.load(f))
+    dtype, count = np.dtype(meta['dtype']), int(meta['count'])
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f'config.token_path {token_path!r}: unreadable meta.json or vocab.json ({e})') from None
+  size = os.path.getsize(names[0])
+  if size != count * dtype.itemsize:
+    raise ValueError(f'config.token_path {token_path!r}: tokens.bin has {size} bytes, meta.json says '
+                     f'{count} tokens of {dtype.name} ({count * dtype.itemsize} bytes); rewrite the folder')
+  if count == 0:
+    raise ValueError(f'config.token_path {token_path!r} holds no tokens')
+  return tok, np.memmap(names[0], dtype=dtype, mode='r', shape=(count,))
+
+
+def read_corpus(path: str, check_only: bool = False) -> str:
   if not path:
     raise ValueError("config.text_path is empty: task 'text' needs the path of a UTF-8 text file")
   if not os.path.isfile(path):
     raise ValueError(f'config.text_path {path!r} does not exist or is not a file')
+  if check_only:
+    return ''
   try:
     with open(path, encoding='utf-8') as f:
       return f.read()
@@ -105,20 +204,31 @@ class TextTask(base.Task):
   language_model = True
 
   def __init__(self, path: str, seq_len: int, tokenizer: str = 'char', bpe_vocab_size: int = 512,
-               eval_windows: int = 256, vocab_file: str | None = None):
-    """``vocab_file``: a saved vocabulary (JSON) to reuse instead of training one on the corpus."""
+               eval_windows: int = 256, vocab_file: str | None = None, token_path: str = ''):
+    """``vocab_file``: a saved vocabulary (JSON) to reuse instead of training one on the corpus.
+    ``token_path``: a folder of ``write_token_file``, read memory-mapped instead of ``path``."""
     if tokenizer not in TOKENIZERS:
       raise ValueError(f'config.tokenizer must be one of {list(TOKENIZERS)}, got {tokenizer!r}')
-    text = read_corpus(path)
-    if not text.strip():
-      raise ValueError(f'config.text_path {path!r} is empty')
-    if vocab_file and os.path.exists(vocab_file):
-      with open(vocab_file) as f:
-        self.tokenizer = tokenizer_from_json(json.load(f))
+    if token_path:
+      self.tokenizer, ids = open_token_file(token_path)
+      if vocab_file and os.path.exists(vocab_file):
+        with open(vocab_file) as f:
+          saved = json.load(f)
+        if saved != self.tokenizer.to_json():
+          raise ValueError(f'config.token_path {token_path!r} has another vocabulary than the one this '
+                           f'work directory was trained with ({vocab_file})')
+      path = token_path
     else:
-      self.tokenizer = TOKENIZERS[tokenizer].train(text, bpe_vocab_size)
+      text = read_corpus(path)
+      if not text.strip():
+        raise ValueError(f'config.text_path {path!r} is empty')
+      if vocab_file and os.path.exists(vocab_file):
+        with open(vocab_file) as f:
+          self.tokenizer = tokenizer_from_json(json.load(f))
+      else:
+        self.tokenizer = TOKENIZERS[tokenizer].train(text, bpe_vocab_size)
+      ids = self.tokenizer.encode(text)
     self.vocab = self.tokenizer.vocab
-    ids = self.tokenizer.encode(text)
     self.seq_len = seq_len
     cut, held_out = int(0.9 * len(ids)), int(0.95 * len(ids))
     self.streams = {'train': ids[:cut], 'validation': ids[cut:held_out], 'test': ids[held_out:]}
@@ -131,7 +241,7 @@ class TextTask(base.Task):
 
   def _windows(self, split: str, starts: np.ndarray) -> dict[str, np.ndarray]:
     stream = self.streams[split]
-    windows = np.stack([stream[s:s + self.seq_len + 1] for s in starts])
+    windows = np.stack([stream[s:s + self.seq_len + 1] for s in starts]).astype(np.int32)
     return {'inputs': windows[:, :-1], 'targets': windows[:, 1:],
             'weights': np.ones((len(starts), self.seq_len), np.float32),
             'key_mask': np.ones((len(starts), self.seq_len), bool)}

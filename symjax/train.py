@@ -244,6 +244,41 @@ def check_same_model(workdir: str, model_config: ModelConfig) -> None:
                      f'resume it with its own config or choose a new --workdir')
 
 
+# A resume under another value would train the restored parameters on other data, or with other keys.
+RESUME_FIELDS = ('task', 'data_seed', 'seed')
+
+
+def check_same_training(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """Refuses to resume checkpoints under a config that cannot continue them — another task, data_seed or
+  seed, or an option that changes the optimiser state's structure (e.g. clipping switched on or off) —
+  before anything is restored, moved or rewritten. A restore that failed on such a mismatch would
+  otherwise look like a corrupt checkpoint."""
+  config_path, checkpoints = os.path.join(workdir, CONFIG_FILE), os.path.join(workdir, CHECKPOINT_DIR)
+  if not (os.path.isfile(config_path) and os.path.isdir(checkpoints)
+          and any(name.isdigit() for name in os.listdir(checkpoints))):
+    return
+  with open(config_path) as f:
+    saved = json.load(f)
+  scalar = lambda v: isinstance(v, (bool, int, float, str))
+  differ = {k: (saved[k], config[k]) for k in sorted(saved)
+            if k in config and scalar(saved[k]) and scalar(config[k]) and saved[k] != config[k]}
+  details = lambda keys: ', '.join(f'{k}: {differ[k][0]!r} -> {differ[k][1]!r}' for k in keys)
+  changed = [k for k in RESUME_FIELDS if k in differ]
+  if changed:
+    raise ValueError(f'work directory {workdir!r} was trained with other data or keys ({details(changed)}); '
+                     f'resume it with its own values (its {CONFIG_FILE}) or choose a new --workdir')
+  old = config.copy_and_resolve_references()
+  with old.unlocked():
+    for k, (was, _) in differ.items():
+      old[k] = type(config[k])(was)
+  probe = {'kernel': jax.ShapeDtypeStruct((2, 2), jnp.float32), 'scale': jax.ShapeDtypeStruct((2,), jnp.float32)}
+  structure = lambda c: jax.tree.structure(jax.eval_shape(make_optimizer(c).init, probe))
+  if structure(old) != structure(config):
+    raise ValueError(f'work directory {workdir!r} holds checkpoints whose optimiser state this config cannot '
+                     f'continue ({details(differ)}); resume with the values in its {CONFIG_FILE} or choose a new '
+                     f'--workdir (nothing was moved)')
+
+
 def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
   columns = sorted({k for r in rows.values() for k in r})
   print(f'\n{title}')
@@ -418,6 +453,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
                      f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
   check_same_model(workdir, model_config)
+  check_same_training(workdir, config)
   save_run_files(workdir, config, task, model_config)
   put = batch_putter(mesh)
 

@@ -372,3 +372,27 @@ def test_progress_bar_shows_in_notebook_kernels_and_not_in_captured_output(monke
   assert train.interactive_output()
   monkeypatch.setitem(sys.modules, 'IPython', types.SimpleNamespace(get_ipython=lambda: None))
   assert not train.interactive_output()
+
+
+def test_resume_that_cannot_continue_the_checkpoints_is_refused_and_moves_nothing(tmp_path):
+  """Clipping switched off changes the optimiser state's structure: before, the good checkpoint was taken
+  for corrupt, moved away, and training restarted at step 0. Another data_seed or seed would train the
+  restored model on other data or keys. Each is a one-line error now, and the folder is left as it was."""
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(tiny_config(total_steps=10, grad_clip_norm=1.0), workdir)
+  listing = lambda: sorted(os.listdir(workdir)) + sorted(os.listdir(os.path.join(workdir, 'checkpoints')))
+  with open(os.path.join(workdir, 'config.json')) as f:
+    config_before = f.read()
+  before = listing()
+  cases = [(dict(grad_clip_norm=0.0), r'optimiser state .*grad_clip_norm: 1\.0 -> 0\.0'),
+           (dict(data_seed=7), r'other data or keys \(data_seed: 0 -> 7\)'),
+           (dict(seed=3), r'other data or keys \(seed: 0 -> 3\)')]
+  for overrides, message in cases:
+    with pytest.raises(ValueError, match=message):
+      train.train_and_evaluate(tiny_config(total_steps=20, **overrides), workdir)
+    assert listing() == before and 'checkpoints_corrupt' not in before
+    with open(os.path.join(workdir, 'config.json')) as f:
+      assert f.read() == config_before
+  # A change that the optimiser state does not depend on still resumes.
+  final = train.train_and_evaluate(tiny_config(total_steps=20, grad_clip_norm=0.5), workdir)
+  assert symjax.load(workdir).step == 20 and final['test']['loss'] > 0

@@ -108,6 +108,8 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   c.stop_at_accuracy = 0.0     # > 0: stop early once validation accuracy reaches this (0 disables)
   c.numeral_glyph_init = False  # task 'fol': initialise the numerals' embeddings from their glyphs
   c.progress_bar = True        # a progress bar on a terminal or in a notebook (never in logs)
+  c.compilation_cache_dir = '~/.cache/symjax/jax'  # JAX's persistent compilation cache; '' disables it
+
   # --- Devices, sharding and processes ----------------------------------------------------------------
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1             # devices along the batch axis; -1: all that 'vocab' leaves

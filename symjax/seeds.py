@@ -87,6 +87,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
     raise ValueError(f'need one work directory per seed, got {len(seeds)} seeds and {len(workdirs)} folders')
   config_lib.validate(config)
   check_config(config)
+  train.use_compilation_cache(config)
   done = [finished(w, config.total_steps) for w in workdirs]
   if all(done):
     return done

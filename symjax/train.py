@@ -376,6 +376,13 @@ def glyph_init(state: TrainState, model_config: ModelConfig, shardings) -> Train
   return jax.jit(set_rows, out_shardings=shardings, donate_argnums=0)(state)
 
 
+def use_compilation_cache(config: ml_collections.ConfigDict) -> None:
+  """Keeps compiled steps on disk (``config.compilation_cache_dir``), so a rerun or resume of the same
+  config skips compilation. A directory already chosen through JAX (JAX_COMPILATION_CACHE_DIR) wins."""
+  if config.get('compilation_cache_dir') and not jax.config.jax_compilation_cache_dir:
+    jax.config.update('jax_compilation_cache_dir', os.path.expanduser(config.compilation_cache_dir))
+
+
 def interactive_output() -> bool:
   """A terminal, or a Jupyter / Colab kernel (whose stderr is no TTY, yet shows tqdm's widget)."""
   if sys.stderr.isatty():
@@ -439,6 +446,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   """Trains (or resumes) in ``workdir``; returns the final metrics per split."""
   # --- Config, processes and mesh.
   config_lib.validate(config)
+  use_compilation_cache(config)
   maybe_initialize_distributed(config)
   mesh = make_mesh(config)
   rules = tuple(tuple(r) for r in config.sharding_rules)

@@ -396,3 +396,13 @@ def test_resume_that_cannot_continue_the_checkpoints_is_refused_and_moves_nothin
   # A change that the optimiser state does not depend on still resumes.
   final = train.train_and_evaluate(tiny_config(total_steps=20, grad_clip_norm=0.5), workdir)
   assert symjax.load(workdir).step == 20 and final['test']['loss'] > 0
+
+
+def test_compiled_steps_are_kept_in_the_persistent_cache(tmp_path):
+  cache = tmp_path / 'cache'
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
+  subprocess.run([sys.executable, '-m', 'symjax.main', f'--config={REPO}/configs/symbolic.py:size=tiny',
+                  '--config.total_steps=4', '--config.warmup_steps=1', '--config.eval_every_steps=2',
+                  '--config.progress_bar=false', f'--config.compilation_cache_dir={cache}',
+                  f'--workdir={tmp_path / "run"}'], check=True, capture_output=True, env=env, cwd=tmp_path)
+  assert any(name.startswith('jit_') for name in os.listdir(cache))

@@ -22,9 +22,9 @@ def products(cfg, seq_len: int) -> list[tuple[int, int, int, int, bool]]:
     else:
       f = cfg.ff_dim_per_head
       projection = [(h, t, dh, v, False), (h, t, v, dh, False)]                  # z E^(h)ᵀ and α E^(h), per channel
-      if cfg.symbolic_sites in ('both', 'values'):
+      if cfg.symbolic_site('values'):
         out += projection
-      if cfg.symbolic_sites in ('both', 'ffn'):
+      if cfg.symbolic_site('ffn'):
         out += [(h, t, dh, f, False), (h, t, f, dh, False)] + projection
       else:
         out += [(1, t, d, cfg.ff_dim, False), (1, t, cfg.ff_dim, d, False)]

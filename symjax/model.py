@@ -167,7 +167,11 @@ class ModelConfig:
 
   def projects(self, layer: int, site: str) -> bool:
     """Whether ``site`` ('values' or 'ffn') of ``layer`` goes through the vocabulary projection."""
-    return self.layer_kinds()[layer] == 'symbolic' and self.symbolic_sites in ('both', site)
+    return self.layer_kinds()[layer] == 'symbolic' and self.symbolic_site(site)
+
+  def symbolic_site(self, site: str) -> bool:
+    """Whether a symbolic layer projects ``site`` ('values' or 'ffn')."""
+    return self.symbolic_sites in ('both', site)
 
   @property
   def paper_symbolic(self) -> bool:
@@ -249,7 +253,7 @@ class FactoredBlock(nn.Module):
     else:
       init = cfg.value_map.removeprefix('kronecker_')
       values = symbolic.KroneckerValue(cfg.num_heads, init, name='value_map')(x_t)
-    if self.symbolic and cfg.symbolic_sites in ('both', 'values'):
+    if self.symbolic and cfg.symbolic_site('values'):
       values = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
                                         cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.projection_gain,
                                         name='value_projection')(values, table)
@@ -261,7 +265,7 @@ class FactoredBlock(nn.Module):
 
     # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
     x_ffn = norm('norm_ffn')(x_t + x_e)
-    if self.symbolic and cfg.symbolic_sites in ('both', 'ffn'):
+    if self.symbolic and cfg.symbolic_site('ffn'):
       delta_e = symbolic.VocabFFN(cfg.num_heads, cfg.ff_dim_per_head, cfg.tau_init, cfg.vocab_projection,
                                   cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
                                   gain=cfg.projection_gain, name='ffn')(x_ffn, table)

@@ -225,8 +225,10 @@ with open(os.path.join(folder, 'tokens.bin'), 'wb') as f:   # written in pieces:
 json.dump({'dtype': 'uint16', 'count': tokens}, open(os.path.join(folder, 'meta.json'), 'w'))
 json.dump({'type': 'char', 'tokens': [chr(48 + i) for i in range(65)]}, open(os.path.join(folder, 'vocab.json'), 'w'))
 from symjax.tasks import text
-# The process may allocate 256 MB more than it has now: far less than the corpus.
-used = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# The process may allocate 256 MB more than its data segment holds now (VmData, what RLIMIT_DATA counts;
+# not ru_maxrss, which a child inherits from a large parent): far less than the corpus.
+with open('/proc/self/status') as f:
+  used = next(int(line.split()[1]) * 1024 for line in f if line.startswith('VmData:'))
 resource.setrlimit(resource.RLIMIT_DATA, (used + (256 << 20), resource.RLIM_INFINITY))
 try:
   np.fromfile(os.path.join(folder, 'tokens.bin'), np.uint16)

@@ -101,12 +101,14 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
     raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
                      f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
   seed_configs = []
-  for seed, w in zip(seeds, workdirs):
+  for seed, w in zip(seeds, workdirs):  # every folder checked before any is written
     c = ml_collections.ConfigDict(config.to_dict())
     c.seed = seed
     train.check_same_model(w, model_config)
-    train.save_run_files(w, c, task, model_config)
+    train.check_same_training(w, c)
     seed_configs.append(c)
+  for c, w in zip(seed_configs, workdirs):
+    train.save_run_files(w, c, task, model_config)
   model = model_lib.build(model_config)
   tx = train.make_optimizer(config)
   schedule = train.learning_rate_schedule(config)

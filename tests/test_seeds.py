@@ -66,6 +66,21 @@ def test_resume_starts_from_the_newest_step_every_seed_has(together, tmp_path):
     assert any(json.loads(line)['step'] == STEPS for line in f)
 
 
+def test_seeds_refuse_a_resume_that_cannot_continue_their_checkpoints(together, tmp_path):
+  _, folders, _ = together
+  copies = [str(tmp_path / os.path.basename(f)) for f in folders]
+  for src, dst in zip(folders, copies):
+    shutil.copytree(src, dst)
+    os.remove(os.path.join(dst, seeds.FINAL_FILE))
+  before = [sorted(os.listdir(os.path.join(c, train.CHECKPOINT_DIR))) for c in copies]
+  configs = [open(os.path.join(c, train.CONFIG_FILE)).read() for c in copies]
+  with pytest.raises(ValueError, match=r'optimiser state .*grad_clip_norm: 1\.0 -> 0\.0'):
+    seeds.train_seeds(tiny(grad_clip_norm=0.0), [0, 1], copies, verbose=False)
+  assert [sorted(os.listdir(os.path.join(c, train.CHECKPOINT_DIR))) for c in copies] == before
+  assert [open(os.path.join(c, train.CONFIG_FILE)).read() for c in copies] == configs
+  assert not any(os.path.exists(os.path.join(c, 'checkpoints_corrupt')) for c in copies)
+
+
 def test_seeds_refuse_what_they_cannot_do(tmp_path):
   with pytest.raises(ValueError, match='config.stop_at_accuracy must be 0 when seeds train together'):
     seeds.train_seeds(tiny(stop_at_accuracy=0.9), [0], [str(tmp_path / 'a')])

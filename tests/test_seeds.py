@@ -52,12 +52,18 @@ def test_finished_seeds_are_not_trained_again(together, monkeypatch):
   assert seeds.train_seeds(tiny(), [0, 1], folders, verbose=False) == finals
 
 
-def test_resume_starts_from_the_newest_step_every_seed_has(together, tmp_path):
-  _, folders, _ = together
+def unfinished_copies(folders, tmp_path) -> list[str]:
+  """Copies of finished seed folders without their final metrics, so that a rerun resumes them."""
   copies = [str(tmp_path / os.path.basename(f)) for f in folders]
   for src, dst in zip(folders, copies):
     shutil.copytree(src, dst)
     os.remove(os.path.join(dst, seeds.FINAL_FILE))
+  return copies
+
+
+def test_resume_starts_from_the_newest_step_every_seed_has(together, tmp_path):
+  _, folders, _ = together
+  copies = unfinished_copies(folders, tmp_path)
   shutil.rmtree(os.path.join(copies[1], train.CHECKPOINT_DIR, str(STEPS)))   # seed 1 stopped at step 10
   seeds.train_seeds(tiny(), [0, 1], copies, verbose=False)
   for src, dst in zip(folders, copies):
@@ -68,10 +74,7 @@ def test_resume_starts_from_the_newest_step_every_seed_has(together, tmp_path):
 
 def test_seeds_refuse_a_resume_that_cannot_continue_their_checkpoints(together, tmp_path):
   _, folders, _ = together
-  copies = [str(tmp_path / os.path.basename(f)) for f in folders]
-  for src, dst in zip(folders, copies):
-    shutil.copytree(src, dst)
-    os.remove(os.path.join(dst, seeds.FINAL_FILE))
+  copies = unfinished_copies(folders, tmp_path)
   before = [sorted(os.listdir(os.path.join(c, train.CHECKPOINT_DIR))) for c in copies]
   configs = [open(os.path.join(c, train.CONFIG_FILE)).read() for c in copies]
   with pytest.raises(ValueError, match=r'optimiser state .*grad_clip_norm: 1\.0 -> 0\.0'):

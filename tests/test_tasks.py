@@ -1,5 +1,7 @@
 """Task generators against hand-worked examples, split sizes and disjointness, lengths and symbols."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -212,6 +214,10 @@ def test_token_folder_errors_name_the_problem_and_overwrite_nothing(tmp_path):
     text.open_token_file(str(tmp_path / 't'))
   with pytest.raises(ValueError, match='does not exist'):
     text.write_token_file(str(tmp_path / 'missing.txt'), str(tmp_path / 'u'))
+  (tmp_path / 'latin1.txt').write_bytes('café\n'.encode('latin-1') * 10)
+  with pytest.raises(ValueError, match='is not UTF-8 text'):
+    text.write_token_file(str(tmp_path / 'latin1.txt'), str(tmp_path / 'v'))
+  assert not os.path.exists(tmp_path / 'v' / 'tokens.bin')
 
 
 LARGE_CORPUS = r'''

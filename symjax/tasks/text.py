@@ -101,11 +101,14 @@ TOKEN_FILE, TOKEN_META, TOKEN_VOCAB = 'tokens.bin', 'meta.json', 'vocab.json'
 def _text_chunks(path: str, chunk_chars: int):
   """The file's text in pieces of about ``chunk_chars`` characters, each ending at a line end (so that a
   byte-pair tokenizer, whose pre-tokenizer splits at whitespace, sees the same words as in one piece)."""
-  read_corpus(path, check_only=True)
+  check_corpus_path(path)
   carry = ''
   with open(path, encoding='utf-8', newline='') as f:
     while True:
-      block = f.read(chunk_chars)
+      try:
+        block = f.read(chunk_chars)
+      except UnicodeDecodeError as e:
+        raise ValueError(f'config.text_path {path!r} is not UTF-8 text: {e}') from None
       if not block:
         break
       block = carry + block
@@ -182,13 +185,15 @@ def open_token_file(token_path: str):
   return tok, np.memmap(names[0], dtype=dtype, mode='r', shape=(count,))
 
 
-def read_corpus(path: str, check_only: bool = False) -> str:
+def check_corpus_path(path: str) -> None:
   if not path:
     raise ValueError("config.text_path is empty: task 'text' needs the path of a UTF-8 text file")
   if not os.path.isfile(path):
     raise ValueError(f'config.text_path {path!r} does not exist or is not a file')
-  if check_only:
-    return ''
+
+
+def read_corpus(path: str) -> str:
+  check_corpus_path(path)
   try:
     with open(path, encoding='utf-8') as f:
       return f.read()

@@ -1,6 +1,6 @@
 """Gathers the sweeps of `benchmarks/sweep_suite.sh` into one table and one JSON file.
 
-  python benchmarks/collect_sweeps.py ROOT [--json=suite.json] [--device="..."]
+  python benchmarks/collect_sweeps.py ROOT [--json=suite.json] [--device="..."] [--kinds=a,b,...]
 
 ROOT/<task>/<kind>/sweep.json, one per (task, kind). For each: the chosen grid point (by validation loss),
 its validation loss and test metrics as mean ± 95% interval over seeds, with per-seed values. Text and FOL
@@ -19,9 +19,10 @@ from absl import app, flags
 from symjax import sweep
 
 _JSON = flags.DEFINE_string('json', 'suite.json', 'Where to write the gathered results.')
+_KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'],
+                          'The <kind> folders to gather (variants_suite.sh names its variants).')
 _DEVICE = flags.DEFINE_string('device', '', 'The device the sweeps ran on, recorded in the JSON.')
 
-KINDS = ('standard', 'token_factored', 'symbolic')
 RASP = ('reverse', 'sort', 'hist', 'double_hist', 'most_freq', 'dyck1', 'dyck2')
 # Test token accuracy (%) of Transformer Programs, "Learning Transformer Programs" Table 1.
 TRANSFORMER_PROGRAMS = {'reverse': 99.79, 'sort': 99.83, 'hist': 100.0, 'double_hist': 98.40,
@@ -38,9 +39,10 @@ def main(argv):
   if len(argv) != 2:
     raise app.UsageError('usage: collect_sweeps.py ROOT')
   root = argv[1]
+  kinds = _KINDS.value
   results = {}
   for task in sorted(os.listdir(root)):
-    for kind in KINDS:
+    for kind in kinds:
       path = os.path.join(root, task, kind, 'sweep.json')
       if os.path.exists(path):
         with open(path) as f:
@@ -50,7 +52,7 @@ def main(argv):
   print('| task | kind | chosen | validation loss | test loss | test accuracy |')
   print('|---|---|---|---:|---:|---:|')
   for task in ('text', 'fol'):
-    for kind in KINDS:
+    for kind in kinds:
       c = chosen(f'{task}/{kind}')
       if c is None:
         print(f'| {task} | {kind} | not run | | | |')
@@ -58,20 +60,20 @@ def main(argv):
       row = next(r for r in results[f'{task}/{kind}']['rows'] if r['name'] == c['name'])
       print(f"| {task} | {kind} | {c['name']} | {cell(row['validation/loss'])} | {cell(c['test/loss'])} | "
             f"{cell(c['test/accuracy'])} |")
-  for kind in KINDS:
+  for kind in kinds:
     c = chosen(f'fol/{kind}')
     if c is not None:
       ppl = [math.exp(v) for v in c['test/loss']['values']]
       print(f'fol {kind}: test perplexity {sweep.interval(ppl)[0]:.3f} ± {sweep.interval(ppl)[1]:.3f}')
 
-  print('\n| RASP task | Transformer Programs | ' + ' | '.join(KINDS) + ' |')
-  print('|---|---:|' + '---:|' * len(KINDS))
+  print('\n| RASP task | Transformer Programs | ' + ' | '.join(kinds) + ' |')
+  print('|---|---:|' + '---:|' * len(kinds))
   for task in RASP:
-    cells = [cell((chosen(f'{task}/{k}') or {}).get('test/accuracy'), 100, 2) for k in KINDS]
+    cells = [cell((chosen(f'{task}/{k}') or {}).get('test/accuracy'), 100, 2) for k in kinds]
     print(f'| {task} | {TRANSFORMER_PROGRAMS[task]:.2f} | ' + ' | '.join(cells) + ' |')
 
   with open(_JSON.value, 'w') as f:
-    json.dump({'device': _DEVICE.value, 'command': 'bash benchmarks/sweep_suite.sh ' + root,
+    json.dump({'device': _DEVICE.value, 'command': f"bash benchmarks/{'sweep_suite' if kinds == _KINDS.default else 'variants_suite'}.sh {root}",
                'collected_with': 'python benchmarks/collect_sweeps.py ' + ' '.join(sys.argv[1:]),
                'sweeps': results}, f, indent=1)
   print(f'wrote {_JSON.value}')

@@ -8,6 +8,7 @@ seed it reads ``final_metrics.json`` (train loss on a fixed sample of training b
 test loss: the gap says under- or over-fitting), and the final parameters: for symbolic layers the entropy
 of every vocabulary-projection mixture α (values and FFN, per layer and head, mean over 4 validation
 batches, as a fraction of log |V|: 0 is one token, 1 is uniform) and the learned τ per head; ALiBi slopes;
+with ``--over_training`` the same entropies and τ at every kept checkpoint;
 and from ``metrics.jsonl`` the gradient norm of every module at the start, middle and end of training.
 Prints a table and writes JSON.
 """
@@ -16,6 +17,8 @@ import glob
 import json
 import math
 import os
+import shlex
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -23,9 +26,11 @@ import numpy as np
 from absl import app, flags
 
 import symjax
-from symjax import tasks
+from symjax import loading, tasks
 
 _RUNS = flags.DEFINE_multi_string('runs', [], 'Sweep grid-point folders or work directories.')
+_OVER_TRAINING = flags.DEFINE_bool('over_training', False, 'Also the mixture entropy and τ at every kept '
+                                   'checkpoint (train with a large --config.keep_checkpoints to keep them all).')
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/symbolic_diagnosis.json', 'Where to write the results.')
 
 
@@ -111,6 +116,12 @@ def diagnose(workdir: str) -> dict:
     batches = [b for _, b in zip(range(4), task.eval_batches('validation', 64, run.config.data_seed))]
     out['mixture_entropy'] = mixture_entropy(run, batches)
     out['readable_share'] = readable_share(run, batches)
+    if _OVER_TRAINING.value:
+      out['over_training'] = {}
+      for step in loading.checkpoint_steps(workdir):
+        at = symjax.load(workdir, step)
+        out['over_training'][step] = {'mixture_entropy': mixture_entropy(at, batches),
+                                      'tau': learned(at.params, 'log_tau')}
     out['variant'] = {'symbolic_sites': run.model.config.symbolic_sites,
                       'projection_gain': run.model.config.projection_gain}
   return out
@@ -135,9 +146,18 @@ def main(_):
         tau = np.mean([d['tau'].get(site.replace('/values', '/value_projection').replace('/ffn', '/ffn/projection'),
                                     [math.nan]) for d in seeds], 0)
         print(f'  {site:22s} entropy {np.array2string(values, precision=3)}  τ {np.array2string(tau, precision=3)}')
+  for path, seeds in results.items():
+    if 'over_training' in seeds[0]:
+      print(f'\nMixture entropy / log|V| over training, mean over heads and {len(seeds)} seeds, {path}:')
+      steps = list(seeds[0]['over_training'])
+      print('  step ' + ' '.join(f'{s:>7}' for s in steps))
+      for site in seeds[0]['over_training'][steps[-1]]['mixture_entropy']:
+        row = [np.mean([np.mean(d['over_training'][s]['mixture_entropy'][site]) for d in seeds
+                        if s in d['over_training']]) for s in steps]
+        print(f'  {site:22s} ' + ' '.join(f'{v:7.3f}' for v in row))
   os.makedirs(os.path.dirname(_JSON.value) or '.', exist_ok=True)
   with open(_JSON.value, 'w') as f:
-    json.dump(results, f, indent=1)
+    json.dump({'command': 'python ' + ' '.join(shlex.quote(a) for a in sys.argv), 'runs': results}, f, indent=1)
   print(f'wrote {_JSON.value}')
 
 

@@ -30,10 +30,11 @@ class Loaded:
   language_model: bool                   # targets are next tokens: sampling makes sense
 
 
-def load(workdir: str, which: str = 'best') -> Loaded:
-  """Loads the ``'best'`` (by the run's ``best_metric``) or ``'latest'`` checkpoint of ``workdir``."""
-  if which not in ('best', 'latest'):
-    raise ValueError(f"which must be 'best' or 'latest', got {which!r}")
+def load(workdir: str, which: str | int = 'best') -> Loaded:
+  """Loads the ``'best'`` (by the run's ``best_metric``) or ``'latest'`` checkpoint of ``workdir``, or the one
+  saved at step ``which`` (an int; ``checkpoint_steps(workdir)`` lists them)."""
+  if which not in ('best', 'latest') and (isinstance(which, bool) or not isinstance(which, int)):
+    raise ValueError(f"which must be 'best', 'latest' or a checkpointed step number, got {which!r}")
   for name in (train.CONFIG_FILE, train.RUN_FILE, tasks.VOCAB_FILE):
     if not os.path.isfile(os.path.join(workdir, name)):
       raise FileNotFoundError(f'{workdir!r} is not a symjax work directory: {name} is missing')
@@ -58,7 +59,12 @@ def load(workdir: str, which: str = 'best') -> Loaded:
   steps = sorted(manager.all_steps(), reverse=True)
   if not steps:
     raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, train.CHECKPOINT_DIR)}')
-  if which == 'best':
+  if isinstance(which, int):
+    if which not in steps:
+      manager.close()
+      raise ValueError(f'{workdir!r} has no checkpoint at step {which}; it has steps {sorted(steps)}')
+    steps = [which]
+  elif which == 'best':
     best = best_step(workdir, config)
     steps = [best] + [s for s in steps if s != best] if best is not None else steps
   state = None
@@ -74,6 +80,14 @@ def load(workdir: str, which: str = 'best') -> Loaded:
     raise RuntimeError(f'no checkpoint in {workdir!r} could be restored')
   return Loaded(model, state.params, config, model_config, tokenizer, int(state.step), run['task'],
                 run['seq_len'], run['language_model'])
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  """The steps at which ``workdir`` holds a finished checkpoint, ascending."""
+  folder = os.path.join(workdir, train.CHECKPOINT_DIR)
+  if not os.path.isdir(folder):
+    return []
+  return sorted(int(name) for name in os.listdir(folder) if name.isdigit())
 
 
 def best_step(workdir: str, config: ml_collections.ConfigDict) -> int | None:

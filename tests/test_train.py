@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import symjax
-from symjax import config_lib, sample, train
+from symjax import config_lib, loading, sample, train
 from symjax.tasks import base as tasks_base
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -291,6 +291,21 @@ def test_load_and_sample_errors(finished_run, tmp_path):
     sample.sample_text(loaded, '<s> a', 3)
   with pytest.raises(ValueError, match='temperature must be > 0'):
     sample.generate(loaded.model, loaded.params, [1, 4], 2, mode='temperature', temperature=0.0)
+
+
+def test_load_a_given_checkpoint_step(finished_run):
+  workdir, _ = finished_run
+  steps = loading.checkpoint_steps(workdir)
+  assert steps[-2:] == [30, 40]
+  early, latest = symjax.load(workdir, steps[-2]), symjax.load(workdir, 'latest')
+  assert (early.step, latest.step) == (30, 40)
+  differ = jax.tree.leaves(jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))),
+                                        early.params, latest.params))
+  assert any(differ)
+  with pytest.raises(ValueError, match=r'has no checkpoint at step 7; it has steps \[.*30, 40\]'):
+    symjax.load(workdir, 7)
+  with pytest.raises(ValueError, match="which must be 'best', 'latest' or a checkpointed step number"):
+    symjax.load(workdir, 'first')
 
 
 def test_main_cli_reports_a_bad_override_and_exits_nonzero():

@@ -9,6 +9,7 @@ Transformer Programs figure ("Learning Transformer Programs", Table 1). Sweeps t
 listed as missing.
 """
 
+import glob
 import json
 import math
 import os
@@ -71,6 +72,24 @@ def main(argv):
   for task in RASP:
     cells = [cell((chosen(f'{task}/{k}') or {}).get('test/accuracy'), 100, 2) for k in kinds]
     print(f'| {task} | {TRANSFORMER_PROGRAMS[task]:.2f} | ' + ' | '.join(cells) + ' |')
+
+  # ALiBi extrapolation of the chosen point: accuracy on lengths 12 and 16 after training at 8, read from the
+  # seeds' final_metrics.json (sweep.json keeps the test split only).
+  print('\n| RASP task | ' + ' | '.join(f'{k} (length 12 / 16)' for k in kinds) + ' |')
+  print('|---|' + '---:|' * len(kinds))
+  for task in RASP:
+    cells = []
+    for kind in kinds:
+      key, c = f'{task}/{kind}', chosen(f'{task}/{kind}')
+      folders = sorted(glob.glob(os.path.join(root, task, kind, c['name'], 'seed_*'))) if c else []
+      finals = [json.load(open(os.path.join(d, 'final_metrics.json'))) for d in folders]
+      stats = {n: sweep.interval([100 * f[n]['accuracy'] for f in finals])
+               for n in ('length_12', 'length_16') if finals and all(n in f for f in finals)}
+      if stats:
+        results[key]['extrapolation'] = {n: {'mean': m, 'ci95': h, 'values': [100 * f[n]['accuracy'] for f in finals]}
+                                         for n, (m, h) in stats.items()}
+      cells.append(' / '.join(f'{m:.1f} ± {h:.1f}' for m, h in stats.values()) or '—')
+    print(f'| {task} | ' + ' | '.join(cells) + ' |')
 
   with open(_JSON.value, 'w') as f:
     json.dump({'device': _DEVICE.value, 'command': f"bash benchmarks/{'sweep_suite' if kinds == _KINDS.default else 'variants_suite'}.sh {root}",

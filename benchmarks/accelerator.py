@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from symjax import config_lib, symbolic, train
+from symjax import config_lib, optim, symbolic, train
 from flops import forward_flops_per_token  # benchmarks/flops.py
 from symjax.model import Transformer
 
@@ -67,7 +67,7 @@ def measure_kind(name: str) -> dict:
   with jax.set_mesh(mesh):
     model = Transformer(cfg)
     rng = jax.random.key(0)
-    run = train.compile_run(model, train.make_optimizer(config), config, rng, mesh, (), t)
+    run = train.compile_run(model, optim.make_optimizer(config), config, rng, mesh, (), t)
     tokens = jax.random.randint(jax.random.key(1), (b, t), 0, VOCAB, jnp.int32)
     batch = {'inputs': tokens, 'targets': jnp.roll(tokens, -1, axis=1), 'weights': jnp.ones((b, t), jnp.float32),
              'key_mask': jnp.ones((b, t), bool)}

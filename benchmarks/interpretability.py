@@ -28,8 +28,8 @@ KINDS = ('standard', 'token_factored', 'symbolic')
 
 
 def ensure(workdir, config_fn):
-  from symjax import train
-  if not os.path.isfile(os.path.join(workdir, train.RUN_FILE)):
+  from symjax import rundir, train
+  if not os.path.isfile(os.path.join(workdir, rundir.RUN_FILE)):
     if not _TRAIN.value:
       raise FileNotFoundError(f'{workdir} has no trained run; train it or pass --train_missing')
     config = config_fn()

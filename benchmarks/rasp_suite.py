@@ -22,8 +22,8 @@ _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 
 
 
 def main(_):
-  from symjax import config_lib, train
-  from symjax.model import count_params
+  from symjax import config_lib, rundir, train
+  from symjax.model import ModelConfig, count_params
   from symjax.tasks import rasp
   results = json.load(open(_JSON.value)) if os.path.exists(_JSON.value) else {}
   for task in _TASKS.value or rasp.TASKS:
@@ -37,11 +37,11 @@ def main(_):
       start = time.time()
       final = train.train_and_evaluate(config, os.path.join(_WORKDIR.value, task, kind))
       seconds = time.time() - start
-      run = json.load(open(os.path.join(_WORKDIR.value, task, kind, train.RUN_FILE)))
+      run = json.load(open(os.path.join(_WORKDIR.value, task, kind, rundir.RUN_FILE)))
       results[key] = {'test': final['test']['accuracy'], 'test_sequence': final['test']['sequence_accuracy'],
                       'length_12': final.get('length_12', {}).get('accuracy'),
                       'length_16': final.get('length_16', {}).get('accuracy'),
-                      'parameters': count_params(train.ModelConfig.from_dict(run['model'])),
+                      'parameters': count_params(ModelConfig.from_dict(run['model'])),
                       'seconds': seconds}
       with open(_JSON.value, 'w') as f:
         json.dump(results, f, indent=1)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from symjax import config_lib, tasks, train
+from symjax import config_lib, optim, tasks, train
 from symjax import model as model_lib
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/step_time.json', 'Where to write the results.')
@@ -34,11 +34,11 @@ def recipe_step(kind: str):
   """A closure running one training step of ``kind`` at the recipe's shape, and the parameter count."""
   config = config_lib.variant(kind, 'task=text,size=medium')
   model = model_lib.build(config_lib.model_config(config, 65, causal=True))
-  tx = train.make_optimizer(config)
+  tx = optim.make_optimizer(config)
   train_step, _ = train.make_steps(model, tx, config)
   step = jax.jit(train_step, donate_argnums=0)
   rng = jax.random.key(0)
-  state = jax.jit(lambda k: jax.tree.map(lambda x: x, train.init_state(model, tx, k, config.seq_len)))(rng)
+  state = jax.jit(lambda k: jax.tree.map(lambda x: x, optim.init_state(model, tx, k, config.seq_len)))(rng)
   state = jax.tree.map(lambda x: getattr(x, 'value', x), state, is_leaf=lambda x: hasattr(x, 'value'))
   r = np.random.default_rng(0)
   shape = (config.batch_size, config.seq_len)
@@ -57,9 +57,9 @@ def seeds_step(num_seeds: int):
   config = config_lib.variant('symbolic', None)
   task = tasks.get_task(config)
   model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
-  tx = train.make_optimizer(config)
+  tx = optim.make_optimizer(config)
   train_step, _ = train.make_steps(model, tx, config)
-  init = lambda key: jax.tree.map(lambda x: getattr(x, 'value', x), train.init_state(model, tx, key, task.seq_len),
+  init = lambda key: jax.tree.map(lambda x: getattr(x, 'value', x), optim.init_state(model, tx, key, task.seq_len),
                                   is_leaf=lambda x: hasattr(x, 'value'))
   keys = jnp.stack([jax.random.key(s) for s in range(num_seeds)])
   step = jax.jit(jax.vmap(train_step), donate_argnums=0)

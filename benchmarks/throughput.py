@@ -23,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from flops import forward_flops_per_token, products  # noqa: E402  (benchmarks/flops.py)
-from symjax import config_lib, train  # noqa: E402
+from symjax import config_lib, optim, train  # noqa: E402
 from symjax.model import Transformer  # noqa: E402
 
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'Model kinds.')
@@ -75,7 +75,7 @@ def measure(kind: str) -> dict:
   mesh = jax.make_mesh((1, 1), ('data', 'vocab'), devices=jax.devices()[:1],
                        axis_types=(jax.sharding.AxisType.Auto,) * 2)
   with jax.set_mesh(mesh):
-    run = train.compile_run(Transformer(cfg), train.make_optimizer(config), config, jax.random.key(0), mesh, (),
+    run = train.compile_run(Transformer(cfg), optim.make_optimizer(config), config, jax.random.key(0), mesh, (),
                             seq_len)
     tokens = jax.random.randint(jax.random.key(1), (batch, seq_len + 1), 0, _VOCAB.value, jnp.int32)
     data = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:], 'weights': jnp.ones((batch, seq_len), jnp.float32),

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from symjax import config_lib, train
+from symjax import config_lib, optim, train
 from symjax.model import Transformer
 
 _JSON = flags.DEFINE_string('json', 'train_step.json', 'Where to write the results.')
@@ -46,7 +46,7 @@ def step_memory(kind: str, vocab_projection: str = 'direct', readout: str = 'str
   with jax.set_mesh(mesh):
     model = Transformer(model_config)
     rng = jax.random.key(0)
-    run = train.compile_run(model, train.make_optimizer(config), config, rng, mesh, (), _TOKENS.value)
+    run = train.compile_run(model, optim.make_optimizer(config), config, rng, mesh, (), _TOKENS.value)
     tokens = jax.ShapeDtypeStruct((1, _TOKENS.value), jnp.int32)
     batch = {'inputs': tokens, 'targets': tokens, 'weights': jax.ShapeDtypeStruct(tokens.shape, jnp.float32),
              'key_mask': jax.ShapeDtypeStruct(tokens.shape, jnp.bool_)}

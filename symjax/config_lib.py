@@ -95,7 +95,7 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   c.learning_rate = 3e-3       # peak learning rate of AdamW
   c.warmup_steps = 100         # linear warmup from 0 to the peak
   c.end_learning_rate_fraction = 0.1  # cosine decay ends at this fraction of the peak
-  c.weight_decay = 0.01        # decoupled, by role: see train.DECAYED_LEAVES
+  c.weight_decay = 0.01        # decoupled, by role: see optim.DECAYED_LEAVES
   c.adam_b1 = 0.9
   c.adam_b2 = 0.98
   c.grad_clip_norm = 1.0       # global-norm clipping; 0 disables it

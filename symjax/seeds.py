@@ -29,10 +29,10 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from symjax import config_lib, tasks, train
+from symjax import config_lib, optim, rundir, tasks, train
 from symjax import model as model_lib
 
-FINAL_FILE = 'final_metrics.json'
+FINAL_FILE = rundir.FINAL_FILE
 
 
 def finished(workdir: str, total_steps: int) -> dict | None:
@@ -67,7 +67,8 @@ def _restore_common(managers, abstract_state, workdirs) -> tuple[int, list | Non
   common = set.intersection(*(set(m.all_steps()) for m in managers)) if managers else set()
   for step in sorted(common, reverse=True):
     try:
-      return step, [m.restore(step, args=ocp.args.StandardRestore(abstract_state)) for m in managers]
+      with rundir.quiet_orbax():
+        return step, [m.restore(step, args=ocp.args.StandardRestore(abstract_state)) for m in managers]
     except Exception as e:  # pylint: disable=broad-except
       print(f'WARNING: checkpoint step {step} does not restore for every seed ({type(e).__name__}); '
             f'trying an earlier common step', file=sys.stderr)
@@ -104,16 +105,14 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   for seed, w in zip(seeds, workdirs):  # every folder checked before any is written
     c = ml_collections.ConfigDict(config.to_dict())
     c.seed = seed
-    train.check_same_model(w, model_config)
-    train.check_same_training(w, c)
+    rundir.check_same_model(w, model_config)
+    rundir.check_same_training(w, c)
     seed_configs.append(c)
-  for c, w in zip(seed_configs, workdirs):
-    train.save_run_files(w, c, task, model_config)
   model = model_lib.build(model_config)
-  tx = train.make_optimizer(config)
-  schedule = train.learning_rate_schedule(config)
+  tx = optim.make_optimizer(config)
+  schedule = optim.learning_rate_schedule(config)
   train_step, eval_step = train.make_steps(model, tx, config)
-  init = lambda key: nn.meta.unbox(train.init_state(model, tx, key, task.seq_len))
+  init = lambda key: nn.meta.unbox(optim.init_state(model, tx, key, task.seq_len))
   keys = jnp.stack([jax.random.key(s) for s in seeds])
   v_train = jax.jit(jax.vmap(train_step), donate_argnums=0)
   v_eval = jax.jit(jax.vmap(eval_step, in_axes=(0, None)))   # every seed scores the same batch
@@ -121,11 +120,12 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
       lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))))
 
   # --- State: resume from the newest step all seeds share.
-  managers = [train.checkpoint_manager(w, config) for w in workdirs]
+  managers = [rundir.checkpoint_manager(w, config) for w in workdirs]
   abstract_state = jax.eval_shape(init, keys[0])
   start_step, restored = _restore_common(managers, abstract_state, workdirs)
   state = _stack(restored) if restored else jax.jit(jax.vmap(init))(keys)
-  writers = [train.MetricWriter(w) for w in workdirs]
+  writers = [rundir.MetricWriter(w, resume_step=start_step) for w in workdirs]
+  run_files_written = False
   num_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
   if verbose:
     print(f'symjax: {len(seeds)} seeds {list(seeds)} of a {model_config.kind} model, {num_params:,} parameters '
@@ -169,6 +169,10 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
       if step % config.eval_every_steps == 0 or step == config.total_steps:
         finite = np.asarray(all_finite(state.params))
         validation = evaluate(state.params, 'validation')
+        if not run_files_written:  # the folders now get checkpoints this config trained
+          for c, w in zip(seed_configs, workdirs):
+            rundir.save_run_files(w, c, task, model_config, start_step)
+          run_files_written = True
         for i, (manager, writer) in enumerate(zip(managers, writers)):
           if not finite[i]:
             diverged.setdefault(i, step)
@@ -196,7 +200,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
     else:
       final = {'step': step, **{split: rows[i] for split, rows in splits.items()}}
       writer.write(step, 'test', final['test'])
-    train.write_atomically(os.path.join(w, FINAL_FILE), json.dumps(final, indent=1))
+    rundir.write_atomically(os.path.join(w, FINAL_FILE), json.dumps(final, indent=1))
     writer.close()
     manager.close()
     finals.append(final)

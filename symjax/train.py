@@ -12,7 +12,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from typing import Any
@@ -22,110 +21,19 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 import orbax.checkpoint as ocp
-from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec
-from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
-from symjax import config_lib, streamed, tasks
+from symjax import config_lib, rundir, streamed, tasks
 from symjax import model as model_lib
 from symjax.model import ModelConfig, Transformer
-
-CONFIG_FILE = 'config.json'
-RUN_FILE = 'run.json'
-METRICS_FILE = 'metrics.jsonl'
-CHECKPOINT_DIR = 'checkpoints'
-CORRUPT_DIR = 'checkpoints_corrupt'
-
+from symjax.optim import TrainState, init_state, learning_rate_schedule, make_optimizer
 
 class TrainingDiverged(RuntimeError):
   """The loss became non-finite; the last good checkpoint is kept."""
 
 
-@flax.struct.dataclass
-class TrainState:
-  step: jax.Array
-  params: Any
-  opt_state: Any
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Pieces the trainer, `symjax.load` and the tools share.
-# ----------------------------------------------------------------------------------------------------------
-def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
-  """Linear warmup from 0, then cosine decay to ``end_learning_rate_fraction`` of the peak."""
-  return optax.warmup_cosine_decay_schedule(
-      0.0, config.learning_rate, config.warmup_steps, config.total_steps,
-      end_value=config.learning_rate * config.end_learning_rate_fraction)
-
-
-# Weight decay by role, not by rank: the leaves that are matrices multiplying activations — Dense and
-# attention kernels, LSTM kernels, the VocabFFN's per-channel W1_h and W2_h, an untied readout table.
-# Never decayed: norms' γ/β (channel LayerNorm's are [heads, head_dim], matrices by rank only), biases
-# (VocabFFN's b1/b2 too), ALiBi log-slopes, log τ, W_head (an H×H routing of channels that starts at the
-# identity; decaying it shrinks every value towards zero), and the embedding table: a lookup whose rows are
-# the vocabulary symbols that symbolic layers mix, and the tied readout (decaying it shrinks every mixture).
-DECAYED_LEAVES = ('kernel', 'w1', 'w2', 'readout')
-
-
-def decay_mask(params) -> Any:
-  """True for the leaves that weight decay applies to (``DECAYED_LEAVES``), False elsewhere."""
-  return jax.tree_util.tree_map_with_path(
-      lambda path, _: getattr(path[-1], 'key', None) in DECAYED_LEAVES, params)
-
-
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """AdamW on the schedule, global-norm clipping; weight decay by role (``decay_mask``)."""
-  schedule = learning_rate_schedule(config)
-  adamw = optax.adamw(schedule, b1=config.adam_b1, b2=config.adam_b2,
-                      weight_decay=config.weight_decay, mask=decay_mask)
-  if config.grad_clip_norm > 0:
-    return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), adamw)
-  return adamw
-
-
-def init_state(model: Transformer, tx: optax.GradientTransformation, rng: jax.Array, seq_len: int
-               ) -> TrainState:
-  params = model.init(rng, jnp.zeros((1, seq_len), jnp.int32))['params']
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
-
-
-def checkpoint_manager(workdir: str, config: ml_collections.ConfigDict, read_only: bool = False
-                       ) -> ocp.CheckpointManager:
-  """Keeps the last ``keep_checkpoints`` plus the best by the validation metric ``best_metric``."""
-  metric = config.best_metric
-  reverse = config_lib.BEST_METRICS[metric] == 'min'  # BestN keeps the highest after sorting
-  policy = pp.AnyPreservationPolicy([
-      pp.LatestN(config.keep_checkpoints),
-      pp.BestN(get_metric_fn=lambda m: m[metric], reverse=reverse, n=1,
-               keep_checkpoints_without_metrics=False),
-  ])
-  options = ocp.CheckpointManagerOptions(preservation_policy=policy, read_only=read_only,
-                                         create=not read_only, enable_async_checkpointing=True)
-  return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)
-
-
-def restore_latest_valid(manager: ocp.CheckpointManager, abstract_state: TrainState, workdir: str,
-                         quarantine: bool = True) -> TrainState | None:
-  """The newest checkpoint that restores. One that fails is reported and (with ``quarantine``) moved to
-  ``checkpoints_corrupt/``, never deleted; the one before it is tried next."""
-  for step in sorted(manager.all_steps(), reverse=True):
-    try:
-      return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-    except Exception as e:  # pylint: disable=broad-except
-      logging.warning('checkpoint at step %d could not be restored (%s: %s)', step, type(e).__name__,
-                      str(e)[:300])
-      print(f'WARNING: checkpoint at step {step} is corrupt or partial ({type(e).__name__}); '
-            f'falling back to the previous one', file=sys.stderr)
-      if quarantine:
-        corrupt = os.path.join(workdir, CORRUPT_DIR)
-        os.makedirs(corrupt, exist_ok=True)
-        shutil.move(os.path.join(workdir, CHECKPOINT_DIR, str(step)),
-                    os.path.join(corrupt, f'{step}_{int(time.time())}'))
-        manager.reload()
-  return None
 
 
 def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[jax.Array, ...]:
@@ -183,100 +91,6 @@ def evaluate(eval_step, params, task: tasks.Task, split: str, config, put) -> di
       sums[k] = sums.get(k, 0.0) + float(v)
   return summarize(sums, config.top_ks)
 
-
-class MetricWriter:
-  """One JSON line per record in ``metrics.jsonl`` plus TensorBoard events; process 0 only."""
-
-  def __init__(self, workdir: str):
-    self.active = jax.process_index() == 0
-    if self.active:
-      from tensorboardX import SummaryWriter
-      self.jsonl = open(os.path.join(workdir, METRICS_FILE), 'a')
-      self.tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
-
-  def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
-    if not self.active:
-      return
-    self.jsonl.write(json.dumps({'step': step, 'split': split, **metrics}) + '\n')
-    self.jsonl.flush()
-    for k, v in metrics.items():
-      self.tb.add_scalar(f'{split}/{k}', v, step)
-    self.tb.flush()
-
-  def close(self) -> None:
-    if self.active:
-      self.jsonl.close()
-      self.tb.close()
-
-
-def save_run_files(workdir: str, config: ml_collections.ConfigDict, task: tasks.Task,
-                   model_config: ModelConfig) -> None:
-  """config.json, run.json (the resolved model and task facts) and vocab.json: all `load` needs."""
-  if jax.process_index() != 0:
-    return
-  run = {'model': dataclasses.asdict(model_config), 'task': task.name, 'seq_len': task.seq_len,
-         'language_model': task.language_model}
-  vocab = task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
-  for name, text in ((CONFIG_FILE, config.to_json_best_effort(indent=1)), (RUN_FILE, json.dumps(run, indent=1)),
-                     (tasks.VOCAB_FILE, json.dumps(vocab))):
-    write_atomically(os.path.join(workdir, name), text)
-
-
-def write_atomically(path: str, text: str) -> None:
-  """Other processes (and a crash mid-write) see the old file or the new one, never half of one."""
-  with open(path + '.tmp', 'w') as f:
-    f.write(text)
-  os.replace(path + '.tmp', path)
-
-
-def check_same_model(workdir: str, model_config: ModelConfig) -> None:
-  """Refuses to resume a work directory whose checkpoints belong to a different model."""
-  path = os.path.join(workdir, RUN_FILE)
-  if not os.path.isfile(path):
-    return
-  with open(path) as f:
-    saved = json.load(f)['model']
-  now = json.loads(json.dumps(dataclasses.asdict(model_config)))  # tuples as lists, like the file
-  changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
-  if changed:
-    details = ', '.join(f'{k}: {saved.get(k)!r} -> {now.get(k)!r}' for k in changed)
-    raise ValueError(f'work directory {workdir!r} holds a run of a different model ({details}); '
-                     f'resume it with its own config or choose a new --workdir')
-
-
-# A resume under another value would train the restored parameters on other data, or with other keys.
-RESUME_FIELDS = ('task', 'data_seed', 'seed')
-
-
-def check_same_training(workdir: str, config: ml_collections.ConfigDict) -> None:
-  """Refuses to resume checkpoints under a config that cannot continue them — another task, data_seed or
-  seed, or an option that changes the optimiser state's structure (e.g. clipping switched on or off) —
-  before anything is restored, moved or rewritten. A restore that failed on such a mismatch would
-  otherwise look like a corrupt checkpoint."""
-  config_path, checkpoints = os.path.join(workdir, CONFIG_FILE), os.path.join(workdir, CHECKPOINT_DIR)
-  if not (os.path.isfile(config_path) and os.path.isdir(checkpoints)
-          and any(name.isdigit() for name in os.listdir(checkpoints))):
-    return
-  with open(config_path) as f:
-    saved = json.load(f)
-  scalar = lambda v: isinstance(v, (bool, int, float, str))
-  differ = {k: (saved[k], config[k]) for k in sorted(saved)
-            if k in config and scalar(saved[k]) and scalar(config[k]) and saved[k] != config[k]}
-  details = lambda keys: ', '.join(f'{k}: {differ[k][0]!r} -> {differ[k][1]!r}' for k in keys)
-  changed = [k for k in RESUME_FIELDS if k in differ]
-  if changed:
-    raise ValueError(f'work directory {workdir!r} was trained with other data or keys ({details(changed)}); '
-                     f'resume it with its own values (its {CONFIG_FILE}) or choose a new --workdir')
-  old = config.copy_and_resolve_references()
-  with old.unlocked():
-    for k, (was, _) in differ.items():
-      old[k] = type(config[k])(was)
-  probe = {'kernel': jax.ShapeDtypeStruct((2, 2), jnp.float32), 'scale': jax.ShapeDtypeStruct((2,), jnp.float32)}
-  structure = lambda c: jax.tree.structure(jax.eval_shape(make_optimizer(c).init, probe))
-  if structure(old) != structure(config):
-    raise ValueError(f'work directory {workdir!r} holds checkpoints whose optimiser state this config cannot '
-                     f'continue ({details(differ)}); resume with the values in its {CONFIG_FILE} or choose a new '
-                     f'--workdir (nothing was moved)')
 
 
 def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
@@ -460,9 +274,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   if task.seq_len > model_config.max_len:
     raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
                      f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
-  check_same_model(workdir, model_config)
-  check_same_training(workdir, config)
-  save_run_files(workdir, config, task, model_config)
+  rundir.check_same_model(workdir, model_config)
+  rundir.check_same_training(workdir, config)
   put = batch_putter(mesh)
 
   with jax.set_mesh(mesh):
@@ -475,9 +288,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
 
     # --- Checkpoints: resume from the latest valid one.
-    manager = checkpoint_manager(workdir, config)
-    state = restore_latest_valid(manager, run.abstract_state, workdir)
+    had_checkpoints = bool(rundir.checkpoint_steps(workdir))
+    manager = rundir.checkpoint_manager(workdir, config)
+    state = rundir.restore_first_valid(
+        lambda step: manager.restore(step, args=ocp.args.StandardRestore(run.abstract_state)),
+        sorted(manager.all_steps(), reverse=True), workdir)
+    with rundir.quiet_orbax():
+      manager.reload()  # forget what was moved aside
     if state is None:
+      if had_checkpoints and lead:
+        print(f'WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0',
+              file=sys.stderr)
       state = run.init(rng)
       if config.numeral_glyph_init:
         state = glyph_init(state, model_config, run.shardings)
@@ -485,7 +306,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite
 
     # --- Loop.
-    writer = MetricWriter(workdir)
+    writer = rundir.MetricWriter(workdir, resume_step=start_step)
+    run_files_written = False
     if lead:
       print(f'symjax: {model_config.kind} model, {num_params:,} parameters, task {task.name!r} '
             f'(vocabulary {len(task.vocab)}), mesh {dict(mesh.shape)}, workdir {workdir}')
@@ -496,6 +318,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       from tqdm.auto import tqdm  # a widget in notebooks, a text bar on terminals
       bar = tqdm(total=config.total_steps, initial=start_step, dynamic_ncols=True)
     say = bar.write if bar is not None else print
+    started = time.time()
     tokens_per_step = config.batch_size * task.seq_len
     last_time, last_step = time.time(), start_step
     validation: dict[str, float] = {}
@@ -515,6 +338,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
           writer.write(step, 'train', metrics)
           if bar is not None:
             bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_second']:.0f}")
+          elif lead:  # a log file, nohup, CI: one line per logged step
+            say(f"step {step}/{config.total_steps}: loss {metrics['loss']:.4f}, "
+                f"{metrics['tokens_per_second']:,.0f} tokens/s, {now - started:.1f} s")
         if bar is not None:
           bar.update(1)
         if step % config.eval_every_steps == 0 or step == config.total_steps:
@@ -522,6 +348,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             raise TrainingDiverged(f'non-finite parameters at step {step}')
           validation = evaluate(eval_step, state.params, task, 'validation', config, put)
           writer.write(step, 'validation', validation)
+          if not run_files_written:  # the folder now holds checkpoints this config trained
+            rundir.save_run_files(workdir, config, task, model_config, start_step)
+            run_files_written = True
           manager.save(step, args=ocp.args.StandardSave(state), metrics=validation)
           if lead:
             say(f'step {step}: validation ' + ' '.join(
@@ -548,7 +377,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     writer.close()
     if lead:
       print_table(f'final metrics at step {step}', final)
-      with open(os.path.join(workdir, 'final_metrics.json'), 'w') as f:
+      with open(os.path.join(workdir, rundir.FINAL_FILE), 'w') as f:
         json.dump({'step': step, **final}, f, indent=1)
     manager.close()
   return final

@@ -13,7 +13,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from symjax import config_lib, train  # noqa: E402
+from symjax import config_lib, optim, train  # noqa: E402
 from symjax.model import Transformer  # noqa: E402
 from symjax.tasks.text import TextTask  # noqa: E402
 
@@ -37,7 +37,7 @@ def main(corpus_path):
     model_config = config_lib.model_config(config, len(task.vocab), True, vocab_shards=8)
     with jax.set_mesh(mesh):
       model = Transformer(model_config)
-      tx = train.make_optimizer(config)
+      tx = optim.make_optimizer(config)
       rng = jax.random.key(0)
       run = train.compile_run(model, tx, config, rng, mesh, rules, task.seq_len)
       state = run.init(rng)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import symjax
-from symjax import seeds, sweep, train
+from symjax import rundir, seeds, sweep, train
 from test_train import tiny_config
 
 STEPS = 20
@@ -42,7 +42,7 @@ def test_vmapped_seeds_equal_separate_runs(together, tmp_path):
       assert final[split]['loss'] == pytest.approx(alone[split]['loss'], rel=1e-5)
   # The seeds really differ (initialisation, data order, dropout).
   assert max_difference(symjax.load(folders[0]).params, symjax.load(folders[1]).params) > 1e-3
-  with open(os.path.join(folders[1], train.CONFIG_FILE)) as f:
+  with open(os.path.join(folders[1], rundir.CONFIG_FILE)) as f:
     assert json.load(f)['seed'] == 1
 
 
@@ -64,23 +64,23 @@ def unfinished_copies(folders, tmp_path) -> list[str]:
 def test_resume_starts_from_the_newest_step_every_seed_has(together, tmp_path):
   _, folders, _ = together
   copies = unfinished_copies(folders, tmp_path)
-  shutil.rmtree(os.path.join(copies[1], train.CHECKPOINT_DIR, str(STEPS)))   # seed 1 stopped at step 10
+  shutil.rmtree(os.path.join(copies[1], rundir.CHECKPOINT_DIR, str(STEPS)))   # seed 1 stopped at step 10
   seeds.train_seeds(tiny(), [0, 1], copies, verbose=False)
   for src, dst in zip(folders, copies):
     assert max_difference(symjax.load(src).params, symjax.load(dst).params) < 1e-6
-  with open(os.path.join(copies[1], train.METRICS_FILE)) as f:
+  with open(os.path.join(copies[1], rundir.METRICS_FILE)) as f:
     assert any(json.loads(line)['step'] == STEPS for line in f)
 
 
 def test_seeds_refuse_a_resume_that_cannot_continue_their_checkpoints(together, tmp_path):
   _, folders, _ = together
   copies = unfinished_copies(folders, tmp_path)
-  before = [sorted(os.listdir(os.path.join(c, train.CHECKPOINT_DIR))) for c in copies]
-  configs = [open(os.path.join(c, train.CONFIG_FILE)).read() for c in copies]
+  before = [sorted(os.listdir(os.path.join(c, rundir.CHECKPOINT_DIR))) for c in copies]
+  configs = [open(os.path.join(c, rundir.CONFIG_FILE)).read() for c in copies]
   with pytest.raises(ValueError, match=r'optimiser state .*grad_clip_norm: 1\.0 -> 0\.0'):
     seeds.train_seeds(tiny(grad_clip_norm=0.0), [0, 1], copies, verbose=False)
-  assert [sorted(os.listdir(os.path.join(c, train.CHECKPOINT_DIR))) for c in copies] == before
-  assert [open(os.path.join(c, train.CONFIG_FILE)).read() for c in copies] == configs
+  assert [sorted(os.listdir(os.path.join(c, rundir.CHECKPOINT_DIR))) for c in copies] == before
+  assert [open(os.path.join(c, rundir.CONFIG_FILE)).read() for c in copies] == configs
   assert not any(os.path.exists(os.path.join(c, 'checkpoints_corrupt')) for c in copies)
 
 

@@ -1,0 +1,277 @@
+"""The work directory of a run: its files, the checks that a resume continues the same run, its Orbax
+checkpoints and its metrics log. The trainer, ``symjax.load`` and the seed trainer use it; it does not
+import the trainer.
+
+  DIR/config.json            the config the newest checkpoints were trained with
+  DIR/config_history.jsonl   every config that trained checkpoints here, with the step it started from
+  DIR/run.json               the resolved model and task facts ``symjax.load`` needs
+  DIR/vocab.json             the task's vocabulary or tokenizer
+  DIR/metrics.jsonl          one JSON line per (step, split) record, with a wall-clock ``time``
+  DIR/tensorboard/           the same records as TensorBoard events
+  DIR/checkpoints/<step>/    the last ``keep_checkpoints`` checkpoints and the best by ``best_metric``
+  DIR/checkpoints_corrupt/   checkpoints that failed to restore, moved aside, never deleted
+  DIR/final_metrics.json     metrics of the final parameters
+
+Run files are written when the first checkpoint of an invocation is saved, so a resume that fails before
+(a bad override, a divergence) leaves the folder describing the checkpoints that are in it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging as py_logging
+import os
+import shutil
+import sys
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import orbax.checkpoint as ocp
+from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
+
+from symjax import config_lib, optim, tasks
+from symjax.model import ModelConfig
+
+CONFIG_FILE = 'config.json'
+CONFIG_HISTORY_FILE = 'config_history.jsonl'
+RUN_FILE = 'run.json'
+METRICS_FILE = 'metrics.jsonl'
+FINAL_FILE = 'final_metrics.json'
+CHECKPOINT_DIR = 'checkpoints'
+CORRUPT_DIR = 'checkpoints_corrupt'
+
+# A resume under another value would train the restored parameters on other data, or with other keys.
+RESUME_FIELDS = ('task', 'data_seed', 'seed')
+
+
+def write_atomically(path: str, text: str) -> None:
+  """Other processes (and a crash mid-write) see the old file or the new one, never half of one."""
+  with open(path + '.tmp', 'w') as f:
+    f.write(text)
+  os.replace(path + '.tmp', path)
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  """The steps at which ``workdir`` holds a finished checkpoint, ascending."""
+  folder = os.path.join(workdir, CHECKPOINT_DIR)
+  if not os.path.isdir(folder):
+    return []
+  return sorted(int(name) for name in os.listdir(folder) if name.isdigit())
+
+
+def save_run_files(workdir: str, config: ml_collections.ConfigDict, task: tasks.Task,
+                   model_config: ModelConfig, start_step: int) -> None:
+  """config.json, run.json and vocab.json (all ``load`` needs), and one line of config_history.jsonl
+  recording that this config trained the folder from ``start_step`` on. Process 0 only."""
+  if jax.process_index() != 0:
+    return
+  run = {'model': dataclasses.asdict(model_config), 'task': task.name, 'seq_len': task.seq_len,
+         'language_model': task.language_model}
+  vocab = task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
+  config_json = config.to_json_best_effort(indent=1)
+  for name, text in ((CONFIG_FILE, config_json), (RUN_FILE, json.dumps(run, indent=1)),
+                     (tasks.VOCAB_FILE, json.dumps(vocab))):
+    write_atomically(os.path.join(workdir, name), text)
+  with open(os.path.join(workdir, CONFIG_HISTORY_FILE), 'a') as f:
+    f.write(json.dumps({'from_step': start_step, 'time': time.time(), 'config': json.loads(config_json)}) + '\n')
+
+
+def check_same_model(workdir: str, model_config: ModelConfig) -> None:
+  """Refuses to resume checkpoints that belong to a different model. Run files without a checkpoint hold
+  nothing to resume: the run starts anew (and says so)."""
+  path = os.path.join(workdir, RUN_FILE)
+  if not os.path.isfile(path):
+    return
+  with open(path) as f:
+    saved = json.load(f)['model']
+  now = json.loads(json.dumps(dataclasses.asdict(model_config)))  # tuples as lists, like the file
+  changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+  if not changed:
+    return
+  details = ', '.join(f'{k}: {saved.get(k)!r} -> {now.get(k)!r}' for k in changed)
+  if not checkpoint_steps(workdir):
+    if jax.process_index() == 0:
+      print(f'work directory {workdir!r} has the run files of another model ({details}) but no checkpoint; '
+            f'starting a new run there')
+    return
+  raise ValueError(f'work directory {workdir!r} holds a run of a different model ({details}); '
+                   f'resume it with its own config or choose a new --workdir')
+
+
+def check_same_training(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """Refuses to resume checkpoints under a config that cannot continue them — another task, data_seed or
+  seed, or an option that changes the optimiser state's structure (e.g. clipping switched on or off) —
+  before anything is restored, moved or rewritten. A restore that failed on such a mismatch would
+  otherwise look like a corrupt checkpoint."""
+  config_path = os.path.join(workdir, CONFIG_FILE)
+  if not (os.path.isfile(config_path) and checkpoint_steps(workdir)):
+    return
+  with open(config_path) as f:
+    saved = json.load(f)
+  scalar = lambda v: isinstance(v, (bool, int, float, str))
+  differ = {k: (saved[k], config[k]) for k in sorted(saved)
+            if k in config and scalar(saved[k]) and scalar(config[k]) and saved[k] != config[k]}
+  details = lambda keys: ', '.join(f'{k}: {differ[k][0]!r} -> {differ[k][1]!r}' for k in keys)
+  changed = [k for k in RESUME_FIELDS if k in differ]
+  if changed:
+    raise ValueError(f'work directory {workdir!r} was trained with other data or keys ({details(changed)}); '
+                     f'resume it with its own values (its {CONFIG_FILE}) or choose a new --workdir')
+  old = config.copy_and_resolve_references()
+  with old.unlocked():
+    for k, (was, _) in differ.items():
+      old[k] = type(config[k])(was)
+  probe = {'kernel': jax.ShapeDtypeStruct((2, 2), jnp.float32), 'scale': jax.ShapeDtypeStruct((2,), jnp.float32)}
+  structure = lambda c: jax.tree.structure(jax.eval_shape(optim.make_optimizer(c).init, probe))
+  if structure(old) != structure(config):
+    raise ValueError(f'work directory {workdir!r} holds checkpoints whose optimiser state this config cannot '
+                     f'continue ({details(differ)}); resume with the values in its {CONFIG_FILE} or choose a new '
+                     f'--workdir (nothing was moved)')
+
+
+@contextlib.contextmanager
+def quiet_orbax() -> Iterator[None]:
+  """Silences Orbax's and asyncio's log records (tracebacks of a failed restore, read-only notices) for
+  the duration; symjax prints its own one-line account of what happened."""
+  loggers = [py_logging.getLogger(name) for name in ('absl', 'asyncio')]
+  levels = [l.level for l in loggers]
+  for l in loggers:
+    l.setLevel(py_logging.CRITICAL)
+  try:
+    yield
+  finally:
+    for l, level in zip(loggers, levels):
+      l.setLevel(level)
+
+
+def quarantine(workdir: str, step: int) -> str:
+  """Moves checkpoint ``step`` to ``checkpoints_corrupt/`` (never deletes it); returns where it went."""
+  corrupt = os.path.join(workdir, CORRUPT_DIR)
+  os.makedirs(corrupt, exist_ok=True)
+  target = os.path.join(corrupt, f'{step}_{int(time.time())}')
+  shutil.move(os.path.join(workdir, CHECKPOINT_DIR, str(step)), target)
+  return os.path.relpath(target, workdir)
+
+
+def unreadable_metrics(workdir: str) -> list[int]:
+  """Checkpoints whose stored validation metrics do not parse (Orbax reads them all when it opens the
+  folder, and stops at the first that fails)."""
+  bad = []
+  for step in checkpoint_steps(workdir):
+    path = os.path.join(workdir, CHECKPOINT_DIR, str(step), 'metrics', 'metrics')
+    if os.path.exists(path):
+      try:
+        with open(path) as f:
+          json.load(f)
+      except (OSError, ValueError):
+        bad.append(step)
+  return bad
+
+
+def checkpoint_manager(workdir: str, config: ml_collections.ConfigDict) -> ocp.CheckpointManager:
+  """The trainer's manager: keeps the last ``keep_checkpoints`` plus the best by the validation metric
+  ``best_metric``. The metrics are stored with every checkpoint (Orbax's ``best_fn``), so a resumed run
+  still knows which one is best and keeps it. Checkpoints whose stored metrics are damaged are moved to
+  ``checkpoints_corrupt/`` first (process 0), each with one line on stderr."""
+  if jax.process_index() == 0:
+    for step in unreadable_metrics(workdir):
+      print(f'WARNING: checkpoint at step {step} is corrupt or partial (its stored metrics do not parse); moved '
+            f'to {quarantine(workdir, step)}', file=sys.stderr)
+  return _manager(workdir, config, read_only=False)
+
+
+def _manager(workdir: str, config: ml_collections.ConfigDict, read_only: bool) -> ocp.CheckpointManager:
+  metric = config.best_metric
+  mode = config_lib.BEST_METRICS[metric]
+  policy = pp.AnyPreservationPolicy([
+      pp.LatestN(config.keep_checkpoints),
+      pp.BestN(get_metric_fn=lambda m: m[metric], reverse=mode == 'min', n=1,
+               keep_checkpoints_without_metrics=False),
+  ])
+  with quiet_orbax():  # read_only options log a notice when made
+    options = ocp.CheckpointManagerOptions(preservation_policy=policy, best_fn=lambda m: m[metric],
+                                           best_mode=mode, read_only=read_only, create=not read_only,
+                                           enable_async_checkpointing=not read_only)
+    return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)
+
+
+def best_step(workdir: str, config: ml_collections.ConfigDict) -> int | None:
+  """The kept step with the best stored validation metric (Orbax's own tracking, read-only), or None when
+  there is none or the stored metrics cannot be read."""
+  if unreadable_metrics(workdir):
+    return None
+  manager = _manager(workdir, config, read_only=True)
+  try:
+    with quiet_orbax():
+      return manager.best_step()
+  finally:
+    manager.close()
+
+
+def restore_first_valid(restore: Callable[[int], Any], steps: Sequence[int], workdir: str,
+                        quarantine_failed: bool = True):
+  """``restore(step)`` for the first of ``steps`` that succeeds, or None. Each one that fails is reported
+  in one line on stderr and, with ``quarantine_failed`` (the trainer, process 0), moved to
+  ``checkpoints_corrupt/``; Orbax's own tracebacks are not printed."""
+  steps = list(steps)
+  for i, step in enumerate(steps):
+    try:
+      with quiet_orbax():
+        return restore(step)
+    except Exception as e:  # pylint: disable=broad-except
+      what = f'{type(e).__name__}: {" ".join(str(e).split())[:160]}'
+      moved = ''
+      if quarantine_failed and jax.process_index() == 0:
+        moved = f'; moved to {quarantine(workdir, step)}'
+      following = f'trying step {steps[i + 1]}' if i + 1 < len(steps) else 'no other checkpoint is left'
+      print(f'WARNING: checkpoint at step {step} is corrupt or partial ({what}){moved}; {following}',
+            file=sys.stderr)
+  return None
+
+
+def restore_params_only(workdir: str, step: int, abstract_state):
+  """Restores checkpoint ``step`` without a checkpoint manager (for reading a folder, never writing it)."""
+  path = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR, str(step), 'default'))
+  with ocp.StandardCheckpointer() as checkpointer:
+    return checkpointer.restore(path, abstract_state)
+
+
+class MetricWriter:
+  """One JSON line per record in ``metrics.jsonl`` plus TensorBoard events; process 0 only. Opening it
+  for a run that resumes at ``resume_step`` first drops the records of later steps (steps the resumed run
+  replays, validation of checkpoints that were never finished, the test record this run writes again), so
+  the file holds each (step, split) once."""
+
+  def __init__(self, workdir: str, resume_step: int = 0):
+    self.active = jax.process_index() == 0
+    if not self.active:
+      return
+    path = os.path.join(workdir, METRICS_FILE)
+    if os.path.isfile(path):
+      with open(path) as f:
+        records = [(line, json.loads(line)) for line in f if line.strip()]
+      # The final test record of the step resumed from is written again when this run ends.
+      kept = [line for line, r in records
+              if r['step'] < resume_step or (r['step'] == resume_step and r['split'] != 'test')]
+      write_atomically(path, ''.join(kept))
+    from tensorboardX import SummaryWriter
+    self.jsonl = open(path, 'a')
+    self.tb = SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=resume_step + 1)
+
+  def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
+    if not self.active:
+      return
+    self.jsonl.write(json.dumps({'step': step, 'split': split, 'time': round(time.time(), 3), **metrics}) + '\n')
+    self.jsonl.flush()
+    for k, v in metrics.items():
+      self.tb.add_scalar(f'{split}/{k}', v, step)
+    self.tb.flush()
+
+  def close(self) -> None:
+    if self.active:
+      self.jsonl.close()
+      self.tb.close()

@@ -1,0 +1,135 @@
+"""The work directory: it keeps describing what is in it across resumes, failures and damage."""
+
+import dataclasses
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+import symjax
+from symjax import config_lib, rundir, train
+from test_train import REPO, TOTAL_STEPS, tiny_config
+
+CLI = [sys.executable, '-m', 'symjax.main', '--config=configs/symbolic.py:size=tiny', '--config.total_steps=20',
+       '--config.warmup_steps=2', '--config.eval_every_steps=10', '--config.keep_checkpoints=2']
+
+
+def records(workdir):
+  with open(os.path.join(workdir, rundir.METRICS_FILE)) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope='module')
+def half_run(tmp_path_factory):
+  """A tiny run stopped at step 20 of 40, with metrics written up to step 25 (as a run killed after its
+  step-20 checkpoint but before the next one leaves them)."""
+  workdir = str(tmp_path_factory.mktemp('half') / 'work')
+  train.train_and_evaluate(tiny_config(total_steps=20), workdir)
+  return workdir
+
+
+def test_a_resume_keeps_each_step_once_in_the_metrics_log(half_run, tmp_path):
+  workdir = str(tmp_path / 'w')
+  shutil.copytree(half_run, workdir)
+  with open(os.path.join(workdir, rundir.METRICS_FILE), 'a') as f:  # replayed by the resume
+    f.write(json.dumps({'step': 25, 'split': 'train', 'loss': 1.0}) + '\n')
+    f.write(json.dumps({'step': 30, 'split': 'validation', 'loss': 1.0}) + '\n')  # never checkpointed
+  train.train_and_evaluate(tiny_config(), workdir)
+  rows = records(workdir)
+  keys = [(r['step'], r['split']) for r in rows]
+  assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+  assert [r['step'] for r in rows if r['split'] == 'train'] == list(range(5, TOTAL_STEPS + 1, 5))
+  assert [r['step'] for r in rows if r['split'] == 'validation'] == [10, 20, 30, 40]
+  assert [r['step'] for r in rows if r['split'] == 'test'] == [TOTAL_STEPS]  # the step-20 end was replaced
+  assert all(isinstance(r['time'], float) for r in rows)
+
+
+def test_a_failed_resume_leaves_the_run_files_and_the_history_records_each_config(half_run, tmp_path):
+  workdir = str(tmp_path / 'w')
+  shutil.copytree(half_run, workdir)
+  before = open(os.path.join(workdir, rundir.CONFIG_FILE)).read()
+  # Diverges at once: nothing new is checkpointed, so config.json must still describe the checkpoints.
+  with pytest.raises(train.TrainingDiverged):
+    train.train_and_evaluate(tiny_config(learning_rate=float('inf')), workdir)
+  assert open(os.path.join(workdir, rundir.CONFIG_FILE)).read() == before
+  train.train_and_evaluate(tiny_config(learning_rate=2e-3), workdir)
+  with open(os.path.join(workdir, rundir.CONFIG_HISTORY_FILE)) as f:
+    history = [json.loads(line) for line in f]
+  assert [(h['from_step'], h['config']['learning_rate'], h['config']['total_steps']) for h in history] == [
+      (0, tiny_config().learning_rate, 20), (20, 2e-3, TOTAL_STEPS)]
+  assert json.load(open(os.path.join(workdir, rundir.CONFIG_FILE)))['learning_rate'] == 2e-3
+
+
+def test_the_best_checkpoint_survives_a_resume(tmp_path):
+  """keep_checkpoints=1: after a restart, the best step must still be known (its metrics are stored with
+  it) and kept, however much worse the later steps are."""
+  workdir = str(tmp_path / 'w')
+  config = tiny_config(keep_checkpoints=1)
+  assert config.best_metric == 'accuracy'
+  state = {'x': np.zeros(3)}
+  manager = rundir.checkpoint_manager(workdir, config)
+  for step, accuracy in ((10, 0.2), (20, 0.9), (30, 0.5)):
+    manager.save(step, args=ocp.args.StandardSave(state), metrics={'accuracy': accuracy})
+  manager.wait_until_finished()
+  manager.close()
+  assert rundir.checkpoint_steps(workdir) == [20, 30]
+  manager = rundir.checkpoint_manager(workdir, config)  # a resumed run
+  for step, accuracy in ((40, 0.1), (50, 0.0)):
+    manager.save(step, args=ocp.args.StandardSave(state), metrics={'accuracy': accuracy})
+  manager.wait_until_finished()
+  manager.close()
+  assert rundir.checkpoint_steps(workdir) == [20, 50]
+  assert rundir.best_step(workdir, config) == 20
+
+
+def test_run_files_without_a_checkpoint_start_a_new_run(tmp_path, capsys):
+  workdir = str(tmp_path / 'w')
+  os.makedirs(workdir)
+  bad = tiny_config()
+  bad.model.num_heads = 4
+  model_config = config_lib.model_config(bad, 12, True)
+  with open(os.path.join(workdir, rundir.RUN_FILE), 'w') as f:
+    json.dump({'model': dataclasses.asdict(model_config)}, f)
+  final = train.train_and_evaluate(tiny_config(total_steps=10, eval_every_steps=10), workdir)
+  assert 'no checkpoint; starting a new run there' in capsys.readouterr().out
+  assert final['test']['loss'] > 0
+  assert json.load(open(os.path.join(workdir, rundir.RUN_FILE)))['model']['num_heads'] == 2
+
+
+def test_every_checkpoint_corrupt_is_said_once_in_lines_of_its_own(tmp_path):
+  """The command line: each corrupt checkpoint one warning line, then one line saying training starts
+  again from step 0, and no Orbax or asyncio traceback; loading a good run prints nothing on stderr."""
+  workdir = str(tmp_path / 'w')
+  first = subprocess.run(CLI + [f'--workdir={workdir}'], cwd=REPO, capture_output=True, text=True)
+  assert first.returncode == 0, first.stderr[-2000:]
+  # Output is a pipe, not a terminal: one progress line per logged step instead of a progress bar.
+  progress = [l for l in first.stdout.splitlines() if re.fullmatch(r'step \d+/20: loss \d+\.\d{4}, [\d,]+ tokens/s, '
+                                                                    r'\d+\.\d s', l)]
+  assert progress and progress[-1].startswith('step 20/20: '), first.stdout[-2000:]
+  load = subprocess.run([sys.executable, '-c', f'import symjax; print(symjax.load({workdir!r}).step)'],
+                        cwd=REPO, capture_output=True, text=True)
+  assert load.returncode == 0 and load.stdout.strip() == '20' and load.stderr == '', load.stderr[-2000:]
+  steps = rundir.checkpoint_steps(workdir)
+  assert steps == [10, 20]
+  for path in glob.glob(os.path.join(workdir, rundir.CHECKPOINT_DIR, '*', 'default', '**', '*'), recursive=True):
+    if os.path.isfile(path):
+      with open(path, 'wb') as f:
+        f.write(b'not a checkpoint')
+  again = subprocess.run(CLI + [f'--workdir={workdir}'], cwd=REPO, capture_output=True, text=True)
+  assert again.returncode == 0, again.stderr[-2000:]
+  lines = again.stderr.strip().splitlines()
+  assert len(lines) == 3 and all(l.startswith('WARNING: ') for l in lines), again.stderr[-3000:]
+  assert lines[0].startswith('WARNING: checkpoint at step 20 is corrupt') and lines[0].endswith('trying step 10')
+  assert lines[1].startswith('WARNING: checkpoint at step 10 is corrupt')
+  assert lines[1].endswith('no other checkpoint is left')
+  assert 'falling back' not in again.stderr
+  assert lines[2] == f"WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0"
+  assert sorted(os.listdir(os.path.join(workdir, rundir.CORRUPT_DIR)))[0].startswith('10_')
+  assert symjax.load(workdir).step == 20

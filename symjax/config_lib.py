@@ -132,7 +132,8 @@ def variant(kind: str, arg: str | None) -> ml_collections.ConfigDict:
   CPU recipe for shakespeare_char (with size=medium its shape: 4 layers, 4 heads × 32): context 64, batch
   12, 2000 steps, AdamW β = (0.9, 0.99), weight decay 0.1, warmup 100, cosine to a tenth of the peak,
   clipping 1.0, no dropout; the peak learning rate is the kind's own (``TEXT_LEARNING_RATES``).
-  ``model.max_len`` is four times the window, so sampling can continue past the training context (ALiBi
+  ``model.max_len`` is four times the window (a reference: overriding ``seq_len`` moves it too, unless
+  ``model.max_len`` is set as well), so sampling can continue past the training context (ALiBi
   extrapolates).
   """
   a = parse_arg(arg, task='induction', size='small')
@@ -140,7 +141,7 @@ def variant(kind: str, arg: str | None) -> ml_collections.ConfigDict:
   config.task = a.task
   if a.task == 'text':
     config.seq_len = 64
-    config.model.max_len = 4 * config.seq_len
+    config.model.max_len = 4 * config.get_ref('seq_len')  # follows --config.seq_len unless set itself
     config.batch_size = 12
     config.total_steps = 2000
     config.learning_rate = TEXT_LEARNING_RATES[kind]

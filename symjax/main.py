@@ -2,13 +2,15 @@
 
   python -m symjax.main --config=configs/symbolic.py [--workdir=DIR] [--config.total_steps=500 ...]
 
-Without --workdir a new directory under ./runs/ is made, named after the config and the time. Rerunning
-with the same --workdir resumes from its latest checkpoint.
+Without --workdir the run goes to runs/<config>[_<arguments>][_<hash of the --config.* overrides>], so
+rerunning the same command resumes from its latest checkpoint (as does any command given that --workdir).
 """
 
+import hashlib
+import importlib.util
 import os
+import re
 import sys
-import time
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -19,11 +21,83 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'Work directory: checkpoints, me
 flags.mark_flags_as_required(['config'])
 
 
-def default_workdir(config_path: str) -> str:
-  name = os.path.splitext(os.path.basename(config_path.split(':')[0]))[0]
-  arg = config_path.split(':', 1)[1].replace(',', '_').replace('=', '-') if ':' in config_path else ''
-  stamp = time.strftime('%Y%m%d-%H%M%S')
-  return os.path.join('runs', '_'.join(p for p in (name, arg, stamp) if p))
+def default_workdir(config_arg: str, argv: list[str]) -> str:
+  """``runs/<config file>[_<its arguments>][_<hash of the --config.* overrides>]``: the same command
+  names the same folder, so rerunning it resumes (or re-evaluates a finished run)."""
+  path, _, arg = config_arg.partition(':')
+  name = os.path.splitext(os.path.basename(path))[0]
+  arg = arg.replace(',', '_').replace('=', '-')
+  overrides = sorted(a for a in argv if a.startswith('--config.'))
+  digest = hashlib.sha256('\0'.join(overrides).encode()).hexdigest()[:8] if overrides else ''
+  return os.path.join('runs', '_'.join(p for p in (name, arg, digest) if p))
+
+
+def _innermost(e: BaseException) -> BaseException:
+  while (e.__cause__ or e.__context__) is not None:
+    e = e.__cause__ or e.__context__
+  return e
+
+
+def config_error(e: BaseException, argv: list[str]) -> str:
+  """One line saying what is wrong with the command's config arguments, and what is allowed."""
+  config_arg = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), '')
+  path = config_arg.split(':')[0]
+  inner = _innermost(e)
+  if isinstance(e, SyntaxError) or isinstance(inner, SyntaxError):
+    err = e if isinstance(e, SyntaxError) else inner
+    return f'config file {path!r} has a syntax error at line {err.lineno}: {err.msg}'
+  if isinstance(e, OSError) and not os.path.isfile(path):
+    return f'config file {path!r} does not exist (give the path of a Python file with get_config())'
+  if isinstance(e, (AttributeError, KeyError)):
+    name = str(inner).strip('"\'')
+    override = next((a.split('=', 1)[0] for a in argv if a.startswith('--config.')
+                     and a.split('=', 1)[0].split('.')[-1] == name), f'--config.{name}')
+    return f'{override}: the config has no field {name!r}; {known_fields(config_arg, override)}'
+  if isinstance(e, flags.Error):
+    prefix = re.match(r'flag (--[^=]+=)', str(e))
+    flag = next((a for a in argv if prefix and a.startswith(prefix.group(1))), str(e).split(': ', 1)[0])
+    return f'{flag}: {" ".join(str(inner).split())}'
+  return f'{type(e).__name__}: {" ".join(str(e).split())}'
+
+
+def known_fields(config_arg: str, override: str) -> str:
+  """'fields there: [...]' for the config node an unknown ``--config.a.b`` override points into."""
+  try:
+    path, _, arg = config_arg.partition(':')
+    spec = importlib.util.spec_from_file_location('_symjax_config', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    node = module.get_config(arg) if arg else module.get_config()
+    parents = override[len('--config.'):].split('.')[:-1]
+    for name in parents:
+      node = node[name]
+    where = 'config.' + '.'.join(parents) if parents else 'the config'
+    return f'fields of {where}: {sorted(node.keys())}'
+  except Exception:  # pylint: disable=broad-except
+    return 'see symjax/config_lib.py for every field'
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with each config problem (a missing or broken config file, an unknown field
+  or argument, a value of the wrong type) as one ``error:`` line and exit status 2."""
+  try:
+    return flags.FLAGS(argv)
+  except Exception as e:  # pylint: disable=broad-except
+    print(f'error: {config_error(e, argv)}', file=sys.stderr)
+    sys.exit(2)
+
+
+def check_workdir(workdir: str) -> None:
+  """A work directory that can be created and written, or a one-line ValueError saying why not."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, '.symjax_write_test')
+    with open(probe, 'w') as f:
+      f.write('')
+    os.remove(probe)
+  except OSError as e:
+    raise ValueError(f'work directory {workdir!r} cannot be created or written ({e.strerror or e}); '
+                     f'give --workdir a folder you can write') from None
 
 
 def main(argv):
@@ -32,14 +106,21 @@ def main(argv):
   from symjax import train  # after flag parsing: keeps --help fast
   if not flags.FLAGS['verbosity'].present:  # Orbax logs every save at INFO; --verbosity=0 shows it
     logging.set_verbosity(logging.WARNING)
-  workdir = _WORKDIR.value or default_workdir(flags.FLAGS['config'].config_filename)
+  try:
+    config = _CONFIG.value
+    config.get('task')  # a config file that failed to load raises on first access
+  except OSError as e:
+    print(f'error: {config_error(e, sys.argv)}', file=sys.stderr)
+    sys.exit(2)
+  workdir = _WORKDIR.value or default_workdir(flags.FLAGS['config'].config_filename, sys.argv)
   print(f'workdir: {workdir}')
   try:
-    train.train_and_evaluate(_CONFIG.value, workdir)
+    check_workdir(workdir)
+    train.train_and_evaluate(config, workdir)
   except (ValueError, train.TrainingDiverged) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

@@ -133,3 +133,51 @@ def test_every_checkpoint_corrupt_is_said_once_in_lines_of_its_own(tmp_path):
   assert lines[2] == f"WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0"
   assert sorted(os.listdir(os.path.join(workdir, rundir.CORRUPT_DIR)))[0].startswith('10_')
   assert symjax.load(workdir).step == 20
+
+
+@pytest.mark.parametrize('args, status, message', [
+    (['--config=configs/symbolic.py:size=tiny', '--workdir=/proc/x'], 1,
+     r"work directory '/proc/x' cannot be created or written \(No such file or directory\)"),
+    (['--config=configs/symbolic.py:size=tiny', f'--workdir={os.path.join(REPO, "README.md", "sub")}'], 1,
+     r'cannot be created or written \(Not a directory\)'),
+    (['--config=configs/symbolic.py', '--config.nonexistent_field=1'], 2,
+     r"--config.nonexistent_field: the config has no field 'nonexistent_field'; fields of the config: \[.*'batch_size'"),
+    (['--config=configs/symbolic.py', '--config.model.nope=1'], 2,
+     r"--config.model.nope: the config has no field 'nope'; fields of config.model: \[.*'num_heads'"),
+    (['--config=configs/nope.py'], 2, r"config file 'configs/nope.py' does not exist"),
+    (['--config=configs/symbolic.py:size=huge'], 2,
+     r"--config=configs/symbolic.py:size=huge: size must be one of \['tiny', 'small', 'medium', 'paper'\], got 'huge'"),
+    (['--config=configs/symbolic.py:sise=tiny'], 2, r"unknown config argument 'sise'; known keys: \['size', 'task'\]"),
+    (['--config=configs/symbolic.py', '--config.total_steps=abc'], 2, r'--config.total_steps=abc: invalid literal'),
+    (['--config={syntax}'], 2, r"has a syntax error at line 1: invalid syntax"),
+])
+def test_command_line_mistakes_are_one_line_errors(args, status, message, tmp_path):
+  syntax = tmp_path / 'broken.py'
+  syntax.write_text('def get_config(:\n  pass\n')
+  args = [a.format(syntax=syntax) for a in args]
+  proc = subprocess.run([sys.executable, '-m', 'symjax.main', *args], cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == status, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr[-2000:]
+  assert re.search(message, lines[0]), lines[0]
+
+
+def test_the_default_work_directory_is_the_same_for_the_same_command():
+  from symjax import main
+  name = lambda *argv: main.default_workdir(argv[0].split('=', 1)[1], list(argv))
+  assert name('--config=configs/symbolic.py') == os.path.join('runs', 'symbolic')
+  assert name('--config=configs/rasp.py:task=sort,model=standard') == os.path.join('runs', 'rasp_task-sort_model-standard')
+  a = name('--config=configs/symbolic.py', '--config.total_steps=50', '--config.seed=1')
+  assert a == name('--config=configs/symbolic.py', '--config.seed=1', '--config.total_steps=50')  # order-free
+  assert a != name('--config=configs/symbolic.py', '--config.seed=2', '--config.total_steps=50')
+  assert a.startswith(os.path.join('runs', 'symbolic_')) and len(os.path.basename(a)) == len('symbolic_') + 8
+
+
+def test_overriding_the_window_moves_max_len_unless_it_is_set_too():
+  config = config_lib.variant('standard', 'task=text')
+  assert (config.seq_len, config.model.max_len) == (64, 256)
+  config.seq_len = 16  # what --config.seq_len=16 does
+  assert config.model.max_len == 64
+  config.model.max_len = 100  # an explicit --config.model.max_len wins
+  config.seq_len = 32
+  assert config.model.max_len == 100

@@ -22,7 +22,7 @@ _ORDER = flags.DEFINE_integer('order', 3, 'n of the n-gram baseline.')
 
 def main(_):
   import symjax
-  from symjax import baselines, config_lib, train
+  from symjax import baselines, config_lib, sample, train
   from symjax.tasks import fol
   results = json.load(open(_JSON.value)) if os.path.exists(_JSON.value) else {}
   top_ks = (5, 10)
@@ -51,7 +51,7 @@ def main(_):
     final = train.train_and_evaluate(config, workdir)
     seconds = time.time() - start
     loaded = symjax.load(workdir)
-    validity = fol.sample_validity(loaded.model, loaded.params, _SAMPLES.value)
+    validity = sample.fol_validity(loaded.model, loaded.params, _SAMPLES.value)
     results[kind] = row(final['test'], parameters=symjax.count_params(loaded.model_config), seconds=seconds,
                         valid=validity['valid'])
     with open(_JSON.value, 'w') as f:

@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 
+from symjax.tasks import fol
+
 MODES = ('greedy', 'temperature', 'top_k', 'top_p')
 
 
@@ -99,6 +101,24 @@ def define_flags() -> None:
   flags.DEFINE_float('top_p', 0.9, 'mode=top_p: sample from the smallest set with this mass.')
   flags.DEFINE_integer('seed', 0, 'Random seed.')
   flags.DEFINE_enum('checkpoint', 'best', ['best', 'latest'], 'Which checkpoint to load.')
+
+
+def fol_validity(model, params, num_samples: int = 100, temperature: float = 1.0, seed: int = 0
+                 ) -> dict[str, float]:
+  """Samples formulas from ``<s>`` (ancestral, at ``temperature``) and checks each with
+  ``symjax.tasks.fol.validate``: the syntactic validity of "Technical Architecture: FOL Symbolic
+  Transformer". A sample with no ``</s>`` within the model's length counts as invalid."""
+  v = fol.vocab()
+  bos, eos = v.id(fol.base.BOS), v.id(fol.base.EOS)
+  length = model.config.max_len - 1
+  valid = ended = 0
+  for i in range(num_samples):
+    ids = generate(model, params, [bos], length, mode='temperature', temperature=temperature,
+                   seed=seed + i)[1:].tolist()
+    if eos in ids:
+      ended += 1
+      valid += fol.is_valid(v.decode(ids[:ids.index(eos)]))
+  return {'valid': valid / num_samples, 'ended': ended / num_samples}
 
 
 def main(argv):

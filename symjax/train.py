@@ -16,7 +16,6 @@ import sys
 import time
 from typing import Any
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -176,18 +175,12 @@ def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int) 
                          out_shardings=replicated))
 
 
-def glyph_init(state: TrainState, model_config: ModelConfig, shardings) -> TrainState:
-  """Replaces the FOL numerals' embedding rows (ids 0-624) by embeddings of their 25×25 glyphs."""
-  from symjax.tasks import fol
-  rows = jnp.asarray(fol.numeral_embeddings(model_config.d_model, model_config.embed_init_std))
-
-  def set_rows(state):
-    params = flax.core.copy(state.params, {})
-    embed = dict(params['embed'])
-    embed['embedding'] = embed['embedding'].at[:fol.NUM_NUMERALS].set(rows)
-    return state.replace(params={**params, 'embed': embed})
-
-  return jax.jit(set_rows, out_shardings=shardings, donate_argnums=0)(state)
+def task_init(state: TrainState, task: tasks.Task, model_config: ModelConfig, shardings) -> TrainState:
+  """Freshly initialised parameters with the task's own changes (``Task.initial_params``), if it has any."""
+  change = lambda params: task.initial_params(params, model_config)
+  if jax.eval_shape(change, state.params) is None:
+    return state
+  return jax.jit(lambda s: s.replace(params=change(s.params)), out_shardings=shardings, donate_argnums=0)(state)
 
 
 def use_compilation_cache(config: ml_collections.ConfigDict) -> None:
@@ -299,9 +292,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       if had_checkpoints and lead:
         print(f'WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0',
               file=sys.stderr)
-      state = run.init(rng)
-      if config.numeral_glyph_init:
-        state = glyph_init(state, model_config, run.shardings)
+      state = task_init(run.init(rng), task, model_config, run.shardings)
     start_step = int(state.step)
     train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite
 

@@ -113,3 +113,36 @@ def test_ngram_matches_hand_counts_and_uniform_scores_exactly(task):
   assert metrics['perplexity'] == pytest.approx(663, rel=1e-4)
   assert metrics['accuracy'] == pytest.approx(1 / 663, rel=1e-4)   # ties broken at random
   assert metrics['top10_accuracy'] == pytest.approx(10 / 663, rel=1e-4)
+
+
+def test_fol_validity_counts_ended_and_valid_samples(monkeypatch):
+  """The counting around sampling: a valid formula, an invalid one, and one with no </s> in reach."""
+  from symjax import sample
+  v = fol.vocab()
+  bos, eos = v.id('<s>'), v.id('</s>')
+  first = fol.FOLTask(num_formulas=50).data.inputs['train'][0]
+  row = [int(t) for t in first[1:] if int(t) not in (eos, v.id('<pad>'))]
+  assert fol.is_valid(v.decode(row)) and not fol.is_valid(v.decode(row[:-1]))
+  outputs = iter([[bos, *row, eos], [bos, *row[:-1], eos], [bos, *row]])
+  monkeypatch.setattr(sample, 'generate', lambda *a, **k: np.asarray(next(outputs)))
+  fake = type('Model', (), {'config': type('C', (), {'max_len': 48})()})()
+  assert sample.fol_validity(fake, None, num_samples=3) == {'valid': 1 / 3, 'ended': 2 / 3}
+
+
+@pytest.mark.parametrize('glyphs', [True, False])
+def test_glyph_initialisation_is_the_tasks_own_change_to_fresh_parameters(glyphs):
+  import jax.numpy as jnp
+  from symjax import model as model_lib, optim, train
+  task = fol.FOLTask(num_formulas=50, numeral_glyph_init=glyphs)
+  config = model_lib.ModelConfig(vocab_size=len(task.vocab), num_layers=1, num_heads=2, head_dim=4,
+                                 ff_dim=8, kind='standard', embed_init_std=0.25)
+  table = np.random.default_rng(0).normal(size=(len(task.vocab), config.d_model)).astype(np.float32)
+  state = optim.TrainState(step=jnp.zeros((), jnp.int32), params={'embed': {'embedding': jnp.asarray(table)},
+                                                                   'other': jnp.ones(3)}, opt_state=())
+  out = train.task_init(state, task, config, None)
+  got = np.asarray(out.params['embed']['embedding'])
+  if glyphs:
+    np.testing.assert_allclose(got[:fol.NUM_NUMERALS], fol.numeral_embeddings(config.d_model, 0.25), rtol=1e-6)
+    np.testing.assert_array_equal(got[fol.NUM_NUMERALS:], table[fol.NUM_NUMERALS:])
+  else:
+    assert out is state

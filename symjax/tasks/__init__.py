@@ -30,7 +30,7 @@ def _rasp(config, workdir):
 
 def _fol(config, workdir):
   del workdir
-  return fol.FOLTask(data_seed=config.data_seed)
+  return fol.FOLTask(data_seed=config.data_seed, numeral_glyph_init=config.numeral_glyph_init)
 
 
 TASKS = {'induction': _induction, 'text': _text, 'fol': _fol, **{name: _rasp for name in rasp.TASKS}}

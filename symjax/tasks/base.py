@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import json
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -74,16 +73,14 @@ class Task(abc.ABC):
   def batch(self, split: str, step: int, batch_size: int, seed: int) -> dict[str, np.ndarray]:
     """The training-order batch number ``step`` of ``split``."""
 
+  def initial_params(self, params, model_config):
+    """The task's changes to freshly initialised parameters (traced under jit), or None for none."""
+    del params, model_config
+    return None
+
   @abc.abstractmethod
   def eval_batches(self, split: str, batch_size: int, seed: int) -> Iterator[dict[str, np.ndarray]]:
     """A fixed pass over ``split`` for evaluation."""
-
-  def describe(self, example: dict[str, np.ndarray], i: int = 0) -> str:
-    """One example of a batch as readable text."""
-    inp = ' '.join(self.vocab.decode(example['inputs'][i]))
-    tgt = ' '.join(t if w else '_' for t, w in zip(self.vocab.decode(example['targets'][i]),
-                                                     example['weights'][i]))
-    return f'input:  {inp}\ntarget: {tgt}'
 
 
 @dataclasses.dataclass
@@ -148,8 +145,3 @@ class FixedSetTask(Task):
 def check_split(split: str) -> None:
   if split not in SPLITS:
     raise ValueError(f'split must be one of {list(SPLITS)}, got {split!r}')
-
-
-def save_vocab(vocab_json: dict, path: str) -> None:
-  with open(path, 'w') as f:
-    json.dump(vocab_json, f)

@@ -279,7 +279,9 @@ class FOLTask(base.FixedSetTask):
   causal = True
   language_model = True
 
-  def __init__(self, data_seed: int = 0, num_formulas: int = 20_000, seq_len: int = SEQ_LEN):
+  def __init__(self, data_seed: int = 0, num_formulas: int = 20_000, seq_len: int = SEQ_LEN,
+               numeral_glyph_init: bool = False):
+    self.numeral_glyph_init = numeral_glyph_init
     self.vocab = vocab()
     self.pad_id = self.vocab.id(base.PAD)
     self.seq_len = seq_len
@@ -303,20 +305,11 @@ class FOLTask(base.FixedSetTask):
       rows[i, :len(ids)] = ids
     self.data = base.split_distinct(rows[:, :-1], rows[:, 1:], rng)
 
-
-def sample_validity(model, params, num_samples: int = 100, temperature: float = 1.0, seed: int = 0
-                    ) -> dict[str, float]:
-  """Samples formulas from ``<s>`` (ancestral, at ``temperature``) and checks each with ``validate``:
-  the note's syntactic validity. A sample with no ``</s>`` within the model's length counts as invalid."""
-  from symjax import sample  # sampling depends on the model, not the other way round
-  v = vocab()
-  bos, eos = v.id(base.BOS), v.id(base.EOS)
-  length = model.config.max_len - 1
-  valid = ended = 0
-  for i in range(num_samples):
-    ids = sample.generate(model, params, [bos], length, mode='temperature', temperature=temperature,
-                          seed=seed + i)[1:].tolist()
-    if eos in ids:
-      ended += 1
-      valid += is_valid(v.decode(ids[:ids.index(eos)]))
-  return {'valid': valid / num_samples, 'ended': ended / num_samples}
+  def initial_params(self, params, model_config):
+    """With ``numeral_glyph_init``: the numerals' embedding rows (ids 0-624) from their 25×25 glyphs."""
+    if not self.numeral_glyph_init:
+      return None
+    rows = numeral_embeddings(model_config.d_model, model_config.embed_init_std)
+    embed = dict(params['embed'])
+    embed['embedding'] = embed['embedding'].at[:NUM_NUMERALS].set(rows.astype(embed['embedding'].dtype))
+    return {**params, 'embed': embed}

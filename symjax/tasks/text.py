@@ -263,6 +263,3 @@ class TextTask(base.Task):
     starts = base.rng_for(seed, 'eval', split).integers(0, high + 1, count)
     for i in range(0, count, batch_size):
       yield self._windows(split, starts[i:i + batch_size])
-
-  def describe(self, example, i=0):
-    return repr(self.tokenizer.decode(example['inputs'][i]))

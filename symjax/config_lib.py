@@ -13,6 +13,7 @@ from typing import Any
 import ml_collections
 from ml_collections import config_dict
 
+from symjax import mesh
 from symjax.model import ModelConfig
 
 # Model sizes by name (``--config=configs/symbolic.py:size=...``).
@@ -115,7 +116,7 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   c.mesh.data = -1             # devices along the batch axis; -1: all that 'vocab' leaves
   c.mesh.vocab = 1             # devices along the vocabulary axis (embedding table and its softmaxes)
   # Logical axis names used in the model -> mesh axes (None: replicated).
-  c.sharding_rules = (('vocab', 'vocab'), ('embed', None))
+  c.sharding_rules = mesh.DEFAULT_RULES
   c.readout = 'direct'         # LM loss: 'direct' (full logits) or 'streamed' (vocabulary chunks)
   c.distributed = ml_collections.ConfigDict()
   c.distributed.coordinator_address = ''  # 'host:port' of process 0 for a multi-process run ('' = none)

@@ -48,7 +48,7 @@ SYMBOLIC_SITES = ('both', 'values', 'ffn')  # which sites of a symbolic layer ar
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 REMAT_POLICIES = {'full': None, 'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 # Logical axis names of parameters (mapped to mesh axes by the config's sharding rules).
-VOCAB, EMBED = 'vocab', 'embed'
+from symjax.mesh import EMBED, VOCAB  # noqa: E402  (logical axis names of the parameters)
 
 
 @dataclasses.dataclass(frozen=True)

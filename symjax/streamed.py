@@ -291,8 +291,7 @@ def argmax_and_rank(h: Array, table: Array, targets: Array, chunk: int = 4096,
 # Mesh-aware entry points. Under `jax.set_mesh` with a 'vocab' axis of size > 1, the table is split along
 # it and each function runs under `jax.shard_map`; the batch (leading) axis is split along 'data'.
 # ----------------------------------------------------------------------------------------------------------
-DATA_AXIS = 'data'
-VOCAB_AXIS = 'vocab'
+from symjax.mesh import DATA_AXIS, VOCAB_AXIS  # noqa: E402  (re-exported: the entry points' axes)
 
 
 def _vocab_mesh():

@@ -25,6 +25,7 @@ import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from symjax import config_lib, rundir, streamed, tasks
+from symjax import mesh as mesh_lib
 from symjax import model as model_lib
 from symjax.model import ModelConfig, Transformer
 from symjax.optim import TrainState, init_state, learning_rate_schedule, make_optimizer
@@ -157,12 +158,12 @@ def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int) 
   explicit in/out shardings. Call under `jax.set_mesh(mesh)`."""
   init = lambda key: init_state(model, tx, key, seq_len)
   abstract_boxed = jax.eval_shape(init, rng)
-  shardings = state_shardings(abstract_boxed, mesh, rules)
+  shardings = mesh_lib.state_shardings(abstract_boxed, mesh, rules)
   abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                 nn.meta.unbox(abstract_boxed), shardings)
   train_step, eval_step = make_steps(model, tx, config)
   replicated = NamedSharding(mesh, PartitionSpec())
-  batch_sharding = NamedSharding(mesh, PartitionSpec(streamed.DATA_AXIS))
+  batch_sharding = NamedSharding(mesh, PartitionSpec(mesh_lib.DATA_AXIS))
   return CompiledRun(
       abstract_state=abstract_state, shardings=shardings,
       init=jax.jit(lambda k: nn.meta.unbox(init(k)), out_shardings=shardings),
@@ -199,52 +200,6 @@ def interactive_output() -> bool:
   return shell is not None and hasattr(shell, 'kernel')
 
 
-def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
-  """Joins a multi-process run: from ``config.distributed`` when its address is set; by JAX's cluster
-  auto-detection (Cloud TPU, SLURM, JAX_COORDINATOR_ADDRESS) when only ``num_processes > 1`` or that
-  variable is set; otherwise a single-process run."""
-  d = config.distributed
-  if jax.distributed.is_initialized():
-    return
-  if d.cpu_collectives:
-    jax.config.update('jax_cpu_collectives_implementation', d.cpu_collectives)
-  if d.coordinator_address:
-    jax.distributed.initialize(d.coordinator_address, d.num_processes, d.process_id)
-  elif d.num_processes > 1 or os.environ.get('JAX_COORDINATOR_ADDRESS'):
-    jax.distributed.initialize()
-
-
-def make_mesh(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
-  """A ('data', 'vocab') mesh over every device; ``config.mesh.data = -1`` takes what 'vocab' leaves."""
-  n = jax.device_count()
-  vocab = config.mesh.vocab
-  if vocab < 1 or n % vocab:
-    raise ValueError(f'config.mesh.vocab = {vocab} must be >= 1 and divide the {n} devices')
-  data = n // vocab if config.mesh.data == -1 else config.mesh.data
-  if data * vocab != n:
-    raise ValueError(f'config.mesh.data × config.mesh.vocab = {data} × {vocab} must equal the {n} devices '
-                     f'(set config.mesh.data = -1 to use all that config.mesh.vocab leaves)')
-  if config.batch_size % data:
-    raise ValueError(f'config.batch_size = {config.batch_size} must be a multiple of the data axis ({data})')
-  # Auto axes: the compiler propagates shardings; only the vocabulary softmaxes are written per shard.
-  return jax.make_mesh((data, vocab), (streamed.DATA_AXIS, streamed.VOCAB_AXIS),
-                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
-
-
-def state_shardings(abstract_boxed: TrainState, mesh, rules) -> Any:
-  """NamedShardings of the state from the model's logical axis names and the config's rules."""
-  return nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_boxed), mesh, rules)
-
-
-def batch_putter(mesh):
-  """Places a host batch (the same global batch on every process) on the mesh, split along 'data'."""
-  sharding = NamedSharding(mesh, PartitionSpec(streamed.DATA_AXIS))
-
-  def put(batch):
-    return {k: jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])
-            for k, v in batch.items()}
-  return put
-
 
 # ----------------------------------------------------------------------------------------------------------
 # The trainer.
@@ -254,8 +209,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   # --- Config, processes and mesh.
   config_lib.validate(config)
   use_compilation_cache(config)
-  maybe_initialize_distributed(config)
-  mesh = make_mesh(config)
+  mesh_lib.maybe_initialize_distributed(config)
+  mesh = mesh_lib.make_mesh(config)
   rules = tuple(tuple(r) for r in config.sharding_rules)
   os.makedirs(workdir, exist_ok=True)
   lead = jax.process_index() == 0
@@ -263,13 +218,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   # --- Data. Every process builds the same global batches and keeps its devices' rows.
   task = tasks.get_task(config, workdir)
   model_config = config_lib.model_config(config, len(task.vocab), task.causal,
-                                         vocab_shards=mesh.shape[streamed.VOCAB_AXIS])
+                                         vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
   if task.seq_len > model_config.max_len:
     raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
                      f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
   rundir.check_same_model(workdir, model_config)
   rundir.check_same_training(workdir, config)
-  put = batch_putter(mesh)
+  put = mesh_lib.batch_putter(mesh)
 
   with jax.set_mesh(mesh):
     # --- Model, optimizer, state shapes and shardings, compiled steps.

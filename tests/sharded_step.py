@@ -14,6 +14,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from symjax import config_lib, optim, train  # noqa: E402
+from symjax import mesh as mesh_lib  # noqa: E402
 from symjax.model import Transformer  # noqa: E402
 from symjax.tasks.text import TextTask  # noqa: E402
 
@@ -43,11 +44,11 @@ def main(corpus_path):
       state = run.init(rng)
       table = state.params['embed']['embedding']
       share = table.addressable_shards[0].data.shape[0] / table.shape[0]
-      on_mesh = train.batch_putter(mesh)(batch)
+      on_mesh = mesh_lib.batch_putter(mesh)(batch)
       loss = lambda p: train.token_stats(model, p, on_mesh, config)[0].mean()
       grads = jax.jit(jax.grad(loss), out_shardings=run.shardings.params)(state.params)
       for step in range(3):  # step 0 has learning rate 0 (warmup), so take three
-        state, metrics = run.train_step(state, train.batch_putter(mesh)(task.batch('train', step, 8, 0)))
+        state, metrics = run.train_step(state, mesh_lib.batch_putter(mesh)(task.batch('train', step, 8, 0)))
     flat = lambda tree: {'/'.join(str(k.key) for k in path): np.asarray(x).tolist()
                          for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
     results[f'{data}x{vocab}'] = {'loss': float(metrics['loss']), 'grad_norm': float(metrics['grad_norm']),

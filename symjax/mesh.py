@@ -1,0 +1,68 @@
+"""The device mesh and everything placed on it: axis names (mesh and logical), joining a multi-process run,
+the ('data', 'vocab') mesh, the state's shardings from the logical-axis rules, and batch placement."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+from jax.sharding import NamedSharding, PartitionSpec
+
+# Mesh axes: the batch is split along DATA_AXIS; the vocabulary (embedding rows, projection tables) along
+# VOCAB_AXIS.
+DATA_AXIS = 'data'
+VOCAB_AXIS = 'vocab'
+
+# Logical axis names the model's parameters carry, and the default rules mapping them to mesh axes.
+VOCAB, EMBED = 'vocab', 'embed'
+DEFAULT_RULES = ((VOCAB, VOCAB_AXIS), (EMBED, None))
+
+
+def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
+  """Joins a multi-process run: from ``config.distributed`` when its address is set; by JAX's cluster
+  auto-detection (Cloud TPU, SLURM, JAX_COORDINATOR_ADDRESS) when only ``num_processes > 1`` or that
+  variable is set; otherwise a single-process run."""
+  d = config.distributed
+  if jax.distributed.is_initialized():
+    return
+  if d.cpu_collectives:
+    jax.config.update('jax_cpu_collectives_implementation', d.cpu_collectives)
+  if d.coordinator_address:
+    jax.distributed.initialize(d.coordinator_address, d.num_processes, d.process_id)
+  elif d.num_processes > 1 or os.environ.get('JAX_COORDINATOR_ADDRESS'):
+    jax.distributed.initialize()
+
+
+def make_mesh(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
+  """A ('data', 'vocab') mesh over every device; ``config.mesh.data = -1`` takes what 'vocab' leaves."""
+  n = jax.device_count()
+  vocab = config.mesh.vocab
+  if vocab < 1 or n % vocab:
+    raise ValueError(f'config.mesh.vocab = {vocab} must be >= 1 and divide the {n} devices')
+  data = n // vocab if config.mesh.data == -1 else config.mesh.data
+  if data * vocab != n:
+    raise ValueError(f'config.mesh.data × config.mesh.vocab = {data} × {vocab} must equal the {n} devices '
+                     f'(set config.mesh.data = -1 to use all that config.mesh.vocab leaves)')
+  if config.batch_size % data:
+    raise ValueError(f'config.batch_size = {config.batch_size} must be a multiple of the data axis ({data})')
+  # Auto axes: the compiler propagates shardings; only the vocabulary softmaxes are written per shard.
+  return jax.make_mesh((data, vocab), (DATA_AXIS, VOCAB_AXIS),
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def state_shardings(abstract_boxed, mesh, rules) -> Any:
+  """NamedShardings of the state from the model's logical axis names and the config's rules."""
+  return nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_boxed), mesh, rules)
+
+
+def batch_putter(mesh):
+  """Places a host batch (the same global batch on every process) on the mesh, split along 'data'."""
+  sharding = NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+
+  def put(batch):
+    return {k: jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])
+            for k, v in batch.items()}
+  return put

@@ -30,6 +30,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from symjax import config_lib, optim, rundir, tasks, train
+from symjax import metrics as metrics_lib
 from symjax import model as model_lib
 
 FINAL_FILE = rundir.FINAL_FILE
@@ -143,7 +144,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
       for i, seed_sums in enumerate(_unstack(jax.device_get(v_eval(params, batch)), len(seeds))):
         for k, v in seed_sums.items():
           sums[i][k] = sums[i].get(k, 0.0) + float(v)
-    return [train.summarize(s, config.top_ks) for s in sums]
+    return [metrics_lib.summarize(s, config.top_ks) for s in sums]
 
   # --- Loop.
   diverged: dict[int, int] = {}

@@ -291,6 +291,7 @@ def argmax_and_rank(h: Array, table: Array, targets: Array, chunk: int = 4096,
 # Mesh-aware entry points. Under `jax.set_mesh` with a 'vocab' axis of size > 1, the table is split along
 # it and each function runs under `jax.shard_map`; the batch (leading) axis is split along 'data'.
 # ----------------------------------------------------------------------------------------------------------
+from symjax.metrics import logit_stats  # noqa: E402
 from symjax.mesh import DATA_AXIS, VOCAB_AXIS  # noqa: E402  (re-exported: the entry points' axes)
 
 
@@ -348,12 +349,3 @@ def direct_readout_stats(h: Array, table: Array, targets: Array, num_valid: int 
   if num_valid is not None and num_valid < table.shape[0]:
     logits = jnp.where(jnp.arange(table.shape[0]) < num_valid, logits, NEG_INF)
   return logit_stats(logits, targets)
-
-
-def logit_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Array]:
-  """(loss, argmax, #logits above the target's, #equal to it) from logits ``[..., vocab]``: the one place
-  where the transformers' direct readout and the baselines (n-gram, uniform) are scored."""
-  target_logit = jnp.take_along_axis(logits, targets[..., None], -1)
-  loss = jax.nn.logsumexp(logits, -1) - target_logit[..., 0]
-  return (loss, jnp.argmax(logits, -1).astype(jnp.int32), jnp.sum(logits > target_logit, -1).astype(jnp.int32),
-          jnp.sum(logits == target_logit, -1).astype(jnp.int32))

@@ -26,6 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from symjax import config_lib, rundir, streamed, tasks
 from symjax import mesh as mesh_lib
+from symjax import metrics as metrics_lib
 from symjax import model as model_lib
 from symjax.model import ModelConfig, Transformer
 from symjax.optim import TrainState, init_state, learning_rate_schedule, make_optimizer
@@ -53,54 +54,6 @@ def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[
   return tuple(x.reshape(batch['targets'].shape) for x in stats)
 
 
-def in_top_k(above: jax.Array, tied: jax.Array, k: int) -> jax.Array:
-  """Probability that the target is among the k best under uniformly random tie-breaking: 1 or 0 when no
-  logit ties the target's, fractional for tied baselines such as a uniform predictor."""
-  return jnp.clip((k - above) / jnp.maximum(tied, 1), 0.0, 1.0)
-
-
-def weighted_metrics(loss: jax.Array, above: jax.Array, tied: jax.Array, batch, top_ks
-                     ) -> dict[str, jax.Array]:
-  """Sums over the batch (divide by 'weight' for means): loss, correct, top-k correct, whole sequences."""
-  weights = batch['weights']
-  correct = in_top_k(above, tied, 1)
-  has_targets = weights.sum(-1) > 0
-  sequence_correct = jnp.all((correct == 1.0) | (weights == 0), -1) & has_targets
-  out = {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights), 'weight': jnp.sum(weights),
-         'sequence_correct': jnp.sum(sequence_correct), 'sequences': jnp.sum(has_targets)}
-  for k in top_ks:
-    out[f'top{k}_correct'] = jnp.sum(in_top_k(above, tied, k) * weights)
-  return out
-
-
-def summarize(sums: dict[str, float], top_ks) -> dict[str, float]:
-  weight = max(sums['weight'], 1e-9)
-  loss = sums['loss'] / weight
-  out = {'loss': loss, 'perplexity': math.exp(min(loss, 700.0)), 'accuracy': sums['correct'] / weight,
-         **{f'top{k}_accuracy': sums[f'top{k}_correct'] / weight for k in top_ks},
-         'sequence_accuracy': sums['sequence_correct'] / max(sums['sequences'], 1e-9)}
-  return out
-
-
-def evaluate(eval_step, params, task: tasks.Task, split: str, config, put) -> dict[str, float]:
-  """Metrics of ``split``. Its evaluation batches depend on ``data_seed`` only, so every training seed is
-  scored on the same examples."""
-  sums: dict[str, float] = {}
-  for batch in task.eval_batches(split, config.batch_size, config.data_seed):
-    for k, v in jax.device_get(eval_step(params, put(batch))).items():
-      sums[k] = sums.get(k, 0.0) + float(v)
-  return summarize(sums, config.top_ks)
-
-
-
-def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
-  columns = sorted({k for r in rows.values() for k in r})
-  print(f'\n{title}')
-  print(' | '.join(['split'.ljust(10)] + [c.rjust(12) for c in columns]))
-  for name, r in rows.items():
-    print(' | '.join([name.ljust(10)] + [f'{r[c]:12.4f}' if c in r else ' ' * 12 for c in columns]))
-
-
 def training_dynamics(params, grads) -> dict[str, jax.Array]:
   """What the diagnosis of a run reads over training, cheap enough for every logged step: the gradient
   norm of every top-level module (``grad_norm/layer_0``, ``grad_norm/embed``, ...), the mean learned
@@ -124,7 +77,7 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
   def loss_fn(params, batch, dropout_key):
     loss, _, above, tied = token_stats(model, params, batch, config, deterministic=False,
                                        rngs={'dropout': dropout_key})
-    sums = weighted_metrics(loss, above, tied, batch, config.top_ks)
+    sums = metrics_lib.weighted_metrics(loss, above, tied, batch, config.top_ks)
     return sums['loss'] / jnp.maximum(sums['weight'], 1.0), sums
 
   def train_step(state: TrainState, batch, rng):
@@ -138,7 +91,7 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
 
   def eval_step(params, batch):
     loss, _, above, tied = token_stats(model, params, batch, config)
-    return weighted_metrics(loss, above, tied, batch, config.top_ks)
+    return metrics_lib.weighted_metrics(loss, above, tied, batch, config.top_ks)
 
   return train_step, eval_step
 
@@ -292,7 +245,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         if step % config.eval_every_steps == 0 or step == config.total_steps:
           if not bool(all_finite(state.params)):
             raise TrainingDiverged(f'non-finite parameters at step {step}')
-          validation = evaluate(eval_step, state.params, task, 'validation', config, put)
+          validation = metrics_lib.evaluate(eval_step, state.params, task, 'validation', config, put)
           writer.write(step, 'validation', validation)
           if not run_files_written:  # the folder now holds checkpoints this config trained
             rundir.save_run_files(workdir, config, task, model_config, start_step)
@@ -316,13 +269,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     # --- Final evaluation of the final parameters.
     final = {'train': evaluate_train_sample(eval_step, state.params, task, config, put),
-             'validation': validation or evaluate(eval_step, state.params, task, 'validation', config, put),
-             **{split: evaluate(eval_step, state.params, task, split, config, put)
+             'validation': validation or metrics_lib.evaluate(eval_step, state.params, task, 'validation', config, put),
+             **{split: metrics_lib.evaluate(eval_step, state.params, task, split, config, put)
                 for split in ('test', *task.eval_splits)}}
     writer.write(step, 'test', final['test'])
     writer.close()
     if lead:
-      print_table(f'final metrics at step {step}', final)
+      metrics_lib.print_table(f'final metrics at step {step}', final)
       with open(os.path.join(workdir, rundir.FINAL_FILE), 'w') as f:
         json.dump({'step': step, **final}, f, indent=1)
     manager.close()
@@ -336,4 +289,4 @@ def evaluate_train_sample(eval_step, params, task, config, put) -> dict[str, flo
     device_sums = eval_step(params, put(task.batch('train', i, config.batch_size, config.data_seed + 1)))
     for k, v in jax.device_get(device_sums).items():
       sums[k] = sums.get(k, 0.0) + float(v)
-  return summarize(sums, config.top_ks)
+  return metrics_lib.summarize(sums, config.top_ks)

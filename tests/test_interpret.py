@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import paper_reference as ref
-from symjax import config_lib, interpret, train
+from symjax import config_lib, interpret, metrics, train
 from symjax.interpret import attribution, circuits, core, induction, interventions, mixtures
 from symjax.interpret import cli
 from symjax.model import Transformer
@@ -410,7 +410,7 @@ def test_induction_tools_run_on_a_trained_checkpoint(tiny_run):
   assert 0.0 <= induction.context_guess_accuracy(batch, task.vocab) <= 1.0
   streams = attribution.stream_ablations(run.model, run.params, [batch])
   logits, _ = core.run(run.model, run.params, batch['inputs'], batch['key_mask'])
-  assert streams['none'] == pytest.approx(core.token_metrics(logits, batch['targets'], batch['weights'])['accuracy'])
+  assert streams['none'] == pytest.approx(metrics.token_metrics(logits, batch['targets'], batch['weights'])['accuracy'])
   assert set(streams) == {'none', 'readout_without_x_e', 'readout_without_x_t', 'x_e_mean', 'x_t_mean'}
   r = attribution.evaluate_importance(run.model, run.params, [batch], 'induction', task.vocab, True, steps=8)
   assert r['queries'] > 0 and all(0.0 <= r[m] <= 1.0 for m in attribution.METHODS)

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from symjax import metrics
 from symjax.interpret import core, interventions
 from symjax.model import Transformer
 
@@ -93,7 +94,7 @@ def stream_ablations(model: Transformer, params, batches: Sequence[dict[str, np.
     w = batch['weights']
     count += float(w.sum())
     for name, lg in variants.items():
-      sums[name] = sums.get(name, 0.0) + core.token_metrics(lg, batch['targets'], w)['accuracy'] * float(w.sum())
+      sums[name] = sums.get(name, 0.0) + metrics.token_metrics(lg, batch['targets'], w)['accuracy'] * float(w.sum())
   return {k: v / max(count, 1e-12) for k, v in sums.items()}
 
 

@@ -201,16 +201,3 @@ def head_parameters(cfg: ModelConfig, params) -> HeadParameters:
     w_head = np.stack([np.asarray(p[f'layer_{l}']['value_map']['w_head'], np.float64)
                        if cfg.value_map != 'none' else np.eye(H) for l in range(L)])
   return HeadParameters(slopes, tau_v, tau_f, w_head)
-
-
-def token_metrics(logits: np.ndarray, targets: np.ndarray, weights: np.ndarray) -> dict[str, float]:
-  """Weighted mean cross-entropy and argmax accuracy over the positions with weight > 0."""
-  logits = np.asarray(logits, np.float64)
-  logp = logits - logits.max(-1, keepdims=True)
-  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
-  nll = -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
-  correct = (logits.argmax(-1) == targets).astype(np.float64)
-  w = np.asarray(weights, np.float64)
-  total = max(w.sum(), 1e-12)
-  return {'loss': float((nll * w).sum() / total), 'accuracy': float((correct * w).sum() / total),
-          'count': float(w.sum())}

@@ -23,6 +23,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from symjax import metrics
 from symjax.interpret import core
 from symjax.model import Transformer
 
@@ -162,8 +163,8 @@ def effect(model: Transformer, params, batch: dict[str, np.ndarray], ablations: 
   w = batch['weights'] if weights is None else weights
   clean_logits, _ = core.run(core.analysis_model(model), params, batch['inputs'], batch.get('key_mask'))
   logits, _ = run_with(model, params, batch['inputs'], ablations, batch.get('key_mask'), **kw)
-  clean = core.token_metrics(clean_logits, batch['targets'], w)
-  hit = core.token_metrics(logits, batch['targets'], w)
+  clean = metrics.token_metrics(clean_logits, batch['targets'], w)
+  hit = metrics.token_metrics(logits, batch['targets'], w)
   mask = np.asarray(w) > 0
   return {'clean_loss': clean['loss'], 'clean_accuracy': clean['accuracy'], 'loss': hit['loss'],
           'accuracy': hit['accuracy'], 'loss_change': hit['loss'] - clean['loss'],

@@ -1,0 +1,82 @@
+"""Metrics, in one place: per-token statistics from logits, their weighted sums over a batch, the summary
+of a split (loss, perplexity, accuracy, top-k, whole sequences), the evaluation loop, the printed table, and
+the NumPy metrics the interpretability tools score ablated logits with."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+
+def logit_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Array]:
+  """(loss, argmax, #logits above the target's, #equal to it) from logits ``[..., vocab]``: the one place
+  where the transformers' direct readout and the baselines (n-gram, uniform) are scored."""
+  target_logit = jnp.take_along_axis(logits, targets[..., None], -1)
+  loss = jax.nn.logsumexp(logits, -1) - target_logit[..., 0]
+  return (loss, jnp.argmax(logits, -1).astype(jnp.int32), jnp.sum(logits > target_logit, -1).astype(jnp.int32),
+          jnp.sum(logits == target_logit, -1).astype(jnp.int32))
+
+
+def in_top_k(above: jax.Array, tied: jax.Array, k: int) -> jax.Array:
+  """Probability that the target is among the k best under uniformly random tie-breaking: 1 or 0 when no
+  logit ties the target's, fractional for tied baselines such as a uniform predictor."""
+  return jnp.clip((k - above) / jnp.maximum(tied, 1), 0.0, 1.0)
+
+
+def weighted_metrics(loss: jax.Array, above: jax.Array, tied: jax.Array, batch, top_ks
+                     ) -> dict[str, jax.Array]:
+  """Sums over the batch (divide by 'weight' for means): loss, correct, top-k correct, whole sequences."""
+  weights = batch['weights']
+  correct = in_top_k(above, tied, 1)
+  has_targets = weights.sum(-1) > 0
+  sequence_correct = jnp.all((correct == 1.0) | (weights == 0), -1) & has_targets
+  out = {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights), 'weight': jnp.sum(weights),
+         'sequence_correct': jnp.sum(sequence_correct), 'sequences': jnp.sum(has_targets)}
+  for k in top_ks:
+    out[f'top{k}_correct'] = jnp.sum(in_top_k(above, tied, k) * weights)
+  return out
+
+
+def summarize(sums: dict[str, float], top_ks) -> dict[str, float]:
+  weight = max(sums['weight'], 1e-9)
+  loss = sums['loss'] / weight
+  out = {'loss': loss, 'perplexity': math.exp(min(loss, 700.0)), 'accuracy': sums['correct'] / weight,
+         **{f'top{k}_accuracy': sums[f'top{k}_correct'] / weight for k in top_ks},
+         'sequence_accuracy': sums['sequence_correct'] / max(sums['sequences'], 1e-9)}
+  return out
+
+
+def evaluate(eval_step, params, task, split: str, config, put) -> dict[str, float]:
+  """Metrics of ``split``. Its evaluation batches depend on ``data_seed`` only, so every training seed is
+  scored on the same examples."""
+  sums: dict[str, float] = {}
+  for batch in task.eval_batches(split, config.batch_size, config.data_seed):
+    for k, v in jax.device_get(eval_step(params, put(batch))).items():
+      sums[k] = sums.get(k, 0.0) + float(v)
+  return summarize(sums, config.top_ks)
+
+
+
+def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
+  columns = sorted({k for r in rows.values() for k in r})
+  print(f'\n{title}')
+  print(' | '.join(['split'.ljust(10)] + [c.rjust(12) for c in columns]))
+  for name, r in rows.items():
+    print(' | '.join([name.ljust(10)] + [f'{r[c]:12.4f}' if c in r else ' ' * 12 for c in columns]))
+
+
+def token_metrics(logits: np.ndarray, targets: np.ndarray, weights: np.ndarray) -> dict[str, float]:
+  """Weighted mean cross-entropy and argmax accuracy over the positions with weight > 0."""
+  logits = np.asarray(logits, np.float64)
+  logp = logits - logits.max(-1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  nll = -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
+  correct = (logits.argmax(-1) == targets).astype(np.float64)
+  w = np.asarray(weights, np.float64)
+  total = max(w.sum(), 1e-12)
+  return {'loss': float((nll * w).sum() / total), 'accuracy': float((correct * w).sum() / total),
+          'count': float(w.sum())}

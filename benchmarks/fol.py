@@ -43,7 +43,7 @@ def main(_):
   for kind in ('lstm', 'standard', 'token_factored', 'symbolic'):
     if kind in results:
       continue
-    config = config_lib.fol_variant(f'model={kind}')
+    config = config_lib.from_file(f'configs/fol.py:model={kind}')
     config.total_steps = _STEPS.value
     config.progress_bar = False
     workdir = os.path.join(_WORKDIR.value, kind)

@@ -70,7 +70,7 @@ def main(_):
     for task in sorted(set(_RASP_TASKS.value) | {'reverse'}):
       if task == 'reverse' or kind != 'standard':
         runs[(task, kind)] = ensure(_RASP.value.format(task=task, kind=kind),
-                                    lambda: config_lib.rasp_variant(f'task={task},model={kind}'))
+                                    lambda: config_lib.from_file(f'configs/rasp.py:task={task},model={kind}'))
 
   # 1. The induction circuit and its knockout, over the whole test split.
   for kind in KINDS:

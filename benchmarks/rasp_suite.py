@@ -31,7 +31,7 @@ def main(_):
       key = f'{task}/{kind}'
       if key in results:
         continue
-      config = config_lib.rasp_variant(f'task={task},model={kind}')
+      config = config_lib.from_file(f'configs/rasp.py:task={task},model={kind}')
       config.total_steps = _STEPS.value
       config.progress_bar = False
       start = time.time()

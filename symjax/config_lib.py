@@ -7,7 +7,9 @@ one place where each field is defined and commented.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
+import os
 from typing import Any
 
 import ml_collections
@@ -127,7 +129,8 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
 
 
 def variant(kind: str, arg: str | None) -> ml_collections.ConfigDict:
-  """The config of ``configs/<kind>.py:arg``: arg is ``task=induction|text,size=tiny|small|medium|paper``.
+  """The config of ``configs/<kind>.py:arg``: arg is ``task=induction|text,size=tiny|small|medium|paper`` and
+  ``runlocal=true`` for the seconds-long version (``runlocal``).
 
   ``task=text`` trains a character-level language model on ``--config.text_path`` with nanoGPT's published
   CPU recipe for shakespeare_char (with size=medium its shape: 4 layers, 4 heads × 32): context 64, batch
@@ -137,8 +140,8 @@ def variant(kind: str, arg: str | None) -> ml_collections.ConfigDict:
   ``model.max_len`` is set as well), so sampling can continue past the training context (ALiBi
   extrapolates).
   """
-  a = parse_arg(arg, task='induction', size='small')
-  config = default_config(kind=kind, size=a.size)
+  a = parse_arg(arg, task='induction', size='small', runlocal=False)
+  config = default_config(kind=kind, size='tiny' if a.runlocal else a.size)
   config.task = a.task
   if a.task == 'text':
     config.seq_len = 64
@@ -151,35 +154,37 @@ def variant(kind: str, arg: str | None) -> ml_collections.ConfigDict:
     config.weight_decay = 0.1
     config.eval_every_steps = 250
     config.best_metric = 'loss'
+  return runlocal(config) if a.runlocal else config
+
+
+def runlocal(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The seconds-long version of a recipe (``runlocal=true`` in every config file), for tests, notebooks and
+  a first look: 20 steps, evaluation every 10 on a few batches, one checkpoint kept. Pair it with
+  ``size=tiny``, which the config files choose for it."""
+  config.total_steps = 20
+  config.warmup_steps = 2
+  config.log_every_steps = 5
+  config.eval_every_steps = 10
+  config.eval_windows = 16
+  config.keep_checkpoints = 1
   return config
 
 
-def rasp_variant(arg: str | None) -> ml_collections.ConfigDict:
-  """``configs/rasp.py:task=<RASP task>,model=<kind>,size=<size>``: the published setting (vocab 8,
-  length 8; Dyck 16), 3 layers of 4 heads, 3000 steps of batch 64."""
-  from symjax.tasks import rasp  # the task list lives with the tasks
-  a = parse_arg(arg, task='reverse', model='symbolic', size='small')
-  if a.task not in rasp.TASKS:
-    raise ValueError(f'task must be one of {list(rasp.TASKS)}, got {a.task!r}')
-  config = default_config(kind=a.model, size=a.size)
-  config.task = a.task
-  config.model.num_layers = 3
-  config.model.max_len = 16          # room for the length-generalisation splits (12 and 16)
-  config.eval_every_steps = 1000
-  return config
-
-
-def fol_variant(arg: str | None) -> ml_collections.ConfigDict:
-  """``configs/fol.py:model=<kind>,size=<size>``: next-symbol prediction over first-order-logic formulas
-  (663 symbols, sequences of 48); kinds include the 'lstm' baseline."""
-  a = parse_arg(arg, model='symbolic', size='small', glyphs=False)
-  config = default_config(kind=a.model, size=a.size)
-  config.task = 'fol'
-  config.model.max_len = 48
-  config.top_ks = (5, 10)
-  config.best_metric = 'loss'
-  config.numeral_glyph_init = a.glyphs
-  return config
+def from_file(spec: str) -> ml_collections.ConfigDict:
+  """The config ``python -m symjax.main --config=SPEC`` would use: ``path/to/config.py[:arguments]``, the
+  path relative to the working directory or to the repository (so ``configs/rasp.py:task=sort`` works
+  from anywhere inside a checkout)."""
+  path, _, arg = spec.partition(':')
+  if not os.path.isfile(path):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isfile(os.path.join(repo, path)):
+      path = os.path.join(repo, path)
+    else:
+      raise FileNotFoundError(f'config file {path!r} does not exist')
+  module_spec = importlib.util.spec_from_file_location(f'_config_{os.path.basename(path)[:-3]}', path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg or None)
 
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int, causal: bool, vocab_shards: int = 1

@@ -181,3 +181,29 @@ def test_overriding_the_window_moves_max_len_unless_it_is_set_too():
   config.model.max_len = 100  # an explicit --config.model.max_len wins
   config.seq_len = 32
   assert config.model.max_len == 100
+
+
+@pytest.mark.parametrize('spec', ['configs/symbolic.py:runlocal=true', 'configs/standard.py:task=induction,runlocal=true',
+                                  'configs/token_factored.py:runlocal=true',
+                                  'configs/rasp.py:task=sort,model=token_factored,runlocal=true',
+                                  'configs/fol.py:model=lstm,runlocal=true'])
+def test_every_config_file_has_a_seconds_long_runlocal_version(spec, tmp_path):
+  config = config_lib.from_file(spec)
+  full = config_lib.from_file(spec.replace('runlocal=true', 'runlocal=false'))
+  assert (config.total_steps, config.eval_every_steps, config.keep_checkpoints) == (20, 10, 1)
+  assert config.model.num_layers <= full.model.num_layers and config.task == full.task
+  assert config.model.kind == full.model.kind and config.total_steps < full.total_steps
+  final = train.train_and_evaluate(config, str(tmp_path / 'w'))
+  assert np.isfinite(final['test']['loss'])
+
+
+def test_config_files_are_the_recipes_they_document():
+  rasp = config_lib.from_file('configs/rasp.py:task=dyck2,model=standard')
+  assert (rasp.task, rasp.model.kind, rasp.model.num_layers, rasp.model.max_len, rasp.total_steps) == (
+      'dyck2', 'standard', 3, 16, 3000)
+  fol = config_lib.from_file('configs/fol.py:model=symbolic,glyphs=true')
+  assert (fol.task, fol.top_ks, fol.best_metric, fol.numeral_glyph_init) == ('fol', (5, 10), 'loss', True)
+  with pytest.raises(ValueError, match=r"task must be one of \['reverse', 'sort'"):
+    config_lib.from_file('configs/rasp.py:task=copy')
+  with pytest.raises(FileNotFoundError, match="config file 'configs/nope.py' does not exist"):
+    config_lib.from_file('configs/nope.py')

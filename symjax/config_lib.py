@@ -15,7 +15,7 @@ from typing import Any
 import ml_collections
 from ml_collections import config_dict
 
-from symjax import mesh
+from symjax import mesh, tasks
 from symjax.model import ModelConfig
 
 # Model sizes by name (``--config=configs/symbolic.py:size=...``).
@@ -197,8 +197,6 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int, causal: boo
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Checks every field once at start; the error names the field and what is allowed."""
-  from symjax import tasks  # tasks import config_lib's users; keep the import local
-
   if config.task not in tasks.TASKS:
     raise ValueError(f'config.task must be one of {sorted(tasks.TASKS)}, got {config.task!r}')
   if config.task == 'text' and not (config.text_path or config.get('token_path')):

@@ -27,6 +27,7 @@ Token importance per block, ``[batch, time (query), time (input position)]`` for
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import flax.linen as nn
@@ -37,6 +38,7 @@ import numpy as np
 from symjax import metrics
 from symjax.interpret import core, interventions
 from symjax.model import Transformer
+from symjax.tasks import base, induction
 
 
 def stream_attribution(model: Transformer, params, tokens, key_mask=None) -> dict[str, np.ndarray]:
@@ -130,47 +132,46 @@ def attention_flow(attention: np.ndarray, w_head: np.ndarray | None) -> np.ndarr
   return np.stack(blocks)
 
 
-def _target_logprob_fn(model: Transformer):
-  """f(params, embeddings, tokens, key_mask, targets) -> log p(target_i) ``[batch, time]``, with the
-  embedding lookup's output replaced by ``embeddings`` (method interception on the 'embed' module)."""
-  def f(params, embeddings, tokens, key_mask, targets):
-    def intercept(next_fun, args, kwargs, context):
-      if context.module.path == ('embed',) and context.method_name == '__call__':
-        return embeddings.astype(next_fun(*args, **kwargs).dtype)
-      return next_fun(*args, **kwargs)
-    with nn.intercept_methods(intercept):
-      logits = model.apply({'params': params}, tokens, key_mask)
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
-    return jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]
-  return f
+def _target_logprob(model: Transformer, params, embeddings, tokens, key_mask, targets):
+  """log p(target_i) ``[batch, time]`` with the embedding lookup's output replaced by ``embeddings``
+  (method interception on the 'embed' module)."""
+  def intercept(next_fun, args, kwargs, context):
+    if context.module.path == ('embed',) and context.method_name == '__call__':
+      return embeddings.astype(next_fun(*args, **kwargs).dtype)
+    return next_fun(*args, **kwargs)
+  with nn.intercept_methods(intercept):
+    logits = model.apply({'params': params}, tokens, key_mask)
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+  return jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]
 
 
-def _gradient_fns(model: Transformer):
-  f = _target_logprob_fn(model)
-
-  def per_query_grads(params, emb, tokens, key_mask, targets):
-    """∂ log p(y_i) / ∂ embeddings for every query i: ``[batch, time (i), time (j), d]``."""
-    def one(e, tok, km, tgt):
-      return jax.jacrev(lambda e_: f(params, e_[None], tok[None], km[None], tgt[None])[0])(e)
-    return jax.vmap(one)(emb, tokens, key_mask, targets)
-
-  def ig(params, emb, base, tokens, key_mask, targets, steps):
-    # Midpoint rule: the integrand is never taken at the baseline itself (with a zero baseline, where
-    # LayerNorm's σ has no gradient).
-    alphas = (jnp.arange(steps) + 0.5) / steps
-    def body(total, a):
-      return total + per_query_grads(params, base + a * (emb - base), tokens, key_mask, targets), None
-    zero = jnp.zeros(emb.shape[:2] + emb.shape[1:], jnp.float32)
-    total, _ = jax.lax.scan(body, zero, alphas)
-    return jnp.einsum('bjd,bijd->bij', emb - base, total / steps)
-
-  def ixg(params, emb, tokens, key_mask, targets):
-    return jnp.einsum('bjd,bijd->bij', emb, per_query_grads(params, emb, tokens, key_mask, targets))
-
-  return jax.jit(ixg), jax.jit(ig, static_argnums=6), jax.jit(f)
+def _per_query_grads(model, params, emb, tokens, key_mask, targets):
+  """∂ log p(y_i) / ∂ embeddings for every query i: ``[batch, time (i), time (j), d]``."""
+  def one(e, tok, km, tgt):
+    return jax.jacrev(lambda e_: _target_logprob(model, params, e_[None], tok[None], km[None], tgt[None])[0])(e)
+  return jax.vmap(one)(emb, tokens, key_mask, targets)
 
 
-_GRADIENT_CACHE: dict = {}
+# The model (a frozen, hashable module) is a static argument: JAX's own cache keeps one compilation per
+# model and shape, so nothing is cached here.
+@functools.partial(jax.jit, static_argnums=(0, 7))
+def _integrated_gradients(model, params, emb, base, tokens, key_mask, targets, steps):
+  # Midpoint rule: the integrand is never taken at the baseline itself (with a zero baseline, where
+  # LayerNorm's σ has no gradient).
+  alphas = (jnp.arange(steps) + 0.5) / steps
+  def body(total, a):
+    return total + _per_query_grads(model, params, base + a * (emb - base), tokens, key_mask, targets), None
+  zero = jnp.zeros(emb.shape[:2] + emb.shape[1:], jnp.float32)
+  total, _ = jax.lax.scan(body, zero, alphas)
+  return jnp.einsum('bjd,bijd->bij', emb - base, total / steps)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _input_x_gradient(model, params, emb, tokens, key_mask, targets):
+  return jnp.einsum('bjd,bijd->bij', emb, _per_query_grads(model, params, emb, tokens, key_mask, targets))
+
+
+_jit_target_logprob = jax.jit(_target_logprob, static_argnums=0)
 
 
 def _embeddings(model: Transformer, params, tokens) -> jax.Array:
@@ -201,19 +202,15 @@ def gradient_importance(model: Transformer, params, tokens, targets, key_mask=No
   tokens = core.as_batch(tokens)
   targets = np.asarray(targets, np.int32).reshape(tokens.shape)
   km = np.ones(tokens.shape, bool) if key_mask is None else np.asarray(key_mask, bool).reshape(tokens.shape)
-  key = model.config
-  if key not in _GRADIENT_CACHE:
-    _GRADIENT_CACHE[key] = _gradient_fns(model)
-  ixg, ig, _ = _GRADIENT_CACHE[key]
   p = nn.meta.unbox(params)
   emb = _embeddings(model, p, tokens)
-  args = (p, emb, jnp.asarray(tokens), jnp.asarray(km), jnp.asarray(targets))
+  args = (jnp.asarray(tokens), jnp.asarray(km), jnp.asarray(targets))
   if method == 'input_x_gradient':
-    out = ixg(*args)
+    out = _input_x_gradient(model, p, emb, *args)
   elif method == 'integrated_gradients':
     if steps < 1:
       raise ValueError(f'integrated gradients needs steps >= 1, got {steps}')
-    out = ig(p, emb, baseline_embeddings(p, tokens, baseline), *args[2:], steps)
+    out = _integrated_gradients(model, p, emb, baseline_embeddings(p, tokens, baseline), *args, steps)
   else:
     raise ValueError(f"method must be 'input_x_gradient' or 'integrated_gradients', got {method!r}")
   out = np.asarray(out, np.float64)
@@ -228,9 +225,8 @@ def target_logprob(model: Transformer, params, tokens, targets, key_mask=None, b
   tokens = core.as_batch(tokens)
   km = np.ones(tokens.shape, bool) if key_mask is None else np.asarray(key_mask, bool).reshape(tokens.shape)
   p = nn.meta.unbox(params)
-  f = _target_logprob_fn(model)
   emb = _embeddings(model, p, tokens) if baseline is None else baseline_embeddings(p, tokens, baseline)
-  return np.asarray(f(p, emb, jnp.asarray(tokens), jnp.asarray(km),
+  return np.asarray(_jit_target_logprob(model, p, emb, jnp.asarray(tokens), jnp.asarray(km),
                       jnp.asarray(np.asarray(targets, np.int32).reshape(tokens.shape))), np.float64)
 
 
@@ -271,7 +267,6 @@ def random_precision_at_k(truth: np.ndarray, cands: np.ndarray, queries: np.ndar
 def induction_truth(tokens: np.ndarray, vocab) -> tuple[np.ndarray, np.ndarray]:
   """For the induction task: queries are letters seen earlier; the truth is every earlier occurrence of
   the same letter and the number that followed it. Returns (truth ``[b, i, j]``, queries ``[b, i]``)."""
-  from symjax.tasks import induction
   letters = {vocab.id(s) for s in induction.LETTERS}
   numbers = {vocab.id(s) for s in induction.NUMBERS}
   b, t = tokens.shape
@@ -290,7 +285,6 @@ def reverse_truth(tokens: np.ndarray, vocab) -> tuple[np.ndarray, np.ndarray]:
   """For RASP reverse (``<s> x_1 .. x_n </s>``): position i's tag is x_{n+1-i}, so the truth is the
   mirrored position n + 1 − i. Queries are content positions other than the middle one (which mirrors
   itself)."""
-  from symjax.tasks import base
   eos = vocab.id(base.EOS)
   b, t = tokens.shape
   truth = np.zeros((b, t, t), bool)

@@ -20,7 +20,7 @@ import dataclasses
 import flax.linen as nn
 import numpy as np
 
-from symjax.interpret import core
+from symjax.interpret import core, interventions
 
 
 def previous_token_scores(attention: np.ndarray, key_mask: np.ndarray | None = None,
@@ -150,7 +150,6 @@ def head_writes(model, params, tokens, key_mask=None) -> tuple[np.ndarray, np.nd
 
 def _standard_head_outputs(cfg, p, l, tokens, key_mask, model) -> np.ndarray:
   """``[batch, time, heads, d_model]``: each head's term of a standard block's attention output."""
-  from symjax.interpret import interventions
   sites = [interventions.Ablation('head', l, h) for h in range(cfg.num_heads)]
   heads = interventions.capture(model, p, tokens, sites, key_mask)
   out_kernel = np.asarray(p[f'layer_{l}']['attention']['out']['kernel'], np.float64)   # [H, hd, d]

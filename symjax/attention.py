@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from symjax.mesh import EMBED, HEAD_DIM, HEADS
+
 Array = jax.Array
 
 
@@ -183,8 +185,9 @@ class Attention(nn.Module):
     """
     batch, time, d_model = x.shape
     heads = (self.num_heads, self.head_dim)
+    named = lambda names: nn.with_logical_partitioning(self.kernel_init, names)
     dense = lambda name: nn.DenseGeneral(heads, use_bias=False, dtype=self.dtype,
-                                         kernel_init=self.kernel_init, name=name)
+                                         kernel_init=named((EMBED, HEADS, HEAD_DIM)), name=name)
     q, k = dense('query')(x), dense('key')(x)
     v = dense('value')(x) if values is None else values.astype(self.dtype)
 
@@ -201,5 +204,5 @@ class Attention(nn.Module):
 
     if self.output_projection:
       return nn.DenseGeneral(d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
-                             kernel_init=self.kernel_init, name='out')(out)
+                             kernel_init=named((HEADS, HEAD_DIM, EMBED)), name='out')(out)
     return out.reshape(batch, time, self.num_heads * self.head_dim)

@@ -16,8 +16,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 DATA_AXIS = 'data'
 VOCAB_AXIS = 'vocab'
 
-# Logical axis names the model's parameters carry, and the default rules mapping them to mesh axes.
-VOCAB, EMBED = 'vocab', 'embed'
+# Logical axis names the model's parameters carry, and the default rules mapping them to mesh axes: the
+# vocabulary rows are split over VOCAB_AXIS; every other name is replicated unless a config's
+# sharding_rules map it (e.g. (('mlp', 'data'),) to split the FFN's hidden units).
+VOCAB, EMBED = 'vocab', 'embed'          # embedding / readout tables, the model width
+HEADS, HEAD_DIM, MLP = 'heads', 'head_dim', 'mlp'   # attention heads, their width, FFN hidden units
 DEFAULT_RULES = ((VOCAB, VOCAB_AXIS), (EMBED, None))
 
 

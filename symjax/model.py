@@ -49,6 +49,7 @@ DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 REMAT_POLICIES = {'full': None, 'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 # Logical axis names of parameters (mapped to mesh axes by the config's sharding rules).
 from symjax.mesh import EMBED, VOCAB  # noqa: E402  (logical axis names of the parameters)
+from symjax.mesh import MLP as MLP_AXIS  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,9 +197,9 @@ class MLP(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
-    init = nn.initializers.normal(0.02)
-    h = nn.gelu(nn.Dense(self.ff_dim, dtype=self.dtype, kernel_init=init, name='wi')(x))
-    return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=init, name='wo')(h)
+    init = lambda names: nn.with_logical_partitioning(nn.initializers.normal(0.02), names)
+    h = nn.gelu(nn.Dense(self.ff_dim, dtype=self.dtype, kernel_init=init((EMBED, MLP_AXIS)), name='wi')(x))
+    return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=init((MLP_AXIS, EMBED)), name='wo')(h)
 
 
 def _attention(config: ModelConfig, output_projection: bool, alibi: bool) -> attn.Attention:

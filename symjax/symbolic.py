@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from symjax import streamed
+from symjax.mesh import HEAD_DIM, HEADS, MLP
 
 Array = jax.Array
 
@@ -199,10 +200,11 @@ class VocabFFN(nn.Module):
     xh = split_channels(x, self.num_heads).astype(self.dtype)
     head_dim = xh.shape[-1]
     h, f = self.num_heads, self.ff_dim
-    w1 = self.param('w1', self.kernel_init, (h, head_dim, f))
-    b1 = self.param('b1', nn.initializers.zeros, (h, f))
-    w2 = self.param('w2', self.kernel_init, (h, f, head_dim))
-    b2 = self.param('b2', nn.initializers.zeros, (h, head_dim))
+    named = lambda init, names: nn.with_logical_partitioning(init, names)
+    w1 = self.param('w1', named(self.kernel_init, (HEADS, HEAD_DIM, MLP)), (h, head_dim, f))
+    b1 = self.param('b1', named(nn.initializers.zeros, (HEADS, MLP)), (h, f))
+    w2 = self.param('w2', named(self.kernel_init, (HEADS, MLP, HEAD_DIM)), (h, f, head_dim))
+    b2 = self.param('b2', named(nn.initializers.zeros, (HEADS, HEAD_DIM)), (h, head_dim))
     # Heads-major, as in direct_vocab_projection: the per-channel products are batched over the head axis.
     hidden = nn.gelu(jnp.einsum('hnd,hdf->hnf', heads_major(xh), w1.astype(self.dtype))
                      + b1[:, None].astype(self.dtype))

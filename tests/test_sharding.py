@@ -100,3 +100,23 @@ def test_two_processes_train_like_one(tmp_path):
   assert len(single_metrics) == len(multi_metrics)
   for x, y in zip(single_metrics, multi_metrics):
     assert x['step'] == y['step'] and abs(x['loss'] - y['loss']) <= 1e-5 * max(abs(x['loss']), 1)
+
+
+@pytest.mark.parametrize('kind', ['standard', 'token_factored', 'symbolic'])
+def test_every_kernel_carries_logical_axis_names_that_rules_alone_shard(kind):
+  import flax.linen as nn
+  from symjax import mesh, model as model_lib
+  config = model_lib.ModelConfig(vocab_size=12, num_layers=1, num_heads=2, head_dim=4, ff_dim=8, kind=kind)
+  boxed = jax.eval_shape(lambda k: model_lib.build(config).init(k, jax.numpy.zeros((1, 5), jax.numpy.int32)),
+                         jax.random.key(0))['params']
+  is_spec = lambda x: isinstance(x, jax.sharding.PartitionSpec)
+  specs = {jax.tree_util.keystr(p): tuple(s) for p, s in
+           jax.tree_util.tree_flatten_with_path(nn.get_partition_spec(boxed), is_leaf=is_spec)[0]}
+  weights = [k for k in specs if any(w in k for w in ("'kernel'", "'w1'", "'w2'", "'embedding'", "'readout'"))]
+  assert weights and all(specs[k] and None not in specs[k] for k in weights), specs
+  rules = ((mesh.MLP, 'data'), (mesh.HEADS, 'vocab'), (mesh.VOCAB, 'vocab'))
+  mapped = {k: tuple(nn.logical_to_mesh_axes(specs[k], rules)) for k in weights}
+  ffn = [k for k in weights if "['ffn']" in k]
+  assert ffn and all('data' in mapped[k] for k in ffn), mapped
+  attention = [k for k in weights if "['attention']" in k]
+  assert attention and all('vocab' in mapped[k] for k in attention), mapped

@@ -201,7 +201,7 @@ def gradient_importance(model: Transformer, params, tokens, targets, key_mask=No
   model = core.analysis_model(model)
   tokens = core.as_batch(tokens)
   targets = np.asarray(targets, np.int32).reshape(tokens.shape)
-  km = np.ones(tokens.shape, bool) if key_mask is None else np.asarray(key_mask, bool).reshape(tokens.shape)
+  km = core.valid_keys(tokens, key_mask)
   p = nn.meta.unbox(params)
   emb = _embeddings(model, p, tokens)
   args = (jnp.asarray(tokens), jnp.asarray(km), jnp.asarray(targets))
@@ -223,7 +223,7 @@ def target_logprob(model: Transformer, params, tokens, targets, key_mask=None, b
   instead of the tokens' embeddings."""
   model = core.analysis_model(model)
   tokens = core.as_batch(tokens)
-  km = np.ones(tokens.shape, bool) if key_mask is None else np.asarray(key_mask, bool).reshape(tokens.shape)
+  km = core.valid_keys(tokens, key_mask)
   p = nn.meta.unbox(params)
   emb = _embeddings(model, p, tokens) if baseline is None else baseline_embeddings(p, tokens, baseline)
   return np.asarray(_jit_target_logprob(model, p, emb, jnp.asarray(tokens), jnp.asarray(km),
@@ -241,7 +241,7 @@ METHODS = ('native', 'integrated_gradients', 'input_x_gradient', '|integrated_gr
 def candidates(tokens: np.ndarray, key_mask: np.ndarray | None, causal: bool) -> np.ndarray:
   """``[batch, i, j]``: the input positions j that may explain query i (readable keys, j ≠ i)."""
   b, t = tokens.shape
-  km = np.ones((b, t), bool) if key_mask is None else np.asarray(key_mask, bool)
+  km = core.valid_keys(tokens, key_mask)
   allowed = np.tril(np.ones((t, t), bool), -1) if causal else ~np.eye(t, dtype=bool)
   return allowed[None] & km[:, None, :]
 

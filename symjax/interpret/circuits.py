@@ -40,7 +40,7 @@ def induction_targets(tokens: np.ndarray, key_mask: np.ndarray | None = None,
   """``[batch, i, s]`` True where s − 1 < i is an earlier occurrence of tokens[i] (s < i), for tokens not
   in ``ignore``."""
   b, t = tokens.shape
-  valid = np.ones((b, t), bool) if key_mask is None else np.asarray(key_mask, bool)
+  valid = core.valid_keys(tokens, key_mask)
   same = (tokens[:, :, None] == tokens[:, None, :]) & valid[:, :, None] & valid[:, None, :]
   out = np.zeros((b, t, t), bool)
   out[:, :, 1:] = same[:, :, :-1]                                        # s − 1 has the same token as i

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from symjax import attention as attn
+from symjax.symbolic import split_channels
 from symjax.model import ModelConfig, Transformer
 
 
@@ -99,8 +100,10 @@ def components(cfg: ModelConfig, inter) -> dict[str, np.ndarray]:
   return out
 
 
-def channels(x: np.ndarray, num_heads: int) -> np.ndarray:
-  return x.reshape(*x.shape[:-1], num_heads, x.shape[-1] // num_heads)
+def valid_keys(tokens: np.ndarray, key_mask=None) -> np.ndarray:
+  """The boolean key mask of a ``[batch, time]`` batch of tokens: every position when ``key_mask`` is None."""
+  shape = np.shape(tokens)
+  return np.ones(shape, bool) if key_mask is None else np.asarray(key_mask, bool).reshape(shape)
 
 
 def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -116,8 +119,8 @@ def channel_lens(x: np.ndarray, table: np.ndarray, num_heads: int, vocab_size: i
   This is the symbolic model's own vocabulary projection (eqs. 21-22) applied to a stream; τ = 1 where
   the model has none."""
   table = np.asarray(table, np.float64)[:vocab_size]
-  scores = np.einsum('...hd,vhd->...hv', channels(np.asarray(x, np.float64), num_heads),
-                     channels(table, num_heads))
+  scores = np.einsum('...hd,vhd->...hv', split_channels(np.asarray(x, np.float64), num_heads),
+                     split_channels(table, num_heads))
   if tau is not None:
     scores = scores / np.asarray(tau, np.float64)[:, None]
   return softmax(scores)
@@ -146,7 +149,7 @@ def final_norm_affine(cfg: ModelConfig, params, x: np.ndarray) -> tuple[np.ndarr
   gamma, beta = np.asarray(p['scale'], np.float64), np.asarray(p['bias'], np.float64)
   eps = cfg.layer_norm_epsilon
   if cfg.kind == 'symbolic':
-    xh = channels(x, cfg.num_heads)
+    xh = split_channels(x, cfg.num_heads)
     std = np.sqrt(np.square(xh - xh.mean(-1, keepdims=True)).mean(-1, keepdims=True))
     a = np.broadcast_to(gamma, xh.shape) / (std + eps)
     return a.reshape(x.shape), np.broadcast_to(beta, xh.shape).reshape(x.shape)
@@ -157,7 +160,7 @@ def final_norm_affine(cfg: ModelConfig, params, x: np.ndarray) -> tuple[np.ndarr
 def centre(cfg: ModelConfig, x: np.ndarray) -> np.ndarray:
   """x − μ(x), over d_model, or per channel for the symbolic model's channel LayerNorm (linear in x)."""
   if cfg.kind == 'symbolic':
-    xh = channels(x, cfg.num_heads)
+    xh = split_channels(x, cfg.num_heads)
     return (xh - xh.mean(-1, keepdims=True)).reshape(x.shape)
   return x - x.mean(-1, keepdims=True)
 

@@ -18,6 +18,7 @@ import numpy as np
 from scipy import optimize
 
 from symjax.interpret import core, mixtures
+from symjax.symbolic import split_channels
 from symjax.model import Transformer
 
 
@@ -53,8 +54,8 @@ def cone(x: np.ndarray, table: np.ndarray, num_heads: int, vocab_size: int) -> n
   """Cosine between each channel state x_h and its nearest point in the vocabulary cone
   {Σ_v w_v E^(h)_v : w ≥ 0} (non-negative least squares), ``[..., heads]``. 1 means the state is a
   non-negative token mixture; a symbolic stream is always 1."""
-  xh = core.channels(np.asarray(x, np.float64), num_heads)
-  eh = core.channels(np.asarray(table, np.float64)[:vocab_size], num_heads)   # [vocab, heads, d_head]
+  xh = split_channels(np.asarray(x, np.float64), num_heads)
+  eh = split_channels(np.asarray(table, np.float64)[:vocab_size], num_heads)   # [vocab, heads, d_head]
   flat = xh.reshape(-1, num_heads, xh.shape[-1])
   out = np.zeros(flat.shape[:2])
   for n in range(flat.shape[0]):

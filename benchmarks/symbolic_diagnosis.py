@@ -26,7 +26,7 @@ import numpy as np
 from absl import app, flags
 
 import symjax
-from symjax import loading, tasks
+from symjax import rundir, tasks
 
 _RUNS = flags.DEFINE_multi_string('runs', [], 'Sweep grid-point folders or work directories.')
 _OVER_TRAINING = flags.DEFINE_bool('over_training', False, 'Also the mixture entropy and τ at every kept '
@@ -118,7 +118,7 @@ def diagnose(workdir: str) -> dict:
     out['readable_share'] = readable_share(run, batches)
     if _OVER_TRAINING.value:
       out['over_training'] = {}
-      for step in loading.checkpoint_steps(workdir):
+      for step in rundir.checkpoint_steps(workdir):
         at = symjax.load(workdir, step)
         out['over_training'][step] = {'mixture_entropy': mixture_entropy(at, batches),
                                       'tau': learned(at.params, 'log_tau')}

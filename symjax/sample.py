@@ -123,7 +123,7 @@ def fol_validity(model, params, num_samples: int = 100, temperature: float = 1.0
 
 def main(argv):
   del argv
-  from symjax.loading import load
+  from symjax.rundir import load
   f = flags.FLAGS
   if not flags.FLAGS['verbosity'].present:  # Orbax logs every save at INFO; --verbosity=0 shows it
     logging.set_verbosity(logging.WARNING)

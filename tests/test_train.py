@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import symjax
-from symjax import config_lib, loading, optim, rundir, sample, train
+from symjax import config_lib, optim, rundir, sample, train
 from symjax.tasks import base as tasks_base
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -298,7 +298,7 @@ def test_load_and_sample_errors(finished_run, tmp_path):
 
 def test_load_a_given_checkpoint_step(finished_run):
   workdir, _ = finished_run
-  steps = loading.checkpoint_steps(workdir)
+  steps = rundir.checkpoint_steps(workdir)
   assert steps[-2:] == [30, 40]
   early, latest = symjax.load(workdir, steps[-2]), symjax.load(workdir, 'latest')
   assert (early.step, latest.step) == (30, 40)

@@ -62,11 +62,11 @@ def main(argv):
   f = flags.FLAGS
   if not f['verbosity'].present:  # Orbax logs every restore at INFO
     logging.set_verbosity(logging.ERROR)
-  from symjax import loading, tasks
+  from symjax import rundir, tasks
   from symjax.interpret import induction as induction_tools
   from symjax.interpret import report
   from symjax.tasks import induction
-  loaded = loading.load(f.workdir, f.which)
+  loaded = rundir.load(f.workdir, f.which)
   ids = encode(loaded, f.input) if f.input else default_input(loaded)
   check_position(ids, f.position)
   decode = loaded.tokenizer.decode

@@ -60,7 +60,6 @@ def evaluate(eval_step, params, task, split: str, config, put) -> dict[str, floa
   return summarize(sums, config.top_ks)
 
 
-
 def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:
   columns = sorted({k for r in rows.values() for k in r})
   print(f'\n{title}')

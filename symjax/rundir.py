@@ -236,11 +236,19 @@ def restore_first_valid(restore: Callable[[int], Any], steps: Sequence[int], wor
   return None
 
 
-def restore_params_only(workdir: str, step: int, abstract_state):
+def restore_without_manager(workdir: str, step: int, abstract_state):
   """Restores checkpoint ``step`` without a checkpoint manager (for reading a folder, never writing it)."""
   path = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR, str(step), 'default'))
   with ocp.StandardCheckpointer() as checkpointer:
     return checkpointer.restore(path, abstract_state)
+
+
+def _record(line: str) -> dict | None:
+  try:
+    record = json.loads(line)
+  except ValueError:
+    return None
+  return record if isinstance(record, dict) and 'step' in record and 'split' in record else None
 
 
 class MetricWriter:
@@ -256,10 +264,11 @@ class MetricWriter:
     path = os.path.join(workdir, METRICS_FILE)
     if os.path.isfile(path):
       with open(path) as f:
-        records = [(line, json.loads(line)) for line in f if line.strip()]
-      # The final test record of the step resumed from is written again when this run ends.
-      kept = [line for line, r in records
-              if r['step'] < resume_step or (r['step'] == resume_step and r['split'] != 'test')]
+        records = [(line, _record(line)) for line in f]
+      # The final test record of the step resumed from is written again when this run ends; a line a
+      # killed run left half-written does not parse and goes too.
+      kept = [line for line, r in records if r is not None and
+              (r['step'] < resume_step or (r['step'] == resume_step and r['split'] != 'test'))]
       write_atomically(path, ''.join(kept))
     from tensorboardX import SummaryWriter
     self.jsonl = open(path, 'a')
@@ -332,13 +341,12 @@ def load(workdir: str, which: str | int = 'best') -> Loaded:
   elif which == 'best':
     best = best_step(workdir, config)
     steps = [best] + [s for s in steps if s != best] if best is not None else steps
-  state = restore_first_valid(lambda step: restore_params_only(workdir, step, abstract), steps,
+  state = restore_first_valid(lambda step: restore_without_manager(workdir, step, abstract), steps,
                                      workdir, quarantine_failed=False)
   if state is None:
     raise RuntimeError(f'no checkpoint in {workdir!r} could be restored')
   return Loaded(model, state.params, config, model_config, tokenizer, int(state.step), run['task'],
                 run['seq_len'], run['language_model'])
-
 
 
 class TokenVocab:

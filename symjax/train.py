@@ -31,10 +31,9 @@ from symjax import model as model_lib
 from symjax.model import ModelConfig, Transformer
 from symjax.optim import TrainState, init_state, learning_rate_schedule, make_optimizer
 
+
 class TrainingDiverged(RuntimeError):
   """The loss became non-finite; the last good checkpoint is kept."""
-
-
 
 
 def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[jax.Array, ...]:
@@ -151,7 +150,6 @@ def interactive_output() -> bool:
   ipython = sys.modules.get('IPython')
   shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, 'get_ipython') else None
   return shell is not None and hasattr(shell, 'kernel')
-
 
 
 # ----------------------------------------------------------------------------------------------------------

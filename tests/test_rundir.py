@@ -41,6 +41,7 @@ def test_a_resume_keeps_each_step_once_in_the_metrics_log(half_run, tmp_path):
   with open(os.path.join(workdir, rundir.METRICS_FILE), 'a') as f:  # replayed by the resume
     f.write(json.dumps({'step': 25, 'split': 'train', 'loss': 1.0}) + '\n')
     f.write(json.dumps({'step': 30, 'split': 'validation', 'loss': 1.0}) + '\n')  # never checkpointed
+    f.write('{"step": 35, "spl')  # a kill -9 in the middle of a write
   train.train_and_evaluate(tiny_config(), workdir)
   rows = records(workdir)
   keys = [(r['step'], r['split']) for r in rows]

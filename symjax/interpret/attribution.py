@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from symjax import metrics
-from symjax.interpret import core, interventions
+from symjax.interpret import circuits, core, interventions
 from symjax.model import Transformer
 from symjax.tasks import base, induction
 
@@ -108,7 +108,7 @@ def native_importance(model: Transformer, params, tokens, key_mask=None) -> np.n
   model = core.analysis_model(model)
   cfg = model.config
   _, inter = core.run(model, params, tokens, key_mask)
-  attention = np.stack([inter[f'layer_{l}']['attention']['weights'] for l in range(cfg.num_layers)])
+  attention = core.attention_weights(cfg, inter)
   w_head = None if cfg.kind == 'standard' else core.head_parameters(cfg, params).w_head
   return attention_flow(attention, w_head)
 
@@ -267,17 +267,13 @@ def random_precision_at_k(truth: np.ndarray, cands: np.ndarray, queries: np.ndar
 def induction_truth(tokens: np.ndarray, vocab) -> tuple[np.ndarray, np.ndarray]:
   """For the induction task: queries are letters seen earlier; the truth is every earlier occurrence of
   the same letter and the number that followed it. Returns (truth ``[b, i, j]``, queries ``[b, i]``)."""
-  letters = {vocab.id(s) for s in induction.LETTERS}
-  numbers = {vocab.id(s) for s in induction.NUMBERS}
-  b, t = tokens.shape
-  truth = np.zeros((b, t, t), bool)
-  for n in range(b):
-    for i in range(t):
-      if tokens[n, i] not in letters:
-        continue
-      for j in range(i):
-        if tokens[n, j] == tokens[n, i] and j + 1 < i and tokens[n, j + 1] in numbers:
-          truth[n, i, j] = truth[n, i, j + 1] = True
+  letters = np.isin(tokens, [vocab.id(s) for s in induction.LETTERS])
+  numbers = np.isin(tokens, [vocab.id(s) for s in induction.NUMBERS])
+  # circuits.induction_targets marks s where s − 1 is an earlier occurrence of tokens[i]: here the number
+  # after an earlier occurrence of the query letter; the truth adds that occurrence itself (s − 1).
+  after = circuits.induction_targets(tokens) & letters[:, :, None] & numbers[:, None, :]
+  truth = after.copy()
+  truth[:, :, :-1] |= after[:, :, 1:]
   return truth, truth.any(-1)
 
 

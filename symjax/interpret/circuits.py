@@ -87,7 +87,7 @@ def attention_stack(model, params, tokens, key_mask=None) -> np.ndarray:
   """All attention weights ``[layers, batch, heads, time, time]``."""
   model = core.analysis_model(model)
   _, inter = core.run(model, params, tokens, key_mask)
-  return np.stack([inter[f'layer_{l}']['attention']['weights'] for l in range(model.config.num_layers)])
+  return core.attention_weights(model.config, inter)
 
 
 def find_induction_circuit(model, params, tokens, key_mask=None, ignore=frozenset(),

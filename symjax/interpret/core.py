@@ -100,6 +100,11 @@ def components(cfg: ModelConfig, inter) -> dict[str, np.ndarray]:
   return out
 
 
+def attention_weights(cfg: ModelConfig, inter) -> np.ndarray:
+  """Every layer's sown attention weights, ``[layers, batch, heads, time, time]``."""
+  return np.stack([inter[f'layer_{l}']['attention']['weights'] for l in range(cfg.num_layers)])
+
+
 def valid_keys(tokens: np.ndarray, key_mask=None) -> np.ndarray:
   """The boolean key mask of a ``[batch, time]`` batch of tokens: every position when ``key_mask`` is None."""
   shape = np.shape(tokens)

@@ -89,7 +89,7 @@ def trace(model: Transformer, params, tokens, key_mask=None, with_cone: bool = T
     logit_lens.append(core.readout(cfg, params, states['x']))
     if with_cone and cfg.kind == 'token_factored':
       cones.append({name: cone(x, table, cfg.num_heads, cfg.vocab_size) for name, x in states.items()})
-  attention = np.stack([inter[f'layer_{l}']['attention']['weights'] for l in range(cfg.num_layers)])
+  attention = core.attention_weights(cfg, inter)
   value_mix = [inter[f'layer_{l}']['value_projection']['mixture'] if cfg.projects(l, 'values') else None
                for l in range(cfg.num_layers)]
   ffn_mix = [inter[f'layer_{l}']['ffn']['projection']['mixture'] if cfg.projects(l, 'ffn') else None

@@ -24,12 +24,13 @@ TOTAL_STEPS = 40
 
 
 def tiny_config(kind='symbolic', **overrides):
-  config = config_lib.default_config(kind=kind, size='tiny')
+  """The config files' runlocal version (tiny model, evaluation every 10 steps), run for 40 steps with the
+  last two checkpoints kept, so that resumes can start in the middle."""
+  config = config_lib.variant(kind, 'runlocal=true')
   config.total_steps = TOTAL_STEPS
   config.warmup_steps = 5
   config.batch_size = 16
-  config.log_every_steps = 5
-  config.eval_every_steps = 10
+  config.keep_checkpoints = 2
   config.progress_bar = False
   for k, v in overrides.items():
     config[k] = v

@@ -64,18 +64,30 @@ def _stack(trees):
 
 
 def _restore_common(managers, abstract_state, workdirs) -> tuple[int, list | None]:
-  """The newest checkpoint step that every seed has and that restores for every seed."""
-  common = set.intersection(*(set(m.all_steps()) for m in managers)) if managers else set()
-  for step in sorted(common, reverse=True):
-    try:
-      with rundir.quiet_orbax():
-        return step, [m.restore(step, args=ocp.args.StandardRestore(abstract_state)) for m in managers]
-    except Exception as e:  # pylint: disable=broad-except
-      print(f'WARNING: checkpoint step {step} does not restore for every seed ({type(e).__name__}); '
-            f'trying an earlier common step', file=sys.stderr)
-  if common:
-    print('WARNING: no common checkpoint step restores; the seeds start from step 0', file=sys.stderr)
-  return 0, None
+  """The newest checkpoint step that every seed has and that restores for every seed, through the work
+  directory's one restore-with-fallback. A seed's checkpoint that fails is moved to its
+  ``checkpoints_corrupt/`` (the other seeds' checkpoints of that step stay where they are)."""
+  common = sorted(set.intersection(*(set(m.all_steps()) for m in managers)), reverse=True) if managers else []
+
+  def restore_every_seed(step):
+    states = []
+    for manager, workdir in zip(managers, workdirs):
+      try:
+        states.append(manager.restore(step, args=ocp.args.StandardRestore(abstract_state)))
+      except Exception as e:  # pylint: disable=broad-except
+        where = rundir.quarantine(workdir, step) if jax.process_index() == 0 else workdir
+        raise RuntimeError(f'{type(e).__name__} in {workdir}, moved to {where}') from None
+    return step, states
+
+  restored = rundir.restore_first_valid(restore_every_seed, common, workdirs[0], quarantine_failed=False)
+  with rundir.quiet_orbax():
+    for manager in managers:
+      manager.reload()  # forget what was moved aside
+  if restored is None:
+    if common:
+      print('WARNING: no checkpoint step common to the seeds restores; the seeds start from step 0', file=sys.stderr)
+    return 0, None
+  return restored
 
 
 def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdirs: Sequence[str],

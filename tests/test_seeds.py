@@ -1,5 +1,6 @@
 """Seeds trained together (vmapped) against separate runs, their resume, and the sweep's grid and table."""
 
+import glob
 import json
 import os
 import shutil
@@ -70,6 +71,24 @@ def test_resume_starts_from_the_newest_step_every_seed_has(together, tmp_path):
     assert max_difference(symjax.load(src).params, symjax.load(dst).params) < 1e-6
   with open(os.path.join(copies[1], rundir.METRICS_FILE)) as f:
     assert any(json.loads(line)['step'] == STEPS for line in f)
+
+
+def test_a_corrupt_step_of_one_seed_falls_back_to_an_earlier_common_step(together, tmp_path, capsys):
+  _, folders, _ = together
+  copies = unfinished_copies(folders, tmp_path)
+  for path in glob.glob(os.path.join(copies[1], rundir.CHECKPOINT_DIR, str(STEPS), 'default', '**', '*'),
+                        recursive=True):
+    if os.path.isfile(path):
+      with open(path, 'wb') as f:
+        f.write(b'not a checkpoint')
+  seeds.train_seeds(tiny(), [0, 1], copies, verbose=False)
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith(f'WARNING: checkpoint at step {STEPS} is corrupt or partial')
+  assert err[0].endswith('trying step 10') and 'seed_1' in err[0], err
+  assert os.listdir(os.path.join(copies[1], rundir.CORRUPT_DIR))[0].startswith(f'{STEPS}_')
+  assert not os.path.exists(os.path.join(copies[0], rundir.CORRUPT_DIR))
+  for src, dst in zip(folders, copies):
+    assert max_difference(symjax.load(src).params, symjax.load(dst).params) < 1e-6
 
 
 def test_seeds_refuse_a_resume_that_cannot_continue_their_checkpoints(together, tmp_path):

@@ -106,19 +106,20 @@ def direct_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 0,
     num_valid: rows from this index on are padding and get no weight.
 
   Returns:
-    The projection ``[..., heads, head_dim]`` (float32) and the mixture α ``[..., heads, vocab]``
-    (float32). Memory is O(tokens · heads · vocab).
+    The projection ``[..., heads, head_dim]`` and the mixture α ``[..., heads, vocab]``, float32 (float64
+    for float64 inputs under ``jax.enable_x64``). Memory is O(tokens · heads · vocab).
   """
   del chunk
   # Heads-major products ([heads, tokens, ...], the head axis leading as a batch axis): on CPU the
   # backward pass of the tokens-major einsum transposes every operand and runs about 1.6× slower.
   # 1/τ scales the queries ([h, n, d]) rather than the logits ([h, n, v], usually the larger).
   zh, th = heads_major(z / tau[:, None].astype(z.dtype)), jnp.swapaxes(table, 0, 1)  # [h, n, d], [h, v, d]
-  logits = jnp.einsum('hnd,hvd->hnv', zh, th.astype(z.dtype), preferred_element_type=jnp.float32)
+  acc = jnp.promote_types(z.dtype, jnp.float32)  # float32 for the model; float64 for the float64 readings
+  logits = jnp.einsum('hnd,hvd->hnv', zh, th.astype(z.dtype), preferred_element_type=acc)
   if num_valid is not None and num_valid < table.shape[0]:
     logits = jnp.where(jnp.arange(table.shape[0]) < num_valid, logits, -jnp.inf)
   alpha = jax.nn.softmax(logits, axis=-1)                                # [h, n, v]
-  out = jnp.einsum('hnv,hvd->hnd', alpha, th.astype(jnp.float32))
+  out = jnp.einsum('hnv,hvd->hnd', alpha, th.astype(acc))
   return tokens_major(out, z.shape[:-2]), tokens_major(alpha, z.shape[:-2])
 
 

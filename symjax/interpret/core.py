@@ -13,10 +13,12 @@ import dataclasses
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from symjax import attention as attn
+from symjax import symbolic
 from symjax.symbolic import split_channels
 from symjax.model import ModelConfig, Transformer
 
@@ -121,14 +123,15 @@ def channel_lens(x: np.ndarray, table: np.ndarray, num_heads: int, vocab_size: i
                  tau: np.ndarray | None = None) -> np.ndarray:
   """softmax_v(x_h · E^(h)_v / τ_h) over the real vocabulary, per channel: ``[..., heads, vocab]``.
 
-  This is the symbolic model's own vocabulary projection (eqs. 21-22) applied to a stream; τ = 1 where
-  the model has none."""
+  The symbolic model's own vocabulary projection (``symbolic.direct_vocab_projection``, eqs. 21-22)
+  applied to a stream, run in float64 like the rest of the readings; τ = 1 where the model has none."""
   table = np.asarray(table, np.float64)[:vocab_size]
-  scores = np.einsum('...hd,vhd->...hv', split_channels(np.asarray(x, np.float64), num_heads),
-                     split_channels(table, num_heads))
-  if tau is not None:
-    scores = scores / np.asarray(tau, np.float64)[:, None]
-  return softmax(scores)
+  tau = np.ones(num_heads) if tau is None else np.asarray(tau, np.float64)
+  with jax.enable_x64(True):
+    _, alpha = symbolic.direct_vocab_projection(
+        jnp.asarray(split_channels(np.asarray(x, np.float64), num_heads)),
+        jnp.asarray(split_channels(table, num_heads)), jnp.asarray(tau))
+    return np.asarray(alpha, np.float64)
 
 
 def embedding_table(params) -> np.ndarray:

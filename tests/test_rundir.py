@@ -208,3 +208,17 @@ def test_config_files_are_the_recipes_they_document():
     config_lib.from_file('configs/rasp.py:task=copy')
   with pytest.raises(FileNotFoundError, match="config file 'configs/nope.py' does not exist"):
     config_lib.from_file('configs/nope.py')
+
+
+def test_a_read_only_file_system_is_a_one_line_error(tmp_path, monkeypatch):
+  """A read-only mount cannot be made here without privileges; the error it raises (EROFS) can."""
+  import errno
+  from symjax import main
+
+  def read_only(path, *args, **kwargs):
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+
+  monkeypatch.setattr(main.os, 'makedirs', read_only)
+  with pytest.raises(ValueError, match=r"work directory '.*w' cannot be created or written \(Read-only file "
+                                       r"system\); give --workdir a folder you can write"):
+    main.check_workdir(str(tmp_path / 'w'))

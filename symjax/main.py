@@ -7,7 +7,6 @@ rerunning the same command resumes from its latest checkpoint (as does any comma
 """
 
 import hashlib
-import importlib.util
 import os
 import re
 import sys
@@ -61,13 +60,10 @@ def config_error(e: BaseException, argv: list[str]) -> str:
 
 
 def known_fields(config_arg: str, override: str) -> str:
-  """'fields there: [...]' for the config node an unknown ``--config.a.b`` override points into."""
+  """'fields of ...: [...]' for the config node an unknown ``--config.a.b`` override points into."""
+  from symjax import config_lib  # only on this error path: keeps --help fast
   try:
-    path, _, arg = config_arg.partition(':')
-    spec = importlib.util.spec_from_file_location('_symjax_config', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    node = module.get_config(arg) if arg else module.get_config()
+    node = config_lib.from_file(config_arg)
     parents = override[len('--config.'):].split('.')[:-1]
     for name in parents:
       node = node[name]

@@ -21,6 +21,7 @@ import numpy as np
 from absl import app, flags
 
 from symjax import config_lib, optim, tasks, train
+from symjax import mesh as mesh_lib
 from symjax import model as model_lib
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/step_time.json', 'Where to write the results.')
@@ -91,6 +92,7 @@ def time_rounds(runs: dict, steps: int, repeats: int) -> dict[str, float]:
 
 
 def main(_):
+  mesh_lib.set_cpu_compiler_defaults()  # the trainer's XLA:CPU settings; SYMJAX_KEEP_XLA_FLAGS=1 keeps XLA's
   kinds = {k: recipe_step(k) for k in KINDS}
   kind_times = time_rounds({k: run for k, (run, _) in kinds.items()}, _STEPS.value, _REPEATS.value)
   print(f'\nOne training step at the text recipe shape (batch 12 × 64, 4 layers, 4 × 32, |V| = 65), '
@@ -104,7 +106,7 @@ def main(_):
   n = _SEEDS.value
   seed_times = time_rounds({'1 seed': seeds_step(1), f'{n} seeds': seeds_step(n)}, _STEPS.value, _REPEATS.value)
   ratio = seed_times[f'{n} seeds'] / seed_times['1 seed']
-  print(f'\nDefault induction config (configs/symbolic.py), batches built on the host each step')
+  print("\nDefault induction config (configs/symbolic.py), batches built on the host each step")
   print('| seeds | step (ms) | vs 1 seed | vs 1 seed run n times |')
   print('|---|---:|---:|---:|')
   for name, t in seed_times.items():
@@ -114,6 +116,7 @@ def main(_):
             'recipe_step_seconds': kind_times, 'parameters': {k: int(v[1]) for k, v in kinds.items()},
             'symbolic_over_token_factored': kind_times['symbolic'] / kind_times['token_factored'],
             'seeds_step_seconds': seed_times, f'{n}_seeds_over_1': ratio,
+            'xla_flags': os.environ.get('XLA_FLAGS', ''),
             'command': 'python benchmarks/step_time.py ' + ' '.join(
                 f'--{f}={flags.FLAGS[f].value}' for f in ('steps', 'repeats', 'seeds'))}
   os.makedirs(os.path.dirname(_JSON.value) or '.', exist_ok=True)

@@ -12,6 +12,7 @@ compile time of the step and the time from process start to the first finished s
 """
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -24,6 +25,7 @@ from absl import app, flags  # noqa: E402
 
 from flops import forward_flops_per_token, products  # noqa: E402  (benchmarks/flops.py)
 from symjax import config_lib, optim, train  # noqa: E402
+from symjax import mesh as mesh_lib  # noqa: E402
 from symjax.model import Transformer  # noqa: E402
 
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'Model kinds.')
@@ -105,6 +107,7 @@ def measure(kind: str) -> dict:
 
 
 def main(_):
+  mesh_lib.set_cpu_compiler_defaults()
   rows = [measure(kind) for kind in _KINDS.value]
   print(f'\n{jax.devices()[0].device_kind} ({jax.default_backend()}), text recipe: batch 12 × 64, |V| = {_VOCAB.value}, '
         f'float32; median of {_REPEATS.value} rounds of {_STEPS.value} steps')
@@ -118,6 +121,7 @@ def main(_):
         f"{rows[0]['seconds_to_first_step']:.1f} s")
   with open(_JSON.value, 'w') as f:
     json.dump({'device': jax.devices()[0].device_kind, 'jax': jax.__version__, 'rows': rows,
+               'xla_flags': os.environ.get('XLA_FLAGS', ''),
                'command': 'python benchmarks/throughput.py ' + ' '.join(sys.argv[1:])}, f, indent=1)
   print(f'wrote {_JSON.value}')
 

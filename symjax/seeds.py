@@ -30,6 +30,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from symjax import config_lib, optim, rundir, tasks, train
+from symjax import mesh as mesh_lib
 from symjax import metrics as metrics_lib
 from symjax import model as model_lib
 
@@ -99,6 +100,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   """
   if len(seeds) != len(workdirs) or not seeds:
     raise ValueError(f'need one work directory per seed, got {len(seeds)} seeds and {len(workdirs)} folders')
+  mesh_lib.set_cpu_compiler_defaults()
   config_lib.validate(config)
   check_config(config)
   train.use_compilation_cache(config)

@@ -1,5 +1,5 @@
 """Training-step time, measured side by side in one run: the three kinds at the text recipe's shape, and
-several seeds trained together (vmapped) against one seed at the default induction config.
+several seeds trained together (vmapped and unrolled, `symjax.seeds.combined_step`) against one seed at the default induction config.
 
   python benchmarks/step_time.py [--json=benchmarks/results/step_time.json] [--steps=100] [--repeats=3]
 
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from symjax import config_lib, optim, tasks, train
+from symjax import config_lib, optim, seeds, tasks, train
 from symjax import mesh as mesh_lib
 from symjax import model as model_lib
 
@@ -53,8 +53,9 @@ def recipe_step(kind: str):
   return run, sum(x.size for x in jax.tree.leaves(state.params))
 
 
-def seeds_step(num_seeds: int):
-  """One training step of ``num_seeds`` seeds of the default induction config, batches built on the host."""
+def seeds_step(num_seeds: int, how: str = 'vmap'):
+  """One training step of ``num_seeds`` seeds of the default induction config, batches built on the host,
+  the seeds combined as ``symjax.seeds.combined_step(..., how)`` does."""
   config = config_lib.variant('symbolic', None)
   task = tasks.get_task(config)
   model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
@@ -63,7 +64,7 @@ def seeds_step(num_seeds: int):
   init = lambda key: jax.tree.map(lambda x: getattr(x, 'value', x), optim.init_state(model, tx, key, task.seq_len),
                                   is_leaf=lambda x: hasattr(x, 'value'))
   keys = jnp.stack([jax.random.key(s) for s in range(num_seeds)])
-  step = jax.jit(jax.vmap(train_step), donate_argnums=0)
+  step = seeds.combined_step(train_step, num_seeds, how)
   holder = {'state': jax.jit(jax.vmap(init))(keys), 'step': 0}
 
   def run():
@@ -104,8 +105,9 @@ def main(_):
     print(f'| {k} | {kinds[k][1]:,} | {1e3 * t:.1f} | {12 * 64 / t:,.0f} | {t / kind_times["token_factored"]:.2f}× |')
 
   n = _SEEDS.value
-  seed_times = time_rounds({'1 seed': seeds_step(1), f'{n} seeds': seeds_step(n)}, _STEPS.value, _REPEATS.value)
-  ratio = seed_times[f'{n} seeds'] / seed_times['1 seed']
+  seed_times = time_rounds({'1 seed': seeds_step(1), f'{n} seeds vmap': seeds_step(n, 'vmap'),
+                           f'{n} seeds unroll': seeds_step(n, 'unroll')}, _STEPS.value, _REPEATS.value)
+  ratio = {how: seed_times[f'{n} seeds {how}'] / seed_times['1 seed'] for how in ('vmap', 'unroll')}
   print("\nDefault induction config (configs/symbolic.py), batches built on the host each step")
   print('| seeds | step (ms) | vs 1 seed | vs 1 seed run n times |')
   print('|---|---:|---:|---:|')
@@ -116,6 +118,7 @@ def main(_):
             'recipe_step_seconds': kind_times, 'parameters': {k: int(v[1]) for k, v in kinds.items()},
             'symbolic_over_token_factored': kind_times['symbolic'] / kind_times['token_factored'],
             'seeds_step_seconds': seed_times, f'{n}_seeds_over_1': ratio,
+            'seed_step_auto': 'unroll' if jax.default_backend() == 'cpu' else 'vmap',
             'xla_flags': os.environ.get('XLA_FLAGS', ''),
             'command': 'python benchmarks/step_time.py ' + ' '.join(
                 f'--{f}={flags.FLAGS[f].value}' for f in ('steps', 'repeats', 'seeds'))}

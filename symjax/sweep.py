@@ -167,12 +167,14 @@ def markdown(summary: dict[str, Any], command: str) -> str:
 
 
 def run(config: ml_collections.ConfigDict, grid_specs: Sequence[str], num_seeds: int, workdir: str,
-        select: str = 'loss', command: str = '') -> dict[str, Any]:
+        select: str = 'loss', command: str = '', seed_step: str = 'auto') -> dict[str, Any]:
   """Trains every grid point × seed (resuming, skipping what finished) and writes sweep.md / sweep.json."""
   if num_seeds < 1:
     raise ValueError(f'--seeds must be >= 1, got {num_seeds}')
   if select not in SELECT:
     raise ValueError(f'--select must be one of {sorted(SELECT)}, got {select!r}')
+  if seed_step not in seeds_lib.SEED_STEPS:
+    raise ValueError(f'--seed_step must be one of {list(seeds_lib.SEED_STEPS)}, got {seed_step!r}')
   grid = parse_grid(config, grid_specs)
   points = [dict(zip([f for f, _ in grid], values)) for values in itertools.product(*[v for _, v in grid])]
   configs = [apply(config, p) for p in points]
@@ -187,7 +189,7 @@ def run(config: ml_collections.ConfigDict, grid_specs: Sequence[str], num_seeds:
   for i, (p, c) in enumerate(zip(points, configs)):
     folders = [os.path.join(workdir, point_name(p), f'seed_{s}') for s in seed_list]
     print(f'[{i + 1}/{len(points)}] {point_name(p)}', flush=True)
-    finals.append(seeds_lib.train_seeds(c, seed_list, folders))
+    finals.append(seeds_lib.train_seeds(c, seed_list, folders, seed_step=seed_step))
   summary = summarize(points, finals, seed_list, select)
   summary['command'] = command
   with open(os.path.join(workdir, 'sweep.json'), 'w') as f:
@@ -208,7 +210,7 @@ def main(argv):
   if not f['verbosity'].present:  # Orbax logs every save at INFO
     logging.set_verbosity(logging.WARNING)
   try:
-    run(f.config, f.grid, f.seeds, f.workdir, f.select,
+    run(f.config, f.grid, f.seeds, f.workdir, f.select, seed_step=f.seed_step,
         command='python -m symjax.sweep ' + ' '.join(shlex.quote(a) for a in sys.argv[1:]))
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
@@ -223,5 +225,7 @@ if __name__ == '__main__':
                             'for a product grid.')
   flags.DEFINE_string('workdir', None, 'Folder of the sweep; one subfolder per grid point and seed.')
   flags.DEFINE_string('select', 'loss', 'Validation metric that chooses the grid point.')
+  flags.DEFINE_enum('seed_step', 'auto', ['auto', 'vmap', 'unroll'],
+                    'How the seeds share one compiled step (symjax.seeds.combined_step); auto: unroll on CPU.')
   flags.mark_flag_as_required('config')
   app.run(main)

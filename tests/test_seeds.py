@@ -1,16 +1,19 @@
-"""Seeds trained together (vmapped) against separate runs, their resume, and the sweep's grid and table."""
+"""Seeds trained together (one compiled step: vmapped or unrolled) against separate runs, their resume, and the sweep's grid and table."""
 
 import glob
 import json
 import os
 import shutil
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import symjax
-from symjax import rundir, seeds, sweep, train
+from symjax import config_lib, optim, rundir, seeds, sweep, tasks, train
+from symjax import model as model_lib
 from test_train import tiny_config
 
 STEPS = 20
@@ -160,3 +163,19 @@ def test_sweep_table_reports_test_for_the_chosen_point_only(together):
   assert summary['chosen']['name'] == 'total_steps=20' and len(summary['chosen']['test/loss']['values']) == 2
   assert not any(k.startswith('test/') for k in row)
   assert (root / 'sweep' / 'sweep.md').read_text().count('test/loss') == 1
+
+
+def test_unrolled_and_vmapped_seed_steps_agree():
+  config = tiny()
+  task = tasks.get_task(config)
+  model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
+  tx = optim.make_optimizer(config)
+  train_step, _ = train.make_steps(model, tx, config)
+  keys = jnp.stack([jax.random.key(s) for s in (0, 1)])
+  init = jax.jit(jax.vmap(lambda k: nn.meta.unbox(optim.init_state(model, tx, k, task.seq_len))))
+  batch = jax.tree.map(lambda *xs: np.stack(xs), *[task.batch('train', 0, config.batch_size, s) for s in (0, 1)])
+  results = {how: seeds.combined_step(train_step, 2, how)(init(keys), batch, keys) for how in ('vmap', 'unroll')}
+  assert max_difference(results['vmap'], results['unroll']) < 1e-5
+  assert max_difference(*[jax.tree.map(lambda x: x[i], results['unroll'][0].params) for i in (0, 1)]) > 1e-3
+  with pytest.raises(ValueError, match="seed step must be one of"):
+    seeds.combined_step(train_step, 2, 'pmap')

@@ -15,6 +15,7 @@ import math
 from typing import Callable
 
 import flax.linen as nn
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,7 +58,7 @@ class Mask:
     return jnp.broadcast_to(self(i, j), (q_len, k_len))
 
 
-full = Mask(lambda i, j: jnp.ones(jnp.broadcast_shapes(i.shape, j.shape), bool), 'full')
+full = Mask(lambda i, j: np.ones(np.broadcast_shapes(i.shape, j.shape), bool), 'full')
 causal = Mask(lambda i, j: j <= i, 'causal')
 
 
@@ -73,6 +74,73 @@ def strided(stride: int) -> Mask:
   if stride < 1:
     raise ValueError(f'strided stride must be >= 1, got {stride}')
   return Mask(lambda i, j: (i - j) % stride == 0, f'stride({stride})')
+
+
+MASK_NAMES = {'full': full, 'causal': causal}
+MASK_FUNCTIONS = {'window': sliding_window, 'stride': strided}
+MASK_GRAMMAR = ("names full, causal; calls window(n), stride(n) with an integer n >= 1; combined with "
+                "& (and), | (or), ~ (not) and parentheses; '; ' between per-head masks")
+
+
+def parse_mask(text: str) -> Mask:
+  """The mask an expression of the algebra names, e.g. ``'causal & (window(8) | stride(8))'``.
+
+  Parsed with Python's ``ast`` and evaluated over the names above only (nothing else is evaluated).
+  """
+  import ast
+
+  def fail(why: str):
+    raise ValueError(f'model.mask {text!r}: {why}; allowed: {MASK_GRAMMAR}')
+
+  def build(node) -> Mask:
+    if isinstance(node, ast.Name):
+      if node.id not in MASK_NAMES:
+        fail(f'unknown mask {node.id!r}')
+      return MASK_NAMES[node.id]
+    if isinstance(node, ast.Call):
+      name = getattr(node.func, 'id', None)
+      if name not in MASK_FUNCTIONS:
+        fail(f'unknown mask function {ast.unparse(node.func)!r}')
+      args = node.args
+      if (len(args) != 1 or node.keywords or not isinstance(args[0], ast.Constant)
+          or type(args[0].value) is not int or args[0].value < 1):
+        fail(f'{name}() takes one integer >= 1, got {ast.unparse(node)!r}')
+      return MASK_FUNCTIONS[name](args[0].value)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+      left, right = build(node.left), build(node.right)
+      return left & right if isinstance(node.op, ast.BitAnd) else left | right
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
+      return ~build(node.operand)
+    fail(f'cannot read {ast.unparse(node)!r}')
+
+  if not isinstance(text, str) or not text.strip():
+    raise ValueError(f'model.mask must be a non-empty expression, got {text!r}; allowed: {MASK_GRAMMAR}')
+  try:
+    tree = ast.parse(text.strip(), mode='eval')
+  except SyntaxError:
+    fail('not an expression')
+  return build(tree.body)
+
+
+def parse_head_masks(text: str, num_heads: int) -> tuple[Mask, ...]:
+  """One mask per head from ``'m'`` (every head) or ``'m_1; ...; m_g'`` (g divides the heads: heads
+  ``[k·H/g, (k+1)·H/g)`` use m_{k+1}, as the Sparse Transformer splits its heads between patterns)."""
+  parts = [p for p in text.split(';')]
+  if any(not p.strip() for p in parts):
+    raise ValueError(f'model.mask {text!r}: an empty mask between semicolons; allowed: {MASK_GRAMMAR}')
+  if num_heads % len(parts):
+    raise ValueError(f'model.mask {text!r} gives {len(parts)} per-head masks, which must divide '
+                     f'model.num_heads = {num_heads}')
+  masks = [parse_mask(p) for p in parts]
+  return tuple(m for m in masks for _ in range(num_heads // len(parts)))
+
+
+def head_mask_matrix(masks: Mask | tuple[Mask, ...], q_len: int, k_len: int) -> np.ndarray:
+  """The static ``[heads or 1, q_len, k_len]`` boolean matrix of one mask or of per-head masks (NumPy, so
+  that it is a trace-time constant and its block structure can be read)."""
+  masks = masks if isinstance(masks, tuple) else (masks,)
+  i, j = np.arange(q_len)[:, None], np.arange(k_len)[None, :]
+  return np.stack([np.broadcast_to(np.asarray(m(i, j)), (q_len, k_len)) for m in masks])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -126,6 +194,16 @@ class ALiBi(nn.Module):
     return -self.slopes()[:, None, None] * distance[None]
 
 
+def _softmax_over_allowed(logits: Array, mask: Array | None) -> Array:
+  """Softmax over the last axis where ``mask`` holds; a row with no allowed key gets zeros, not NaN."""
+  if mask is not None:
+    logits = jnp.where(mask, logits, -jnp.inf)
+    row_max = jnp.max(logits, axis=-1, keepdims=True)
+    logits = jnp.where(jnp.isfinite(row_max), logits, 0.0)
+  weights = jax.nn.softmax(logits, axis=-1)
+  return weights if mask is None else jnp.where(mask, weights, 0.0)
+
+
 def dot_product_attention(q: Array, k: Array, v: Array, bias: Array | None, mask: Array | None
                           ) -> tuple[Array, Array]:
   """softmax(q kᵀ / sqrt(d) + bias) v over allowed keys.
@@ -144,15 +222,116 @@ def dot_product_attention(q: Array, k: Array, v: Array, bias: Array | None, mask
   logits = logits / jnp.sqrt(jnp.float32(q.shape[-1]))
   if bias is not None:
     logits = logits + bias
-  if mask is not None:
-    logits = jnp.where(mask, logits, -jnp.inf)
-    row_max = jnp.max(logits, axis=-1, keepdims=True)
-    logits = jnp.where(jnp.isfinite(row_max), logits, 0.0)
-  weights = jax.nn.softmax(logits, axis=-1)
-  if mask is not None:
-    weights = jnp.where(mask, weights, 0.0)
+  weights = _softmax_over_allowed(logits, mask)
   out = jnp.einsum('bhqk,bkhd->bqhd', weights.astype(v.dtype), v)
   return out, weights
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockPlan:
+  """Which key blocks each query block reads, from a static mask: ``keys[n]`` lists the key blocks of
+  query block n (padded by repeating block 0, with ``valid`` False); ``mask`` is the static mask gathered
+  to ``[heads or 1, n_blocks, block, kmax * block]``; ``q_pos`` / ``k_pos`` the positions of every row and
+  column of it."""
+
+  block: int
+  keys: np.ndarray      # [n_blocks, kmax] int
+  mask: np.ndarray      # [heads or 1, n_blocks, block, kmax * block] bool
+  q_pos: np.ndarray     # [n_blocks, block]
+  k_pos: np.ndarray     # [n_blocks, kmax * block]
+
+  @property
+  def scored_fraction(self) -> float:
+    """The share of the dense [time × time] scores this plan computes."""
+    return self.keys.shape[1] / self.keys.shape[0]
+
+
+def block_plan(static_mask: np.ndarray, block: int) -> BlockPlan:
+  """The blocks of a static ``[heads or 1, time, time]`` mask that hold any allowed pair in any head."""
+  heads, time, _ = static_mask.shape
+  n = -(-time // block)
+  padded = np.zeros((heads, n * block, n * block), bool)
+  padded[:, :time, :time] = static_mask
+  tiles = padded.reshape(heads, n, block, n, block).any(axis=(0, 2, 4))         # [n, n]
+  kmax = max(1, int(tiles.sum(1).max()))
+  keys = np.zeros((n, kmax), np.int64)
+  valid = np.zeros((n, kmax), bool)
+  for qb in range(n):
+    needed = np.flatnonzero(tiles[qb])
+    keys[qb, :len(needed)], valid[qb, :len(needed)] = needed, True
+  cols = (keys[:, :, None] * block + np.arange(block)).reshape(n, kmax * block)  # [n, kmax*block]
+  rows = np.arange(n * block).reshape(n, block)
+  gathered = padded[:, rows[:, :, None], cols[:, None, :]]                       # [h, n, block, kmax*block]
+  gathered &= np.repeat(valid, block, axis=1)[None, :, None, :]
+  return BlockPlan(block, keys, gathered, rows, cols)
+
+
+def _pad_time(x: Array, length: int) -> Array:
+  return jnp.pad(x, [(0, 0), (0, length - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
+
+
+def gather_key_blocks(x: Array, plan: BlockPlan) -> Array:
+  """``[batch, time, ...]`` -> the plan's key blocks of every query block, ``[batch, n_blocks,
+  kmax * block, ...]``."""
+  (n, kmax), b = plan.keys.shape, plan.block
+  blocks = _pad_time(x, n * b).reshape(x.shape[0], n, b, *x.shape[2:])[:, plan.keys]
+  return blocks.reshape(x.shape[0], n, kmax * b, *x.shape[2:])
+
+
+def blocked_attention(q: Array, k: Array, v: Array, slopes: Array | None, plan: BlockPlan,
+                      key_mask: Array | None) -> tuple[Array, Array]:
+  """``dot_product_attention`` with the ALiBi bias ``-slopes_h |i - j|``, scoring only the (query block,
+  key block) pairs of ``plan``: for a sliding window of w keys, O(time · (w + block)) scores instead of
+  O(time²). Returns the output and the weights in the plan's blocked layout ``[batch, heads, n_blocks,
+  block, kmax * block]`` (``scatter_weights`` makes them dense)."""
+  batch, time, heads, dim = q.shape
+  n, b = plan.keys.shape[0], plan.block
+  q_blocks = _pad_time(q, n * b).reshape(batch, n, b, heads, dim)
+  k_blocks, v_blocks = gather_key_blocks(k, plan), gather_key_blocks(v, plan)
+  logits = jnp.einsum('bnqhd,bnkhd->bhnqk', q_blocks, k_blocks, preferred_element_type=jnp.float32)
+  logits = logits / jnp.sqrt(jnp.float32(dim))
+  if slopes is not None:
+    distance = np.abs(plan.q_pos[:, :, None] - plan.k_pos[:, None, :]).astype(np.float32)
+    logits = logits - slopes[:, None, None, None] * distance[None]
+  mask = jnp.asarray(plan.mask)[None]
+  if key_mask is not None:
+    mask = mask & gather_key_blocks(key_mask.astype(bool), plan)[:, None, :, None, :]
+  weights = _softmax_over_allowed(logits, mask)
+  out = jnp.einsum('bhnqk,bnkhd->bnqhd', weights.astype(v.dtype), v_blocks)
+  return out.reshape(batch, n * b, heads, dim)[:, :time], weights
+
+
+def scatter_weights(weights: Array, plan: BlockPlan, time: int) -> Array:
+  """Blocked weights ``[batch, heads, n_blocks, block, kmax * block]`` -> dense ``[batch, heads, time,
+  time]`` (zeros where nothing was scored)."""
+  batch, heads = weights.shape[:2]
+  n, b = plan.keys.shape[0], plan.block
+  dense = jnp.zeros((batch, heads, n * b, n * b), weights.dtype)
+  dense = dense.at[:, :, plan.q_pos[:, :, None], plan.k_pos[:, None, :]].add(weights)
+  return dense[:, :, :time, :time]
+
+
+def relational_logits(q: Array, k: Array, q_edge: Array, k_edge: Array) -> Array:
+  """(q_i + qe_ij) · (k_j + ke_ij) / sqrt(d) for every pair (Relational Attention: queries and keys are
+  node projections plus edge projections). q, k: ``[batch, time, heads, d]``; q_edge, k_edge: ``[batch,
+  time, time, heads, d]`` (row i, column j). Returns ``[batch, heads, time, time]`` float32."""
+  f32 = dict(preferred_element_type=jnp.float32)
+  logits = (jnp.einsum('bihd,bjhd->bhij', q, k, **f32) + jnp.einsum('bihd,bijhd->bhij', q, k_edge, **f32)
+            + jnp.einsum('bijhd,bjhd->bhij', q_edge, k, **f32)
+            + jnp.einsum('bijhd,bijhd->bhij', q_edge, k_edge, **f32))
+  return logits / jnp.sqrt(jnp.float32(q.shape[-1]))
+
+
+@flax.struct.dataclass
+class Edges:
+  """A batch of graphs for relational attention: ``embeddings`` ``[batch, n, n, d_model]`` (row i, column
+  j: the edge i -> j, zeros where there is none), ``mask`` ``[batch, n, n]`` (True where node i may attend
+  to node j), and ``values`` ``[batch, n, n, heads, head_dim]`` the edge part of the value node i reads
+  from node j (None: the attention projects ``embeddings`` with its own learned map)."""
+
+  embeddings: Array
+  mask: Array
+  values: Array | None = None
 
 
 class Attention(nn.Module):
@@ -163,22 +342,32 @@ class Attention(nn.Module):
   ``x`` as in a standard transformer. ``output_projection=False`` returns the concatenated heads as they
   are: the factored architectures have no output projection, so each head writes its own channel of X_t.
 
+  ``mask`` is one ``Mask`` or one per head. ``block_size > 0`` scores only the blocks of
+  ``block_size × block_size`` (query, key) pairs that the mask allows anywhere (``blocked_attention``); it
+  falls back to the dense computation when every block is needed.
+
+  With ``edges`` (Relational Attention, Diao & Loynd 2022, as "Beyond Transformers with PyNeuraLogic"
+  writes it): node i attends only to the j that ``edges.mask`` allows; its query and key for the pair are
+  q_i + W_qe e_ij and k_j + W_ke e_ij, and the value it reads is v_j + ve_ij, where ve_ij is
+  ``edges.values`` or, without them, W_ve e_ij. No ALiBi bias then: node order means nothing in a graph.
+
   Sows ``weights`` ``[batch, heads, q_time, k_time]`` into ``intermediates``.
   """
 
   num_heads: int
   head_dim: int
-  mask: Mask = causal
+  mask: Mask | tuple[Mask, ...] = causal
   alibi: bool = True
   learned_slopes: bool = True
   output_projection: bool = False
   dropout_rate: float = 0.0
+  block_size: int = 0
   dtype: jnp.dtype = jnp.float32
   kernel_init: Callable = nn.initializers.normal(0.02)
 
   @nn.compact
   def __call__(self, x: Array, values: Array | None = None, key_mask: Array | None = None,
-               deterministic: bool = True) -> Array:
+               deterministic: bool = True, edges: Edges | None = None) -> Array:
     """x: ``[batch, time, d_model]``; values: ``[batch, time, heads, head_dim]``; key_mask: ``[batch, time]``.
 
     Returns ``[batch, time, d_model]``.
@@ -190,19 +379,52 @@ class Attention(nn.Module):
                                          kernel_init=named((EMBED, HEADS, HEAD_DIM)), name=name)
     q, k = dense('query')(x), dense('key')(x)
     v = dense('value')(x) if values is None else values.astype(self.dtype)
+    static = head_mask_matrix(self.mask, time, time)                          # [heads or 1, q, k]
+    if static.shape[0] not in (1, self.num_heads):
+      raise ValueError(f'attention has {self.num_heads} heads but {static.shape[0]} per-head masks')
+    plan = block_plan(static, self.block_size) if self.block_size and edges is None else None
+    if plan is not None and plan.scored_fraction == 1.0:
+      plan = None  # every block is needed: the dense computation does the same work in fewer steps
+    alibi = ALiBi(self.num_heads, self.learned_slopes, name='alibi') if self.alibi and edges is None else None
+    edge_values = None
 
-    bias = ALiBi(self.num_heads, self.learned_slopes, name='alibi')(time, time) if self.alibi else None
-    mask = self.mask.matrix(time, time)[None, None]
-    if key_mask is not None:
-      mask = mask & key_mask[:, None, None, :].astype(bool)
-    out, weights = dot_product_attention(q, k, v, bias, mask)
-    self.sow('intermediates', 'weights', weights)
+    if plan is not None:
+      out, blocked = blocked_attention(q, k, v, alibi.slopes() if alibi else None, plan, key_mask)
+      weights = scatter_weights(blocked, plan, time) if self.is_mutable_collection('intermediates') else None
+    else:
+      mask = jnp.asarray(static)[None]
+      if key_mask is not None:
+        mask = mask & key_mask[:, None, None, :].astype(bool)
+      if edges is None:
+        bias = alibi(time, time) if alibi else None
+        out, weights = dot_product_attention(q, k, v, bias, mask)
+      else:
+        e = edges.embeddings.astype(self.dtype)
+        logits = relational_logits(q, k, dense('edge_query')(e), dense('edge_key')(e))
+        weights = _softmax_over_allowed(logits, mask & edges.mask[:, None].astype(bool))
+        edge_values = dense('edge_value')(e) if edges.values is None else edges.values.astype(self.dtype)
+        out = self._read(weights, v, edge_values)
+    if weights is not None:
+      self.sow('intermediates', 'weights', weights)
     if self.dropout_rate > 0.0 and not deterministic:
       # Dropout on the weights after they are sown: the readable weights are the model's own.
-      weights = nn.Dropout(self.dropout_rate)(weights, deterministic=False)
-      out = jnp.einsum('bhqk,bkhd->bqhd', weights.astype(v.dtype), v)
+      drop = nn.Dropout(self.dropout_rate)
+      if plan is not None:
+        blocked = drop(blocked, deterministic=False)
+        out = jnp.einsum('bhnqk,bnkhd->bnqhd', blocked.astype(v.dtype),
+                         gather_key_blocks(v, plan)).reshape(batch, -1, *heads)[:, :time]
+      else:
+        out = self._read(drop(weights, deterministic=False), v, edge_values)
 
     if self.output_projection:
       return nn.DenseGeneral(d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
                              kernel_init=named((HEADS, HEAD_DIM, EMBED)), name='out')(out)
     return out.reshape(batch, time, self.num_heads * self.head_dim)
+
+  @staticmethod
+  def _read(weights: Array, v: Array, edge_values: Array | None) -> Array:
+    """Σ_j a_ij (v_j + ve_ij): ``[batch, q_time, heads, head_dim]``."""
+    out = jnp.einsum('bhqk,bkhd->bqhd', weights.astype(v.dtype), v)
+    if edge_values is not None:
+      out = out + jnp.einsum('bhqk,bqkhd->bqhd', weights.astype(v.dtype), edge_values)
+    return out

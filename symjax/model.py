@@ -34,6 +34,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from symjax import attention as attn
 from symjax import symbolic
@@ -66,6 +67,13 @@ class ModelConfig:
   max_len: int = 64                    # longest sequence accepted (learned positions need it)
   causal: bool = True                  # causal or bidirectional attention
   window: int = 0                      # > 0: also restrict attention to |i - j| < window
+  # Any mask of the algebra (symjax.attention.MASK_GRAMMAR), e.g. 'causal & (window(8) | stride(8))', or
+  # per-head masks 'causal & window(8); causal & stride(8)' (the heads split evenly between them). Empty:
+  # causal or full as the task needs, with ``window``. It replaces both; a causal task needs a causal mask.
+  mask: str = ''
+  attention_block: int = 0             # > 0: score only the (query, key) blocks of this size the mask
+                                       # allows (saves work for local masks; the same result)
+  relational: bool = False             # Relational Attention over the task's graph edges (graph tasks)
   positions: str = 'alibi'             # standard model only; factored models always use ALiBi
   learned_slopes: bool = True          # ALiBi slopes learned (paper) or fixed at the reference sequence
   value_map: str = 'kronecker_identity'  # W̃_V = W_head ⊗ I with W_head = I or N(0, 0.02²); or V = X_t
@@ -143,6 +151,21 @@ class ModelConfig:
                  'vocab_pad_multiple'):
       positive(name)
     positive('window', strict=False)
+    positive('attention_block', strict=False)
+    if self.mask:
+      if self.window:
+        raise ValueError(f'model.mask {self.mask!r} and model.window = {self.window} both set: write the '
+                         f'window into the mask (e.g. "causal & window({self.window})") and set window = 0')
+      static = attn.head_mask_matrix(self.mask_predicates(), 64, 64)
+      if self.causal and np.triu(static.any(0), 1).any():
+        raise ValueError(f'model.mask {self.mask!r} lets a position read later positions, but this task is '
+                         f"causal (it predicts the next token): add 'causal &' to the mask")
+    if self.relational and self.kind == 'lstm':
+      raise ValueError("model.relational needs an attention model: use 'standard', 'token_factored' or "
+                       "'symbolic', not 'lstm'")
+    if self.relational and self.attention_block:
+      raise ValueError('model.relational and model.attention_block cannot be combined: relational attention '
+                       'reads a [nodes × nodes] graph, set attention_block = 0')
     for name in ('dropout_rate', 'attention_dropout_rate'):
       if not 0.0 <= getattr(self, name) < 1.0:
         raise ValueError(f'model.{name} must be in [0, 1), got {getattr(self, name)!r}')
@@ -180,9 +203,12 @@ class ModelConfig:
     return (self.kind == 'symbolic' and self.layer_kinds() == ('symbolic',) * self.num_layers
             and self.symbolic_sites == 'both' and not self.projection_gain)
 
-  def mask(self) -> attn.Mask:
+  def mask_predicates(self) -> tuple[attn.Mask, ...]:
+    """The attention mask of every head (one entry when all heads share it)."""
+    if self.mask:
+      return attn.parse_head_masks(self.mask, self.num_heads)
     mask = attn.causal if self.causal else attn.full
-    return mask & attn.sliding_window(self.window) if self.window else mask
+    return (mask & attn.sliding_window(self.window) if self.window else mask,)
 
   @property
   def compute_dtype(self):
@@ -203,10 +229,11 @@ class MLP(nn.Module):
 
 
 def _attention(config: ModelConfig, output_projection: bool, alibi: bool) -> attn.Attention:
-  return attn.Attention(config.num_heads, config.head_dim, mask=config.mask(), alibi=alibi,
-                        learned_slopes=config.learned_slopes, output_projection=output_projection,
-                        dropout_rate=config.attention_dropout_rate, dtype=config.compute_dtype,
-                        name='attention')
+  masks = config.mask_predicates()
+  return attn.Attention(config.num_heads, config.head_dim, mask=masks[0] if len(masks) == 1 else masks,
+                        alibi=alibi, learned_slopes=config.learned_slopes, output_projection=output_projection,
+                        dropout_rate=config.attention_dropout_rate, block_size=config.attention_block,
+                        dtype=config.compute_dtype, name='attention')
 
 
 class StandardBlock(nn.Module):
@@ -215,12 +242,13 @@ class StandardBlock(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x: Array, key_mask: Array | None = None, deterministic: bool = True) -> Array:
+  def __call__(self, x: Array, key_mask: Array | None = None, deterministic: bool = True,
+               edges: attn.Edges | None = None) -> Array:
     cfg = self.config
     drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
     ln = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
     x = x + drop(_attention(cfg, True, cfg.positions == 'alibi')(
-        ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic))
+        ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic, edges=edges))
     self.sow('intermediates', 'x_attn', x)
     x = x + drop(MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(ln('norm_ffn')(x)))
     self.sow('intermediates', 'x_ffn', x)
@@ -239,7 +267,7 @@ class FactoredBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x_t: Array, x_e: Array, table: Array, key_mask: Array | None = None,
-               deterministic: bool = True) -> tuple[Array, Array]:
+               deterministic: bool = True, edges: attn.Edges | None = None) -> tuple[Array, Array]:
     cfg = self.config
     drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
     if self.symbolic:
@@ -250,16 +278,27 @@ class FactoredBlock(nn.Module):
 
     # Attention: values from X_t alone (eq. 8 / eq. 27); update X_t only (eq. 12 / eq. 28).
     if cfg.value_map == 'none':
-      values = symbolic.split_channels(x_t, cfg.num_heads)
+      value_map = lambda x: symbolic.split_channels(x, cfg.num_heads)
     else:
-      init = cfg.value_map.removeprefix('kronecker_')
-      values = symbolic.KroneckerValue(cfg.num_heads, init, name='value_map')(x_t)
-    if self.symbolic and cfg.symbolic_site('values'):
-      values = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
-                                        cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.projection_gain,
-                                        name='value_projection')(values, table)
+      value_map = symbolic.KroneckerValue(cfg.num_heads, cfg.value_map.removeprefix('kronecker_'),
+                                          name='value_map')
+    project = self.symbolic and cfg.symbolic_site('values')
+    if project:
+      projection = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
+                                            cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.projection_gain,
+                                            name='value_projection')
+    value = lambda x: projection(value_map(x), table) if project else value_map(x)
+    values = value(x_t)
+    if edges is not None:
+      # Relational attention: the value node i reads from node j is v_j + ve_ij with ve_ij the same value
+      # map of the edge's token embedding, so a value stays a combination of token embeddings. Symbolic
+      # values average the two projected mixtures, ½(α_j E + α_ij E), which is again a convex mixture.
+      edge_values = value(edges.embeddings)
+      if project:
+        values, edge_values = 0.5 * values, 0.5 * edge_values
+      edges = attn.Edges(edges.embeddings, edges.mask, edge_values)
     delta_t = _attention(cfg, False, True)(norm('norm_attn')(x_t + x_e), values=values,
-                                           key_mask=key_mask, deterministic=deterministic)
+                                           key_mask=key_mask, deterministic=deterministic, edges=edges)
     x_t = x_t + drop(delta_t)
     self.sow('intermediates', 'x_t_attn', x_t)
     self.sow('intermediates', 'x_e_attn', x_e)
@@ -290,8 +329,9 @@ class Transformer(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: Array, key_mask: Array | None = None, deterministic: bool = True,
-               return_hidden: bool = False):
-    """tokens: ``[batch, time]`` ints; key_mask: ``[batch, time]``, False for padding keys."""
+               return_hidden: bool = False, edges: Array | None = None):
+    """tokens: ``[batch, time]`` ints; key_mask: ``[batch, time]``, False for padding keys; edges (with
+    ``relational``): ``[batch, time, time]`` token ids of the edge i -> j, -1 where there is none."""
     cfg = self.config
     time = tokens.shape[-1]
     if time > cfg.max_len:
@@ -300,6 +340,13 @@ class Transformer(nn.Module):
     embed = _embed(cfg)
     x = embed(tokens)
     table = embed.embedding
+    graph = None
+    if cfg.relational:
+      if edges is None or edges.shape != (*tokens.shape, time):
+        raise ValueError(f'model.relational needs edges of shape {(*tokens.shape, time)} (a graph task), '
+                         f'got {None if edges is None else edges.shape}')
+      present = edges >= 0
+      graph = attn.Edges(embed(jnp.where(present, edges, 0)) * present[..., None].astype(x.dtype), present)
 
     if cfg.kind == 'standard':
       if cfg.positions == 'learned':
@@ -308,7 +355,7 @@ class Transformer(nn.Module):
       self.sow('intermediates', 'x_0', x)
       block = _remat(StandardBlock, cfg, static_argnums=(3,))
       for l in range(cfg.num_layers):
-        x = block(cfg, name=f'layer_{l}')(x, key_mask, deterministic)
+        x = block(cfg, name=f'layer_{l}')(x, key_mask, deterministic, graph)
       h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
     else:
       x_t, x_e = x, jnp.zeros_like(x)
@@ -316,7 +363,8 @@ class Transformer(nn.Module):
       self.sow('intermediates', 'x_e_0', x_e)
       block = _remat(FactoredBlock, cfg, static_argnums=(5,))
       for l, kind in enumerate(cfg.layer_kinds()):
-        x_t, x_e = block(cfg, kind == 'symbolic', name=f'layer_{l}')(x_t, x_e, table, key_mask, deterministic)
+        x_t, x_e = block(cfg, kind == 'symbolic', name=f'layer_{l}')(x_t, x_e, table, key_mask, deterministic,
+                                                                     graph)
       if cfg.kind == 'symbolic':
         h = symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale, cfg.layer_norm_epsilon,
                                       name='norm_final')(x_t + x_e)

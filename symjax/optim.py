@@ -54,5 +54,8 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
 
 def init_state(model: Transformer, tx: optax.GradientTransformation, rng: jax.Array, seq_len: int
                ) -> TrainState:
-  params = model.init(rng, jnp.zeros((1, seq_len), jnp.int32))['params']
+  tokens = jnp.zeros((1, seq_len), jnp.int32)
+  # A relational model also has edge projections: initialise it on a graph with every edge present.
+  edges = jnp.zeros((1, seq_len, seq_len), jnp.int32) if model.config.relational else None
+  params = model.init(rng, tokens, edges=edges)['params']
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))

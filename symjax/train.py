@@ -43,7 +43,7 @@ def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[
   axis when there is one) and never forms the ``[tokens, vocabulary]`` logits.
   """
   h, table = model.apply({'params': params}, batch['inputs'], batch['key_mask'], return_hidden=True,
-                         **apply_kw)
+                         edges=batch.get('edges'), **apply_kw)
   flat_h, flat_targets = h.reshape(-1, h.shape[-1]), batch['targets'].reshape(-1)
   num_valid = model.config.num_valid_rows
   if config.readout == 'streamed':
@@ -128,6 +128,16 @@ def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int) 
                          out_shardings=replicated))
 
 
+def check_task_fits(task: tasks.Task, model_config: ModelConfig) -> None:
+  """Raises ValueError when the model cannot read the task's batches (too long, or no graph to read)."""
+  if model_config.relational and not task.has_edges:
+    raise ValueError(f"config.model.relational = True needs a graph task whose batches carry edges (task "
+                     f"'graph_distance'); task {task.name!r} has none")
+  if task.seq_len > model_config.max_len:
+    raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
+                     f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
+
+
 def task_init(state: TrainState, task: tasks.Task, model_config: ModelConfig, shardings) -> TrainState:
   """Freshly initialised parameters with the task's own changes (``Task.initial_params``), if it has any."""
   change = lambda params: task.initial_params(params, model_config)
@@ -171,9 +181,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   task = tasks.get_task(config, workdir)
   model_config = config_lib.model_config(config, len(task.vocab), task.causal,
                                          vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
-  if task.seq_len > model_config.max_len:
-    raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
-                     f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
+  check_task_fits(task, model_config)
   rundir.check_same_model(workdir, model_config)
   rundir.check_same_training(workdir, config)
   put = mesh_lib.batch_putter(mesh)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from symjax.tasks.base import Task, Vocab
-from symjax.tasks import fol, rasp
+from symjax.tasks import fol, graph, rasp
 from symjax.tasks.induction import InductionTask
 from symjax.tasks.text import TextTask
 
@@ -33,7 +33,13 @@ def _fol(config, workdir):
   return fol.FOLTask(data_seed=config.data_seed, numeral_glyph_init=config.numeral_glyph_init)
 
 
-TASKS = {'induction': _induction, 'text': _text, 'fol': _fol, **{name: _rasp for name in rasp.TASKS}}
+def _graph(config, workdir):
+  del workdir
+  return graph.GraphDistanceTask(data_seed=config.data_seed)
+
+
+TASKS = {'induction': _induction, 'text': _text, 'fol': _fol, 'graph_distance': _graph,
+         **{name: _rasp for name in rasp.TASKS}}
 
 
 def get_task(config, workdir: str | None = None) -> Task:

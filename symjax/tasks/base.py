@@ -6,6 +6,8 @@ A batch is a dict of NumPy arrays:
               every readout stays a mixture of vocabulary tokens)
   ``weights`` [batch, time] float32, 0 where the target is ignored (PAD tags)
   ``key_mask`` [batch, time] bool, False on padding inputs (attention never reads them)
+  ``edges``   [batch, time, time] int32, graph tasks only (``Task.has_edges``): the token id of the edge
+              i -> j, -1 where there is none (what relational attention reads)
 
 Batches are pure functions of (seed, split, step): resuming a run at step k replays exactly the batches an
 uninterrupted run would have seen.
@@ -68,6 +70,7 @@ class Task(abc.ABC):
   seq_len: int
   language_model: bool = False  # targets are the next input token: sampling text makes sense
   eval_splits: tuple[str, ...] = ()  # extra splits evaluated at the end (e.g. longer sequences)
+  has_edges: bool = False  # batches carry ``edges`` (graph tasks), which relational attention reads
 
   @abc.abstractmethod
   def batch(self, split: str, step: int, batch_size: int, seed: int) -> dict[str, np.ndarray]:
@@ -85,22 +88,32 @@ class Task(abc.ABC):
 
 @dataclasses.dataclass
 class SequenceDataset:
-  """Fixed arrays of examples, split into train/validation/test."""
+  """Fixed arrays of examples, split into train/validation/test. ``extras`` holds further per-example
+  arrays that batches carry under their own name (e.g. a graph task's ``edges``), and ``extra_fill`` the
+  value that pads each of them."""
 
   inputs: dict[str, np.ndarray]
   targets: dict[str, np.ndarray]
+  extras: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
+  extra_fill: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def split_distinct(inputs: np.ndarray, targets: np.ndarray, rng: np.random.Generator,
-                   test_fraction: float = 0.1, validation_fraction: float = 0.1) -> SequenceDataset:
-  """Shuffles and splits: ``test_fraction`` of all for test, then ``validation_fraction`` of the rest."""
+                   test_fraction: float = 0.1, validation_fraction: float = 0.1,
+                   extras: dict[str, np.ndarray] | None = None,
+                   extra_fill: dict[str, int] | None = None) -> SequenceDataset:
+  """Shuffles and splits: ``test_fraction`` of all for test, then ``validation_fraction`` of the rest.
+  ``extras`` (per-example arrays) are shuffled and split with the inputs."""
   order = rng.permutation(len(inputs))
   inputs, targets = inputs[order], targets[order]
+  extras = {name: x[order] for name, x in (extras or {}).items()}
   n_test = int(round(test_fraction * len(inputs)))
   n_val = int(round(validation_fraction * (len(inputs) - n_test)))
   cuts = {'test': slice(0, n_test), 'validation': slice(n_test, n_test + n_val),
           'train': slice(n_test + n_val, None)}
-  return SequenceDataset({k: inputs[s] for k, s in cuts.items()}, {k: targets[s] for k, s in cuts.items()})
+  return SequenceDataset({k: inputs[s] for k, s in cuts.items()}, {k: targets[s] for k, s in cuts.items()},
+                         {name: {k: x[s] for k, s in cuts.items()} for name, x in extras.items()},
+                         dict(extra_fill or {}))
 
 
 class FixedSetTask(Task):
@@ -109,10 +122,13 @@ class FixedSetTask(Task):
   pad_id: int
   data: SequenceDataset
 
-  def _make(self, inputs: np.ndarray, targets: np.ndarray) -> dict[str, np.ndarray]:
+  def _make(self, inputs: np.ndarray, targets: np.ndarray, **extras: np.ndarray) -> dict[str, np.ndarray]:
     return {'inputs': inputs.astype(np.int32), 'targets': targets.astype(np.int32),
             'weights': (targets != self.pad_id).astype(np.float32),
-            'key_mask': inputs != self.pad_id}
+            'key_mask': inputs != self.pad_id, **{k: v.astype(np.int32) for k, v in extras.items()}}
+
+  def _extras(self, split: str, rows) -> dict[str, np.ndarray]:
+    return {name: x[split][rows] for name, x in self.data.extras.items()}
 
   def split_size(self, split: str) -> int:
     if split not in self.data.inputs:
@@ -127,7 +143,7 @@ class FixedSetTask(Task):
     idx = order[(k * batch_size) % n:][:batch_size]
     if len(idx) < batch_size:  # split smaller than a batch: wrap around
       idx = np.resize(order, batch_size)
-    return self._make(self.data.inputs[split][idx], self.data.targets[split][idx])
+    return self._make(self.data.inputs[split][idx], self.data.targets[split][idx], **self._extras(split, idx))
 
   def eval_batches(self, split, batch_size, seed):
     del seed
@@ -135,11 +151,14 @@ class FixedSetTask(Task):
     for start in range(0, n, batch_size):
       stop = min(start + batch_size, n)
       inputs, targets = self.data.inputs[split][start:stop], self.data.targets[split][start:stop]
+      extras = self._extras(split, slice(start, stop))
       if stop - start < batch_size:  # pad the last batch with ignored rows to keep one compiled shape
         fill = batch_size - (stop - start)
         inputs = np.concatenate([inputs, np.full((fill, inputs.shape[1]), self.pad_id)])
         targets = np.concatenate([targets, np.full((fill, targets.shape[1]), self.pad_id)])
-      yield self._make(inputs, targets)
+        extras = {name: np.concatenate([x, np.full((fill, *x.shape[1:]), self.data.extra_fill.get(name, 0))])
+                  for name, x in extras.items()}
+      yield self._make(inputs, targets, **extras)
 
 
 def check_split(split: str) -> None:

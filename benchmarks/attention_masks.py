@@ -1,0 +1,86 @@
+"""Dense against blocked attention for masks from the algebra, measured side by side in one run.
+
+  python benchmarks/attention_masks.py [--json=benchmarks/results/attention_masks.json] [--time=1024]
+
+One attention layer's forward and backward (``symjax.attention``: the dense path, and the blocked path that
+scores only the (query block, key block) pairs a static mask allows), batch 4 × ``--time`` tokens, 4 heads
+× 32, ALiBi, float32. For each mask: the share of the dense scores the blocked path computes, the time of
+both (median of ``--repeats`` rounds of ``--steps`` calls, compilation excluded) and their ratio.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from symjax import attention as attn
+from symjax import mesh as mesh_lib
+
+_JSON = flags.DEFINE_string('json', 'benchmarks/results/attention_masks.json', 'Where to write the results.')
+_TIME = flags.DEFINE_integer('time', 1024, 'Sequence length.')
+_BLOCK = flags.DEFINE_integer('block', 64, 'Block size of the blocked path.')
+_STEPS = flags.DEFINE_integer('steps', 10, 'Calls per round.')
+_REPEATS = flags.DEFINE_integer('repeats', 5, 'Rounds; the median is reported.')
+MASKS = ('causal', 'causal & window(64)', 'causal & window(128); causal & stride(128)',
+         'causal & (window(32) | stride(256))')
+
+
+def timed(fn, *args) -> float:
+  jax.block_until_ready(fn(*args))
+  rounds = []
+  for _ in range(_REPEATS.value):
+    start = time.perf_counter()
+    for _ in range(_STEPS.value):
+      out = fn(*args)
+    jax.block_until_ready(out)
+    rounds.append((time.perf_counter() - start) / _STEPS.value)
+  return statistics.median(rounds)
+
+
+def main(_):
+  mesh_lib.set_cpu_compiler_defaults()
+  t, heads, dim = _TIME.value, 4, 32
+  rng = np.random.default_rng(0)
+  q, k, v = (jnp.asarray(rng.normal(size=(4, t, heads, dim)), jnp.float32) for _ in range(3))
+  slopes = jnp.asarray(attn.alibi_slopes(heads), jnp.float32)
+  distance = np.abs(np.arange(t)[:, None] - np.arange(t)[None]).astype(np.float32)
+  rows = []
+  for text in MASKS:
+    static = attn.head_mask_matrix(attn.parse_head_masks(text, heads), t, t)
+    plan = attn.block_plan(static, _BLOCK.value)
+    mask = jnp.asarray(static)[None]
+
+    def dense(q, k, v):
+      return attn.dot_product_attention(q, k, v, -slopes[:, None, None] * distance, mask)[0]
+
+    def blocked(q, k, v):
+      return attn.blocked_attention(q, k, v, slopes, plan, None)[0]
+
+    grad = lambda f: jax.jit(jax.grad(lambda q, k, v: (f(q, k, v) ** 2).sum(), argnums=(0, 1, 2)))
+    np.testing.assert_allclose(jax.jit(blocked)(q, k, v), jax.jit(dense)(q, k, v), rtol=1e-4, atol=1e-5)
+    times = {'dense': timed(grad(dense), q, k, v), 'blocked': timed(grad(blocked), q, k, v)}
+    rows.append({'mask': text, 'allowed_fraction': float(static.any(0).mean()),
+                 'scored_fraction': plan.scored_fraction, 'dense_s': times['dense'], 'blocked_s': times['blocked'],
+                 'blocked_over_dense': times['blocked'] / times['dense']})
+  print(f'\n{jax.devices()[0].device_kind} ({jax.default_backend()}): one attention layer, forward + backward, '
+        f'batch 4 × {t}, 4 heads × 32, block {_BLOCK.value}; median of {_REPEATS.value} rounds of {_STEPS.value}')
+  print('| mask | allowed pairs | scored by blocked | dense (ms) | blocked (ms) | blocked / dense |')
+  print('|---|---:|---:|---:|---:|---:|')
+  for r in rows:
+    print(f"| `{r['mask']}` | {100 * r['allowed_fraction']:.1f}% | {100 * r['scored_fraction']:.1f}% | "
+          f"{1e3 * r['dense_s']:.1f} | {1e3 * r['blocked_s']:.1f} | {r['blocked_over_dense']:.2f}× |")
+  os.makedirs(os.path.dirname(_JSON.value) or '.', exist_ok=True)
+  with open(_JSON.value, 'w') as f:
+    json.dump({'device': str(jax.devices()[0]), 'rows': rows, 'xla_flags': os.environ.get('XLA_FLAGS', ''),
+               'command': 'python benchmarks/attention_masks.py ' + ' '.join(sys.argv[1:])}, f, indent=1)
+  print(f'wrote {_JSON.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -311,27 +311,44 @@ def scatter_weights(weights: Array, plan: BlockPlan, time: int) -> Array:
   return dense[:, :, :time, :time]
 
 
-def relational_logits(q: Array, k: Array, q_edge: Array, k_edge: Array) -> Array:
+def relational_logits(q: Array, k: Array, q_edge: Array, k_edge: Array, onehot: Array) -> Array:
   """(q_i + qe_ij) · (k_j + ke_ij) / sqrt(d) for every pair (Relational Attention: queries and keys are
-  node projections plus edge projections). q, k: ``[batch, time, heads, d]``; q_edge, k_edge: ``[batch,
-  time, time, heads, d]`` (row i, column j). Returns ``[batch, heads, time, time]`` float32."""
+  node projections plus edge projections), where the edge i -> j has token t (``onehot[b, i, j, t]``, all
+  zero without an edge) and qe_ij = q_edge[t], ke_ij = k_edge[t].
+
+  q, k: ``[batch, n, heads, d]``; q_edge, k_edge: ``[vocab, heads, d]``; onehot: ``[batch, n, n, vocab]``.
+  Each cross term is formed per edge token and then picked per pair, so no ``[batch, n, n, heads, d]``
+  tensor exists. Returns ``[batch, heads, n, n]`` float32.
+  """
   f32 = dict(preferred_element_type=jnp.float32)
-  logits = (jnp.einsum('bihd,bjhd->bhij', q, k, **f32) + jnp.einsum('bihd,bijhd->bhij', q, k_edge, **f32)
-            + jnp.einsum('bijhd,bjhd->bhij', q_edge, k, **f32)
-            + jnp.einsum('bijhd,bijhd->bhij', q_edge, k_edge, **f32))
-  return logits / jnp.sqrt(jnp.float32(q.shape[-1]))
+  onehot = onehot.astype(jnp.float32)
+  node = jnp.einsum('bihd,bjhd->bhij', q, k, **f32)
+  query_edge_key = jnp.einsum('bhiv,bijv->bhij', jnp.einsum('bihd,vhd->bhiv', q, k_edge, **f32), onehot)
+  edge_query_key = jnp.einsum('bhjv,bijv->bhij', jnp.einsum('vhd,bjhd->bhjv', q_edge, k, **f32), onehot)
+  edge_edge = jnp.einsum('hv,bijv->bhij', jnp.einsum('vhd,vhd->hv', q_edge, k_edge, **f32), onehot)
+  return (node + query_edge_key + edge_query_key + edge_edge) / jnp.sqrt(jnp.float32(q.shape[-1]))
 
 
 @flax.struct.dataclass
 class Edges:
-  """A batch of graphs for relational attention: ``embeddings`` ``[batch, n, n, d_model]`` (row i, column
-  j: the edge i -> j, zeros where there is none), ``mask`` ``[batch, n, n]`` (True where node i may attend
-  to node j), and ``values`` ``[batch, n, n, heads, head_dim]`` the edge part of the value node i reads
-  from node j (None: the attention projects ``embeddings`` with its own learned map)."""
+  """A batch of graphs for relational attention. ``ids`` ``[batch, n, n]``: the token id of the edge
+  i -> j (row i, column j), −1 where there is none (node i may attend to node j where there is one);
+  ``table`` ``[vocab, d_model]``: the embedding rows the ids name; ``values`` ``[vocab, heads, head_dim]``:
+  the edge part of a value for each edge token (None: the attention projects ``table`` with its own learned
+  map). Edge projections are computed once per vocabulary row and picked per pair through ``onehot``."""
 
-  embeddings: Array
-  mask: Array
+  ids: Array
+  table: Array
   values: Array | None = None
+
+  @property
+  def mask(self) -> Array:
+    return self.ids >= 0
+
+  @property
+  def onehot(self) -> Array:
+    """``[batch, n, n, vocab]``: which token each edge has (all zero where there is no edge)."""
+    return jax.nn.one_hot(self.ids, self.table.shape[0], dtype=jnp.float32)
 
 
 class Attention(nn.Module):
@@ -399,10 +416,11 @@ class Attention(nn.Module):
         bias = alibi(time, time) if alibi else None
         out, weights = dot_product_attention(q, k, v, bias, mask)
       else:
-        e = edges.embeddings.astype(self.dtype)
-        logits = relational_logits(q, k, dense('edge_query')(e), dense('edge_key')(e))
-        weights = _softmax_over_allowed(logits, mask & edges.mask[:, None].astype(bool))
-        edge_values = dense('edge_value')(e) if edges.values is None else edges.values.astype(self.dtype)
+        e, onehot = edges.table.astype(self.dtype), edges.onehot
+        logits = relational_logits(q, k, dense('edge_query')(e), dense('edge_key')(e), onehot)
+        weights = _softmax_over_allowed(logits, mask & edges.mask[:, None])
+        edge_values = (dense('edge_value')(e) if edges.values is None else edges.values.astype(self.dtype),
+                       onehot)
         out = self._read(weights, v, edge_values)
     if weights is not None:
       self.sow('intermediates', 'weights', weights)
@@ -422,9 +440,13 @@ class Attention(nn.Module):
     return out.reshape(batch, time, self.num_heads * self.head_dim)
 
   @staticmethod
-  def _read(weights: Array, v: Array, edge_values: Array | None) -> Array:
-    """Σ_j a_ij (v_j + ve_ij): ``[batch, q_time, heads, head_dim]``."""
+  def _read(weights: Array, v: Array, edge_values: tuple[Array, Array] | None) -> Array:
+    """Σ_j a_ij (v_j + ve_ij): ``[batch, q_time, heads, head_dim]``. ``edge_values``: the per-token edge
+    values ``[vocab, heads, head_dim]`` and the edges' one-hot tokens; Σ_j a_ij ve_ij is then the weight
+    each query gives each edge token, times that token's value."""
     out = jnp.einsum('bhqk,bkhd->bqhd', weights.astype(v.dtype), v)
     if edge_values is not None:
-      out = out + jnp.einsum('bhqk,bqkhd->bqhd', weights.astype(v.dtype), edge_values)
+      per_token, onehot = edge_values
+      mass = jnp.einsum('bhqk,bqkv->bhqv', weights, onehot)
+      out = out + jnp.einsum('bhqv,vhd->bqhd', mass.astype(v.dtype), per_token)
     return out

@@ -291,12 +291,12 @@ class FactoredBlock(nn.Module):
     values = value(x_t)
     if edges is not None:
       # Relational attention: the value node i reads from node j is v_j + ve_ij with ve_ij the same value
-      # map of the edge's token embedding, so a value stays a combination of token embeddings. Symbolic
+      # map of the edge's token embedding (computed once per vocabulary row, gathered per pair), so a value stays a combination of token embeddings. Symbolic
       # values average the two projected mixtures, ½(α_j E + α_ij E), which is again a convex mixture.
-      edge_values = value(edges.embeddings)
+      edge_values = value(edges.table)              # per edge token: [vocab, heads, head_dim]
       if project:
         values, edge_values = 0.5 * values, 0.5 * edge_values
-      edges = attn.Edges(edges.embeddings, edges.mask, edge_values)
+      edges = attn.Edges(edges.ids, edges.table, edge_values)
     delta_t = _attention(cfg, False, True)(norm('norm_attn')(x_t + x_e), values=values,
                                            key_mask=key_mask, deterministic=deterministic, edges=edges)
     x_t = x_t + drop(delta_t)
@@ -345,8 +345,7 @@ class Transformer(nn.Module):
       if edges is None or edges.shape != (*tokens.shape, time):
         raise ValueError(f'model.relational needs edges of shape {(*tokens.shape, time)} (a graph task), '
                          f'got {None if edges is None else edges.shape}')
-      present = edges >= 0
-      graph = attn.Edges(embed(jnp.where(present, edges, 0)) * present[..., None].astype(x.dtype), present)
+      graph = attn.Edges(edges, table)
 
     if cfg.kind == 'standard':
       if cfg.positions == 'learned':

@@ -129,15 +129,17 @@ def random_graph_batch(rng, b, n, vocab):
 
 def test_relational_attention_matches_the_pairwise_transcription():
   rng = np.random.default_rng(3)
-  b, n, d = 2, 6, SMALL.d_model
+  b, n, d, vocab = 2, 6, SMALL.d_model, 5
   x = jnp.asarray(rng.normal(size=(b, n, d)), jnp.float32)
-  e = jnp.asarray(rng.normal(size=(b, n, n, d)), jnp.float32)
-  allowed = jnp.asarray(rng.random((b, n, n)) < 0.5) | jnp.eye(n, dtype=bool)
+  table = jnp.asarray(rng.normal(size=(vocab, d)), jnp.float32)
+  ids = random_graph_batch(rng, b, n, vocab)
+  allowed = np.asarray(ids) >= 0
+  e = np.where(allowed[..., None], f64(table)[np.maximum(np.asarray(ids), 0)], 0.0)   # e_ij, pair by pair
   module = attn.Attention(SMALL.num_heads, SMALL.head_dim, mask=attn.full, output_projection=True)
-  edges = attn.Edges(e, allowed)
+  edges = attn.Edges(ids, table)
   params = randomize(module.init(jax.random.key(0), x, edges=edges), 2, scale=0.3)['params']
   out = module.apply({'params': params}, x, edges=edges)
-  assert ref.rel_err(out, np_relational(f64(x), f64(e), np.asarray(allowed), params, SMALL.num_heads)) < 1e-5
+  assert ref.rel_err(out, np_relational(f64(x), e, allowed, params, SMALL.num_heads)) < 1e-5
   # Without edges the same module is ordinary attention: the edge terms change the output.
   plain = attn.Attention(SMALL.num_heads, SMALL.head_dim, mask=attn.full, output_projection=True, alibi=False)
   assert ref.rel_err(plain.apply({'params': params}, x), out) > 1e-2
@@ -145,7 +147,8 @@ def test_relational_attention_matches_the_pairwise_transcription():
 
 def test_symbolic_relational_values_stay_convex_token_mixtures():
   """Every attention update of X_t is Σ_j a_ij ½(α_j E + α_ij E): rebuilt from the sown weights and the
-  two sown mixtures (node values, then edge values), X_t stays a sum of convex mixtures of token rows."""
+  two sown mixtures (node values, then one per edge token), X_t stays a sum of convex mixtures of token
+  rows."""
   cfg = dataclasses.replace(SMALL, kind='symbolic', relational=True)
   rng = np.random.default_rng(4)
   b, n = 2, 7
@@ -161,7 +164,8 @@ def test_symbolic_relational_values_stay_convex_token_mixtures():
   for l in range(cfg.num_layers):
     layer = inter[f'layer_{l}']
     a = f64(layer['attention']['weights'][0])                                 # [b, h, i, j]
-    alpha_node, alpha_edge = (f64(m) for m in layer['value_projection']['mixture'])
+    alpha_node, alpha_tokens = (f64(m) for m in layer['value_projection']['mixture'])
+    alpha_edge = alpha_tokens[np.maximum(np.asarray(edges), 0)]              # [b, i, j, h, v]; a_ij = 0 off edges
     w_t = w_t + 0.5 * (np.einsum('bhij,bjhv->bihv', a, alpha_node) + np.einsum('bhij,bijhv->bihv', a, alpha_edge))
     assert (w_t >= 0).all()
     np.testing.assert_allclose(w_t.sum(-1), l + 2, rtol=1e-5)

@@ -50,12 +50,13 @@ class Mask:
   def __invert__(self) -> Mask:
     return Mask(lambda i, j: ~self(i, j), f'~{self.name}')
 
-  def matrix(self, q_len: int, k_len: int | None = None) -> Array:
-    """The ``[q_len, k_len]`` boolean matrix of the predicate (queries and keys start at position 0)."""
+  def matrix(self, q_len: int, k_len: int | None = None) -> np.ndarray:
+    """The ``[q_len, k_len]`` boolean matrix of the predicate (queries and keys start at position 0), a
+    NumPy constant (predicates are built from operators that NumPy evaluates at trace time)."""
     k_len = q_len if k_len is None else k_len
-    i = jnp.arange(q_len)[:, None]
-    j = jnp.arange(k_len)[None, :]
-    return jnp.broadcast_to(self(i, j), (q_len, k_len))
+    i = np.arange(q_len)[:, None]
+    j = np.arange(k_len)[None, :]
+    return np.broadcast_to(self(i, j), (q_len, k_len))
 
 
 full = Mask(lambda i, j: np.ones(np.broadcast_shapes(i.shape, j.shape), bool), 'full')
@@ -66,7 +67,7 @@ def sliding_window(width: int) -> Mask:
   """Keys at most ``width - 1`` positions away (Sparse Transformer's local head, both directions)."""
   if width < 1:
     raise ValueError(f'sliding_window width must be >= 1, got {width}')
-  return Mask(lambda i, j: jnp.abs(i - j) < width, f'window({width})')
+  return Mask(lambda i, j: abs(i - j) < width, f"window({width})")
 
 
 def strided(stride: int) -> Mask:

@@ -91,8 +91,9 @@ def test_models_with_blocked_attention_equal_dense_ones(kind):
   tokens = jax.random.randint(jax.random.key(1), (2, 37), 0, cfg.vocab_size)
   variables = randomize(Transformer(cfg).init(jax.random.key(0), tokens), 1, scale=0.3)
   dense, blocked = Transformer(cfg), Transformer(dataclasses.replace(cfg, attention_block=8))
-  out_d, inter_d = dense.apply(variables, tokens, mutable=['intermediates'])
-  out_b, inter_b = blocked.apply(variables, tokens, mutable=['intermediates'])
+  run = lambda model: jax.jit(lambda v, t: model.apply(v, t, mutable=['intermediates']))  # masks are static
+  out_d, inter_d = run(dense)(variables, tokens)
+  out_b, inter_b = run(blocked)(variables, tokens)
   assert ref.rel_err(out_b, out_d) < 1e-5
   for l in range(cfg.num_layers):
     w_d, w_b = (x['intermediates'][f'layer_{l}']['attention']['weights'][0] for x in (inter_d, inter_b))
@@ -226,3 +227,15 @@ def test_graph_config_trains_with_and_without_edges(tmp_path):
     final = train.train_and_evaluate(config, str(tmp_path / relational))
     assert np.isfinite(final['test']['loss'])
   assert tasks.get_task(config).has_edges
+
+
+def test_a_config_mask_trains_through_the_trainer(tmp_path):
+  config = tiny_config()
+  config.model.mask = 'causal & window(4)'
+  config.model.attention_block = 4
+  final = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert np.isfinite(final['test']['loss'])
+  config.model.mask = 'window(4)'   # reads the future on a causal task: refused before anything is written
+  with pytest.raises(ValueError, match="add 'causal &'"):
+    train.train_and_evaluate(config, str(tmp_path / 'refused'))
+  assert not (tmp_path / 'refused' / 'checkpoints').exists()

@@ -1,0 +1,57 @@
+"""Collects ``benchmarks/graph_suite.sh``'s sweeps into one table and JSON.
+
+  python benchmarks/collect_graph.py [ROOT=runs/graph_suite] [--json=benchmarks/results/graph_distance.json]
+
+For each kind with and without edges: test token accuracy (every node scored), test sequence accuracy
+(every node of a graph right) and validation loss, mean ± 95% interval over the seeds, per-seed values.
+"""
+
+import glob
+import json
+import os
+import sys
+
+from symjax.sweep import interval
+
+KINDS = ('standard', 'token_factored', 'symbolic')
+
+
+def main(argv):
+  args = [a for a in argv[1:] if not a.startswith('--json=')]
+  out = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--json=')),
+             'benchmarks/results/graph_distance.json')
+  root = args[0] if args else 'runs/graph_suite'
+  rows = []
+  for kind in KINDS:
+    for relational in (True, False):
+      path = os.path.join(root, f'{kind}_relational_{str(relational).lower()}', 'sweep.json')
+      if not os.path.isfile(path):
+        print(f'missing: {path}', file=sys.stderr)
+        continue
+      with open(path) as f:
+        sweep = json.load(f)
+      folder = os.path.join(os.path.dirname(path), sweep['chosen']['name'])
+      finals = []
+      for seed_dir in sorted(glob.glob(os.path.join(folder, 'seed_*'))):
+        with open(os.path.join(seed_dir, 'final_metrics.json')) as f:
+          finals.append(json.load(f))
+      row = {'kind': kind, 'relational': relational, 'command': sweep['command'], 'seeds': len(finals)}
+      for split, metric in (('test', 'accuracy'), ('test', 'sequence_accuracy'), ('validation', 'loss'),
+                            ('train', 'loss')):
+        values = [r[split][metric] for r in finals]
+        mean, half = interval(values)
+        row[f'{split}/{metric}'] = {'mean': mean, 'ci95': half, 'values': values}
+      rows.append(row)
+  fmt = lambda d, scale=100: f"{scale * d['mean']:.2f} ± {scale * d['ci95']:.2f}"
+  print('| kind | edges | test token accuracy (%) | test graph accuracy (%) | train loss |')
+  print('|---|---|---:|---:|---:|')
+  for r in rows:
+    print(f"| {r['kind']} | {'yes' if r['relational'] else 'no'} | {fmt(r['test/accuracy'])} | "
+          f"{fmt(r['test/sequence_accuracy'])} | {fmt(r['train/loss'], 1)} |")
+  with open(out, 'w') as f:
+    json.dump({'suite': 'bash benchmarks/graph_suite.sh runs/graph_suite', 'rows': rows}, f, indent=1)
+  print(f'wrote {out}')
+
+
+if __name__ == '__main__':
+  main(sys.argv)

@@ -393,14 +393,15 @@ def _readout(module: nn.Module, cfg: ModelConfig, h: Array, table: Array, return
 
 class LSTM(nn.Module):
   """The recurrent baseline: embedding, ``num_layers`` LSTMs of width d_model, LayerNorm, tied readout.
-  Same interface as ``Transformer`` (``key_mask`` is unused: it reads left to right)."""
+  Same interface as ``Transformer`` (``key_mask`` is unused: it reads left to right; ``edges`` too: the
+  config refuses ``relational`` for it)."""
 
   config: ModelConfig
 
   @nn.compact
   def __call__(self, tokens: Array, key_mask: Array | None = None, deterministic: bool = True,
-               return_hidden: bool = False):
-    del key_mask, deterministic
+               return_hidden: bool = False, edges: Array | None = None):
+    del key_mask, deterministic, edges
     cfg = self.config
     embed = _embed(cfg)
     x = embed(tokens)

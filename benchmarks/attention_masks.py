@@ -10,9 +10,7 @@ both (median of ``--repeats`` rounds of ``--steps`` calls, compilation excluded)
 
 import json
 import os
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +18,7 @@ import numpy as np
 from absl import app, flags
 
 from symjax import attention as attn
+from timing import median_seconds  # benchmarks/timing.py
 from symjax import mesh as mesh_lib
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/attention_masks.json', 'Where to write the results.')
@@ -32,15 +31,7 @@ MASKS = ('causal', 'causal & window(64)', 'causal & window(128); causal & stride
 
 
 def timed(fn, *args) -> float:
-  jax.block_until_ready(fn(*args))
-  rounds = []
-  for _ in range(_REPEATS.value):
-    start = time.perf_counter()
-    for _ in range(_STEPS.value):
-      out = fn(*args)
-    jax.block_until_ready(out)
-    rounds.append((time.perf_counter() - start) / _STEPS.value)
-  return statistics.median(rounds)
+  return median_seconds(fn, *args, steps=_STEPS.value, repeats=_REPEATS.value, warmup=1)
 
 
 def main(_):

@@ -13,7 +13,6 @@ compile time of the step and the time from process start to the first finished s
 
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -24,6 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from flops import forward_flops_per_token, products  # noqa: E402  (benchmarks/flops.py)
+from timing import median_seconds  # noqa: E402  (benchmarks/timing.py)
 from symjax import config_lib, optim, train  # noqa: E402
 from symjax import mesh as mesh_lib  # noqa: E402
 from symjax.model import Transformer  # noqa: E402
@@ -37,17 +37,7 @@ _JSON = flags.DEFINE_string('json', 'benchmarks/results/throughput.json', 'Where
 
 def timed_rounds(fn, *args) -> float:
   """Median seconds per call over --repeats rounds of --steps calls (after two warm-up calls)."""
-  out = fn(*args)
-  out = fn(*args)
-  jax.block_until_ready(out)
-  rounds = []
-  for _ in range(_REPEATS.value):
-    start = time.perf_counter()
-    for _ in range(_STEPS.value):
-      out = fn(*args)
-    jax.block_until_ready(out)
-    rounds.append((time.perf_counter() - start) / _STEPS.value)
-  return statistics.median(rounds)
+  return median_seconds(fn, *args, steps=_STEPS.value, repeats=_REPEATS.value)
 
 
 def matmul_limit(cfg, batch: int, seq_len: int) -> tuple[float, float]:

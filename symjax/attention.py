@@ -10,6 +10,7 @@ for attention weights; ``[heads, q_time, k_time]`` for position biases.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 from typing import Callable
@@ -88,8 +89,6 @@ def parse_mask(text: str) -> Mask:
 
   Parsed with Python's ``ast`` and evaluated over the names above only (nothing else is evaluated).
   """
-  import ast
-
   def fail(why: str):
     raise ValueError(f'model.mask {text!r}: {why}; allowed: {MASK_GRAMMAR}')
 
@@ -126,7 +125,7 @@ def parse_mask(text: str) -> Mask:
 def parse_head_masks(text: str, num_heads: int) -> tuple[Mask, ...]:
   """One mask per head from ``'m'`` (every head) or ``'m_1; ...; m_g'`` (g divides the heads: heads
   ``[k·H/g, (k+1)·H/g)`` use m_{k+1}, as the Sparse Transformer splits its heads between patterns)."""
-  parts = [p for p in text.split(';')]
+  parts = text.split(';')
   if any(not p.strip() for p in parts):
     raise ValueError(f'model.mask {text!r}: an empty mask between semicolons; allowed: {MASK_GRAMMAR}')
   if num_heads % len(parts):

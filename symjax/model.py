@@ -156,7 +156,8 @@ class ModelConfig:
       if self.window:
         raise ValueError(f'model.mask {self.mask!r} and model.window = {self.window} both set: write the '
                          f'window into the mask (e.g. "causal & window({self.window})") and set window = 0')
-      static = attn.head_mask_matrix(self.mask_predicates(), 64, 64)
+      # Over every position a sequence can have, so that e.g. stride(n) with n > 64 is caught too.
+      static = attn.head_mask_matrix(self.mask_predicates(), self.max_len, self.max_len)
       if self.causal and np.triu(static.any(0), 1).any():
         raise ValueError(f'model.mask {self.mask!r} lets a position read later positions, but this task is '
                          f"causal (it predicts the next token): add 'causal &' to the mask")

@@ -52,6 +52,8 @@ def test_bad_mask_is_a_clear_error(text, message):
 def test_a_causal_task_refuses_a_mask_that_reads_the_future():
   with pytest.raises(ValueError, match="add 'causal &'"):
     dataclasses.replace(SMALL, causal=True, mask='window(4)').validate()
+  with pytest.raises(ValueError, match="add 'causal &'"):   # reads ahead only 80 positions on: checked to max_len
+    dataclasses.replace(SMALL, causal=True, max_len=100, mask='causal | stride(80)').validate()
   with pytest.raises(ValueError, match='both set'):
     dataclasses.replace(SMALL, causal=True, mask='causal', window=3).validate()
   dataclasses.replace(SMALL, causal=True, mask='causal & window(4); causal & stride(4)').validate()

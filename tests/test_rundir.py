@@ -187,7 +187,8 @@ def test_overriding_the_window_moves_max_len_unless_it_is_set_too():
 @pytest.mark.parametrize('spec', ['configs/symbolic.py:runlocal=true', 'configs/standard.py:task=induction,runlocal=true',
                                   'configs/token_factored.py:runlocal=true',
                                   'configs/rasp.py:task=sort,model=token_factored,runlocal=true',
-                                  'configs/fol.py:model=lstm,runlocal=true'])
+                                  'configs/fol.py:model=lstm,runlocal=true',
+                                  'configs/graph.py:model=standard,runlocal=true'])
 def test_every_config_file_has_a_seconds_long_runlocal_version(spec, tmp_path):
   config = config_lib.from_file(spec)
   full = config_lib.from_file(spec.replace('runlocal=true', 'runlocal=false'))

@@ -113,6 +113,15 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   c.progress_bar = True        # a progress bar on a terminal or in a notebook (never in logs)
   c.compilation_cache_dir = '~/.cache/symjax/jax'  # JAX's persistent compilation cache; '' disables it
 
+  # --- Distillation from a trained teacher (symjax.distill; "Symbolic Transformers" §8.2) -------------
+  c.distill = ml_collections.ConfigDict()
+  c.distill.teacher = ''           # work directory of the trained teacher; '' = no distillation
+  c.distill.teacher_checkpoint = 'best'  # the teacher's 'best' or 'latest' checkpoint, or a step number
+  c.distill.label_weight = 1.0     # weight of the cross-entropy with the task's targets
+  c.distill.logits_weight = 1.0    # weight of T²·KL(teacher ‖ student) on the logits
+  c.distill.temperature = 1.0      # T of the logit loss
+  c.distill.streams = 'x_t:1.0,x_e:1.0'  # stream:weight hidden-state losses (x_t, x_e, x); '' = logits only
+
   # --- Devices, sharding and processes ----------------------------------------------------------------
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1             # devices along the batch axis; -1: all that 'vocab' leaves
@@ -230,5 +239,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"config.readout must be one of ['direct', 'streamed'], got {config.readout!r}")
   if config.task == 'text' and config.tokenizer not in ('char', 'bpe'):
     raise ValueError(f"config.tokenizer must be one of ['char', 'bpe'], got {config.tokenizer!r}")
+  from symjax import distill  # here, not at the top: distill reads work directories through rundir
+  distill.validate(config)
   # The model fields, with placeholders for what the task decides.
   model_config(config, vocab_size=2, causal=True)

@@ -30,7 +30,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from symjax import config_lib, optim, rundir, tasks, train
+from symjax import config_lib, distill, optim, rundir, tasks, train
 from symjax import mesh as mesh_lib
 from symjax import metrics as metrics_lib
 from symjax import model as model_lib
@@ -152,11 +152,16 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
     c.seed = seed
     rundir.check_same_model(w, model_config)
     rundir.check_same_training(w, c)
+    distill.check_same_distillation(w, c)
     seed_configs.append(c)
+  objective = None
+  if distill.active(config):  # every seed learns from the same frozen teacher
+    objective = distill.make_objective(model_config, distill.load_teacher(config, task, model_config, workdirs[0]),
+                                       config)
   model = model_lib.build(model_config)
   tx = optim.make_optimizer(config)
   schedule = optim.learning_rate_schedule(config)
-  train_step, eval_step = train.make_steps(model, tx, config)
+  train_step, eval_step = train.make_steps(model, tx, config, objective)
   init = lambda key: nn.meta.unbox(optim.init_state(model, tx, key, task.seq_len))
   keys = jnp.stack([jax.random.key(s) for s in seeds])
   v_train = combined_step(train_step, len(seeds), seed_step)

@@ -24,7 +24,7 @@ import optax
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from symjax import config_lib, rundir, streamed, tasks
+from symjax import config_lib, distill, rundir, streamed, tasks
 from symjax import mesh as mesh_lib
 from symjax import metrics as metrics_lib
 from symjax import model as model_lib
@@ -44,6 +44,11 @@ def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[
   """
   h, table = model.apply({'params': params}, batch['inputs'], batch['key_mask'], return_hidden=True,
                          edges=batch.get('edges'), **apply_kw)
+  return hidden_stats(model, h, table, batch, config)
+
+
+def hidden_stats(model: Transformer, h, table, batch, config) -> tuple[jax.Array, ...]:
+  """``token_stats`` from the final hidden state h ``[batch, time, d_model]`` and the readout table."""
   flat_h, flat_targets = h.reshape(-1, h.shape[-1]), batch['targets'].reshape(-1)
   num_valid = model.config.num_valid_rows
   if config.readout == 'streamed':
@@ -69,23 +74,38 @@ def training_dynamics(params, grads) -> dict[str, jax.Array]:
   return out
 
 
-def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_collections.ConfigDict):
+def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_collections.ConfigDict,
+               objective=None):
   """The pure train and eval step functions (to be jitted with the run's shardings, or vmapped over
-  seeds): ``train_step(state, batch, rng)`` with the run's key ``rng``, ``eval_step(params, batch)``."""
+  seeds): ``train_step(state, batch, rng)`` with the run's key ``rng``, ``eval_step(params, batch)``.
+
+  ``objective(ce, logits, intermediates, batch) -> (loss, metrics)``, when given, replaces the mean
+  cross-entropy as the loss minimised (distillation, ``symjax.distill.make_objective``); the logged
+  ``loss`` stays the cross-entropy and its metrics are logged beside it."""
 
   def loss_fn(params, batch, dropout_key):
-    loss, _, above, tied = token_stats(model, params, batch, config, deterministic=False,
-                                       rngs={'dropout': dropout_key})
+    kw = dict(deterministic=False, rngs={'dropout': dropout_key})
+    if objective is None:
+      loss, _, above, tied = token_stats(model, params, batch, config, **kw)
+    else:
+      (h, table), state = model.apply({'params': params}, batch['inputs'], batch['key_mask'], return_hidden=True,
+                                      edges=batch.get('edges'), mutable=['intermediates'], **kw)
+      loss, _, above, tied = hidden_stats(model, h, table, batch, config)
     sums = metrics_lib.weighted_metrics(loss, above, tied, batch, config.top_ks)
-    return sums['loss'] / jnp.maximum(sums['weight'], 1.0), sums
+    ce = sums['loss'] / jnp.maximum(sums['weight'], 1.0)
+    if objective is None:
+      return ce, (ce, sums, {})
+    logits = jnp.einsum('btd,vd->btv', h, table.astype(h.dtype), preferred_element_type=jnp.float32)
+    total, extra = objective(ce, logits[..., :model.config.vocab_size], state['intermediates'], batch)
+    return total, (ce, sums, {'objective': total, **extra})
 
   def train_step(state: TrainState, batch, rng):
     dropout_key = jax.random.fold_in(jax.random.fold_in(rng, 1), state.step)
-    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, dropout_key)
+    (_, (loss, sums, extra)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, dropout_key)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {'loss': loss, 'accuracy': sums['correct'] / jnp.maximum(sums['weight'], 1.0),
-               'grad_norm': optax.tree.norm(grads), **training_dynamics(state.params, grads)}
+               'grad_norm': optax.tree.norm(grads), **extra, **training_dynamics(state.params, grads)}
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   def eval_step(params, batch):
@@ -105,15 +125,15 @@ class CompiledRun:
   all_finite: Any             # pytree -> bool array
 
 
-def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int) -> CompiledRun:
+def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int, objective=None) -> CompiledRun:
   """State shapes from `jax.eval_shape`, shardings from the logical-axis rules, and the jitted steps with
-  explicit in/out shardings. Call under `jax.set_mesh(mesh)`."""
+  explicit in/out shardings (``objective``: see ``make_steps``). Call under `jax.set_mesh(mesh)`."""
   init = lambda key: init_state(model, tx, key, seq_len)
   abstract_boxed = jax.eval_shape(init, rng)
   shardings = mesh_lib.state_shardings(abstract_boxed, mesh, rules)
   abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                 nn.meta.unbox(abstract_boxed), shardings)
-  train_step, eval_step = make_steps(model, tx, config)
+  train_step, eval_step = make_steps(model, tx, config, objective)
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_sharding = NamedSharding(mesh, PartitionSpec(mesh_lib.DATA_AXIS))
   return CompiledRun(
@@ -184,6 +204,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   check_task_fits(task, model_config)
   rundir.check_same_model(workdir, model_config)
   rundir.check_same_training(workdir, config)
+  distill.check_same_distillation(workdir, config)
+  teacher = distill.load_teacher(config, task, model_config, workdir) if distill.active(config) else None
   put = mesh_lib.batch_putter(mesh)
 
   with jax.set_mesh(mesh):
@@ -192,7 +214,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     tx = make_optimizer(config)
     schedule = learning_rate_schedule(config)
     rng = jax.random.key(config.seed)
-    run = compile_run(model, tx, config, rng, mesh, rules, task.seq_len)
+    objective = None
+    if teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.distill)
+      objective = distill.make_objective(model_config, distill.teacher_on(mesh, teacher), config)
+    run = compile_run(model, tx, config, rng, mesh, rules, task.seq_len, objective)
     num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
 
     # --- Checkpoints: resume from the latest valid one.

@@ -1,0 +1,238 @@
+"""Stream-specific distillation ("Symbolic Transformers", Kerce & Fox 2025, §8.2): a student learns from a
+trained teacher through its logits and through stream-matched hidden states.
+
+The student (any kind) trains with the usual trainer; ``config.distill.teacher`` names the teacher's work
+directory, and the step's objective becomes
+
+  label_weight · CE(student, targets)
+  + logits_weight · T² · KL(softmax(teacher / T) ‖ softmax(student / T))
+  + Σ_s  w_s · mean over layers l of  ‖rms(S_s^l) − rms(T_s^{m(l)})‖² / d_model
+
+over the task's scored tokens. s runs over the streams of ``config.distill.streams`` (``'x_t:1,x_e:1'``):
+
+- ``x_t``: the token stream. A two-stream model's X_t^l; for a standard model the part of its residual
+  stream its attention wrote: x^0 + Σ_{k≤l} attention updates.
+- ``x_e``: the embedding stream. A two-stream model's X_e^l; for a standard model Σ_{k≤l} FFN updates.
+- ``x``: the whole hidden state X_t^l + X_e^l (the standard model's residual stream).
+
+A standard teacher's residual stream is the sum of what its attention and its FFNs wrote, so the same split
+gives a Token-Factored or Symbolic student "symbolic reasoning demonstrations" for X_t (what attention
+moves between positions) and "contextual knowledge" for X_e (what the FFNs add), as §8.2 proposes.
+Student layer l (1-based) is matched to teacher layer m(l) = round(l · L_teacher / L_student). ``rms``
+divides each token's vector by its root mean square, so streams of different scales compare; it needs
+equal ``d_model`` (the error says so otherwise). The teacher is frozen: it runs inside the step, under
+``stop_gradient``, on the same batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from symjax import rundir, tasks
+from symjax.model import ModelConfig
+
+STREAMS = ('x_t', 'x_e', 'x')
+
+
+def parse_streams(spec: str) -> dict[str, float]:
+  """``'x_t:1.0,x_e:0.5'`` -> {'x_t': 1.0, 'x_e': 0.5}; '' -> {} (logits only)."""
+  out: dict[str, float] = {}
+  for part in filter(None, (p.strip() for p in spec.split(','))):
+    m = re.fullmatch(r'(\w+)\s*:\s*([0-9.eE+-]+)', part)
+    if not m or m.group(1) not in STREAMS:
+      raise ValueError(f'config.distill.streams: cannot read {part!r}; write stream:weight pairs separated by '
+                       f'commas, streams from {list(STREAMS)}, e.g. "x_t:1.0,x_e:1.0" ("" for none)')
+    try:
+      weight = float(m.group(2))
+    except ValueError:
+      weight = -1.0
+    if weight < 0 or m.group(1) in out:
+      raise ValueError(f'config.distill.streams: {part!r} needs a weight >= 0 and each stream once, '
+                       f'got {spec!r}')
+    out[m.group(1)] = weight
+  return out
+
+
+def active(config: ml_collections.ConfigDict) -> bool:
+  """Whether ``config`` distils from a teacher."""
+  return bool(config.get('distill') and config.distill.teacher)
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """The distill fields alone (the teacher itself is checked by ``load_teacher``)."""
+  if not active(config):
+    return
+  d = config.distill
+  for name in ('label_weight', 'logits_weight'):
+    if isinstance(d[name], bool) or not isinstance(d[name], (int, float)) or d[name] < 0:
+      raise ValueError(f'config.distill.{name} must be a number >= 0, got {d[name]!r}')
+  if isinstance(d.temperature, bool) or not isinstance(d.temperature, (int, float)) or d.temperature <= 0:
+    raise ValueError(f'config.distill.temperature must be > 0, got {d.temperature!r}')
+  streams = parse_streams(d.streams)
+  if d.label_weight == 0 and d.logits_weight == 0 and not any(streams.values()):
+    raise ValueError('config.distill: every weight is 0 (label_weight, logits_weight, streams); nothing '
+                     'would be learned')
+
+
+def layer_streams(cfg: ModelConfig, inter) -> list[dict[str, jax.Array]]:
+  """{'x_t', 'x_e', 'x'} after each layer l = 1..L (``[batch, time, d_model]``), from the sown
+  intermediates of one forward pass (see ``symjax.model``)."""
+  if cfg.kind == 'lstm':
+    raise ValueError("model.kind 'lstm' has no streams to distil; use distill.streams = '' (logits only)")
+  one = lambda v: v[0] if isinstance(v, tuple) else v
+  out = []
+  if cfg.kind == 'standard':
+    x_prev = one(inter['x_0'])
+    x_t, x_e = x_prev, jnp.zeros_like(x_prev)
+    for l in range(cfg.num_layers):
+      layer = inter[f'layer_{l}']
+      x_attn, x_ffn = one(layer['x_attn']), one(layer['x_ffn'])
+      x_t, x_e = x_t + (x_attn - x_prev), x_e + (x_ffn - x_attn)
+      x_prev = x_ffn
+      out.append({'x_t': x_t, 'x_e': x_e, 'x': x_ffn})
+    return out
+  for l in range(cfg.num_layers):
+    layer = inter[f'layer_{l}']
+    x_t, x_e = one(layer['x_t_ffn']), one(layer['x_e_ffn'])
+    out.append({'x_t': x_t, 'x_e': x_e, 'x': x_t + x_e})
+  return out
+
+
+def matched_layer(l: int, student_layers: int, teacher_layers: int) -> int:
+  """Teacher layer (1-based) for student layer l (1-based): round(l · L_t / L_s), at least 1."""
+  return max(1, min(teacher_layers, int(round(l * teacher_layers / student_layers))))
+
+
+def _rms(x: jax.Array) -> jax.Array:
+  x = x.astype(jnp.float32)
+  return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+
+
+def soft_cross_entropy(student_logits, teacher_logits, temperature: float) -> jax.Array:
+  """T² · KL(softmax(teacher / T) ‖ softmax(student / T)) per token, ``[batch, time]``."""
+  t = jax.nn.log_softmax(teacher_logits.astype(jnp.float32) / temperature)
+  s = jax.nn.log_softmax(student_logits.astype(jnp.float32) / temperature)
+  return temperature ** 2 * jnp.sum(jnp.exp(t) * (t - s), axis=-1)
+
+
+def stream_distance(student, teacher) -> jax.Array:
+  """Mean squared distance of the RMS-normalised vectors, per token: ``[batch, time]``."""
+  return jnp.mean(jnp.square(_rms(student) - _rms(teacher)), axis=-1)
+
+
+class Teacher:
+  """A trained work directory, frozen, that scores the student's batches."""
+
+  def __init__(self, workdir: str, which: str | int = 'best'):
+    self.workdir = workdir
+    loaded = rundir.load(workdir, which)
+    self.model, self.params, self.config = loaded.model, loaded.params, loaded.model_config
+    self.task, self.tokenizer, self.step = loaded.task, loaded.tokenizer, loaded.step
+
+  def outputs(self, batch) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
+    """Teacher logits ``[batch, time, vocab]`` and its layer streams, without gradients."""
+    logits, state = self.model.apply({'params': self.params}, batch['inputs'], batch['key_mask'],
+                                     edges=batch.get('edges'), mutable=['intermediates'])
+    streams = layer_streams(self.config, state['intermediates']) if self.config.kind != 'lstm' else []
+    return jax.lax.stop_gradient((logits, streams))
+
+
+def load_teacher(config: ml_collections.ConfigDict, task: tasks.Task, student: ModelConfig, workdir: str
+                 ) -> Teacher:
+  """The teacher of ``config.distill.teacher``, checked against the student's task, vocabulary and shape;
+  a mismatch is a one-line error naming both sides."""
+  d = config.distill
+  path = os.path.expanduser(d.teacher)
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f'config.distill.teacher: no work directory {d.teacher!r}; give the --workdir '
+                            f'of a finished training run')
+  if os.path.abspath(path) == os.path.abspath(workdir):
+    raise ValueError('config.distill.teacher is the student\'s own --workdir; give the teacher\'s work directory')
+  teacher = Teacher(path, d.teacher_checkpoint)
+  if teacher.task != task.name:
+    raise ValueError(f'config.distill.teacher {d.teacher!r} was trained on task {teacher.task!r}, the student '
+                     f'trains on {task.name!r}; distil from a teacher of the same task')
+  with open(os.path.join(path, tasks.VOCAB_FILE)) as f:
+    teacher_vocab = json.load(f)
+  student_vocab = task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
+  if json.loads(json.dumps(student_vocab)) != teacher_vocab:
+    raise ValueError(f'config.distill.teacher {d.teacher!r} has another vocabulary than the student\'s task '
+                     f'({teacher.config.vocab_size} vs {len(task.vocab)} tokens, or the same tokens in another '
+                     f'order); use a teacher trained on the same data with the same tokenizer')
+  if teacher.config.vocab_size != student.vocab_size:
+    raise ValueError(f'config.distill.teacher has {teacher.config.vocab_size} output tokens, the student '
+                     f'{student.vocab_size}')
+  if task.seq_len > teacher.config.max_len:
+    raise ValueError(f'config.distill.teacher reads at most {teacher.config.max_len} tokens (its model.max_len); '
+                     f'the student trains on {task.seq_len}')
+  streams = {s: w for s, w in parse_streams(d.streams).items() if w > 0}
+  if streams:
+    for side, cfg in (('teacher', teacher.config), ('student', student)):
+      if cfg.kind == 'lstm':
+        raise ValueError(f"config.distill.streams: the {side} is an LSTM, which has no streams; set "
+                         f"config.distill.streams = '' (logits only)")
+    if teacher.config.d_model != student.d_model:
+      raise ValueError(f'config.distill.streams needs equal d_model in teacher ({teacher.config.d_model}) and '
+                       f"student ({student.d_model}); match them or set config.distill.streams = ''")
+  return teacher
+
+
+def check_same_distillation(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """Refuses to resume a work directory under another distillation setting (or with one where there was
+  none, or none where there was one), before anything is restored."""
+  path = os.path.join(workdir, rundir.CONFIG_FILE)
+  if not (os.path.isfile(path) and rundir.checkpoint_steps(workdir)):
+    return
+  with open(path) as f:
+    saved = json.load(f).get('distill') or {}
+  now = config.get('distill')
+  now = now.to_dict() if now is not None else {}
+  if (saved.get('teacher') or '') == (now.get('teacher') or '') == '':
+    return
+  if saved != now:
+    changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+    raise ValueError(f'work directory {workdir!r} was trained with other distillation settings '
+                     f'({", ".join(f"distill.{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)}); '
+                     f'resume it with its own values or choose a new --workdir')
+
+
+def make_objective(student: ModelConfig, teacher: Teacher, config: ml_collections.ConfigDict
+                   ) -> Callable[..., tuple[jax.Array, dict[str, jax.Array]]]:
+  """``objective(ce, logits, inter, batch) -> (loss, metrics)``: ce is the student's mean label loss,
+  logits ``[batch, time, vocab]`` and inter its sown intermediates on ``batch``."""
+  d = config.distill
+  streams = {s: float(w) for s, w in parse_streams(d.streams).items() if w > 0}
+
+  def objective(ce, logits, inter, batch):
+    weights = batch['weights']
+    mean = lambda per_token: jnp.sum(per_token * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+    t_logits, t_streams = teacher.outputs(batch)
+    kl = mean(soft_cross_entropy(logits, t_logits, d.temperature))
+    total = d.label_weight * ce + d.logits_weight * kl
+    metrics = {'distill/kl': kl}
+    if streams:
+      s_streams = layer_streams(student, inter)
+      for name, w in streams.items():
+        dist = jnp.mean(jnp.stack([
+            mean(stream_distance(s_streams[l - 1][name],
+                                 t_streams[matched_layer(l, student.num_layers, teacher.config.num_layers) - 1][name]))
+            for l in range(1, student.num_layers + 1)]))
+        metrics[f'distill/{name}'] = dist
+        total = total + w * dist
+    return total, metrics
+
+  return objective
+
+
+def teacher_on(mesh, teacher: Teacher) -> Any:
+  """The teacher's parameters replicated over ``mesh`` (the student's steps read them as constants)."""
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  teacher.params = jax.device_put(teacher.params, replicated)
+  return teacher

@@ -40,6 +40,25 @@ def tag_sequence(tokens: list[str]) -> list[str]:
   return tags
 
 
+def source_positions(inputs: np.ndarray, v: base.Vocab) -> np.ndarray:
+  """``[n, time, time]`` bool: [i, q, t] when position t holds the number a letter at q copies — the one
+  after the letter's first earlier occurrence that a number followed (what ``tag_sequence`` reads)."""
+  letters = np.isin(inputs, [v.id(x) for x in LETTERS])
+  numbers = np.isin(inputs, [v.id(x) for x in NUMBERS])
+  n, t = inputs.shape
+  out = np.zeros((n, t, t), bool)
+  # An earlier letter p < q equal to the one at q, followed by a number at p + 1.
+  same = (inputs[:, :, None] == inputs[:, None, :]) & letters[:, :, None]     # [n, q, p]
+  followed = np.concatenate([numbers[:, 1:], np.zeros((n, 1), bool)], axis=1)  # number at p + 1
+  earlier = np.tril(np.ones((t, t), bool), -1)                                 # p < q
+  candidates = same & followed[:, None, :] & earlier[None]
+  has = candidates.any(-1)
+  first = candidates.argmax(-1)
+  qi, qq = np.nonzero(has)
+  out[qi, qq, first[qi, qq] + 1] = True
+  return out
+
+
 def sample_sequence(rng: np.random.Generator) -> list[str]:
   mapping = {letter: NUMBERS[rng.integers(len(NUMBERS))] for letter in LETTERS}
   letters = [LETTERS[i] for i in rng.integers(len(LETTERS), size=4)]

@@ -73,6 +73,20 @@ def tags(task: str, x: list[str]) -> list[str]:
   raise ValueError(f'unknown RASP task {task!r}; known: {list(TASKS)}')
 
 
+def reverse_source_positions(inputs: np.ndarray, v: base.Vocab) -> np.ndarray:
+  """``[n, time, time]`` bool for ``reverse``: [i, q, t] when the tag at q is the input at t. The content
+  x_1..x_l sits at positions 1..l (after ``<s>``), and the tag at q is x_{l+1-q}."""
+  n, t = inputs.shape
+  length = (np.isin(inputs, [v.id(s) for s in base.SPECIALS]) == 0).sum(-1)        # l per example
+  q = np.arange(t)[None, :]
+  source = length[:, None] + 1 - q                                                  # [n, q]
+  valid = (q >= 1) & (q <= length[:, None])
+  out = np.zeros((n, t, t), bool)
+  ii, qq = np.nonzero(valid)
+  out[ii, qq, source[ii, qq]] = True
+  return out
+
+
 def dyck_tags(x: list[str], pairs: tuple[str, ...]) -> list[str]:
   """Per prefix: T if balanced, P if a valid unfinished prefix, F from the first error on."""
   closing = {close: open_ for open_, close in pairs}

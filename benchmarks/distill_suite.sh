@@ -1,0 +1,32 @@
+#!/bin/bash
+# Stream-specific distillation against training from scratch, at the same budget (the recipe's steps and
+# the kind's own learning rate; the distillation weights at their defaults, untuned), 3 seeds each:
+#   reverse (RASP, 3000 steps) and the text recipe (tiny Shakespeare, 2000 steps),
+#   students token_factored and symbolic, teacher one standard model (seed 0) of the same recipe.
+#   bash benchmarks/distill_suite.sh [ROOT=runs/distill_suite] [TEXT=../shared/data/tinyshakespeare.txt]
+# Finished runs are skipped on a rerun. Then: python benchmarks/collect_distill.py ROOT
+set -e
+cd "$(dirname "$0")/.."
+root=$(realpath -m "${1:-runs/distill_suite}")
+text=$(realpath "${2:-../shared/data/tinyshakespeare.txt}")
+quiet=--config.progress_bar=false
+teacher() {  # teacher NAME CONFIG [FLAGS...]
+  local dir=$root/$1/teacher; shift
+  [ -f "$dir/final_metrics.json" ] || python -m symjax.main --config="$@" $quiet --workdir="$dir"
+}
+teacher reverse configs/rasp.py:task=reverse,model=standard
+teacher text configs/standard.py:task=text,size=medium --config.text_path="$text"
+for kind in symbolic token_factored; do
+  for mode in scratch distill; do
+    extra=(); [ $mode = distill ] && extra=(--config.distill.teacher="$root/reverse/teacher")
+    python -m symjax.sweep --config=configs/rasp.py:task=reverse,model=$kind --seeds=3 $quiet "${extra[@]}" \
+      --workdir="$root/reverse/${kind}_$mode"
+  done
+done
+for kind in symbolic token_factored; do
+  for mode in scratch distill; do
+    extra=(); [ $mode = distill ] && extra=(--config.distill.teacher="$root/text/teacher")
+    python -m symjax.sweep --config=configs/$kind.py:task=text,size=medium --config.text_path="$text" --seeds=3 \
+      $quiet "${extra[@]}" --workdir="$root/text/${kind}_$mode"
+  done
+done

@@ -80,9 +80,10 @@ class Shared(nn.Module):
   @nn.compact
   def __call__(self, proj, condition):
     """proj ``[batch, q, t]``, condition ``[batch, q]`` -> (CI, weights), each ``[batch, q, t]``."""
-    init = nn.initializers.variance_scaling(1.0, 'fan_in', 'normal')
-    w_global = self.param('w_global', init, (self.seq_len, self.seq_len))
-    w_context = self.param('w_context', init, (self.seq_len, self.seq_len))
+    # W_global starts as the identity and W_context at zero: the layer first passes each position's
+    # score through, and learns to mix positions only where that helps.
+    w_global = self.param('w_global', lambda _, shape: jnp.eye(*shape), (self.seq_len, self.seq_len))
+    w_context = self.param('w_context', nn.initializers.zeros, (self.seq_len, self.seq_len))
     t = proj.shape[-1]
     w_global, w_context = w_global[:t, :t], w_context[:t, :t]
     c = condition[..., None]
@@ -110,6 +111,7 @@ class Module(nn.Module):
     shared = Shared(self.seq_len, name='shared')
 
     def project(e):  # eq. (4), shared by the blocks and the model level
+      e = e * jax.lax.rsqrt(jnp.mean(e * e, axis=-1, keepdims=True) + 1e-6)  # scale-free: summed streams grow
       return jnp.einsum('...qa,...ta->...qt', w_q(e), w_k(e)) / math.sqrt(self.projection_dim)
 
     agg = blocks.sum(axis=1)                                      # eq. (3)

@@ -57,6 +57,7 @@ def np_module(params, blocks, readable, condition, d_a):
   p = jax.tree.map(np.asarray, params)
   selu = lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * (np.exp(x) - 1))
   def proj(e):
+    e = e / np.sqrt((e * e).mean(-1, keepdims=True) + 1e-6)
     return (e @ p['query']['kernel']) @ np.swapaxes(e @ p['key']['kernel'], -1, -2) / np.sqrt(d_a)
   t = blocks.shape[2]
   wg, wc = p['shared']['w_global'][:t, :t], p['shared']['w_context'][:t, :t]

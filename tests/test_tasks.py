@@ -260,3 +260,48 @@ def test_corpus_larger_than_the_process_may_allocate_trains_from_the_map(tmp_pat
                         capture_output=True, text=True)
   assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
   assert proc.stdout.split() == ['OK', str(int(0.9 * tokens))]
+
+
+PER_DEVICE_ROWS = r'''
+import json, sys
+import numpy as np
+import jax
+from symjax import mesh as mesh_lib
+from symjax.tasks import text
+task = text.TextTask('', seq_len=16, token_path=sys.argv[1])
+reads = []
+class Spy:  # the memory map, recording which windows are read
+  def __init__(self, a): self.a = a
+  def __len__(self): return len(self.a)
+  def __getitem__(self, s): reads.append(s.start); return self.a[s]
+task.streams['train'] = Spy(task.streams['train'])
+batch = task.batch('train', 5, 8, 0)
+assert not reads                                   # drawing a batch reads nothing
+mesh = jax.make_mesh((4, 1), ('data', 'vocab'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+placed = mesh_lib.batch_putter(mesh)(batch)
+shards = [np.asarray(s.data) for s in placed['inputs'].addressable_shards]
+print(json.dumps({'reads': len(reads), 'distinct': len(set(reads)), 'shard_rows': [len(s) for s in shards],
+                  'equal': bool((np.asarray(placed['inputs']) == np.asarray(batch['inputs'])).all())}))
+'''
+
+
+def test_mapped_batches_are_read_row_by_row_where_they_are_placed(tmp_path):
+  """Each of 4 devices gets 2 of 8 rows, and each row's input and target windows are read once: the reads
+  follow the placement, so a process of a multi-host run reads only its own devices' rows."""
+  import json
+  import subprocess
+  import sys
+  from symjax.tasks import text
+  (tmp_path / 'c.txt').write_text(multilingual_text(3_000), encoding='utf-8')
+  text.write_token_file(str(tmp_path / 'c.txt'), str(tmp_path / 't'))
+  mapped = text.TextTask('', seq_len=16, token_path=str(tmp_path / 't'))
+  windows = mapped.batch('train', 5, 8, 0)['inputs']
+  assert isinstance(windows, text.Windows) and windows.shape == (8, 16)
+  np.testing.assert_array_equal(windows[2:4, 3:], np.asarray(windows)[2:4, 3:])
+  np.testing.assert_array_equal(windows[1], np.asarray(windows)[1])
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4')
+  proc = subprocess.run([sys.executable, '-c', PER_DEVICE_ROWS, str(tmp_path / 't')], capture_output=True,
+                        text=True, env=env)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert got == {'reads': 16, 'distinct': 16, 'shard_rows': [2, 2, 2, 2], 'equal': True}, got

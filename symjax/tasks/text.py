@@ -201,6 +201,37 @@ def read_corpus(path: str) -> str:
     raise ValueError(f'config.text_path {path!r} is not UTF-8 text: {e}') from None
 
 
+class Windows:
+  """``[rows, seq_len]`` int32 windows of a token stream, read only where indexed.
+
+  The trainer places a batch with ``jax.make_array_from_callback``, which asks each process only for the
+  rows of its own devices; a batch of ``Windows`` over a memory-mapped token file therefore makes each
+  process read its own rows of the file and no others. ``np.asarray`` reads every row."""
+
+  dtype = np.dtype(np.int32)
+  ndim = 2
+
+  def __init__(self, stream, starts: np.ndarray, seq_len: int, shift: int):
+    self.stream, self.starts, self.seq_len, self.shift = stream, np.asarray(starts), seq_len, shift
+    self.shape = (len(self.starts), seq_len)
+
+  def __len__(self) -> int:
+    return self.shape[0]
+
+  def __getitem__(self, index) -> np.ndarray:
+    index = index if isinstance(index, tuple) else (index,)
+    rows = np.arange(len(self.starts))[index[0]]
+    starts = self.starts[np.atleast_1d(rows)] + self.shift
+    out = np.stack([np.asarray(self.stream[s:s + self.seq_len]) for s in starts]).astype(np.int32)
+    out = out[(slice(None), *index[1:])]
+    return out[0] if np.ndim(rows) == 0 else out
+
+  def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    del copy
+    out = self[:]
+    return out if dtype is None else out.astype(dtype)
+
+
 class TextTask(base.Task):
   """Next-token prediction on windows of ``seq_len`` tokens."""
 
@@ -235,6 +266,7 @@ class TextTask(base.Task):
       ids = self.tokenizer.encode(text)
     self.vocab = self.tokenizer.vocab
     self.seq_len = seq_len
+    self.mapped = bool(token_path)  # batches of Windows, read row by row from the map
     cut, held_out = int(0.9 * len(ids)), int(0.95 * len(ids))
     self.streams = {'train': ids[:cut], 'validation': ids[cut:held_out], 'test': ids[held_out:]}
     for split in base.SPLITS:
@@ -246,10 +278,12 @@ class TextTask(base.Task):
 
   def _windows(self, split: str, starts: np.ndarray) -> dict[str, np.ndarray]:
     stream = self.streams[split]
+    ones = np.ones((len(starts), self.seq_len), np.float32)
+    if self.mapped:  # read where placed: each process its own rows (Windows)
+      return {'inputs': Windows(stream, starts, self.seq_len, 0), 'targets': Windows(stream, starts, self.seq_len, 1),
+              'weights': ones, 'key_mask': ones.astype(bool)}
     windows = np.stack([stream[s:s + self.seq_len + 1] for s in starts]).astype(np.int32)
-    return {'inputs': windows[:, :-1], 'targets': windows[:, 1:],
-            'weights': np.ones((len(starts), self.seq_len), np.float32),
-            'key_mask': np.ones((len(starts), self.seq_len), bool)}
+    return {'inputs': windows[:, :-1], 'targets': windows[:, 1:], 'weights': ones, 'key_mask': ones.astype(bool)}
 
   def batch(self, split, step, batch_size, seed):
     base.check_split(split)

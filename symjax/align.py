@@ -136,7 +136,26 @@ def defaults() -> ml_collections.ConfigDict:
   c.ce_weight = 1.0               # weight of CE(Output_1, target), eq. (8)
   c.activation_weight = 1.0       # λ_a: weight of MSE(Output_2, GT), eq. (7); 0 and 0: no alignment
   c.weights_weight = 1.0          # λ_w: weight of MSE(Output_3, GT), eq. (7)
+  c.annotations = ''              # .npy of your own training annotations [train examples, time, time] in {0, 1}
+                                  # ([i, q, t]: t is a source of q's answer), in the task's training order;
+                                  # '' = the task's true sources. Evaluation always uses the true sources.
   return c
+
+
+def read_annotations(path: str, shape: tuple[int, ...]) -> np.ndarray:
+  """The annotations file of ``config.annotations``, checked: shape ``shape`` and values 0 or 1."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'config.annotations: no file {path!r}; give a .npy array of shape {shape}')
+  try:
+    a = np.load(path, allow_pickle=False)
+  except ValueError as e:
+    raise ValueError(f'config.annotations {path!r} is not a NumPy .npy array ({e})') from None
+  if a.shape != shape:
+    raise ValueError(f'config.annotations {path!r} has shape {a.shape}; the training split needs {shape} '
+                     f'([examples, query position, source position])')
+  if not np.isin(a, (0, 1)).all():
+    raise ValueError(f'config.annotations {path!r} holds values other than 0 and 1')
+  return a.astype(bool)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -275,8 +294,14 @@ def align(backbone: str, workdir: str, config: ml_collections.ConfigDict, verbos
   task = tasks.get_task(loaded.config)
   if task.vocab.tokens != loaded.tokenizer.vocab.tokens:
     raise ValueError(f'the backbone {backbone!r} has another vocabulary than task {task.name!r} builds today')
+  annotations = None
+  if config.annotations:  # checked before the backbone's features are computed
+    shape = (task.split_size('train'), task.seq_len, task.seq_len)
+    annotations = read_annotations(config.annotations, shape)
   data = {split: prepare(loaded, task, split) for split in ('train', 'validation')}
   train = data['train']
+  if annotations is not None:
+    train['sources'] = annotations
   n = len(train['targets'])
   order = base.rng_for(config.seed, 'align', 'annotated').permutation(n)
   train['annotated'] = np.zeros(n, np.float32)

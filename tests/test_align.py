@@ -153,3 +153,27 @@ def test_alignment_errors_name_what_is_wrong(backbone, tmp_path):
   with pytest.raises(ValueError, match=r'annotated_fraction must be in \(0, 1\]'):
     align.align(backbone, str(tmp_path / 'c'), bad, verbose=False)
   assert not os.path.exists(str(tmp_path / 'c'))
+
+
+def test_own_annotations_are_read_and_checked(backbone, tmp_path):
+  from symjax import tasks
+  task = tasks.get_task(tiny_config('token_factored'))
+  n, t = task.split_size('train'), task.seq_len
+  config = align.defaults()
+  config.steps = 5
+  for array, message in ((np.zeros((n, t)), rf'has shape \({n}, {t}\); the training split needs \({n}, {t}, {t}\)'),
+                         (np.full((n, t, t), 2), 'values other than 0 and 1')):
+    np.save(tmp_path / 'a.npy', array)
+    config.annotations = str(tmp_path / 'a.npy')
+    with pytest.raises(ValueError, match=message):
+      align.align(backbone, str(tmp_path / 'x'), config, verbose=False)
+  config.annotations = str(tmp_path / 'missing.npy')
+  with pytest.raises(FileNotFoundError, match='no file'):
+    align.align(backbone, str(tmp_path / 'x'), config, verbose=False)
+  true = induction.source_positions(task.data.inputs['train'], task.vocab)
+  np.save(tmp_path / 'true.npy', true.astype(np.uint8))
+  config.annotations = str(tmp_path / 'true.npy')
+  own = align.align(backbone, str(tmp_path / 'own'), config, verbose=False)
+  config.annotations = ''
+  derived = align.align(backbone, str(tmp_path / 'derived'), config, verbose=False)
+  assert own['test'] == derived['test']   # the true sources given as a file: the same module

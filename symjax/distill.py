@@ -21,7 +21,8 @@ moves between positions) and "contextual knowledge" for X_e (what the FFNs add),
 Student layer l (1-based) is matched to teacher layer m(l) = round(l · L_teacher / L_student). ``rms``
 divides each token's vector by its root mean square, so streams of different scales compare; it needs
 equal ``d_model`` (the error says so otherwise). The teacher is frozen: it runs inside the step, under
-``stop_gradient``, on the same batch.
+``stop_gradient``, on the same batch. The logit loss needs the full ``[tokens, vocabulary]`` logits of both
+models, so a distilled step forms them even with ``config.readout = 'streamed'``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ import json
 import os
 import sys
 
-from symjax.sweep import interval
+from collect_common import cell, root_and_json  # benchmarks/collect_common.py
+from symjax.sweep import stat
 
 KINDS = ('standard', 'token_factored', 'symbolic')
 ALIGNMENT = {'false': 'none (CE only)', 'true': 'CE + MSE + MSE', 'weighted': '0.1 CE + MSE + MSE'}
@@ -21,9 +22,7 @@ METRICS = ('precision_activations', 'precision_weights', 'precision_attention', 
 
 
 def main(argv):
-  args = [a for a in argv[1:] if not a.startswith('--json=')]
-  out = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--json=')), 'benchmarks/results/alignment.json')
-  root = args[0] if args else 'runs/align_suite'
+  root, out = root_and_json(argv, 'runs/align_suite', 'benchmarks/results/alignment.json')
   rows = []
   for task in ('induction', 'reverse'):
     for kind in KINDS:
@@ -37,14 +36,10 @@ def main(argv):
         row = {'task': task, 'kind': kind, 'aligned': aligned, 'seeds': len(results),
                'config': results[0]['config']}
         for m in METRICS:
-          values = [r['test'][m] for r in results]
-          mean, half = interval(values)
-          row[m] = {'mean': mean, 'ci95': half, 'values': values}
-        blocks = [r['test']['precision_blocks'] for r in results]
-        row['precision_blocks'] = [{'mean': interval(v)[0], 'ci95': interval(v)[1], 'values': list(v)}
-                                   for v in zip(*blocks)]
+          row[m] = stat([r['test'][m] for r in results])
+        row['precision_blocks'] = [stat(v) for v in zip(*[r['test']['precision_blocks'] for r in results])]
         rows.append(row)
-  fmt = lambda d: f"{100 * d['mean']:.1f} ± {100 * d['ci95']:.1f}"
+  fmt = lambda d: cell(d, 100, 1)
   print('| task | kind | alignment | P@k activations | P@k weights | P@k blocks | P@k attention | module acc. | backbone acc. |')
   print('|---|---|---|---:|---:|---:|---:|---:|---:|')
   for r in rows:

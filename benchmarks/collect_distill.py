@@ -12,7 +12,8 @@ import json
 import os
 import sys
 
-from symjax.sweep import interval
+from collect_common import cell, root_and_json  # benchmarks/collect_common.py
+from symjax.sweep import stat
 
 
 def last_train_record(seed_dir: str) -> dict:
@@ -22,10 +23,7 @@ def last_train_record(seed_dir: str) -> dict:
 
 
 def main(argv):
-  args = [a for a in argv[1:] if not a.startswith('--json=')]
-  out = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--json=')),
-             'benchmarks/results/distillation.json')
-  root = args[0] if args else 'runs/distill_suite'
+  root, out = root_and_json(argv, 'runs/distill_suite', 'benchmarks/results/distillation.json')
   rows, teachers = [], {}
   for task in ('reverse', 'text'):
     path = os.path.join(root, task, 'teacher', 'final_metrics.json')
@@ -42,16 +40,13 @@ def main(argv):
         finals = [json.load(open(os.path.join(d, 'final_metrics.json'))) for d in seed_dirs]
         row = {'task': task, 'kind': kind, 'mode': mode, 'command': command, 'seeds': len(finals)}
         for split, metric in (('test', 'accuracy'), ('test', 'loss'), ('validation', 'loss')):
-          values = [f[split][metric] for f in finals]
-          mean, half = interval(values)
-          row[f'{split}/{metric}'] = {'mean': mean, 'ci95': half, 'values': values}
+          row[f'{split}/{metric}'] = stat([f[split][metric] for f in finals])
         if mode == 'distill':
           last = [last_train_record(d) for d in seed_dirs]
           for key in ('distill/kl', 'distill/x_t', 'distill/x_e'):
             values = [r[key] for r in last if key in r]
             if values:
-              mean, half = interval(values)
-              row[f'final_train/{key}'] = {'mean': mean, 'ci95': half, 'values': values}
+              row[f'final_train/{key}'] = stat(values)
         rows.append(row)
   print('| task | student | trained | test accuracy (%) | test loss | end KL to teacher | end x_t / x_e distance |')
   print('|---|---|---|---:|---:|---:|---:|')
@@ -60,8 +55,8 @@ def main(argv):
     xs = [r.get(f'final_train/distill/{s}') for s in ('x_t', 'x_e')]
     acc, loss = r['test/accuracy'], r['test/loss']
     ends = ' / '.join(f"{x['mean']:.3f}" for x in xs if x)
-    print(f"| {r['task']} | {r['kind']} | {r['mode']} | {100 * acc['mean']:.2f} ± {100 * acc['ci95']:.2f} | "
-          f"{loss['mean']:.4f} ± {loss['ci95']:.4f} | {'' if kl is None else format(kl['mean'], '.3f')} | {ends} |")
+    print(f"| {r['task']} | {r['kind']} | {r['mode']} | {cell(acc, 100, 2)} | {cell(loss)} | "
+          f"{'' if kl is None else format(kl['mean'], '.3f')} | {ends} |")
   for task, t in teachers.items():
     print(f"teacher ({task}, standard, seed 0): test accuracy {100 * t['accuracy']:.2f}%, loss {t['loss']:.4f}")
   with open(out, 'w') as f:

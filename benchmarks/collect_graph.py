@@ -11,16 +11,14 @@ import json
 import os
 import sys
 
-from symjax.sweep import interval
+from collect_common import cell, root_and_json  # benchmarks/collect_common.py
+from symjax.sweep import stat
 
 KINDS = ('standard', 'token_factored', 'symbolic')
 
 
 def main(argv):
-  args = [a for a in argv[1:] if not a.startswith('--json=')]
-  out = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--json=')),
-             'benchmarks/results/graph_distance.json')
-  root = args[0] if args else 'runs/graph_suite'
+  root, out = root_and_json(argv, 'runs/graph_suite', 'benchmarks/results/graph_distance.json')
   rows = []
   for kind in KINDS:
     for relational in (True, False):
@@ -38,16 +36,13 @@ def main(argv):
       row = {'kind': kind, 'relational': relational, 'command': sweep['command'], 'seeds': len(finals)}
       for split, metric in (('test', 'accuracy'), ('test', 'sequence_accuracy'), ('validation', 'loss'),
                             ('train', 'loss')):
-        values = [r[split][metric] for r in finals]
-        mean, half = interval(values)
-        row[f'{split}/{metric}'] = {'mean': mean, 'ci95': half, 'values': values}
+        row[f'{split}/{metric}'] = stat([r[split][metric] for r in finals])
       rows.append(row)
-  fmt = lambda d, scale=100: f"{scale * d['mean']:.2f} ± {scale * d['ci95']:.2f}"
   print('| kind | edges | test token accuracy (%) | test graph accuracy (%) | train loss |')
   print('|---|---|---:|---:|---:|')
   for r in rows:
-    print(f"| {r['kind']} | {'yes' if r['relational'] else 'no'} | {fmt(r['test/accuracy'])} | "
-          f"{fmt(r['test/sequence_accuracy'])} | {fmt(r['train/loss'], 1)} |")
+    print(f"| {r['kind']} | {'yes' if r['relational'] else 'no'} | {cell(r['test/accuracy'], 100, 2)} | "
+          f"{cell(r['test/sequence_accuracy'], 100, 2)} | {cell(r['train/loss'], 1, 2)} |")
   with open(out, 'w') as f:
     json.dump({'suite': 'bash benchmarks/graph_suite.sh runs/graph_suite', 'rows': rows}, f, indent=1)
   print(f'wrote {out}')

@@ -18,6 +18,7 @@ import sys
 from absl import app, flags
 
 from symjax import sweep
+from collect_common import cell  # benchmarks/collect_common.py
 
 _JSON = flags.DEFINE_string('json', 'suite.json', 'Where to write the gathered results.')
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'],
@@ -28,12 +29,6 @@ RASP = ('reverse', 'sort', 'hist', 'double_hist', 'most_freq', 'dyck1', 'dyck2')
 # Test token accuracy (%) of Transformer Programs, "Learning Transformer Programs" Table 1.
 TRANSFORMER_PROGRAMS = {'reverse': 99.79, 'sort': 99.83, 'hist': 100.0, 'double_hist': 98.40,
                         'most_freq': 75.69, 'dyck1': 99.30, 'dyck2': 99.09}
-
-
-def cell(stat: dict | None, scale: float = 1.0, digits: int = 4) -> str:
-  if stat is None:
-    return 'not run'
-  return f"{scale * stat['mean']:.{digits}f} ± {scale * stat['ci95']:.{digits}f}"
 
 
 def main(argv):
@@ -83,12 +78,11 @@ def main(argv):
       key, c = f'{task}/{kind}', chosen(f'{task}/{kind}')
       folders = sorted(glob.glob(os.path.join(root, task, kind, c['name'], 'seed_*'))) if c else []
       finals = [json.load(open(os.path.join(d, 'final_metrics.json'))) for d in folders]
-      stats = {n: sweep.interval([100 * f[n]['accuracy'] for f in finals])
+      stats = {n: sweep.stat([100 * f[n]['accuracy'] for f in finals])
                for n in ('length_12', 'length_16') if finals and all(n in f for f in finals)}
       if stats:
-        results[key]['extrapolation'] = {n: {'mean': m, 'ci95': h, 'values': [100 * f[n]['accuracy'] for f in finals]}
-                                         for n, (m, h) in stats.items()}
-      cells.append(' / '.join(f'{m:.1f} ± {h:.1f}' for m, h in stats.values()) or '—')
+        results[key]['extrapolation'] = stats
+      cells.append(' / '.join(cell(st, 1, 1) for st in stats.values()) or '—')
     print(f'| {task} | ' + ' | '.join(cells) + ' |')
 
   with open(_JSON.value, 'w') as f:

@@ -114,6 +114,14 @@ def interval(values: Sequence[float]) -> tuple[float, float]:
   return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
 
 
+def stat(values: Sequence[float]) -> dict[str, Any]:
+  """{'mean', 'ci95' (half-width, ``interval``), 'values'}: how every table reports a metric over seeds
+  (NaN for no values)."""
+  values = list(values)
+  mean, half = interval(values) if values else (math.nan, math.nan)
+  return {'mean': mean, 'ci95': half, 'values': values}
+
+
 def summarize(points: list[dict[str, Any]], finals: list[list[dict]], seed_list: Sequence[int],
               select: str) -> dict[str, Any]:
   """Per grid point: mean, 95% half-width and per-seed values of validation metrics; the chosen point."""
@@ -123,9 +131,7 @@ def summarize(points: list[dict[str, Any]], finals: list[list[dict]], seed_list:
     row = {'point': point, 'name': point_name(point), 'seeds': list(seed_list),
            'diverged': [s for s, r in zip(seed_list, runs) if 'diverged' in r]}
     for metric in dict.fromkeys((*REPORTED, select)):
-      values = [r['validation'][metric] for r in ok]
-      mean, half = interval(values) if values else (math.nan, math.nan)
-      row[f'validation/{metric}'] = {'mean': mean, 'ci95': half, 'values': values}
+      row[f'validation/{metric}'] = stat([r['validation'][metric] for r in ok])
     rows.append(row)
   better = SELECT[select]
   candidates = [i for i, r in enumerate(rows) if not r['diverged']]
@@ -135,13 +141,10 @@ def summarize(points: list[dict[str, Any]], finals: list[list[dict]], seed_list:
     runs = finals[chosen]
     test = {}
     for metric in dict.fromkeys((*REPORTED, select)):
-      values = [r['test'][metric] for r in runs]
-      mean, half = interval(values)
-      test[f'test/{metric}'] = {'mean': mean, 'ci95': half, 'values': values}
+      test[f'test/{metric}'] = stat([r['test'][metric] for r in runs])
     train_loss = [r['train']['loss'] for r in runs if 'train' in r]
     if train_loss:
-      mean, half = interval(train_loss)
-      test['train/loss'] = {'mean': mean, 'ci95': half, 'values': train_loss}
+      test['train/loss'] = stat(train_loss)
     out['chosen'] = {'name': rows[chosen]['name'], 'point': rows[chosen]['point'], **test}
   return out
 

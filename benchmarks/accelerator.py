@@ -1,19 +1,27 @@
 """Training throughput, model FLOP utilisation and memory at GPT-2-small scale, on an accelerator.
 
-  python benchmarks/accelerator.py [--batch=8] [--seq_len=1024] [--json=accelerator.json]
+  python benchmarks/accelerator.py [--rows=standard,symbolic+cudnn+direct] [--batch=8] [--json=accelerator.json]
 
-For standard / token_factored / symbolic (streamed projection, streamed loss): 12 layers, 12 heads × 64,
-|V| = 50,257, FFN 3072 (VocabFFN 256 per channel), bfloat16 compute, float32 parameters, AdamW. Each kind
-runs in its own process so that the device's peak-memory counter belongs to it alone. Printed per kind:
+For standard / token_factored / symbolic: 12 layers, 12 heads × 64, |V| = 50,257, FFN 3072 (VocabFFN 256
+per channel), bfloat16 compute, float32 parameters, AdamW. A row is ``KIND[+OPTION...]``; without options
+the attention is the explicit one, the loss and the symbolic projections streamed (symjax's portable
+defaults at this scale). Options: ``direct`` (the loss from whole logits), ``cudnn`` (cuDNN fused attention,
+and for the symbolic kind the cuDNN vocabulary projection), ``pad`` (the embedding table padded to a
+multiple of 128 rows, 50,304; padding rows get no probability), ``learned`` (learned positions instead of
+ALiBi, the standard kind only). Each row runs in its own process so that the device's peak-memory counter
+belongs to it alone. Printed per row:
 
-- steady-state tokens/s (compilation and the first steps excluded; timed over whole steps, synchronised);
+- steady-state tokens/s (compilation and the first steps excluded): steps run back to back and are
+  synchronised once at the end, as in a training loop; the median of steps synchronised one by one is
+  kept beside it (``synchronised_step_s``, the host's round trip included);
 - model FLOPs per step (forward + backward = 3 × forward, counted from the shapes below; the causal
   attention is counted in full, as in the PaLM paper's MFU) and MFU = model FLOP/s ÷ the device's peak, next
   to the rate of a large bfloat16 matrix product measured in the same run;
 - the peak device memory the step actually used (``memory_stats()['peak_bytes_in_use']``) next to XLA's
   compile-time prediction (arguments + outputs − donated + temporaries), and XLA's own FLOP count.
 
-Then the vocabulary projection alone, direct vs streamed, forward + backward at |V| = 50,257.
+Then the vocabulary projection alone, direct vs streamed vs cuDNN, forward + backward at |V| = 50,257.
+The JSON is rewritten after every row, so a run cut short keeps what it measured.
 """
 
 import json
@@ -31,9 +39,10 @@ from symjax import config_lib, optim, symbolic, train
 from flops import forward_flops_per_token  # benchmarks/flops.py
 from symjax.model import Transformer
 
-_KINDS = flags.DEFINE_list('kinds', ['standard', 'standard:direct', 'token_factored', 'token_factored:direct',
-                                      'symbolic'],
-                           'Model kinds; KIND:direct computes the loss from whole logits (readout direct).')
+_ROWS = flags.DEFINE_list('rows', ['standard', 'standard+direct', 'standard+cudnn+direct',
+                                    'standard+cudnn+direct+pad', 'standard+cudnn+direct+pad+learned',
+                                    'token_factored+cudnn+direct+pad', 'symbolic+cudnn+direct+pad', 'symbolic'],
+                          'Rows KIND[+OPTION...]: options direct, cudnn, pad, learned (see the docstring).')
 _BATCH = flags.DEFINE_integer('batch', 8, 'Sequences per step.')
 _SEQ_LEN = flags.DEFINE_integer('seq_len', 1024, 'Tokens per sequence.')
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps (the symbolic kind times at most --max_seconds).')
@@ -42,19 +51,31 @@ _CHUNK = flags.DEFINE_integer('chunk', 2048, 'Vocabulary rows per streamed step.
 _PEAK = flags.DEFINE_float('peak_tflops', 989.4, 'Device peak dense bfloat16 TFLOP/s (H100 SXM: 989.4).')
 _PROJ_TOKENS = flags.DEFINE_integer('projection_tokens', 4096, 'Tokens for the projection comparison.')
 _JSON = flags.DEFINE_string('json', 'accelerator.json', 'Where to write the results.')
+_PROFILE_DIR = flags.DEFINE_string('profile_dir', '', 'If set: after timing, 3 steps of each row are traced '
+                                    '(jax.profiler, Perfetto JSON) and their GPU kernels summed by name.')
+_PROJECTION = flags.DEFINE_bool('projection', True, 'Also time the vocabulary projection alone.')
 _CHILD = flags.DEFINE_string('child', '', 'Internal: measure one kind and print its JSON.')
 
 VOCAB = 50257
 
 
+OPTIONS = ('direct', 'cudnn', 'pad', 'learned')
+
+
 def model_config(name: str):
-  kind, _, readout = name.partition(':')
+  kind, *options = name.split('+')
+  unknown = sorted(set(options) - set(OPTIONS))
+  if unknown:
+    raise ValueError(f'row {name!r}: unknown option(s) {unknown}; allowed: {list(OPTIONS)}')
   config = config_lib.default_config(kind, 'paper')
   config.model.max_len = _SEQ_LEN.value
   config.model.dtype = 'bfloat16'
-  config.model.vocab_projection = 'streamed'
+  config.model.vocab_projection = 'cudnn' if 'cudnn' in options else 'streamed'
+  config.model.attention_impl = 'cudnn' if 'cudnn' in options else 'explicit'
   config.model.vocab_chunk_size = _CHUNK.value
-  config.readout = readout or 'streamed'
+  config.model.vocab_pad_multiple = 128 if 'pad' in options else 1
+  config.model.positions = 'learned' if 'learned' in options else 'alibi'
+  config.readout = 'direct' if 'direct' in options else 'streamed'
   config.batch_size = _BATCH.value
   return config, config_lib.model_config(config, VOCAB, causal=True)
 
@@ -90,15 +111,58 @@ def measure_kind(name: str) -> dict:
       state, metrics = compiled(state, batch)
       jax.block_until_ready(metrics)
       times.append(time.perf_counter() - s)
+    # Back to back, synchronised once at the end, as a training loop runs between two logged steps: the
+    # host dispatches step n+1 while the device runs step n.
+    pipelined = max(1, len(times))
+    s = time.perf_counter()
+    for _ in range(pipelined):
+      state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+    pipelined_s = (time.perf_counter() - s) / pipelined
     stats = jax.devices()[0].memory_stats() or {}
-  step_s = statistics.median(times)
+    kernels = None
+    if _PROFILE_DIR.value:
+      holder = [state]  # the step donates its state: each traced step feeds the next
+
+      def step():
+        holder[0], out = compiled(holder[0], batch)
+        return out
+
+      kernels = profile_kernels(step, name)
+  step_s = pipelined_s
   flops = 3 * forward_flops_per_token(cfg, t) * b * t
   return {'kind': name, 'parameters': int(sum(x.size for x in jax.tree.leaves(run.abstract_state.params))),
-          'compile_s': compile_s, 'timed_steps': len(times), 'step_s': step_s, 'tokens_per_s': b * t / step_s,
+          'compile_s': compile_s, 'timed_steps': len(times), 'step_s': step_s,
+          'synchronised_step_s': statistics.median(times), 'tokens_per_s': b * t / step_s,
           'model_flops_per_step': flops, 'model_tflops_per_s': flops / step_s / 1e12,
           'xla_flops_per_step': float(cost.get('flops', float('nan'))) if cost else float('nan'),
           'peak_bytes_in_use': int(stats.get('peak_bytes_in_use', -1)), 'predicted_peak_bytes': int(predicted),
-          'final_loss': float(metrics['loss'])}
+          'final_loss': float(metrics['loss']), **({'kernels': kernels} if kernels else {})}
+
+
+def profile_kernels(step, name: str, steps: int = 3, top: int = 25) -> dict:
+  """Device time by name over ``steps`` traced steps (ms per step), from jax.profiler's Perfetto trace,
+  for each line (thread) of the device's process ('XLA Ops', the streams, ...): busy time and the names
+  that take most of it."""
+  import glob
+  import gzip
+  log_dir = os.path.join(_PROFILE_DIR.value, name.replace('+', '_'))
+  with jax.profiler.trace(log_dir, create_perfetto_trace=True):
+    for _ in range(steps):
+      jax.block_until_ready(step())
+  path = sorted(glob.glob(os.path.join(log_dir, '**', 'perfetto_trace.json.gz'), recursive=True))[-1]
+  with gzip.open(path, 'rt') as f:
+    events = json.load(f)['traceEvents']
+  meta = lambda kind: {(e['pid'], e.get('tid')) if kind == 'thread_name' else e['pid']: e['args']['name']
+                       for e in events if e.get('ph') == 'M' and e.get('name') == kind}
+  processes, threads = meta('process_name'), meta('thread_name')
+  lines: dict[str, dict[str, float]] = {}
+  for e in events:
+    if e.get('ph') == 'X' and 'GPU' in str(processes.get(e.get('pid'), '')):
+      line = lines.setdefault(str(threads.get((e['pid'], e.get('tid')), e.get('tid'))), {})
+      line[e['name']] = line.get(e['name'], 0.0) + e.get('dur', 0.0) / 1e3 / steps
+  return {line: {'busy_ms_per_step': sum(t.values()),
+                 'top': dict(sorted(t.items(), key=lambda kv: -kv[1])[:top])} for line, t in lines.items()}
 
 
 def matmul_tflops() -> float:
@@ -124,7 +188,8 @@ def projection_times() -> dict:
   cot = jax.random.normal(keys[2], (n, h, d), jnp.bfloat16)
   tau = jnp.ones((h,), jnp.float32)
   out = {}
-  for impl in ('direct', 'streamed'):
+  impls = ('direct', 'streamed', 'cudnn') if jax.default_backend() == 'gpu' else ('direct', 'streamed')
+  for impl in impls:
     project = symbolic.VOCAB_PROJECTIONS[impl]
     loss = lambda z, table, tau: jnp.sum(project(z, table, tau, _CHUNK.value, None)[0].astype(jnp.float32)
                                          * cot.astype(jnp.float32))
@@ -147,7 +212,17 @@ def main(_):
   device = jax.devices()[0]
   print(f'device: {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}', flush=True)
   rows = {}
-  for kind in _KINDS.value:
+
+  def write(extra=None):
+    with open(_JSON.value, 'w') as f:
+      json.dump({'device': device.device_kind, 'jax': jax.__version__, 'batch': _BATCH.value,
+                 'seq_len': _SEQ_LEN.value, 'vocab': VOCAB, 'chunk': _CHUNK.value, 'peak_tflops': _PEAK.value,
+                 'rows': rows, **(extra or {}),
+                 'command': 'python benchmarks/accelerator.py ' + ' '.join(sys.argv[1:])}, f, indent=1)
+
+  for kind in _ROWS.value:
+    model_config(kind)  # a bad row is an error before anything runs
+  for kind in _ROWS.value:
     args = [sys.executable, __file__, f'--child={kind}'] + [a for a in sys.argv[1:] if not a.startswith('--json')]
     proc = subprocess.run(args, capture_output=True, text=True, env=os.environ)
     line = [l for l in proc.stdout.splitlines() if l.startswith('RESULT ')]
@@ -157,33 +232,43 @@ def main(_):
       continue
     rows[kind] = json.loads(line[0][len('RESULT '):])
     print(f"{kind}: {rows[kind]['step_s'] * 1e3:.1f} ms/step", flush=True)
+    write()
   peak_matmul = matmul_tflops()
-  projection = projection_times()
+  projection = projection_times() if _PROJECTION.value else {}
   gib = lambda x: x / 2**30
   print(f'\n{device.device_kind}, batch {_BATCH.value} × {_SEQ_LEN.value}, |V| = {VOCAB:,}, bfloat16 compute; '
         f'8192³ bf16 matmul {peak_matmul:.0f} TFLOP/s, peak taken as {_PEAK.value} TFLOP/s')
-  print('| kind | parameters | step | tokens/s | model TFLOP/s | MFU | MFU of matmul rate | peak memory used '
+  print('| kind | parameters | step | step, synchronised | tokens/s | model TFLOP/s | MFU | MFU of matmul rate | peak memory used '
         '| XLA predicted | compile |')
-  print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+  print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for kind, r in rows.items():
     if 'error' in r:
-      print(f'| {kind} | failed | | | | | | | | |')
+      print(f'| {kind} | failed | | | | | | | | | |')
       continue
-    print(f"| {kind} | {r['parameters']:,} | {r['step_s'] * 1e3:.1f} ms | {r['tokens_per_s']:,.0f} | "
+    print(f"| {kind} | {r['parameters']:,} | {r['step_s'] * 1e3:.1f} ms | {r['synchronised_step_s'] * 1e3:.1f} ms | "
+          f"{r['tokens_per_s']:,.0f} | "
           f"{r['model_tflops_per_s']:.1f} | {100 * r['model_tflops_per_s'] / _PEAK.value:.1f}% | "
           f"{100 * r['model_tflops_per_s'] / peak_matmul:.1f}% | {gib(r['peak_bytes_in_use']):.2f} GiB | "
           f"{gib(r['predicted_peak_bytes']):.2f} GiB | {r['compile_s']:.0f} s |")
-  if 'step_s' in rows.get('symbolic', {}) and 'step_s' in rows.get('token_factored', {}):
-    print(f"symbolic / token_factored step = {rows['symbolic']['step_s'] / rows['token_factored']['step_s']:.1f}")
+  fastest = lambda kind: min((r['step_s'] for k, r in rows.items() if k.split('+')[0] == kind and 'step_s' in r),
+                             default=None)
+  if fastest('symbolic') and fastest('token_factored'):
+    print(f"symbolic / token_factored step (fastest row of each) = "
+          f"{fastest('symbolic') / fastest('token_factored'):.1f}")
+  for kind, r in rows.items():
+    for line, t in r.get('kernels', {}).items():
+      print(f"\n{kind}, {line}: busy {t['busy_ms_per_step']:.1f} ms of a {r['step_s'] * 1e3:.1f} ms step")
+      if 'XLA Ops' in line or len(r['kernels']) == 1:
+        for k, ms in t['top'].items():
+          print(f'  {ms:7.2f} ms  {k[:110]}')
+  if not projection:
+    write({'matmul_tflops': peak_matmul})
+    return
   print(f"\nvocabulary projection, forward + backward, {projection['tokens']} tokens × 12 heads × 64, "
-        f"|V| = {VOCAB:,}: direct {projection['direct'] * 1e3:.1f} ms, streamed {projection['streamed'] * 1e3:.1f} ms "
-        f"(streamed / direct = {projection['streamed'] / projection['direct']:.2f}; "
-        f"{projection['model_tflops'] / projection['streamed']:.0f} TFLOP/s streamed)")
-  with open(_JSON.value, 'w') as f:
-    json.dump({'device': device.device_kind, 'jax': jax.__version__, 'batch': _BATCH.value,
-               'seq_len': _SEQ_LEN.value, 'vocab': VOCAB, 'chunk': _CHUNK.value, 'peak_tflops': _PEAK.value,
-               'matmul_tflops': peak_matmul, 'rows': rows, 'projection': projection,
-               'command': 'python benchmarks/accelerator.py ' + ' '.join(sys.argv[1:])}, f, indent=1)
+        f"|V| = {VOCAB:,}: " + ', '.join(f"{impl} {projection[impl] * 1e3:.1f} ms "
+                                         f"({projection['model_tflops'] / projection[impl]:.0f} TFLOP/s)"
+                                         for impl in ('direct', 'streamed', 'cudnn') if impl in projection))
+  write({'matmul_tflops': peak_matmul, 'projection': projection})
   print(f'wrote {_JSON.value}')
 
 

@@ -227,6 +227,46 @@ def dot_product_attention(q: Array, k: Array, v: Array, bias: Array | None, mask
   return out, weights
 
 
+# Implementations of dense attention (config ``model.attention_impl``). 'explicit' is the einsum above,
+# the only one that returns the weights; 'xla' and 'cudnn' are ``jax.nn.dot_product_attention`` with that
+# implementation ('cudnn': cuDNN's fused flash attention, NVIDIA GPUs, 16-bit inputs). The fused ones are
+# used where no weights are read (training and evaluation steps); a model whose intermediates are
+# collected, or that drops attention weights out, computes its attention explicitly whatever the setting.
+ATTENTION_IMPLS = ('explicit', 'xla', 'cudnn')
+
+
+def require_gpu(field: str, value: str) -> None:
+  """cuDNN kernels exist only on NVIDIA GPUs: a clear error elsewhere, at trace time."""
+  if jax.default_backend() != 'gpu':
+    raise ValueError(f"{field}={value!r} needs an NVIDIA GPU (cuDNN), but this run's backend is "
+                     f"{jax.default_backend()!r}; use one of the portable implementations instead")
+
+
+def fused_attention(q: Array, k: Array, v: Array, bias: Array | None, static: np.ndarray,
+                    key_mask: Array | None, implementation: str) -> Array:
+  """``dot_product_attention``'s output through ``jax.nn.dot_product_attention`` (no weights kept).
+
+  ``static`` is the ``[heads or 1, q_time, k_time]`` mask matrix: a plain causal one becomes
+  ``is_causal`` (cuDNN then skips the blocks above the diagonal), any other is passed as a mask.
+  The scale is 1/sqrt(head_dim), as in ``dot_product_attention``. A query with no allowed key (a padding
+  row) gets an unspecified output here instead of zeros; no other position reads it.
+  """
+  if implementation == 'cudnn':
+    require_gpu('model.attention_impl', implementation)
+  time = q.shape[1]
+  is_causal = bool(np.array_equal(static, np.tril(np.ones((1, time, k.shape[1]), bool))))
+  mask = None if is_causal else jnp.asarray(static)[None]
+  if key_mask is not None:
+    keys = key_mask[:, None, None, :].astype(bool)
+    mask = keys if mask is None else mask & keys
+    # cuDNN adds the mask as a bias, which must span the whole [q_time, k_time] block.
+    mask = jnp.broadcast_to(mask, (q.shape[0], mask.shape[1], time, k.shape[1]))
+  if bias is not None:
+    bias = bias[None].astype(q.dtype)  # [1, heads, q_time, k_time]
+  return jax.nn.dot_product_attention(q, k, v.astype(q.dtype), bias=bias, mask=mask, is_causal=is_causal,
+                                      implementation=implementation)
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockPlan:
   """Which key blocks each query block reads, from a static mask: ``keys[n]`` lists the key blocks of
@@ -361,7 +401,8 @@ class Attention(nn.Module):
 
   ``mask`` is one ``Mask`` or one per head. ``block_size > 0`` scores only the blocks of
   ``block_size × block_size`` (query, key) pairs that the mask allows anywhere (``blocked_attention``); it
-  falls back to the dense computation when every block is needed.
+  falls back to the dense computation when every block is needed. ``impl`` picks the dense computation
+  (``ATTENTION_IMPLS``): a fused one serves only where no weights are read and none are dropped out.
 
   With ``edges`` (Relational Attention, Diao & Loynd 2022, as "Beyond Transformers with PyNeuraLogic"
   writes it): node i attends only to the j that ``edges.mask`` allows; its query and key for the pair are
@@ -379,6 +420,7 @@ class Attention(nn.Module):
   output_projection: bool = False
   dropout_rate: float = 0.0
   block_size: int = 0
+  impl: str = 'explicit'
   dtype: jnp.dtype = jnp.float32
   kernel_init: Callable = nn.initializers.normal(0.02)
 
@@ -412,7 +454,12 @@ class Attention(nn.Module):
       mask = jnp.asarray(static)[None]
       if key_mask is not None:
         mask = mask & key_mask[:, None, None, :].astype(bool)
-      if edges is None:
+      fused = (self.impl != 'explicit' and not self.is_mutable_collection('intermediates')
+               and (self.dropout_rate == 0.0 or deterministic))
+      if edges is None and fused:
+        bias = alibi(time, time) if alibi else None
+        out, weights = fused_attention(q, k, v, bias, static, key_mask, self.impl), None
+      elif edges is None:
         bias = alibi(time, time) if alibi else None
         out, weights = dot_product_attention(q, k, v, bias, mask)
       else:

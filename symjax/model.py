@@ -73,6 +73,9 @@ class ModelConfig:
   mask: str = ''
   attention_block: int = 0             # > 0: score only the (query, key) blocks of this size the mask
                                        # allows (saves work for local masks; the same result)
+  # Dense attention: 'explicit' (einsum, float32 scores; always used where weights are read), 'xla' or
+  # 'cudnn' (jax.nn.dot_product_attention; 'cudnn' is the fused flash kernel, NVIDIA GPU and bfloat16).
+  attention_impl: str = 'explicit'
   relational: bool = False             # Relational Attention over the task's graph edges (graph tasks)
   positions: str = 'alibi'             # standard model only; factored models always use ALiBi
   learned_slopes: bool = True          # ALiBi slopes learned (paper) or fixed at the reference sequence
@@ -144,6 +147,11 @@ class ModelConfig:
     choice('channel_norm_scale', CHANNEL_NORM_SCALES)
     choice('vocab_projection', tuple(symbolic.VOCAB_PROJECTIONS))
     choice('dtype', tuple(DTYPES))
+    choice('attention_impl', attn.ATTENTION_IMPLS)
+    for name in ('attention_impl', 'vocab_projection'):
+      if getattr(self, name) == 'cudnn' and self.dtype != 'bfloat16':
+        raise ValueError(f"model.{name}='cudnn' needs model.dtype='bfloat16' (cuDNN's fused attention "
+                         f"takes 16-bit inputs), got model.dtype={self.dtype!r}")
     choice('symbolic_sites', SYMBOLIC_SITES)
     choice('remat', ('none', *REMAT_POLICIES))
     for name in ('vocab_size', 'num_layers', 'num_heads', 'head_dim', 'ff_dim', 'ff_dim_per_head',
@@ -234,7 +242,7 @@ def _attention(config: ModelConfig, output_projection: bool, alibi: bool) -> att
   return attn.Attention(config.num_heads, config.head_dim, mask=masks[0] if len(masks) == 1 else masks,
                         alibi=alibi, learned_slopes=config.learned_slopes, output_projection=output_projection,
                         dropout_rate=config.attention_dropout_rate, block_size=config.attention_block,
-                        dtype=config.compute_dtype, name='attention')
+                        impl=config.attention_impl, dtype=config.compute_dtype, name='attention')
 
 
 class StandardBlock(nn.Module):

@@ -342,10 +342,37 @@ def readout_stats(h: Array, table: Array, targets: Array, chunk: int, num_valid:
   return _sharded(local, 2, 4)(h, targets, table)
 
 
+@jax.custom_vjp
+def readout_logits(h: Array, table: Array) -> Array:
+  """h Eᵀ ``[tokens, vocab]`` in float32 from h ``[tokens, d]`` and E ``[vocab, d]`` of the compute dtype.
+
+  The backward pass rounds the logits' cotangent to the compute dtype before its two products, as every
+  other product of a bfloat16 backward pass does; without it a float32 cotangent against bfloat16 operands
+  promotes the step's two largest products to float32. For float32 operands this is exactly autodiff's
+  gradient.
+  """
+  return jnp.einsum('nd,vd->nv', h, table, preferred_element_type=jnp.float32)
+
+
+def _readout_logits_fwd(h, table):
+  return readout_logits(h, table), (h, table)
+
+
+def _readout_logits_bwd(res, g):
+  h, table = res
+  g = g.astype(h.dtype)
+  dh = jnp.einsum('nv,vd->nd', g, table, preferred_element_type=jnp.float32).astype(h.dtype)
+  dtable = jnp.einsum('nv,nd->vd', g, h, preferred_element_type=jnp.float32).astype(table.dtype)
+  return dh, dtable
+
+
+readout_logits.defvjp(_readout_logits_fwd, _readout_logits_bwd)
+
+
 def direct_readout_stats(h: Array, table: Array, targets: Array, num_valid: int | None = None
                          ) -> tuple[Array, Array, Array, Array]:
   """The same as ``readout_stats`` through the full ``[tokens, vocab]`` logits."""
-  logits = jnp.einsum('nd,vd->nv', h, table, preferred_element_type=jnp.float32)
+  logits = readout_logits(h, table)
   if num_valid is not None and num_valid < table.shape[0]:
     logits = jnp.where(jnp.arange(table.shape[0]) < num_valid, logits, NEG_INF)
   return logit_stats(logits, targets)

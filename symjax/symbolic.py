@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from symjax import streamed
+from symjax.attention import require_gpu
 from symjax.mesh import HEAD_DIM, HEADS, MLP
 
 Array = jax.Array
@@ -136,11 +137,46 @@ def streamed_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 1
   return out.reshape(z.shape), None
 
 
+def attention_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 0,
+                               num_valid: int | None = None, implementation: str = 'cudnn'
+                               ) -> tuple[Array, None]:
+  """The same projection as one attention call: for channel h, softmax(q_h E^(h)ᵀ) E^(h) with q_h = z_h / τ_h
+  is attention with the tokens as queries and the vocabulary rows as both keys and values (scale 1).
+  ``implementation='cudnn'`` runs it through cuDNN's fused flash-attention kernel (NVIDIA GPU, 16-bit
+  inputs; forward and backward stream over vocabulary blocks with an online softmax, so α never exists in
+  memory); ``'xla'`` is the same call through XLA (it forms α; for checking on any backend). Padding rows
+  are excluded through the key length. Gradients reach the table through both the keys and the values, and
+  τ through the queries. The vocabulary is not sharded here: under a 'vocab' mesh axis XLA gathers it.
+  """
+  del chunk
+  if implementation == 'cudnn':
+    require_gpu('model.vocab_projection', implementation)
+  heads, dim = z.shape[-2:]
+  q = (z / tau[:, None].astype(z.dtype)).reshape(1, -1, heads, dim)       # [1, tokens, heads, head_dim]
+  kv = table.astype(q.dtype)[None]                                         # [1, vocab, heads, head_dim]
+  vocab = table.shape[0]
+  if implementation == 'cudnn' and vocab % 64:
+    # cuDNN's training kernels take key lengths in whole tiles: zero rows pad the table, excluded by length.
+    kv = jnp.pad(kv, ((0, 0), (0, -vocab % 64), (0, 0), (0, 0)))
+    num_valid = vocab if num_valid is None else num_valid
+  lengths = None if num_valid is None else jnp.full((1,), num_valid, jnp.int32)
+  out = jax.nn.dot_product_attention(q, kv, kv, scale=1.0, key_value_seq_lengths=lengths,
+                                     implementation=implementation)
+  return out.reshape(z.shape), None
+
+
+def cudnn_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 0,
+                           num_valid: int | None = None) -> tuple[Array, None]:
+  """``attention_vocab_projection`` through cuDNN's fused flash attention (NVIDIA GPUs, bfloat16)."""
+  return attention_vocab_projection(z, table, tau, chunk, num_valid, 'cudnn')
+
+
 # Implementations of the vocabulary projection, chosen by name (config ``vocab_projection``). Each maps
 # (z, table, tau, chunk, num_valid) to (projection, mixture or None).
 VOCAB_PROJECTIONS: dict[str, Callable[..., tuple[Array, Array | None]]] = {
     'direct': direct_vocab_projection,
     'streamed': streamed_vocab_projection,
+    'cudnn': cudnn_vocab_projection,
 }
 
 

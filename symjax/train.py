@@ -50,6 +50,9 @@ def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[
 def hidden_stats(model: Transformer, h, table, batch, config) -> tuple[jax.Array, ...]:
   """``token_stats`` from the final hidden state h ``[batch, time, d_model]`` and the readout table."""
   flat_h, flat_targets = h.reshape(-1, h.shape[-1]), batch['targets'].reshape(-1)
+  # The readout runs in the compute dtype, as the model's own logits do (``model._readout``): a float32
+  # table against a bfloat16 h would otherwise promote the largest product of the step to float32.
+  table = table.astype(h.dtype)
   num_valid = model.config.num_valid_rows
   if config.readout == 'streamed':
     stats = streamed.readout_stats(flat_h, table, flat_targets, model.config.vocab_chunk_size, num_valid)

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 from symjax import config_lib, optim, symbolic, train
+import profiling  # benchmarks/profiling.py
 from flops import forward_flops_per_token  # benchmarks/flops.py
 from symjax.model import Transformer
 
@@ -140,29 +141,9 @@ def measure_kind(name: str) -> dict:
           'final_loss': float(metrics['loss']), **({'kernels': kernels} if kernels else {})}
 
 
-def profile_kernels(step, name: str, steps: int = 3, top: int = 25) -> dict:
-  """Device time by name over ``steps`` traced steps (ms per step), from jax.profiler's Perfetto trace,
-  for each line (thread) of the device's process ('XLA Ops', the streams, ...): busy time and the names
-  that take most of it."""
-  import glob
-  import gzip
-  log_dir = os.path.join(_PROFILE_DIR.value, name.replace('+', '_'))
-  with jax.profiler.trace(log_dir, create_perfetto_trace=True):
-    for _ in range(steps):
-      jax.block_until_ready(step())
-  path = sorted(glob.glob(os.path.join(log_dir, '**', 'perfetto_trace.json.gz'), recursive=True))[-1]
-  with gzip.open(path, 'rt') as f:
-    events = json.load(f)['traceEvents']
-  meta = lambda kind: {(e['pid'], e.get('tid')) if kind == 'thread_name' else e['pid']: e['args']['name']
-                       for e in events if e.get('ph') == 'M' and e.get('name') == kind}
-  processes, threads = meta('process_name'), meta('thread_name')
-  lines: dict[str, dict[str, float]] = {}
-  for e in events:
-    if e.get('ph') == 'X' and 'GPU' in str(processes.get(e.get('pid'), '')):
-      line = lines.setdefault(str(threads.get((e['pid'], e.get('tid')), e.get('tid'))), {})
-      line[e['name']] = line.get(e['name'], 0.0) + e.get('dur', 0.0) / 1e3 / steps
-  return {line: {'busy_ms_per_step': sum(t.values()),
-                 'top': dict(sorted(t.items(), key=lambda kv: -kv[1])[:top])} for line, t in lines.items()}
+def profile_kernels(step, name: str) -> dict:
+  """The device's kernels and XLA ops by time per step (``profiling.profile_ops``)."""
+  return profiling.profile_ops(step, os.path.join(_PROFILE_DIR.value, name.replace('+', '_')), 'GPU')
 
 
 def matmul_tflops() -> float:
@@ -256,11 +237,8 @@ def main(_):
     print(f"symbolic / token_factored step (fastest row of each) = "
           f"{fastest('symbolic') / fastest('token_factored'):.1f}")
   for kind, r in rows.items():
-    for line, t in r.get('kernels', {}).items():
-      print(f"\n{kind}, {line}: busy {t['busy_ms_per_step']:.1f} ms of a {r['step_s'] * 1e3:.1f} ms step")
-      if 'XLA Ops' in line or len(r['kernels']) == 1:
-        for k, ms in t['top'].items():
-          print(f'  {ms:7.2f} ms  {k[:110]}')
+    if 'kernels' in r:
+      profiling.print_profile(kind, r['step_s'] * 1e3, r['kernels'])
   if not projection:
     write({'matmul_tflops': peak_matmul})
     return

@@ -23,6 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from flops import forward_flops_per_token, products  # noqa: E402  (benchmarks/flops.py)
+import profiling  # noqa: E402  (benchmarks/profiling.py)
 from timing import median_seconds  # noqa: E402  (benchmarks/timing.py)
 from symjax import config_lib, optim, train  # noqa: E402
 from symjax import mesh as mesh_lib  # noqa: E402
@@ -33,6 +34,8 @@ _STEPS = flags.DEFINE_integer('steps', 100, 'Steps per timed round.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds (the median is reported).')
 _VOCAB = flags.DEFINE_integer('vocab', 65, 'Vocabulary size (Tiny Shakespeare: 65 characters).')
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/throughput.json', 'Where to write the results.')
+_PROFILE_DIR = flags.DEFINE_string('profile_dir', '', 'If set: after timing, 3 steps of each kind are traced '
+                                    '(jax.profiler) and XLA:CPU\'s ops summed by name (benchmarks/profiling.py).')
 
 
 def timed_rounds(fn, *args) -> float:
@@ -87,13 +90,15 @@ def measure(kind: str) -> dict:
       return m
 
     step_s = timed_rounds(one, None)
+    ops = (profiling.profile_ops(lambda: one(None), os.path.join(_PROFILE_DIR.value, kind), 'CPU')
+           if _PROFILE_DIR.value else None)
   matmul_s, matmul_flops = matmul_limit(cfg, batch, seq_len)
   flops = 3 * forward_flops_per_token(cfg, seq_len) * batch * seq_len
   return {'kind': kind, 'parameters': int(sum(x.size for x in jax.tree.leaves(run.abstract_state.params))),
           'step_s': step_s, 'tokens_per_s': batch * seq_len / step_s, 'model_flops_per_step': flops,
           'model_gflops_per_s': flops / step_s / 1e9, 'matmul_gflops_per_s': matmul_flops / matmul_s / 1e9,
           'matmul_flops': matmul_flops, 'fraction_of_limit': (flops / step_s) / (matmul_flops / matmul_s),
-          'compile_s': compile_s, 'seconds_to_first_step': first_step_s}
+          'compile_s': compile_s, 'seconds_to_first_step': first_step_s, **({'ops': ops} if ops else {})}
 
 
 def main(_):
@@ -107,6 +112,9 @@ def main(_):
     print(f"| {r['kind']} | {r['parameters']:,} | {1e3 * r['step_s']:.2f} ms | {r['tokens_per_s']:,.0f} | "
           f"{r['model_gflops_per_s']:.1f} | {r['matmul_gflops_per_s']:.1f} | {100 * r['fraction_of_limit']:.0f}% | "
           f"{r['compile_s']:.1f} s |")
+  for r in rows:
+    if 'ops' in r:
+      profiling.print_profile(r['kind'], r['step_s'] * 1e3, r['ops'], lines_with=('',))
   print(f"time from start to the first finished step (first kind, compile included): "
         f"{rows[0]['seconds_to_first_step']:.1f} s")
   with open(_JSON.value, 'w') as f:

@@ -235,11 +235,11 @@ def dot_product_attention(q: Array, k: Array, v: Array, bias: Array | None, mask
 ATTENTION_IMPLS = ('explicit', 'xla', 'cudnn')
 
 
-def require_gpu(field: str, value: str) -> None:
+def require_gpu(field: str, value: str, portable: tuple[str, ...]) -> None:
   """cuDNN kernels exist only on NVIDIA GPUs: a clear error elsewhere, at trace time."""
   if jax.default_backend() != 'gpu':
     raise ValueError(f"{field}={value!r} needs an NVIDIA GPU (cuDNN), but this run's backend is "
-                     f"{jax.default_backend()!r}; use one of the portable implementations instead")
+                     f"{jax.default_backend()!r}; the portable choices are {list(portable)}")
 
 
 def fused_attention(q: Array, k: Array, v: Array, bias: Array | None, static: np.ndarray,
@@ -252,7 +252,7 @@ def fused_attention(q: Array, k: Array, v: Array, bias: Array | None, static: np
   row) gets an unspecified output here instead of zeros; no other position reads it.
   """
   if implementation == 'cudnn':
-    require_gpu('model.attention_impl', implementation)
+    require_gpu('model.attention_impl', implementation, ('explicit', 'xla'))
   time = q.shape[1]
   is_causal = bool(np.array_equal(static, np.tril(np.ones((1, time, k.shape[1]), bool))))
   mask = None if is_causal else jnp.asarray(static)[None]

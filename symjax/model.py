@@ -420,6 +420,17 @@ class LSTM(nn.Module):
     return _readout(self, cfg, h, embed.embedding, return_hidden)
 
 
+def for_backend(config: ModelConfig, backend: str | None = None) -> ModelConfig:
+  """The config with its cuDNN kernels replaced by portable ones of the same mathematics (explicit
+  attention, streamed projection) when ``backend`` (default: JAX's) is not a GPU: a model trained with them
+  on a GPU then loads, samples and is read anywhere."""
+  if (backend or jax.default_backend()) == 'gpu':
+    return config
+  return dataclasses.replace(
+      config, attention_impl='explicit' if config.attention_impl == 'cudnn' else config.attention_impl,
+      vocab_projection='streamed' if config.vocab_projection == 'cudnn' else config.vocab_projection)
+
+
 def build(config: ModelConfig) -> nn.Module:
   """The model ``config.kind`` names."""
   return LSTM(config) if config.kind == 'lstm' else Transformer(config)

@@ -322,7 +322,7 @@ def load(workdir: str, which: str | int = 'best') -> Loaded:
     vocab_json = json.load(f)
   tokenizer = tokenizer_from_json(vocab_json) if vocab_json['type'] in ('char', 'bpe') else TokenVocab(
       tasks.Vocab(vocab_json['tokens']))
-  model_config = ModelConfig.from_dict(run['model'])
+  model_config = model_lib.for_backend(ModelConfig.from_dict(run['model']))
   model = model_lib.build(model_config)
 
   tx = optim.make_optimizer(config)

@@ -150,7 +150,7 @@ def attention_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 
   """
   del chunk
   if implementation == 'cudnn':
-    require_gpu('model.vocab_projection', implementation)
+    require_gpu('model.vocab_projection', implementation, ('direct', 'streamed'))
   heads, dim = z.shape[-2:]
   q = (z / tau[:, None].astype(z.dtype)).reshape(1, -1, heads, dim)       # [1, tokens, heads, head_dim]
   kv = table.astype(q.dtype)[None]                                         # [1, vocab, heads, head_dim]

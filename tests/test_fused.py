@@ -110,8 +110,26 @@ def test_implementation_fields_are_checked(change, message):
 def test_cudnn_without_a_gpu_is_a_clear_error():
   cfg = dataclasses.replace(CFG, kind='symbolic', dtype='bfloat16', attention_impl='cudnn')
   tokens, _ = tokens_and_mask()
-  with pytest.raises(ValueError, match=r"model.attention_impl='cudnn' needs an NVIDIA GPU .* backend is 'cpu'"):
+  with pytest.raises(ValueError, match=r"model.attention_impl='cudnn' needs an NVIDIA GPU .* backend is 'cpu'; "
+                                       r"the portable choices are \['explicit', 'xla'\]"):
     Transformer(cfg).init(jax.random.key(0), tokens)
+  cfg = dataclasses.replace(cfg, attention_impl='explicit', vocab_projection='cudnn')
+  with pytest.raises(ValueError, match=r"model.vocab_projection='cudnn' needs an NVIDIA GPU .* "
+                                       r"the portable choices are \['direct', 'streamed'\]"):
+    Transformer(cfg).init(jax.random.key(0), tokens)
+
+
+def test_a_cudnn_model_is_read_with_portable_kernels_off_the_gpu():
+  from symjax import model as model_lib
+  cfg = dataclasses.replace(CFG, kind='symbolic', dtype='bfloat16', attention_impl='cudnn',
+                            vocab_projection='cudnn')
+  assert model_lib.for_backend(cfg, 'gpu') == cfg
+  portable = model_lib.for_backend(cfg, 'cpu')
+  assert (portable.attention_impl, portable.vocab_projection) == ('explicit', 'streamed')
+  assert dataclasses.replace(portable, attention_impl='cudnn', vocab_projection='cudnn') == cfg
+  tokens, key_mask = tokens_and_mask()
+  variables = Transformer(portable).init(jax.random.key(0), tokens)  # runs here, on any backend
+  assert np.isfinite(np.asarray(Transformer(portable).apply(variables, tokens, key_mask))).all()
 
 
 # --- On an NVIDIA GPU: the cuDNN kernels against the explicit computations -------------------------------

@@ -456,12 +456,12 @@ class Attention(nn.Module):
         mask = mask & key_mask[:, None, None, :].astype(bool)
       fused = (self.impl != 'explicit' and not self.is_mutable_collection('intermediates')
                and (self.dropout_rate == 0.0 or deterministic))
-      if edges is None and fused:
+      if edges is None:
         bias = alibi(time, time) if alibi else None
-        out, weights = fused_attention(q, k, v, bias, static, key_mask, self.impl), None
-      elif edges is None:
-        bias = alibi(time, time) if alibi else None
-        out, weights = dot_product_attention(q, k, v, bias, mask)
+        if fused:
+          out, weights = fused_attention(q, k, v, bias, static, key_mask, self.impl), None
+        else:
+          out, weights = dot_product_attention(q, k, v, bias, mask)
       else:
         e, onehot = edges.table.astype(self.dtype), edges.onehot
         logits = relational_logits(q, k, dense('edge_query')(e), dense('edge_key')(e), onehot)

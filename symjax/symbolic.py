@@ -156,7 +156,8 @@ def attention_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 
   kv = table.astype(q.dtype)[None]                                         # [1, vocab, heads, head_dim]
   vocab = table.shape[0]
   if implementation == 'cudnn' and vocab % 64:
-    # cuDNN's training kernels take key lengths in whole tiles: zero rows pad the table, excluded by length.
+    # cuDNN refused |V| = 50,257 keys for training ("Unsupported sequence length" on an H100): zero rows pad
+    # the table to a multiple of 64 and the key length excludes them.
     kv = jnp.pad(kv, ((0, 0), (0, -vocab % 64), (0, 0), (0, 0)))
     num_valid = vocab if num_valid is None else num_valid
   lengths = None if num_valid is None else jnp.full((1,), num_valid, jnp.int32)

@@ -89,6 +89,11 @@ class ModelConfig:
   # g_h = exp(log_gain_h) > 0, so that every projected vector is g_h times a convex mixture.
   symbolic_sites: str = 'both'
   projection_gain: bool = False
+  # What each channel's VocabFFN reads: 'channel' (eq. 20, FFN_h(x_h), width ff_dim_per_head) or 'dense'
+  # (opt-in: one d_model -> ff_dim -> d_model MLP reads the whole state and channel h of its output is
+  # projected; every update is still a convex mixture of the channel's embeddings, so nothing is lost to
+  # the token reading).
+  vocab_ffn: str = 'channel'
   tau_init: float = 1.0                # initial vocabulary-projection temperature τ_h
   vocab_projection: str = 'direct'     # 'direct' or 'streamed' (memory O(tokens·heads·chunk)), see symbolic
   vocab_chunk_size: int = 1024         # vocabulary rows per step of the streamed projection
@@ -153,6 +158,7 @@ class ModelConfig:
         raise ValueError(f"model.{name}='cudnn' needs model.dtype='bfloat16' (cuDNN's fused attention "
                          f"takes 16-bit inputs), got model.dtype={self.dtype!r}")
     choice('symbolic_sites', SYMBOLIC_SITES)
+    choice('vocab_ffn', symbolic.VOCAB_FFN_MIXING)
     choice('remat', ('none', *REMAT_POLICIES))
     for name in ('vocab_size', 'num_layers', 'num_heads', 'head_dim', 'ff_dim', 'ff_dim_per_head',
                  'max_len', 'tau_init', 'embed_init_std', 'layer_norm_epsilon', 'vocab_chunk_size',
@@ -181,9 +187,10 @@ class ModelConfig:
     if self.kind == 'lstm' and not self.causal:
       raise ValueError("model.kind 'lstm' reads left to right and needs a causal task; this task is "
                        "bidirectional: use 'standard', 'token_factored' or 'symbolic'")
-    if self.kind != 'symbolic' and (self.symbolic_sites != 'both' or self.projection_gain):
-      raise ValueError(f"model.symbolic_sites and model.projection_gain are only for kind 'symbolic', "
-                       f"got kind {self.kind!r}")
+    if self.kind != 'symbolic' and (self.symbolic_sites != 'both' or self.projection_gain
+                                    or self.vocab_ffn != 'channel'):
+      raise ValueError(f"model.symbolic_sites, model.projection_gain and model.vocab_ffn are only for kind "
+                       f"'symbolic', got kind {self.kind!r}")
     if self.symbolic_layers is not None:
       if self.kind != 'symbolic':
         raise ValueError(f"model.symbolic_layers is only for kind 'symbolic', got kind {self.kind!r}")
@@ -207,10 +214,16 @@ class ModelConfig:
     return self.symbolic_sites in ('both', site)
 
   @property
-  def paper_symbolic(self) -> bool:
-    """Every layer symbolic as in Algorithm 1: both sites projected, no gain (exact convex mixtures)."""
+  def exact_mixtures(self) -> bool:
+    """Every stream a convex mixture of token embeddings after every layer: every layer symbolic, both
+    sites projected, no gain (the paper's model, with either ``vocab_ffn``)."""
     return (self.kind == 'symbolic' and self.layer_kinds() == ('symbolic',) * self.num_layers
             and self.symbolic_sites == 'both' and not self.projection_gain)
+
+  @property
+  def paper_symbolic(self) -> bool:
+    """Algorithm 1 exactly: exact mixtures, and each channel's FFN reads its own channel (eq. 20)."""
+    return self.exact_mixtures and self.vocab_ffn == 'channel'
 
   def mask_predicates(self) -> tuple[attn.Mask, ...]:
     """The attention mask of every head (one entry when all heads share it)."""
@@ -315,9 +328,10 @@ class FactoredBlock(nn.Module):
     # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
     x_ffn = norm('norm_ffn')(x_t + x_e)
     if self.symbolic and cfg.symbolic_site('ffn'):
-      delta_e = symbolic.VocabFFN(cfg.num_heads, cfg.ff_dim_per_head, cfg.tau_init, cfg.vocab_projection,
+      width = cfg.ff_dim if cfg.vocab_ffn == 'dense' else cfg.ff_dim_per_head
+      delta_e = symbolic.VocabFFN(cfg.num_heads, width, cfg.tau_init, cfg.vocab_projection,
                                   cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
-                                  gain=cfg.projection_gain, name='ffn')(x_ffn, table)
+                                  gain=cfg.projection_gain, mixing=cfg.vocab_ffn, name='ffn')(x_ffn, table)
     else:
       delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
     x_e = x_e + drop(delta_e)

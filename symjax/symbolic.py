@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from symjax import streamed
 from symjax.attention import require_gpu
-from symjax.mesh import HEAD_DIM, HEADS, MLP
+from symjax.mesh import EMBED, HEAD_DIM, HEADS, MLP
 
 Array = jax.Array
 
@@ -172,6 +172,9 @@ def cudnn_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 0,
   return attention_vocab_projection(z, table, tau, chunk, num_valid, 'cudnn')
 
 
+# What each channel's VocabFFN reads (config ``vocab_ffn``): its own channel (eq. 20) or the whole state.
+VOCAB_FFN_MIXING = ('channel', 'dense')
+
 # Implementations of the vocabulary projection, chosen by name (config ``vocab_projection``). Each maps
 # (z, table, tau, chunk, num_valid) to (projection, mixture or None).
 VOCAB_PROJECTIONS: dict[str, Callable[..., tuple[Array, Array | None]]] = {
@@ -221,6 +224,11 @@ class VocabFFN(nn.Module):
 
   FFN_h(x_h) = W2_h gelu(W1_h x_h + b1_h) + b2_h maps d_head -> ff_dim -> d_head for every channel at once
   (one contraction with a head axis). GELU is the tanh approximation. Input and output ``[..., d_model]``.
+
+  ``mixing='dense'`` (opt-in, not eq. 20): z = W2 gelu(W1 x + b1) + b2 reads the whole normalised state,
+  d_model -> ff_dim -> d_model (the Token-Factored FFN's shape), and channel h of z goes through
+  VocabProj_h. Only the FFN's input differs: every update is still a convex mixture of channel h's
+  embeddings (eq. 23), so the model reads exactly as tokens as the paper's does.
   """
 
   num_heads: int
@@ -232,13 +240,28 @@ class VocabFFN(nn.Module):
   dtype: jnp.dtype = jnp.float32
   gain: bool = False
   kernel_init: Callable = nn.initializers.normal(0.02)
+  mixing: str = 'channel'  # 'channel' (eq. 20: FFN_h reads x_h) or 'dense' (every FFN_h reads all of x)
 
   @nn.compact
   def __call__(self, x: Array, table: Array) -> Array:
+    if self.mixing not in VOCAB_FFN_MIXING:
+      raise ValueError(f'model.vocab_ffn must be one of {VOCAB_FFN_MIXING}, got {self.mixing!r}')
+    named = lambda init, names: nn.with_logical_partitioning(init, names)
+    if self.mixing == 'dense':
+      d, f = x.shape[-1], self.ff_dim
+      w1 = self.param('w1', named(self.kernel_init, (EMBED, MLP)), (d, f))
+      b1 = self.param('b1', named(nn.initializers.zeros, (MLP,)), (f,))
+      w2 = self.param('w2', named(self.kernel_init, (MLP, EMBED)), (f, d))
+      b2 = self.param('b2', named(nn.initializers.zeros, (EMBED,)), (d,))
+      x = x.astype(self.dtype)
+      hidden = nn.gelu(x @ w1.astype(self.dtype) + b1.astype(self.dtype))
+      z = split_channels(hidden @ w2.astype(self.dtype) + b2.astype(self.dtype), self.num_heads)
+      out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,
+                            self.gain, name='projection')(z, table)
+      return merge_channels(out)
     xh = split_channels(x, self.num_heads).astype(self.dtype)
     head_dim = xh.shape[-1]
     h, f = self.num_heads, self.ff_dim
-    named = lambda init, names: nn.with_logical_partitioning(init, names)
     w1 = self.param('w1', named(self.kernel_init, (HEADS, HEAD_DIM, MLP)), (h, head_dim, f))
     b1 = self.param('b1', named(nn.initializers.zeros, (HEADS, MLP)), (h, f))
     w2 = self.param('w2', named(self.kernel_init, (HEADS, MLP, HEAD_DIM)), (h, f, head_dim))

@@ -90,6 +90,20 @@ def vocab_ffn(x, w1, b1, w2, b2, table, tau, num_heads):
   return out, alphas
 
 
+def dense_vocab_ffn(x, w1, b1, w2, b2, table, tau, num_heads):
+  """The opt-in ``vocab_ffn='dense'``: z = W2 gelu(W1 x + b1) + b2 over the whole state (as eq. 14), then
+  eqs. 21-22 on each channel of z. Returns output and α per head."""
+  d = x.shape[-1] // num_heads
+  z = gelu(x @ w1 + b1) @ w2 + b2
+  out = np.empty_like(x, dtype=np.float64)
+  alphas = []
+  for h in range(num_heads):
+    out[..., h * d:(h + 1) * d], alpha = vocab_projection(z[..., h * d:(h + 1) * d], table[:, h * d:(h + 1) * d],
+                                                          tau[h])
+    alphas.append(alpha)
+  return out, alphas
+
+
 def attention(q, k, v, slopes, num_heads, causal, alibi=True):
   """Per head h and query i: Σ_j softmax_j(q_i·k_j/sqrt(d) + m_h (j − i)) v_j (eq. 11).
 
@@ -141,8 +155,9 @@ def symbolic_block(x_t, x_e, table, p, num_heads, causal, eps):
   delta_t, weights = attention(q, k, v, p['slopes'], num_heads, causal)               # line 4
   x_t = x_t + delta_t                                                                 # line 5
   x_norm2 = channel_layer_norm(x_t + x_e, p['cln2_g'], p['cln2_b'], num_heads, eps)   # line 6
-  delta_e, ffn_alphas = vocab_ffn(x_norm2, p['f_w1'], p['f_b1'], p['f_w2'], p['f_b2'], table,
-                                  p['tau_f'], num_heads)                              # line 7
+  ffn = dense_vocab_ffn if p.get('f_dense') else vocab_ffn
+  delta_e, ffn_alphas = ffn(x_norm2, p['f_w1'], p['f_b1'], p['f_w2'], p['f_b2'], table,
+                            p['tau_f'], num_heads)                                    # line 7
   return x_t, x_e + delta_e, weights, value_alphas, ffn_alphas                        # line 8
 
 

@@ -69,15 +69,19 @@ def test_token_factored_block_matches_eqs_6_to_15(causal):
     assert ref.rel_err(state['intermediates']['attention']['weights'][0][b], want_w) <= TOL
 
 
-@pytest.mark.parametrize('causal', [True, False])
-def test_symbolic_block_matches_algorithm_1(causal):
-  cfg = small(kind='symbolic', causal=causal)
+@pytest.mark.parametrize('causal,vocab_ffn', [(True, 'channel'), (False, 'channel'), (True, 'dense')])
+def test_symbolic_block_matches_algorithm_1(causal, vocab_ffn):
+  """Algorithm 1; with vocab_ffn='dense' line 7's FFN reads the whole state (the opt-in variant)."""
+  cfg = small(kind='symbolic', causal=causal, vocab_ffn=vocab_ffn)
   x_t, x_e, table = streams(2)
   block = FactoredBlock(cfg, symbolic=True)
   variables = randomize(block.init(jax.random.key(0), x_t, x_e, table), 8, scale=0.3)
   (y_t, y_e), state = block.apply(variables, x_t, x_e, table, mutable=['intermediates'])
   inter = state['intermediates']
   p = factored_params(variables['params'], symbolic=True)
+  p['f_dense'] = vocab_ffn == 'dense'
+  if p['f_dense']:   # one d_model -> ff_dim -> d_model MLP, not one per channel
+    assert p['f_w1'].shape == (cfg.d_model, cfg.ff_dim) and p['f_w2'].shape == (cfg.ff_dim, cfg.d_model)
   for b in range(x_t.shape[0]):
     want_t, want_e, want_w, want_va, want_fa = ref.symbolic_block(
         f64(x_t[b]), f64(x_e[b]), f64(table), p, cfg.num_heads, causal, EPS)
@@ -206,14 +210,17 @@ def test_value_map_has_exactly_h_squared_parameters_and_no_value_projection(kind
   assert 'value_map' not in none['layer_0']
 
 
-def test_all_symbolic_streams_are_sums_of_convex_token_mixtures():
+@pytest.mark.parametrize('tie,vocab_ffn', [(True, 'channel'), (False, 'channel'), (False, 'dense')])
+def test_all_symbolic_streams_are_sums_of_convex_token_mixtures(tie, vocab_ffn):
   """Theorem 6.4 as it holds: after l layers each channel of X_t is a sum of l+1 convex mixtures of that
   channel's embedding rows (the input token plus one per attention update) and X_e a sum of l.
 
   The coefficients are rebuilt here from the sown attention weights and mixtures α: the attention output
-  at (i, h) is Σ_s A[h, i, s] V[s, h] and V[s, h] = α_v[s, h] E^(h), so its coefficients are A α_v.
+  at (i, h) is Σ_s A[h, i, s] V[s, h] and V[s, h] = α_v[s, h] E^(h), so its coefficients are A α_v. It
+  holds as well with a readout table of its own and with the dense FFN, and the exact trace reads them.
   """
-  cfg = small(kind='symbolic', num_layers=3)
+  cfg = small(kind='symbolic', num_layers=3, tie_embeddings=tie, vocab_ffn=vocab_ffn)
+  assert cfg.exact_mixtures and cfg.paper_symbolic == (vocab_ffn == 'channel')
   tokens, variables, _, inter = run_with_intermediates(cfg, scale=0.5)
   table = f64(variables['params']['embed']['embedding'])
   hd, nh, vocab = cfg.head_dim, cfg.num_heads, cfg.vocab_size
@@ -234,6 +241,9 @@ def test_all_symbolic_streams_are_sums_of_convex_token_mixtures():
       assert (w >= 0).all()
       np.testing.assert_allclose(w.sum(-1), mass, rtol=1e-5)
       assert ref.rel_err(x, reconstruct(w)) <= 1e-5
+  trace = symjax_mixtures.mixture_trace(Transformer(cfg), variables['params'], tokens)
+  np.testing.assert_allclose(trace.x_t[-1], w_t, atol=1e-5)
+  np.testing.assert_allclose(trace.x_e[-1], w_e, atol=1e-5)
 
 
 @pytest.mark.parametrize('sites,gain', [('values', False), ('ffn', False), ('both', True), ('values', True)])
@@ -286,6 +296,10 @@ def test_symbolic_variants_keep_an_exact_token_reading_where_they_project(sites,
 def test_symbolic_variant_fields_are_checked():
   with pytest.raises(ValueError, match="model.symbolic_sites must be one of"):
     small(kind='symbolic', symbolic_sites='keys').validate()
+  with pytest.raises(ValueError, match="model.vocab_ffn must be one of"):
+    small(kind='symbolic', vocab_ffn='wide').validate()
+  with pytest.raises(ValueError, match="only for kind 'symbolic'"):
+    small(kind='token_factored', vocab_ffn='dense').validate()
   with pytest.raises(ValueError, match="only for kind 'symbolic'"):
     small(kind='token_factored', projection_gain=True).validate()
 

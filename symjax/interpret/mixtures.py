@@ -44,7 +44,7 @@ def mixture_trace(model: Transformer, params, tokens, key_mask=None) -> MixtureT
   (same parameters), which keeps the mixtures α.
   """
   cfg = model.config
-  if not cfg.paper_symbolic:
+  if not cfg.exact_mixtures:
     raise ValueError('the exact mixture trace needs every layer symbolic with both sites projected and no '
                      'gain (model.kind="symbolic", symbolic_layers=None, symbolic_sites="both", '
                      f'projection_gain=False); this model has layers {cfg.layer_kinds()}, symbolic_sites '

@@ -95,7 +95,7 @@ def trace(model: Transformer, params, tokens, key_mask=None, with_cone: bool = T
   ffn_mix = [inter[f'layer_{l}']['ffn']['projection']['mixture'] if cfg.projects(l, 'ffn') else None
              for l in range(cfg.num_layers)]
   mix = None
-  if cfg.paper_symbolic:
+  if cfg.exact_mixtures:
     mix = mixtures.from_intermediates(cfg, tokens, inter)
   return Trace(cfg, tokens, logits, stream_list, lens, logit_lens, attention, value_mix, ffn_mix, heads,
                mix, cones if cones else None)

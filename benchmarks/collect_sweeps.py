@@ -18,17 +18,13 @@ import sys
 from absl import app, flags
 
 from symjax import sweep
-from collect_common import cell  # benchmarks/collect_common.py
+from collect_common import RASP, TRANSFORMER_PROGRAMS, cell  # benchmarks/collect_common.py
 
 _JSON = flags.DEFINE_string('json', 'suite.json', 'Where to write the gathered results.')
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'],
                           'The <kind> folders to gather (variants_suite.sh names its variants).')
 _DEVICE = flags.DEFINE_string('device', '', 'The device the sweeps ran on, recorded in the JSON.')
 
-RASP = ('reverse', 'sort', 'hist', 'double_hist', 'most_freq', 'dyck1', 'dyck2')
-# Test token accuracy (%) of Transformer Programs, "Learning Transformer Programs" Table 1.
-TRANSFORMER_PROGRAMS = {'reverse': 99.79, 'sort': 99.83, 'hist': 100.0, 'double_hist': 98.40,
-                        'most_freq': 75.69, 'dyck1': 99.30, 'dyck2': 99.09}
 
 
 def main(argv):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Every kind on every benchmark task with the same tuning budget: peak learning rate in {3e-3, 1e-2},
-# 3 seeds per point (trained together under jax.vmap), chosen on validation loss; test read once, for the
-# chosen point. One `python -m symjax.sweep` per (task, kind), JOBS of them at a time.
+# Every kind on every benchmark task with the same tuning budget: peak learning rate in {3e-3, 1e-2} ×
+# readout tied to the embedding table or not, 3 seeds per point (trained together under jax.vmap), chosen
+# on validation loss; test read once, for the chosen point. One `python -m symjax.sweep` per (task, kind), JOBS of them at a time.
 #
 #   [PYTHON=python3] bash benchmarks/sweep_suite.sh ROOT [JOBS] [CORPUS]
 #
@@ -10,8 +10,7 @@ set -uo pipefail
 root=${1:?usage: sweep_suite.sh ROOT [JOBS] [CORPUS]}
 jobs=${2:-4}
 corpus=${3:-../shared/data/tinyshakespeare.txt}
-grid='learning_rate=3e-3,1e-2'
-common="--seeds=3 --grid $grid --config.progress_bar=false"
+common="--seeds=3 --grid learning_rate=3e-3,1e-2 --grid model.tie_embeddings=true,false --config.progress_bar=false"
 {
   for kind in symbolic token_factored standard; do
     echo "text $kind --config=configs/$kind.py:task=text,size=medium --config.text_path=$corpus"

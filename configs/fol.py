@@ -17,6 +17,7 @@ from symjax import config_lib
 def get_config(arg=None):
   a = config_lib.parse_arg(arg, model='symbolic', size='small', glyphs=False, runlocal=False)
   config = config_lib.default_config(kind=a.model, size='tiny' if a.runlocal else a.size)
+  config.model.tie_embeddings = a.model not in config_lib.UNTIED_READOUT  # see config_lib.UNTIED_READOUT
   config.task = 'fol'
   config.model.max_len = 48          # the task's sequences of 48 tokens
   config.top_ks = (5, 10)

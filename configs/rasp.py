@@ -18,6 +18,7 @@ def get_config(arg=None):
   if a.task not in rasp.TASKS:
     raise ValueError(f'task must be one of {list(rasp.TASKS)}, got {a.task!r}')
   config = config_lib.default_config(kind=a.model, size='tiny' if a.runlocal else a.size)
+  config.model.tie_embeddings = a.model not in config_lib.UNTIED_READOUT  # see config_lib.UNTIED_READOUT
   config.task = a.task
   config.model.num_layers = 3
   config.model.max_len = 16          # room for the length-generalisation splits (12 and 16)

@@ -287,6 +287,17 @@ def test_config_arguments_are_checked():
     config_lib.default_config(size='huge')
 
 
+@pytest.mark.parametrize('kind', ['standard', 'token_factored', 'symbolic'])
+def test_readout_tying_defaults_follow_the_tuned_choice(kind):
+  """config_lib.UNTIED_READOUT: the symbolic model reads out through a table of its own on the benchmark
+  tasks (text, FOL, RASP), token_factored on text only; induction keeps the tied readout for every kind."""
+  configs = {'induction': config_lib.variant(kind, None), 'text': config_lib.variant(kind, 'task=text'),
+             'fol': config_lib.from_file(f'configs/fol.py:model={kind}'),
+             'rasp': config_lib.from_file(f'configs/rasp.py:model={kind}')}
+  untied = {'standard': set(), 'token_factored': {'text'}, 'symbolic': {'text', 'fol', 'rasp'}}[kind]
+  assert {task for task, c in configs.items() if not c.model.tie_embeddings} == untied
+
+
 def test_load_and_sample_errors(finished_run, tmp_path):
   with pytest.raises(FileNotFoundError, match='is not a symjax work directory: config.json is missing'):
     symjax.load(str(tmp_path))

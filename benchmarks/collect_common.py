@@ -2,10 +2,11 @@
 
 import sys
 
-RASP = ('reverse', 'sort', 'hist', 'double_hist', 'most_freq', 'dyck1', 'dyck2')
+from symjax.tasks import rasp
+
+RASP = rasp.TASKS
 # Test token accuracy (%) of Transformer Programs, "Learning Transformer Programs" Table 1.
-TRANSFORMER_PROGRAMS = {'reverse': 99.79, 'sort': 99.83, 'hist': 100.0, 'double_hist': 98.40,
-                        'most_freq': 75.69, 'dyck1': 99.30, 'dyck2': 99.09}
+TRANSFORMER_PROGRAMS = rasp.PUBLISHED
 
 
 def root_and_json(argv, root: str, json_path: str) -> tuple[str, str]:

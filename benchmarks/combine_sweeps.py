@@ -3,13 +3,12 @@
   python benchmarks/combine_sweeps.py benchmarks/results/suite_h100.json benchmarks/results/untied_h100.json \
       [--json=benchmarks/results/suite_tied_untied_h100.json] [--kinds=standard,token_factored,symbolic]
 
-Each input is a file written by `benchmarks/collect_sweeps.py`. The candidates of kind K on a task are every
-sweep named ``<task>/K`` or ``<task>/K_<suffix>`` in any input (e.g. ``symbolic`` with the tied readout and
-``symbolic_untied``), so every kind is tuned over the union of its grids — the same union for every kind
-when every kind has the same sweeps. A sweep's chosen point is its best row on validation loss, so the best
-chosen point over the candidates is the best point of the union; its test metrics are reported (test read
-once, for that point only). Kinds whose name extends another's (``symbolic_dense_untied``) are candidates of
-the longer name only when asked for with ``--kinds``.
+Each input is a file written by `benchmarks/collect_sweeps.py`. The candidates of kind K on a task are the
+sweeps named ``<task>/K<suffix>`` for each of ``--suffixes`` in any input (by default ``symbolic`` with the
+tied readout and ``symbolic_untied``; not ``symbolic_dense_untied``), so every kind is tuned over the union
+of its grids — the same union for every kind when every kind has the same sweeps. A sweep's chosen point is
+its best row on validation loss, so the best chosen point over the candidates is the best point of the
+union; its test metrics are reported (test read once, for that point only).
 """
 
 import json

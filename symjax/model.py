@@ -94,6 +94,10 @@ class ModelConfig:
   # projected; every update is still a convex mixture of the channel's embeddings, so nothing is lost to
   # the token reading).
   vocab_ffn: str = 'channel'
+  # Opt-in, not the paper (where positions enter only through ALiBi): a learned absolute position embedding
+  # added to the input of every factored layer's queries and keys — never to the streams or the values, so
+  # a symbolic model's streams stay exact token mixtures. Factored kinds only; lengths up to max_len.
+  qk_positions: bool = False
   tau_init: float = 1.0                # initial vocabulary-projection temperature τ_h
   vocab_projection: str = 'direct'     # 'direct' or 'streamed' (memory O(tokens·heads·chunk)), see symbolic
   vocab_chunk_size: int = 1024         # vocabulary rows per step of the streamed projection
@@ -191,6 +195,9 @@ class ModelConfig:
                                     or self.vocab_ffn != 'channel'):
       raise ValueError(f"model.symbolic_sites, model.projection_gain and model.vocab_ffn are only for kind "
                        f"'symbolic', got kind {self.kind!r}")
+    if self.qk_positions and self.kind not in ('token_factored', 'symbolic'):
+      raise ValueError(f"model.qk_positions is for the factored kinds 'token_factored' and 'symbolic' (the "
+                       f"standard model has model.positions='learned'), got kind {self.kind!r}")
     if self.symbolic_layers is not None:
       if self.kind != 'symbolic':
         raise ValueError(f"model.symbolic_layers is only for kind 'symbolic', got kind {self.kind!r}")
@@ -222,8 +229,9 @@ class ModelConfig:
 
   @property
   def paper_symbolic(self) -> bool:
-    """Algorithm 1 exactly: exact mixtures, and each channel's FFN reads its own channel (eq. 20)."""
-    return self.exact_mixtures and self.vocab_ffn == 'channel'
+    """Algorithm 1 exactly: exact mixtures, each channel's FFN reads its own channel (eq. 20), and positions
+    enter only through ALiBi."""
+    return self.exact_mixtures and self.vocab_ffn == 'channel' and not self.qk_positions
 
   def mask_predicates(self) -> tuple[attn.Mask, ...]:
     """The attention mask of every head (one entry when all heads share it)."""
@@ -319,7 +327,13 @@ class FactoredBlock(nn.Module):
       if project:
         values, edge_values = 0.5 * values, 0.5 * edge_values
       edges = attn.Edges(edges.ids, edges.table, edge_values)
-    delta_t = _attention(cfg, False, True)(norm('norm_attn')(x_t + x_e), values=values,
+    x_attn = norm('norm_attn')(x_t + x_e)
+    if cfg.qk_positions:
+      # Scale comparable to the unit-variance LayerNorm output it is added to (std 0.5 is what was measured).
+      pos = self.param('qk_position', nn.with_logical_partitioning(nn.initializers.normal(0.5), (None, EMBED)),
+                       (cfg.max_len, cfg.d_model))
+      x_attn = x_attn + pos[:x_t.shape[-2]].astype(x_attn.dtype)
+    delta_t = _attention(cfg, False, True)(x_attn, values=values,
                                            key_mask=key_mask, deterministic=deterministic, edges=edges)
     x_t = x_t + drop(delta_t)
     self.sow('intermediates', 'x_t_attn', x_t)

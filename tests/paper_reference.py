@@ -144,7 +144,8 @@ def symbolic_block(x_t, x_e, table, p, num_heads, causal, eps):
   """Algorithm 1 for one sequence. Returns X_t, X_e, attention weights, value α and FFN α per head."""
   d = x_t.shape[-1] // num_heads
   x_norm1 = channel_layer_norm(x_t + x_e, p['cln1_g'], p['cln1_b'], num_heads, eps)   # line 1
-  q, k = x_norm1 @ p['w_q'], x_norm1 @ p['w_k']                                       # line 2
+  x_qk = x_norm1 + p.get('qk_position', 0.0)     # opt-in model.qk_positions: queries and keys only
+  q, k = x_qk @ p['w_q'], x_qk @ p['w_k']                                             # line 2
   pre_v = kronecker_value(x_t, p['w_head'], d)                                        # line 3
   v = np.empty_like(pre_v)
   value_alphas = []

@@ -69,10 +69,12 @@ def test_token_factored_block_matches_eqs_6_to_15(causal):
     assert ref.rel_err(state['intermediates']['attention']['weights'][0][b], want_w) <= TOL
 
 
-@pytest.mark.parametrize('causal,vocab_ffn', [(True, 'channel'), (False, 'channel'), (True, 'dense')])
-def test_symbolic_block_matches_algorithm_1(causal, vocab_ffn):
-  """Algorithm 1; with vocab_ffn='dense' line 7's FFN reads the whole state (the opt-in variant)."""
-  cfg = small(kind='symbolic', causal=causal, vocab_ffn=vocab_ffn)
+@pytest.mark.parametrize('causal,vocab_ffn,qk_positions', [(True, 'channel', False), (False, 'channel', False),
+                                                           (True, 'dense', False), (False, 'channel', True)])
+def test_symbolic_block_matches_algorithm_1(causal, vocab_ffn, qk_positions):
+  """Algorithm 1; with vocab_ffn='dense' line 7's FFN reads the whole state, with qk_positions line 2's
+  queries and keys read a learned position embedding too (the opt-in variants)."""
+  cfg = small(kind='symbolic', causal=causal, vocab_ffn=vocab_ffn, qk_positions=qk_positions)
   x_t, x_e, table = streams(2)
   block = FactoredBlock(cfg, symbolic=True)
   variables = randomize(block.init(jax.random.key(0), x_t, x_e, table), 8, scale=0.3)
@@ -80,6 +82,9 @@ def test_symbolic_block_matches_algorithm_1(causal, vocab_ffn):
   inter = state['intermediates']
   p = factored_params(variables['params'], symbolic=True)
   p['f_dense'] = vocab_ffn == 'dense'
+  assert ('qk_position' in variables['params']) == qk_positions
+  if qk_positions:
+    p['qk_position'] = f64(variables['params']['qk_position'])[:x_t.shape[1]]
   if p['f_dense']:   # one d_model -> ff_dim -> d_model MLP, not one per channel
     assert p['f_w1'].shape == (cfg.d_model, cfg.ff_dim) and p['f_w2'].shape == (cfg.ff_dim, cfg.d_model)
   for b in range(x_t.shape[0]):
@@ -210,8 +215,9 @@ def test_value_map_has_exactly_h_squared_parameters_and_no_value_projection(kind
   assert 'value_map' not in none['layer_0']
 
 
-@pytest.mark.parametrize('tie,vocab_ffn', [(True, 'channel'), (False, 'channel'), (False, 'dense')])
-def test_all_symbolic_streams_are_sums_of_convex_token_mixtures(tie, vocab_ffn):
+@pytest.mark.parametrize('tie,vocab_ffn,qk_positions', [(True, 'channel', False), (False, 'channel', False),
+                                                        (False, 'dense', False), (False, 'channel', True)])
+def test_all_symbolic_streams_are_sums_of_convex_token_mixtures(tie, vocab_ffn, qk_positions):
   """Theorem 6.4 as it holds: after l layers each channel of X_t is a sum of l+1 convex mixtures of that
   channel's embedding rows (the input token plus one per attention update) and X_e a sum of l.
 
@@ -219,8 +225,8 @@ def test_all_symbolic_streams_are_sums_of_convex_token_mixtures(tie, vocab_ffn):
   at (i, h) is Σ_s A[h, i, s] V[s, h] and V[s, h] = α_v[s, h] E^(h), so its coefficients are A α_v. It
   holds as well with a readout table of its own and with the dense FFN, and the exact trace reads them.
   """
-  cfg = small(kind='symbolic', num_layers=3, tie_embeddings=tie, vocab_ffn=vocab_ffn)
-  assert cfg.exact_mixtures and cfg.paper_symbolic == (vocab_ffn == 'channel')
+  cfg = small(kind='symbolic', num_layers=3, tie_embeddings=tie, vocab_ffn=vocab_ffn, qk_positions=qk_positions)
+  assert cfg.exact_mixtures and cfg.paper_symbolic == (vocab_ffn == 'channel' and not qk_positions)
   tokens, variables, _, inter = run_with_intermediates(cfg, scale=0.5)
   table = f64(variables['params']['embed']['embedding'])
   hd, nh, vocab = cfg.head_dim, cfg.num_heads, cfg.vocab_size
@@ -300,6 +306,8 @@ def test_symbolic_variant_fields_are_checked():
     small(kind='symbolic', vocab_ffn='wide').validate()
   with pytest.raises(ValueError, match="only for kind 'symbolic'"):
     small(kind='token_factored', vocab_ffn='dense').validate()
+  with pytest.raises(ValueError, match="model.qk_positions is for the factored kinds"):
+    small(kind='standard', qk_positions=True).validate()
   with pytest.raises(ValueError, match="only for kind 'symbolic'"):
     small(kind='token_factored', projection_gain=True).validate()
 

@@ -17,9 +17,10 @@ tied: 2.234 ± 0.301; config_lib.TEXT_LEARNING_RATES, TEXT_UNTIED_READOUT). The 
 stream: every update is still a convex mixture of the input embedding table's rows. This is the paper's
 model (both sites projected, no gain, channel-wise FFN); the opt-in variants
 --config.model.symbolic_sites=values|ffn and --config.model.projection_gain=true trade readability for
-accuracy, and --config.model.vocab_ffn=dense (each channel's FFN reads the whole state) keeps it, as
-measured in README.md ("Variants that keep every stream a token mixture", "Opt-in variants"); none is
-the default.
+accuracy, while --config.model.vocab_ffn=dense (each channel's FFN reads the whole state) and
+--config.model.qk_positions=true (learned positions in the queries and keys; no length extrapolation)
+keep it, as measured in README.md ("Variants that keep every stream a token mixture", "Opt-in variants",
+"Against the targets"); none is the default.
 """
 
 from symjax import config_lib

@@ -41,7 +41,7 @@ tied="--config.model.tie_embeddings=true"  # the variants measured when every ki
   done
   echo "text symbolic_untied_wide --config=configs/symbolic.py:task=text,size=medium --config.text_path=$corpus $untied --grid model.ff_dim_per_head=512"
   echo "text symbolic_dense --config=configs/symbolic.py:task=text,size=medium --config.text_path=$corpus --grid model.vocab_ffn=dense $tied"
-  dense="--grid model.vocab_ffn=dense $tied"
+  dense="--grid model.vocab_ffn=dense"
   echo "text symbolic_dense_untied --config=configs/symbolic.py:task=text,size=medium --config.text_path=$corpus $dense $untied"
   echo "fol symbolic_dense_untied --config=configs/fol.py:model=symbolic $dense $untied"
   for task in reverse sort hist double_hist most_freq dyck1 dyck2; do

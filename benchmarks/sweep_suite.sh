@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every kind on every benchmark task with the same tuning budget: peak learning rate in {3e-3, 1e-2} ×
-# readout tied to the embedding table or not, 3 seeds per point (trained together under jax.vmap), chosen
+# readout tied to the embedding table or not, 3 seeds per point (trained together in one process, symjax.seeds), chosen
 # on validation loss; test read once, for the chosen point. One `python -m symjax.sweep` per (task, kind), JOBS of them at a time.
 #
 #   [PYTHON=python3] [RASP_STEPS=N] bash benchmarks/sweep_suite.sh ROOT [JOBS] [CORPUS]

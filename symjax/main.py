@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import sys
+import tempfile
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -84,13 +85,14 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def check_workdir(workdir: str) -> None:
-  """A work directory that can be created and written, or a one-line ValueError saying why not."""
+  """A work directory that can be created and written, or a one-line ValueError saying why not.
+
+  Every process of a multi-process run checks the same (shared) directory at once, so each writes a probe
+  of its own name: with one fixed name, one process removed the probe another was about to remove."""
   try:
     os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, '.symjax_write_test')
-    with open(probe, 'w') as f:
-      f.write('')
-    os.remove(probe)
+    with tempfile.NamedTemporaryFile(dir=workdir, prefix='.symjax_write_test_'):
+      pass
   except OSError as e:
     raise ValueError(f'work directory {workdir!r} cannot be created or written ({e.strerror or e}); '
                      f'give --workdir a folder you can write') from None

@@ -223,3 +223,18 @@ def test_a_read_only_file_system_is_a_one_line_error(tmp_path, monkeypatch):
   with pytest.raises(ValueError, match=r"work directory '.*w' cannot be created or written \(Read-only file "
                                        r"system\); give --workdir a folder you can write"):
     main.check_workdir(str(tmp_path / 'w'))
+
+
+def test_workdir_check_leaves_other_processes_probes_alone(tmp_path):
+  """The processes of a multi-process run check one shared work directory at the same time; one process's
+  check must neither touch another's probe file nor fail because another removed its own."""
+  from symjax import main
+  workdir = tmp_path / 'w'
+  workdir.mkdir()
+  others = [workdir / '.symjax_write_test', workdir / '.symjax_write_test_other']
+  for other in others:
+    other.write_text('another process is writing this')
+  for _ in range(3):
+    main.check_workdir(str(workdir))
+  assert sorted(p.name for p in workdir.iterdir()) == sorted(p.name for p in others)
+  assert all(p.read_text() == 'another process is writing this' for p in others)

@@ -13,6 +13,7 @@ union; its test metrics are reported (test read once, for that point only).
 
 import json
 import math
+import sys
 
 from absl import app, flags
 
@@ -92,7 +93,7 @@ def main(argv):
 
   with open(_JSON.value, 'w') as f:
     json.dump({'inputs': argv[1:], 'kinds': _KINDS.value, 'suffixes': _SUFFIXES.value,
-               'combined_with': 'python benchmarks/combine_sweeps.py ' + ' '.join(argv[1:]), 'chosen': out},
+               'combined_with': 'python benchmarks/combine_sweeps.py ' + ' '.join(sys.argv[1:]), 'chosen': out},
               f, indent=1)
   print(f'wrote {_JSON.value}')
 

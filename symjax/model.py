@@ -94,6 +94,11 @@ class ModelConfig:
   # projected; every update is still a convex mixture of the channel's embeddings, so nothing is lost to
   # the token reading).
   vocab_ffn: str = 'channel'
+  # The weights of the FFN's vocabulary projections: 'convex' (eq. 22, softmax: every update a convex
+  # mixture of the channel's embeddings) or 'nonnegative' (opt-in: softplus(z Eᵀ/τ)/|V|, so every update is
+  # a non-negative combination of the channel's embeddings whose mass the model chooses per token; values
+  # stay convex). Direct projection only.
+  ffn_mixture: str = 'convex'
   # Opt-in, not the paper (where positions enter only through ALiBi): a learned absolute position embedding
   # added to the input of every factored layer's queries and keys — never to the streams or the values, so
   # a symbolic model's streams stay exact token mixtures. Factored kinds only; lengths up to max_len.
@@ -163,6 +168,10 @@ class ModelConfig:
                          f"takes 16-bit inputs), got model.dtype={self.dtype!r}")
     choice('symbolic_sites', SYMBOLIC_SITES)
     choice('vocab_ffn', symbolic.VOCAB_FFN_MIXING)
+    choice('ffn_mixture', symbolic.FFN_MIXTURES)
+    if self.ffn_mixture == 'nonnegative' and self.vocab_projection != 'direct':
+      raise ValueError(f"model.ffn_mixture='nonnegative' is computed by the direct projection only; set "
+                       f"model.vocab_projection='direct', got {self.vocab_projection!r}")
     choice('remat', ('none', *REMAT_POLICIES))
     for name in ('vocab_size', 'num_layers', 'num_heads', 'head_dim', 'ff_dim', 'ff_dim_per_head',
                  'max_len', 'tau_init', 'embed_init_std', 'layer_norm_epsilon', 'vocab_chunk_size',
@@ -192,9 +201,9 @@ class ModelConfig:
       raise ValueError("model.kind 'lstm' reads left to right and needs a causal task; this task is "
                        "bidirectional: use 'standard', 'token_factored' or 'symbolic'")
     if self.kind != 'symbolic' and (self.symbolic_sites != 'both' or self.projection_gain
-                                    or self.vocab_ffn != 'channel'):
-      raise ValueError(f"model.symbolic_sites, model.projection_gain and model.vocab_ffn are only for kind "
-                       f"'symbolic', got kind {self.kind!r}")
+                                    or self.vocab_ffn != 'channel' or self.ffn_mixture != 'convex'):
+      raise ValueError(f"model.symbolic_sites, model.projection_gain, model.vocab_ffn and model.ffn_mixture "
+                       f"are only for kind 'symbolic', got kind {self.kind!r}")
     if self.qk_positions and self.kind not in ('token_factored', 'symbolic'):
       raise ValueError(f"model.qk_positions is for the factored kinds 'token_factored' and 'symbolic' (the "
                        f"standard model has model.positions='learned'), got kind {self.kind!r}")
@@ -225,7 +234,7 @@ class ModelConfig:
     """Every stream a convex mixture of token embeddings after every layer: every layer symbolic, both
     sites projected, no gain (the paper's model, with either ``vocab_ffn``)."""
     return (self.kind == 'symbolic' and self.layer_kinds() == ('symbolic',) * self.num_layers
-            and self.symbolic_sites == 'both' and not self.projection_gain)
+            and self.symbolic_sites == 'both' and not self.projection_gain and self.ffn_mixture == 'convex')
 
   @property
   def paper_symbolic(self) -> bool:
@@ -345,7 +354,8 @@ class FactoredBlock(nn.Module):
       width = cfg.ff_dim if cfg.vocab_ffn == 'dense' else cfg.ff_dim_per_head
       delta_e = symbolic.VocabFFN(cfg.num_heads, width, cfg.tau_init, cfg.vocab_projection,
                                   cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
-                                  gain=cfg.projection_gain, mixing=cfg.vocab_ffn, name='ffn')(x_ffn, table)
+                                  gain=cfg.projection_gain, mixing=cfg.vocab_ffn, weights=cfg.ffn_mixture,
+                                  name='ffn')(x_ffn, table)
     else:
       delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
     x_e = x_e + drop(delta_e)

@@ -124,6 +124,23 @@ def direct_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 0,
   return tokens_major(out, z.shape[:-2]), tokens_major(alpha, z.shape[:-2])
 
 
+def nonnegative_vocab_projection(z: Array, table: Array, tau: Array, num_valid: int | None = None
+                                 ) -> tuple[Array, Array]:
+  """Opt-in, not eq. 22: α = softplus(z Eᵀ / τ) / |V| per channel, and α E. Every weight is positive but
+  they need not sum to 1, so the output is a non-negative combination of the channel's token embeddings of
+  any mass (at z = 0 the mass is log 2). Same arguments and shapes as ``direct_vocab_projection``;
+  ``|V|`` counts the valid rows only and padding rows get weight 0."""
+  zh, th = heads_major(z / tau[:, None].astype(z.dtype)), jnp.swapaxes(table, 0, 1)  # [h, n, d], [h, v, d]
+  acc = jnp.promote_types(z.dtype, jnp.float32)
+  logits = jnp.einsum('hnd,hvd->hnv', zh, th.astype(z.dtype), preferred_element_type=acc)
+  valid = table.shape[0] if num_valid is None else min(num_valid, table.shape[0])
+  alpha = jax.nn.softplus(logits) / valid
+  if valid < table.shape[0]:
+    alpha = jnp.where(jnp.arange(table.shape[0]) < valid, alpha, 0.0)
+  out = jnp.einsum('hnv,hvd->hnd', alpha, th.astype(acc))
+  return tokens_major(out, z.shape[:-2]), tokens_major(alpha, z.shape[:-2])
+
+
 def streamed_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 1024,
                               num_valid: int | None = None) -> tuple[Array, None]:
   """The same projection streamed over ``chunk`` vocabulary rows (``streamed.softmax_mix``), sharded over
@@ -174,6 +191,9 @@ def cudnn_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 0,
 
 # What each channel's VocabFFN reads (config ``vocab_ffn``): its own channel (eq. 20) or the whole state.
 VOCAB_FFN_MIXING = ('channel', 'dense')
+# The weights of the FFN's projections (config ``ffn_mixture``): a convex mixture (eq. 22) or non-negative
+# weights of free mass (``nonnegative_vocab_projection``).
+FFN_MIXTURES = ('convex', 'nonnegative')
 
 # Implementations of the vocabulary projection, chosen by name (config ``vocab_projection``). Each maps
 # (z, table, tau, chunk, num_valid) to (projection, mixture or None).
@@ -200,6 +220,7 @@ class VocabProjection(nn.Module):
   chunk_size: int = 1024
   num_valid: int | None = None  # rows of the table from this index on are padding
   gain: bool = False  # opt-in: scale channel h by a learned g_h = exp(log_gain_h) > 0 (starts at 1)
+  weights: str = 'convex'  # 'convex' (eq. 22) or 'nonnegative' (opt-in: nonnegative_vocab_projection)
 
   @nn.compact
   def __call__(self, z: Array, table: Array) -> Array:
@@ -209,8 +230,17 @@ class VocabProjection(nn.Module):
     if self.tau_init <= 0:
       raise ValueError(f'tau_init must be > 0, got {self.tau_init}')
     log_tau = self.param('log_tau', nn.initializers.constant(math.log(self.tau_init)), (self.num_heads,))
-    out, alpha = VOCAB_PROJECTIONS[self.impl](z, split_channels(table, self.num_heads), jnp.exp(log_tau),
-                                              self.chunk_size, self.num_valid)
+    if self.weights not in FFN_MIXTURES:
+      raise ValueError(f'model.ffn_mixture must be one of {list(FFN_MIXTURES)}, got {self.weights!r}')
+    if self.weights == 'nonnegative':
+      if self.impl != 'direct':
+        raise ValueError(f"model.ffn_mixture='nonnegative' is computed by the direct projection only; set "
+                         f"model.vocab_projection='direct', got {self.impl!r}")
+      out, alpha = nonnegative_vocab_projection(z, split_channels(table, self.num_heads), jnp.exp(log_tau),
+                                                self.num_valid)
+    else:
+      out, alpha = VOCAB_PROJECTIONS[self.impl](z, split_channels(table, self.num_heads), jnp.exp(log_tau),
+                                                self.chunk_size, self.num_valid)
     if alpha is not None:
       self.sow('intermediates', 'mixture', alpha)
     if self.gain:
@@ -241,6 +271,7 @@ class VocabFFN(nn.Module):
   gain: bool = False
   kernel_init: Callable = nn.initializers.normal(0.02)
   mixing: str = 'channel'  # 'channel' (eq. 20: FFN_h reads x_h) or 'dense' (every FFN_h reads all of x)
+  weights: str = 'convex'  # the projection's weights: 'convex' (eq. 22) or 'nonnegative' (opt-in)
 
   @nn.compact
   def __call__(self, x: Array, table: Array) -> Array:
@@ -257,7 +288,7 @@ class VocabFFN(nn.Module):
       hidden = nn.gelu(x @ w1.astype(self.dtype) + b1.astype(self.dtype))
       z = split_channels(hidden @ w2.astype(self.dtype) + b2.astype(self.dtype), self.num_heads)
       out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,
-                            self.gain, name='projection')(z, table)
+                            self.gain, self.weights, name='projection')(z, table)
       return merge_channels(out)
     xh = split_channels(x, self.num_heads).astype(self.dtype)
     head_dim = xh.shape[-1]
@@ -272,5 +303,5 @@ class VocabFFN(nn.Module):
     z = jnp.einsum('hnf,hfd->hnd', hidden, w2.astype(self.dtype)) + b2[:, None].astype(self.dtype)
     z = tokens_major(z, xh.shape[:-2])
     out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,
-                          self.gain, name='projection')(z, table)
+                          self.gain, self.weights, name='projection')(z, table)
     return merge_channels(out)

@@ -299,6 +299,37 @@ def test_symbolic_variants_keep_an_exact_token_reading_where_they_project(sites,
       symjax_mixtures.mixture_trace(Transformer(cfg), params, tokens)
 
 
+@pytest.mark.parametrize('vocab_ffn', ['channel', 'dense'])
+def test_nonnegative_ffn_mixtures_keep_an_exact_nonnegative_token_reading(vocab_ffn):
+  """ffn_mixture='nonnegative': X_e after every layer is rebuilt from the sown FFN weights alone, every
+  weight non-negative, with a mass the model chose (not l + 1); X_t stays a convex mixture sum; the exact
+  convex mixture trace refuses the model with a one-line reason."""
+  cfg = small(kind='symbolic', num_layers=2, vocab_ffn=vocab_ffn, ffn_mixture='nonnegative')
+  tokens, variables, _, inter = run_with_intermediates(cfg, scale=0.5)
+  params = variables['params']
+  table = f64(params['embed']['embedding'])
+  hd, nh, vocab = cfg.head_dim, cfg.num_heads, cfg.vocab_size
+  w_t = np.repeat(np.eye(vocab)[np.asarray(tokens)][:, :, None, :], nh, axis=2)  # [b, t, h, v]
+  w_e = np.zeros_like(w_t)
+
+  def reconstruct(w):
+    return np.concatenate([w[:, :, h] @ table[:, h * hd:(h + 1) * hd] for h in range(nh)], axis=-1)
+
+  for l in range(cfg.num_layers):
+    layer = inter[f'layer_{l}']
+    a = f64(layer['attention']['weights'][0])
+    w_t = w_t + np.einsum('bhis,bshv->bihv', a, f64(layer['value_projection']['mixture'][0]))
+    w_e = w_e + f64(layer['ffn']['projection']['mixture'][0])
+    np.testing.assert_allclose(w_t.sum(-1), l + 2, rtol=1e-5)
+    assert (w_e >= 0).all()
+    assert np.abs(w_e.sum(-1) - (l + 1)).max() > 1e-2
+    for w, x in ((w_t, layer['x_t_ffn'][0]), (w_e, layer['x_e_ffn'][0])):
+      assert ref.rel_err(x, reconstruct(w)) <= 1e-5
+  assert not cfg.exact_mixtures
+  with pytest.raises(ValueError, match="ffn_mixture"):
+    symjax_mixtures.mixture_trace(Transformer(cfg), params, tokens)
+
+
 def test_symbolic_variant_fields_are_checked():
   with pytest.raises(ValueError, match="model.symbolic_sites must be one of"):
     small(kind='symbolic', symbolic_sites='keys').validate()
@@ -310,6 +341,12 @@ def test_symbolic_variant_fields_are_checked():
     small(kind='standard', qk_positions=True).validate()
   with pytest.raises(ValueError, match="only for kind 'symbolic'"):
     small(kind='token_factored', projection_gain=True).validate()
+  with pytest.raises(ValueError, match="model.ffn_mixture must be one of"):
+    small(kind='symbolic', ffn_mixture='signed').validate()
+  with pytest.raises(ValueError, match="only for kind 'symbolic'"):
+    small(kind='standard', ffn_mixture='nonnegative').validate()
+  with pytest.raises(ValueError, match="direct projection only"):
+    small(kind='symbolic', ffn_mixture='nonnegative', vocab_projection='streamed').validate()
 
 
 def test_token_factored_streams_are_not_token_mixtures():

@@ -144,6 +144,33 @@ def test_vocab_projection_matches_eqs_21_22_and_is_a_convex_mixture():
   np.testing.assert_allclose(alpha.sum(-1), 1.0, rtol=1e-6)
 
 
+def test_nonnegative_vocab_projection_matches_its_transcription_and_has_free_mass():
+  """ffn_mixture='nonnegative' (opt-in): α = softplus(z E^(h)ᵀ / τ_h) / |V|, output α E^(h); every weight
+  positive, padding rows zero, and the mass Σ α not fixed at 1."""
+  num_heads, head_dim, vocab, valid = 3, 4, 11, 9
+  module = symbolic.VocabProjection(num_heads, tau_init=0.7, num_valid=valid, weights='nonnegative')
+  z = jax.random.normal(jax.random.key(1), (2, 5, num_heads, head_dim))
+  table = jax.random.normal(jax.random.key(2), (vocab, num_heads * head_dim))
+  variables = randomize(module.init(jax.random.key(0), z, table), 4)
+  out, state = module.apply(variables, z, table, mutable=['intermediates'])
+  alpha = f64(state['intermediates']['mixture'][0])
+  tau = np.exp(f64(variables['params']['log_tau']))
+  for h in range(num_heads):
+    e_h = f64(table)[:valid, h * head_dim:(h + 1) * head_dim]
+    logits = f64(z)[..., h, :] @ e_h.T / tau[h]
+    want_alpha = np.logaddexp(0.0, logits) / valid          # softplus, written independently
+    assert ref.rel_err(alpha[..., h, :valid], want_alpha) <= TOL
+    assert ref.rel_err(out[..., h, :], want_alpha @ e_h) <= TOL
+  assert (alpha[..., :valid] > 0).all() and (alpha[..., valid:] == 0).all()
+  assert alpha.sum(-1).std() > 0.01                         # the mass varies from token to token
+  with pytest.raises(ValueError, match="direct projection only"):
+    bad = symbolic.VocabProjection(num_heads, impl='streamed', weights='nonnegative')
+    bad.init(jax.random.key(0), z, table)
+  with pytest.raises(ValueError, match="model.ffn_mixture must be one of"):
+    bad = symbolic.VocabProjection(num_heads, weights='signed')
+    bad.init(jax.random.key(0), z, table)
+
+
 def test_vocab_ffn_matches_eqs_19_22():
   num_heads, head_dim, ff, vocab = 3, 4, 5, 9
   module = symbolic.VocabFFN(num_heads, ff, tau_init=1.3)

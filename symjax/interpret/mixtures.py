@@ -45,10 +45,11 @@ def mixture_trace(model: Transformer, params, tokens, key_mask=None) -> MixtureT
   """
   cfg = model.config
   if not cfg.exact_mixtures:
-    raise ValueError('the exact mixture trace needs every layer symbolic with both sites projected and no '
-                     'gain (model.kind="symbolic", symbolic_layers=None, symbolic_sites="both", '
-                     f'projection_gain=False); this model has layers {cfg.layer_kinds()}, symbolic_sites '
-                     f'{cfg.symbolic_sites!r}, projection_gain={cfg.projection_gain}')
+    raise ValueError('the exact mixture trace needs every layer symbolic with both sites projected, no '
+                     'gain and convex FFN mixtures (model.kind="symbolic", symbolic_layers=None, '
+                     'symbolic_sites="both", projection_gain=False, ffn_mixture="convex"); this model has '
+                     f'layers {cfg.layer_kinds()}, symbolic_sites {cfg.symbolic_sites!r}, projection_gain='
+                     f'{cfg.projection_gain}, ffn_mixture {cfg.ffn_mixture!r}')
   model = core.analysis_model(model)
   tokens = core.as_batch(tokens)
   _, inter = core.run(model, params, tokens, key_mask)

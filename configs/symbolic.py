@@ -20,7 +20,9 @@ model (both sites projected, no gain, channel-wise FFN); the opt-in variants
 accuracy, while --config.model.vocab_ffn=dense (each channel's FFN reads the whole state) and
 --config.model.qk_positions=true (learned positions in the queries and keys; no length extrapolation)
 keep it, as measured in README.md ("Variants that keep every stream a token mixture", "Opt-in variants",
-"Against the targets"); none is the default.
+"Against the targets"); --config.model.ffn_mixture=nonnegative weighs the FFN's token embeddings by
+non-negative weights of free mass instead of a convex mixture (a weaker, still exact token reading;
+"Against the targets"). None is the default.
 """
 
 from symjax import config_lib

@@ -32,7 +32,7 @@ class Trace:
   logit_lens: list[np.ndarray]                     # per layer: LN_f(X) Eᵀ, [batch, time, vocab]
   attention: np.ndarray                            # [layers, batch, heads, time, time]
   value_mixtures: list[np.ndarray | None]          # per layer α_v [batch, time, heads, vocab] (symbolic)
-  ffn_mixtures: list[np.ndarray | None]            # per layer α_f
+  ffn_mixtures: list[np.ndarray | None]            # per layer α_f (mass 1; free with ffn_mixture='nonnegative')
   heads: core.HeadParameters                       # slopes, τ, W_head
   mixture: mixtures.MixtureTrace | None            # all-symbolic models
   cone_cosine: list[dict[str, np.ndarray]] | None  # per layer: stream -> [batch, time, heads] (see cone)

@@ -232,7 +232,7 @@ class ModelConfig:
   @property
   def exact_mixtures(self) -> bool:
     """Every stream a convex mixture of token embeddings after every layer: every layer symbolic, both
-    sites projected, no gain (the paper's model, with either ``vocab_ffn``)."""
+    sites projected, no gain, convex FFN mixtures (the paper's model, with either ``vocab_ffn``)."""
     return (self.kind == 'symbolic' and self.layer_kinds() == ('symbolic',) * self.num_layers
             and self.symbolic_sites == 'both' and not self.projection_gain and self.ffn_mixture == 'convex')
 

@@ -142,6 +142,18 @@ def test_whole_symbolic_model_matches_composed_reference():
 # ------------------------------------------------------------------------------------------------------
 # Structure
 # ------------------------------------------------------------------------------------------------------
+def embedding_reading(cfg, tokens, params):
+  """(w_t, w_e, reconstruct): the token weights [batch, time, heads, vocab] of X_t⁰ (one-hot) and X_e⁰
+  (zero), and the map from such weights to a stream through each channel's embedding rows."""
+  table = f64(params['embed']['embedding'])
+  hd, nh = cfg.head_dim, cfg.num_heads
+  w_t = np.repeat(np.eye(cfg.vocab_size)[np.asarray(tokens)][:, :, None, :], nh, axis=2)
+
+  def reconstruct(w):
+    return np.concatenate([w[:, :, h] @ table[:, h * hd:(h + 1) * hd] for h in range(nh)], axis=-1)
+  return w_t, np.zeros_like(w_t), reconstruct
+
+
 def run_with_intermediates(cfg, seed=0, t=8, batch=2, scale=0.3):
   tokens = jax.random.randint(jax.random.key(seed + 100), (batch, t), 0, cfg.vocab_size)
   model = Transformer(cfg)
@@ -228,14 +240,7 @@ def test_all_symbolic_streams_are_sums_of_convex_token_mixtures(tie, vocab_ffn, 
   cfg = small(kind='symbolic', num_layers=3, tie_embeddings=tie, vocab_ffn=vocab_ffn, qk_positions=qk_positions)
   assert cfg.exact_mixtures and cfg.paper_symbolic == (vocab_ffn == 'channel' and not qk_positions)
   tokens, variables, _, inter = run_with_intermediates(cfg, scale=0.5)
-  table = f64(variables['params']['embed']['embedding'])
-  hd, nh, vocab = cfg.head_dim, cfg.num_heads, cfg.vocab_size
-  onehot = np.eye(vocab)[np.asarray(tokens)]                          # [b, t, v]
-  w_t = np.repeat(onehot[:, :, None, :], nh, axis=2)                  # [b, t, h, v]
-  w_e = np.zeros_like(w_t)
-
-  def reconstruct(w):
-    return np.concatenate([w[:, :, h] @ table[:, h * hd:(h + 1) * hd] for h in range(nh)], axis=-1)
+  w_t, w_e, reconstruct = embedding_reading(cfg, tokens, variables['params'])
 
   for l in range(cfg.num_layers):
     layer = inter[f'layer_{l}']
@@ -260,14 +265,9 @@ def test_symbolic_variants_keep_an_exact_token_reading_where_they_project(sites,
   cfg = small(kind='symbolic', num_layers=2, symbolic_sites=sites, projection_gain=gain)
   tokens, variables, _, inter = run_with_intermediates(cfg, scale=0.5)
   params = variables['params']
-  table = f64(params['embed']['embedding'])
-  hd, nh, vocab = cfg.head_dim, cfg.num_heads, cfg.vocab_size
-  w_t = np.repeat(np.eye(vocab)[np.asarray(tokens)][:, :, None, :], nh, axis=2)  # [b, t, h, v]
-  w_e = np.zeros_like(w_t)
+  nh = cfg.num_heads
+  w_t, w_e, reconstruct = embedding_reading(cfg, tokens, params)
   mass_t, mass_e = np.ones(nh), np.zeros(nh)
-
-  def reconstruct(w):
-    return np.concatenate([w[:, :, h] @ table[:, h * hd:(h + 1) * hd] for h in range(nh)], axis=-1)
 
   def gain_of(p):
     assert ('log_gain' in p) == gain
@@ -307,13 +307,7 @@ def test_nonnegative_ffn_mixtures_keep_an_exact_nonnegative_token_reading(vocab_
   cfg = small(kind='symbolic', num_layers=2, vocab_ffn=vocab_ffn, ffn_mixture='nonnegative')
   tokens, variables, _, inter = run_with_intermediates(cfg, scale=0.5)
   params = variables['params']
-  table = f64(params['embed']['embedding'])
-  hd, nh, vocab = cfg.head_dim, cfg.num_heads, cfg.vocab_size
-  w_t = np.repeat(np.eye(vocab)[np.asarray(tokens)][:, :, None, :], nh, axis=2)  # [b, t, h, v]
-  w_e = np.zeros_like(w_t)
-
-  def reconstruct(w):
-    return np.concatenate([w[:, :, h] @ table[:, h * hd:(h + 1) * hd] for h in range(nh)], axis=-1)
+  w_t, w_e, reconstruct = embedding_reading(cfg, tokens, params)
 
   for l in range(cfg.num_layers):
     layer = inter[f'layer_{l}']

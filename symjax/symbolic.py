@@ -111,15 +111,23 @@ def direct_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 0,
     for float64 inputs under ``jax.enable_x64``). Memory is O(tokens · heads · vocab).
   """
   del chunk
+  vocab = table.shape[0]
+  if num_valid is not None and num_valid < vocab:
+    valid = jnp.arange(vocab) < num_valid
+    return _weighted_rows(z, table, tau, lambda logits: jax.nn.softmax(jnp.where(valid, logits, -jnp.inf), -1))
+  return _weighted_rows(z, table, tau, lambda logits: jax.nn.softmax(logits, -1))
+
+
+def _weighted_rows(z: Array, table: Array, tau: Array, weigh: Callable[[Array], Array]) -> tuple[Array, Array]:
+  """(α E per channel, α) with α = weigh(z Eᵀ / τ) ``[heads, tokens, vocab]``: the one computation the
+  direct projections share."""
   # Heads-major products ([heads, tokens, ...], the head axis leading as a batch axis): on CPU the
   # backward pass of the tokens-major einsum transposes every operand and runs about 1.6× slower.
   # 1/τ scales the queries ([h, n, d]) rather than the logits ([h, n, v], usually the larger).
   zh, th = heads_major(z / tau[:, None].astype(z.dtype)), jnp.swapaxes(table, 0, 1)  # [h, n, d], [h, v, d]
   acc = jnp.promote_types(z.dtype, jnp.float32)  # float32 for the model; float64 for the float64 readings
   logits = jnp.einsum('hnd,hvd->hnv', zh, th.astype(z.dtype), preferred_element_type=acc)
-  if num_valid is not None and num_valid < table.shape[0]:
-    logits = jnp.where(jnp.arange(table.shape[0]) < num_valid, logits, -jnp.inf)
-  alpha = jax.nn.softmax(logits, axis=-1)                                # [h, n, v]
+  alpha = weigh(logits)                                                  # [h, n, v]
   out = jnp.einsum('hnv,hvd->hnd', alpha, th.astype(acc))
   return tokens_major(out, z.shape[:-2]), tokens_major(alpha, z.shape[:-2])
 
@@ -130,15 +138,12 @@ def nonnegative_vocab_projection(z: Array, table: Array, tau: Array, num_valid: 
   they need not sum to 1, so the output is a non-negative combination of the channel's token embeddings of
   any mass (at z = 0 the mass is log 2). Same arguments and shapes as ``direct_vocab_projection``;
   ``|V|`` counts the valid rows only and padding rows get weight 0."""
-  zh, th = heads_major(z / tau[:, None].astype(z.dtype)), jnp.swapaxes(table, 0, 1)  # [h, n, d], [h, v, d]
-  acc = jnp.promote_types(z.dtype, jnp.float32)
-  logits = jnp.einsum('hnd,hvd->hnv', zh, th.astype(z.dtype), preferred_element_type=acc)
-  valid = table.shape[0] if num_valid is None else min(num_valid, table.shape[0])
-  alpha = jax.nn.softplus(logits) / valid
-  if valid < table.shape[0]:
-    alpha = jnp.where(jnp.arange(table.shape[0]) < valid, alpha, 0.0)
-  out = jnp.einsum('hnv,hvd->hnd', alpha, th.astype(acc))
-  return tokens_major(out, z.shape[:-2]), tokens_major(alpha, z.shape[:-2])
+  vocab = table.shape[0]
+  valid = vocab if num_valid is None else min(num_valid, vocab)
+  if valid < vocab:
+    keep = jnp.arange(vocab) < valid
+    return _weighted_rows(z, table, tau, lambda logits: jnp.where(keep, jax.nn.softplus(logits) / valid, 0.0))
+  return _weighted_rows(z, table, tau, lambda logits: jax.nn.softplus(logits) / valid)
 
 
 def streamed_vocab_projection(z: Array, table: Array, tau: Array, chunk: int = 1024,

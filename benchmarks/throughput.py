@@ -8,11 +8,15 @@ compiled training step (compilation and two warm-up steps excluded; median of --
 steps), model FLOP/s (3 × the forward count of benchmarks/flops.py), and, in the same run, the FLOP/s of
 exactly the model's matrix products (each forward product and its two backward products, one jitted
 function, nothing else). The ratio is the fraction of that limit the training step reaches. Also the
-compile time of the step and the time from process start to the first finished step.
+compile time of the step, the time from process start to the first finished step, the loss after the timed
+steps (equal across runs that change only how the step runs) and the process's peak resident memory so
+far (kinds run in the order given). The allocator setting of symjax/host.py is applied as the trainer
+applies it; SYMJAX_KEEP_MALLOC=1 measures glibc's defaults.
 """
 
 import json
 import os
+import resource
 import sys
 import time
 
@@ -25,7 +29,7 @@ from absl import app, flags  # noqa: E402
 from flops import forward_flops_per_token, products  # noqa: E402  (benchmarks/flops.py)
 import profiling  # noqa: E402  (benchmarks/profiling.py)
 from timing import median_seconds  # noqa: E402  (benchmarks/timing.py)
-from symjax import config_lib, optim, train  # noqa: E402
+from symjax import config_lib, host, optim, train  # noqa: E402
 from symjax import mesh as mesh_lib  # noqa: E402
 from symjax.model import Transformer  # noqa: E402
 
@@ -90,6 +94,10 @@ def measure(kind: str) -> dict:
       return m
 
     step_s = timed_rounds(one, None)
+    # The loss after a fixed number of steps (2 warm-up + repeats × steps): runs of this script with other
+    # settings must reproduce it, since a setting that speeds the step up may not change what it computes.
+    loss = float(one(None)['loss'])
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     ops = (profiling.profile_ops(lambda: one(None), os.path.join(_PROFILE_DIR.value, kind), 'CPU')
            if _PROFILE_DIR.value else None)
   matmul_s, matmul_flops = matmul_limit(cfg, batch, seq_len)
@@ -98,20 +106,23 @@ def measure(kind: str) -> dict:
           'step_s': step_s, 'tokens_per_s': batch * seq_len / step_s, 'model_flops_per_step': flops,
           'model_gflops_per_s': flops / step_s / 1e9, 'matmul_gflops_per_s': matmul_flops / matmul_s / 1e9,
           'matmul_flops': matmul_flops, 'fraction_of_limit': (flops / step_s) / (matmul_flops / matmul_s),
-          'compile_s': compile_s, 'seconds_to_first_step': first_step_s, **({'ops': ops} if ops else {})}
+          'compile_s': compile_s, 'seconds_to_first_step': first_step_s, 'loss_after_timed_steps': loss,
+          'peak_resident_mib_so_far': peak_rss_mib, **({'ops': ops} if ops else {})}
 
 
 def main(_):
   mesh_lib.set_cpu_compiler_defaults()
+  host.retain_freed_memory()  # as the trainer does; SYMJAX_KEEP_MALLOC=1 keeps glibc's defaults
   rows = [measure(kind) for kind in _KINDS.value]
   print(f'\n{jax.devices()[0].device_kind} ({jax.default_backend()}), text recipe: batch 12 × 64, |V| = {_VOCAB.value}, '
         f'float32; median of {_REPEATS.value} rounds of {_STEPS.value} steps')
-  print('| kind | parameters | step | tokens/s | model GFLOP/s | its products alone, GFLOP/s | fraction | compile |')
-  print('|---|---:|---:|---:|---:|---:|---:|---:|')
+  print('| kind | parameters | step | tokens/s | model GFLOP/s | its products alone, GFLOP/s | fraction | compile '
+        '| loss after | peak resident |')
+  print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for r in rows:
     print(f"| {r['kind']} | {r['parameters']:,} | {1e3 * r['step_s']:.2f} ms | {r['tokens_per_s']:,.0f} | "
           f"{r['model_gflops_per_s']:.1f} | {r['matmul_gflops_per_s']:.1f} | {100 * r['fraction_of_limit']:.0f}% | "
-          f"{r['compile_s']:.1f} s |")
+          f"{r['compile_s']:.1f} s | {r['loss_after_timed_steps']:.6f} | {r['peak_resident_mib_so_far']:.0f} MiB |")
   for r in rows:
     if 'ops' in r:
       profiling.print_profile(r['kind'], r['step_s'] * 1e3, r['ops'], lines_with=('',))

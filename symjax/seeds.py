@@ -30,7 +30,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from symjax import config_lib, distill, optim, rundir, tasks, train
+from symjax import config_lib, distill, host, optim, rundir, tasks, train
 from symjax import mesh as mesh_lib
 from symjax import metrics as metrics_lib
 from symjax import model as model_lib
@@ -133,6 +133,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   if len(seeds) != len(workdirs) or not seeds:
     raise ValueError(f'need one work directory per seed, got {len(seeds)} seeds and {len(workdirs)} folders')
   mesh_lib.set_cpu_compiler_defaults()
+  host.retain_freed_memory()
   config_lib.validate(config)
   check_config(config)
   train.use_compilation_cache(config)

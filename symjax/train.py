@@ -24,7 +24,7 @@ import optax
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from symjax import config_lib, distill, rundir, streamed, tasks
+from symjax import config_lib, distill, host, rundir, streamed, tasks
 from symjax import mesh as mesh_lib
 from symjax import metrics as metrics_lib
 from symjax import model as model_lib
@@ -192,6 +192,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   """Trains (or resumes) in ``workdir``; returns the final metrics per split."""
   # --- Config, processes and mesh.
   mesh_lib.set_cpu_compiler_defaults()
+  host.retain_freed_memory()
   config_lib.validate(config)
   use_compilation_cache(config)
   mesh_lib.maybe_initialize_distributed(config)

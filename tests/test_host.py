@@ -1,0 +1,69 @@
+"""symjax.host: the allocator setting keeps freed memory for the next allocation, and leaves the user's own
+malloc settings alone. Each case runs in a fresh process, since the setting is process-wide."""
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+import symjax.host
+
+pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason='mallopt is glibc\'s')
+
+# Loads symjax/host.py by path (no JAX import), optionally applies the setting, then counts the minor page
+# faults of writing a 64 MiB buffer four times, each freed before the next: above glibc's largest dynamic
+# mmap threshold (32 MiB), so by default every buffer is a fresh mapping the kernel must fault in.
+_SCRIPT = """
+import importlib.util, json, resource, sys
+spec = importlib.util.spec_from_file_location('host', sys.argv[1])
+host = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(host)
+applied = [host.retain_freed_memory() for _ in range(int(sys.argv[2]))]
+faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def write_and_free():
+  b = bytearray(64 << 20)       # zero-filled: every page written
+  del b
+write_and_free()
+start = faults()
+for _ in range(4):
+  write_and_free()
+print(json.dumps([applied, faults() - start]))
+"""
+
+
+def run(calls: int, **env) -> tuple[list[bool], int]:
+  clean = {k: v for k, v in os.environ.items() if k != symjax.host.KEEP_MALLOC_ENV
+           and k not in symjax.host.MALLOC_ENVS and k != 'GLIBC_TUNABLES'}
+  out = subprocess.run([sys.executable, '-c', _SCRIPT, symjax.host.__file__, str(calls)], env={**clean, **env},
+                       capture_output=True, text=True, check=True).stdout
+  applied, faults = json.loads(out)
+  return applied, faults
+
+
+@pytest.fixture(scope='module')
+def default_faults() -> int:
+  applied, faults = run(0)
+  assert applied == []
+  return faults
+
+
+def test_default_malloc_faults_in_every_buffer(default_faults):
+  # Four fresh 64 MiB mappings: at least one fault per 2 MiB page (transparent huge pages), 4 KiB otherwise.
+  assert default_faults >= 4 * 32
+
+
+def test_setting_reuses_freed_memory_and_applies_once(default_faults):
+  applied, faults = run(2)
+  assert applied == [True, False]           # changed settings once; the second call changes nothing
+  assert faults * 20 < default_faults, (faults, default_faults)
+
+
+@pytest.mark.parametrize('env', [{symjax.host.KEEP_MALLOC_ENV: '1'}, {'MALLOC_TRIM_THRESHOLD_': '131072'},
+                                 {'GLIBC_TUNABLES': 'glibc.malloc.trim_threshold=131072'}])
+def test_user_settings_are_left_alone(env, default_faults):
+  applied, faults = run(1, **env)
+  assert applied == [False]
+  assert faults * 2 > default_faults, (faults, default_faults)

@@ -29,9 +29,9 @@ from absl import app, flags  # noqa: E402
 from flops import forward_flops_per_token, products  # noqa: E402  (benchmarks/flops.py)
 import profiling  # noqa: E402  (benchmarks/profiling.py)
 from timing import median_seconds  # noqa: E402  (benchmarks/timing.py)
-from symjax import config_lib, host, optim, train  # noqa: E402
+from recipe import compile_recipe_step  # noqa: E402  (benchmarks/recipe.py)
+from symjax import host  # noqa: E402
 from symjax import mesh as mesh_lib  # noqa: E402
-from symjax.model import Transformer  # noqa: E402
 
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'Model kinds.')
 _STEPS = flags.DEFINE_integer('steps', 100, 'Steps per timed round.')
@@ -67,46 +67,33 @@ def matmul_limit(cfg, batch: int, seq_len: int) -> tuple[float, float]:
 
 
 def measure(kind: str) -> dict:
-  config = config_lib.variant(kind, 'task=text,size=medium')
-  config.data_seed = 0
-  cfg = config_lib.model_config(config, _VOCAB.value, causal=True)
-  batch, seq_len = config.batch_size, config.seq_len
-  mesh = jax.make_mesh((1, 1), ('data', 'vocab'), devices=jax.devices()[:1],
-                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
-  with jax.set_mesh(mesh):
-    run = train.compile_run(Transformer(cfg), optim.make_optimizer(config), config, jax.random.key(0), mesh, (),
-                            seq_len)
-    tokens = jax.random.randint(jax.random.key(1), (batch, seq_len + 1), 0, _VOCAB.value, jnp.int32)
-    data = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:], 'weights': jnp.ones((batch, seq_len), jnp.float32),
-            'key_mask': jnp.ones((batch, seq_len), bool)}
-    start = time.perf_counter()
-    compiled = run.train_step.lower(run.abstract_state, data).compile()
-    compile_s = time.perf_counter() - start
-    state = run.init(jax.random.key(0))
-    state, metrics = compiled(state, data)
-    jax.block_until_ready(metrics)
-    first_step_s = time.perf_counter() - _START
-    # Donated state: thread it through the timed calls.
-    box = [state]
+  recipe = compile_recipe_step(kind, _VOCAB.value)
+  cfg, compiled, data = recipe.cfg, recipe.step, recipe.data
+  batch, seq_len = data['inputs'].shape
+  state, metrics = compiled(recipe.state, data)
+  jax.block_until_ready(metrics)
+  first_step_s = time.perf_counter() - _START
+  # Donated state: thread it through the timed calls.
+  box = [state]
 
-    def one(_):
-      box[0], m = compiled(box[0], data)
-      return m
+  def one(_):
+    box[0], m = compiled(box[0], data)
+    return m
 
-    step_s = timed_rounds(one, None)
-    # The loss after a fixed number of steps (2 warm-up + repeats × steps): runs of this script with other
-    # settings must reproduce it, since a setting that speeds the step up may not change what it computes.
-    loss = float(one(None)['loss'])
-    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    ops = (profiling.profile_ops(lambda: one(None), os.path.join(_PROFILE_DIR.value, kind), 'CPU')
-           if _PROFILE_DIR.value else None)
+  step_s = timed_rounds(one, None)
+  # The loss after a fixed number of steps (2 warm-up + repeats × steps): runs of this script with other
+  # settings must reproduce it, since a setting that speeds the step up may not change what it computes.
+  loss = float(one(None)['loss'])
+  peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+  ops = (profiling.profile_ops(lambda: one(None), os.path.join(_PROFILE_DIR.value, kind), 'CPU')
+         if _PROFILE_DIR.value else None)
   matmul_s, matmul_flops = matmul_limit(cfg, batch, seq_len)
   flops = 3 * forward_flops_per_token(cfg, seq_len) * batch * seq_len
-  return {'kind': kind, 'parameters': int(sum(x.size for x in jax.tree.leaves(run.abstract_state.params))),
+  return {'kind': kind, 'parameters': recipe.parameters,
           'step_s': step_s, 'tokens_per_s': batch * seq_len / step_s, 'model_flops_per_step': flops,
           'model_gflops_per_s': flops / step_s / 1e9, 'matmul_gflops_per_s': matmul_flops / matmul_s / 1e9,
           'matmul_flops': matmul_flops, 'fraction_of_limit': (flops / step_s) / (matmul_flops / matmul_s),
-          'compile_s': compile_s, 'seconds_to_first_step': first_step_s, 'loss_after_timed_steps': loss,
+          'compile_s': recipe.compile_s, 'seconds_to_first_step': first_step_s, 'loss_after_timed_steps': loss,
           'peak_resident_mib_so_far': peak_rss_mib, **({'ops': ops} if ops else {})}
 
 

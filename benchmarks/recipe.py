@@ -1,0 +1,46 @@
+"""The compiled training step of one model kind at the text recipe, on random tokens, for the CPU benchmarks
+(benchmarks/throughput.py, benchmarks/malloc_settings.py): `configs/<kind>.py:task=text,size=medium`
+(4 layers, 4 heads × 32, context 64, batch 12), |V| = 65 as for Tiny Shakespeare, float32, one device."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from symjax import config_lib, optim, train
+from symjax.model import ModelConfig, Transformer
+
+
+@dataclasses.dataclass
+class RecipeStep:
+  cfg: ModelConfig
+  step: Callable      # compiled: (state, data) -> (state, metrics); the state is donated
+  state: Any          # the initial training state
+  data: dict          # one batch, reused by every step
+  parameters: int
+  compile_s: float
+
+
+def compile_recipe_step(kind: str, vocab: int = 65) -> RecipeStep:
+  config = config_lib.variant(kind, 'task=text,size=medium')
+  config.data_seed = 0
+  cfg = config_lib.model_config(config, vocab, causal=True)
+  batch, seq_len = config.batch_size, config.seq_len
+  mesh = jax.make_mesh((1, 1), ('data', 'vocab'), devices=jax.devices()[:1],
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  with jax.set_mesh(mesh):
+    run = train.compile_run(Transformer(cfg), optim.make_optimizer(config), config, jax.random.key(0), mesh, (),
+                            seq_len)
+    tokens = jax.random.randint(jax.random.key(1), (batch, seq_len + 1), 0, vocab, jnp.int32)
+    data = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:], 'weights': jnp.ones((batch, seq_len), jnp.float32),
+            'key_mask': jnp.ones((batch, seq_len), bool)}
+    start = time.perf_counter()
+    step = run.train_step.lower(run.abstract_state, data).compile()
+    compile_s = time.perf_counter() - start
+    state = run.init(jax.random.key(0))
+  return RecipeStep(cfg, step, state, data, int(sum(x.size for x in jax.tree.leaves(run.abstract_state.params))),
+                    compile_s)

@@ -5,7 +5,7 @@ XLA:CPU allocates the temporary buffers of a compiled step afresh on every call 
 call ends. With glibc's default malloc, buffers above its mmap threshold (128 KiB, rising with use to at
 most 32 MiB) are mapped from the kernel and unmapped when freed, and free memory at the top of the heap is
 handed back (trimmed). Either way the next step writes to pages the kernel must map and zero again: at the
-text recipe, about 10,000 minor page faults per training step and a quarter or more of the process's CPU
+text recipe, 10,000-15,000 minor page faults per training step and a quarter or more of the process's CPU
 time in the kernel (README, "On this CPU", has the measured steps). ``retain_freed_memory`` asks malloc to keep
 freed memory for the next allocation instead (``mallopt``): the heap is never trimmed, allocations below
 2 GiB come from the heap rather than their own mappings, and a top pad of 128 MiB keeps the 64 MiB heaps of

@@ -18,9 +18,8 @@ import numpy as np
 from absl import app, flags
 
 from symjax import attention as attn
-from timing import median_seconds  # benchmarks/timing.py
 from symjax import host
-from symjax import mesh as mesh_lib
+from timing import median_seconds  # benchmarks/timing.py
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/attention_masks.json', 'Where to write the results.')
 _TIME = flags.DEFINE_integer('time', 1024, 'Sequence length.')
@@ -36,8 +35,7 @@ def timed(fn, *args) -> float:
 
 
 def main(_):
-  mesh_lib.set_cpu_compiler_defaults()
-  host.retain_freed_memory()
+  host.set_defaults()
   t, heads, dim = _TIME.value, 4, 32
   rng = np.random.default_rng(0)
   q, k, v = (jnp.asarray(rng.normal(size=(4, t, heads, dim)), jnp.float32) for _ in range(3))

@@ -23,7 +23,6 @@ from absl import app, flags
 
 from recipe import compile_recipe_step  # benchmarks/recipe.py
 from symjax import host
-from symjax import mesh as mesh_lib
 
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'Model kinds.')
 _STEPS = flags.DEFINE_integer('steps', 500, 'Timed steps per (setting, kind), after 20 warm-up steps.')
@@ -71,7 +70,7 @@ def measure(setting: str, kind: str) -> dict:
 
 
 def main(_):
-  mesh_lib.set_cpu_compiler_defaults()
+  host.set_cpu_compiler_defaults()  # the allocator is what each child sets, row by row
   if _CHILD.value:
     setting, kind = _CHILD.value.rsplit(',', 1)
     print(json.dumps(measure(setting, kind)))

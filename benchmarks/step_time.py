@@ -21,7 +21,6 @@ import numpy as np
 from absl import app, flags
 
 from symjax import config_lib, host, optim, seeds, tasks, train
-from symjax import mesh as mesh_lib
 from symjax import model as model_lib
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/step_time.json', 'Where to write the results.')
@@ -93,8 +92,7 @@ def time_rounds(runs: dict, steps: int, repeats: int) -> dict[str, float]:
 
 
 def main(_):
-  mesh_lib.set_cpu_compiler_defaults()  # the trainer's XLA:CPU settings; SYMJAX_KEEP_XLA_FLAGS=1 keeps XLA's
-  host.retain_freed_memory()  # and its allocator setting; SYMJAX_KEEP_MALLOC=1 keeps glibc's
+  host.set_defaults()  # the trainer's settings; SYMJAX_KEEP_XLA_FLAGS=1 / SYMJAX_KEEP_MALLOC=1 keep XLA's / glibc's
   kinds = {k: recipe_step(k) for k in KINDS}
   kind_times = time_rounds({k: run for k, (run, _) in kinds.items()}, _STEPS.value, _REPEATS.value)
   print(f'\nOne training step at the text recipe shape (batch 12 × 64, 4 layers, 4 × 32, |V| = 65), '

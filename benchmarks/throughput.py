@@ -31,7 +31,6 @@ import profiling  # noqa: E402  (benchmarks/profiling.py)
 from timing import median_seconds  # noqa: E402  (benchmarks/timing.py)
 from recipe import compile_recipe_step  # noqa: E402  (benchmarks/recipe.py)
 from symjax import host  # noqa: E402
-from symjax import mesh as mesh_lib  # noqa: E402
 
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'Model kinds.')
 _STEPS = flags.DEFINE_integer('steps', 100, 'Steps per timed round.')
@@ -98,8 +97,7 @@ def measure(kind: str) -> dict:
 
 
 def main(_):
-  mesh_lib.set_cpu_compiler_defaults()
-  host.retain_freed_memory()  # as the trainer does; SYMJAX_KEEP_MALLOC=1 keeps glibc's defaults
+  host.set_defaults()  # as the trainer does; SYMJAX_KEEP_MALLOC=1 keeps glibc's malloc defaults
   rows = [measure(kind) for kind in _KINDS.value]
   print(f'\n{jax.devices()[0].device_kind} ({jax.default_backend()}), text recipe: batch 12 × 64, |V| = {_VOCAB.value}, '
         f'float32; median of {_REPEATS.value} rounds of {_STEPS.value} steps')

@@ -24,29 +24,6 @@ HEADS, HEAD_DIM, MLP = 'heads', 'head_dim', 'mlp'   # attention heads, their wid
 DEFAULT_RULES = ((VOCAB, VOCAB_AXIS), (EMBED, None))
 
 
-# XLA:CPU's YNNPACK library fusions (on by default in recent jaxlib) run the symbolic model's small
-# per-channel products and their broadcasts slower than XLA's own fusions, and the seed-vmapped step slower
-# still (README, "Speed": 3 vmapped seeds 3.47× one seed with them, 2.70× without; the symbolic step 1.06× →
-# 0.99× token_factored). They do not touch GPU or TPU compilation.
-YNN_FUSION_FLAG = '--xla_cpu_experimental_ynn_fusion_type'
-KEEP_XLA_FLAGS_ENV = 'SYMJAX_KEEP_XLA_FLAGS'
-
-
-def set_cpu_compiler_defaults() -> bool:
-  """Turns XLA:CPU's YNNPACK fusions off by appending ``--xla_cpu_experimental_ynn_fusion_type=`` to
-  ``XLA_FLAGS``, unless the user already sets that flag or ``SYMJAX_KEEP_XLA_FLAGS=1``. Returns whether it
-  changed anything.
-
-  XLA reads ``XLA_FLAGS`` when its first backend starts, so this acts only if called before the first JAX
-  computation of the process (the trainer, the seed trainer and the benchmarks call it first thing).
-  """
-  flags = os.environ.get('XLA_FLAGS', '')
-  if os.environ.get(KEEP_XLA_FLAGS_ENV, '') not in ('', '0') or YNN_FUSION_FLAG in flags:
-    return False
-  os.environ['XLA_FLAGS'] = f'{flags} {YNN_FUSION_FLAG}='.strip()
-  return True
-
-
 def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
   """Joins a multi-process run: from ``config.distributed`` when its address is set; by JAX's cluster
   auto-detection (Cloud TPU, SLURM, JAX_COORDINATOR_ADDRESS) when only ``num_processes > 1`` or that

@@ -31,7 +31,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from symjax import config_lib, distill, host, optim, rundir, tasks, train
-from symjax import mesh as mesh_lib
 from symjax import metrics as metrics_lib
 from symjax import model as model_lib
 
@@ -132,8 +131,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
     raise ValueError(f'seed step must be one of {list(SEED_STEPS)}, got {seed_step!r}')
   if len(seeds) != len(workdirs) or not seeds:
     raise ValueError(f'need one work directory per seed, got {len(seeds)} seeds and {len(workdirs)} folders')
-  mesh_lib.set_cpu_compiler_defaults()
-  host.retain_freed_memory()
+  host.set_defaults()
   config_lib.validate(config)
   check_config(config)
   train.use_compilation_cache(config)

@@ -191,8 +191,7 @@ def interactive_output() -> bool:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict[str, float]]:
   """Trains (or resumes) in ``workdir``; returns the final metrics per split."""
   # --- Config, processes and mesh.
-  mesh_lib.set_cpu_compiler_defaults()
-  host.retain_freed_memory()
+  host.set_defaults()
   config_lib.validate(config)
   use_compilation_cache(config)
   mesh_lib.maybe_initialize_distributed(config)

@@ -4,14 +4,12 @@ import sys
 import jax
 
 from symjax import host
-from symjax import mesh as mesh_lib
 
 # Tests import the NumPy transcription of the paper as a plain module.
 sys.path.insert(0, os.path.dirname(__file__))
 
-# The same XLA:CPU settings as the trainer (before the first computation starts the backend).
-mesh_lib.set_cpu_compiler_defaults()
-host.retain_freed_memory()  # and its allocator setting (symjax/host.py)
+# The same XLA:CPU and allocator settings as the trainer (before the first computation starts the backend).
+host.set_defaults()
 
 # On GPU and TPU a float32 matrix product runs by default at reduced precision (TF32 / bfloat16 passes),
 # about 1e-3 relative: the float32 tolerances of these tests assume true float32 products, as on CPU.

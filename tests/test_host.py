@@ -1,5 +1,6 @@
-"""symjax.host: the allocator setting keeps freed memory for the next allocation, and leaves the user's own
-malloc settings alone. Each case runs in a fresh process, since the setting is process-wide."""
+"""symjax.host: the compiler flags, and the allocator setting, which keeps freed memory for the next
+allocation. Both leave the user's own settings alone. The allocator cases run in fresh processes, since the
+setting is process-wide."""
 
 import json
 import os
@@ -11,7 +12,7 @@ import pytest
 
 import symjax.host
 
-pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason='mallopt is glibc\'s')
+glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason='mallopt is glibc\'s')
 
 # Loads symjax/host.py by path (no JAX import), optionally applies the setting, then counts the minor page
 # faults of writing a 64 MiB buffer four times, each freed before the next: above glibc's largest dynamic
@@ -50,20 +51,40 @@ def default_faults() -> int:
   return faults
 
 
+@glibc_only
 def test_default_malloc_faults_in_every_buffer(default_faults):
   # Four fresh 64 MiB mappings: at least one fault per 2 MiB page (transparent huge pages), 4 KiB otherwise.
   assert default_faults >= 4 * 32
 
 
+@glibc_only
 def test_setting_reuses_freed_memory_and_applies_once(default_faults):
   applied, faults = run(2)
   assert applied == [True, False]           # changed settings once; the second call changes nothing
   assert faults * 20 < default_faults, (faults, default_faults)
 
 
+@glibc_only
 @pytest.mark.parametrize('env', [{symjax.host.KEEP_MALLOC_ENV: '1'}, {'MALLOC_TRIM_THRESHOLD_': '131072'},
                                  {'GLIBC_TUNABLES': 'glibc.malloc.trim_threshold=131072'}])
 def test_user_settings_are_left_alone(env, default_faults):
   applied, faults = run(1, **env)
   assert applied == [False]
   assert faults * 2 > default_faults, (faults, default_faults)
+
+
+def test_cpu_compiler_defaults_turn_ynn_fusions_off_unless_the_user_chose(monkeypatch):
+  flag = symjax.host.YNN_FUSION_FLAG
+  monkeypatch.delenv(symjax.host.KEEP_XLA_FLAGS_ENV, raising=False)
+  monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
+  assert symjax.host.set_cpu_compiler_defaults()
+  assert os.environ['XLA_FLAGS'] == f'--xla_force_host_platform_device_count=8 {flag}='
+  assert not symjax.host.set_cpu_compiler_defaults()            # already there: added once
+  assert os.environ['XLA_FLAGS'].count(flag) == 1
+  monkeypatch.setenv('XLA_FLAGS', f'{flag}=reduce')            # the user's own choice wins
+  assert not symjax.host.set_cpu_compiler_defaults()
+  assert os.environ['XLA_FLAGS'] == f'{flag}=reduce'
+  monkeypatch.delenv('XLA_FLAGS')
+  monkeypatch.setenv(symjax.host.KEEP_XLA_FLAGS_ENV, '1')          # opt-out keeps XLA's defaults
+  assert not symjax.host.set_cpu_compiler_defaults()
+  assert 'XLA_FLAGS' not in os.environ

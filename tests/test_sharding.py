@@ -120,21 +120,3 @@ def test_every_kernel_carries_logical_axis_names_that_rules_alone_shard(kind):
   assert ffn and all('data' in mapped[k] for k in ffn), mapped
   attention = [k for k in weights if "['attention']" in k]
   assert attention and all('vocab' in mapped[k] for k in attention), mapped
-
-
-def test_cpu_compiler_defaults_turn_ynn_fusions_off_unless_the_user_chose(monkeypatch):
-  from symjax import mesh as mesh_lib
-  flag = mesh_lib.YNN_FUSION_FLAG
-  monkeypatch.delenv(mesh_lib.KEEP_XLA_FLAGS_ENV, raising=False)
-  monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
-  assert mesh_lib.set_cpu_compiler_defaults()
-  assert os.environ['XLA_FLAGS'] == f'--xla_force_host_platform_device_count=8 {flag}='
-  assert not mesh_lib.set_cpu_compiler_defaults()            # already there: added once
-  assert os.environ['XLA_FLAGS'].count(flag) == 1
-  monkeypatch.setenv('XLA_FLAGS', f'{flag}=reduce')            # the user's own choice wins
-  assert not mesh_lib.set_cpu_compiler_defaults()
-  assert os.environ['XLA_FLAGS'] == f'{flag}=reduce'
-  monkeypatch.delenv('XLA_FLAGS')
-  monkeypatch.setenv(mesh_lib.KEEP_XLA_FLAGS_ENV, '1')          # opt-out keeps XLA's defaults
-  assert not mesh_lib.set_cpu_compiler_defaults()
-  assert 'XLA_FLAGS' not in os.environ

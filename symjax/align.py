@@ -54,7 +54,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from symjax import distill, rundir, tasks
+from symjax import config_lib, distill, rundir, tasks
 from symjax.interpret import core
 from symjax.tasks import base, induction, rasp
 
@@ -159,6 +159,7 @@ def read_annotations(path: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
+  config_lib.check_finite(config)
   for name in ('steps', 'batch_size', 'learning_rate', 'projection_dim'):
     v = config[name]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:

@@ -16,6 +16,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from symjax import mesh, tasks
+from symjax.tasks import text
 from symjax.model import ModelConfig
 
 # Model sizes by name (``--config=configs/symbolic.py:size=...``).
@@ -217,8 +218,22 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int, causal: boo
   return ModelConfig.from_dict(fields)
 
 
+def check_finite(config: ml_collections.ConfigDict, prefix: str = 'config') -> None:
+  """Raises ValueError naming the first float field (at any depth) that is NaN or infinite.
+
+  The range checks below compare with bounds, and a NaN passes every comparison that is written as a test
+  for the bad case (``nan <= 0`` is False): without this, ``--config.learning_rate=nan`` would start a run
+  that fails steps later on non-finite metrics."""
+  for name, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      check_finite(value, f'{prefix}.{name}')
+    elif isinstance(value, float) and not math.isfinite(value):
+      raise ValueError(f'{prefix}.{name} must be a finite number, got {value!r}')
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   """Checks every field once at start; the error names the field and what is allowed."""
+  check_finite(config)
   if config.task not in tasks.TASKS:
     raise ValueError(f'config.task must be one of {sorted(tasks.TASKS)}, got {config.task!r}')
   if config.task == 'text' and not (config.text_path or config.get('token_path')):
@@ -232,9 +247,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
     value = config[name]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
       raise ValueError(f'config.{name} must be > 0, got {value!r}')
-  for name in ('warmup_steps', 'weight_decay', 'grad_clip_norm', 'stop_at_accuracy'):
+  for name in ('warmup_steps', 'weight_decay', 'grad_clip_norm'):
     if config[name] < 0:
       raise ValueError(f'config.{name} must be >= 0, got {config[name]!r}')
+  if not 0 <= config.stop_at_accuracy <= 1:
+    raise ValueError(f'config.stop_at_accuracy must be in [0, 1] (0 disables early stopping), got '
+                     f'{config.stop_at_accuracy!r}')
   if config.warmup_steps >= config.total_steps:
     raise ValueError(f'config.warmup_steps ({config.warmup_steps}) must be < config.total_steps '
                      f'({config.total_steps})')
@@ -252,6 +270,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"config.readout must be one of ['direct', 'streamed'], got {config.readout!r}")
   if config.task == 'text' and config.tokenizer not in ('char', 'bpe'):
     raise ValueError(f"config.tokenizer must be one of ['char', 'bpe'], got {config.tokenizer!r}")
+  if config.task == 'text' and config.tokenizer == 'bpe' and config.bpe_vocab_size < text.BPE_MIN_VOCAB:
+    raise ValueError(f'config.bpe_vocab_size must be >= {text.BPE_MIN_VOCAB} (a byte-level BPE vocabulary '
+                     f'starts from the {text.BPE_MIN_VOCAB} bytes), got {config.bpe_vocab_size!r}')
   from symjax import distill  # here, not at the top: distill reads work directories through rundir
   distill.validate(config)
   # The model fields, with placeholders for what the task decides.

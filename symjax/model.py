@@ -29,6 +29,7 @@ Intermediates sown into the ``intermediates`` collection (read them with
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import flax.linen as nn
@@ -155,6 +156,10 @@ class ModelConfig:
       if not isinstance(v, (int, float)) or isinstance(v, bool) or (v <= 0 if strict else v < 0):
         raise ValueError(f"model.{name} must be {'> 0' if strict else '>= 0'}, got {v!r}")
 
+    for f in dataclasses.fields(self):  # a NaN would pass every range check below
+      v = getattr(self, f.name)
+      if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f'model.{f.name} must be a finite number, got {v!r}')
     choice('kind', MODEL_KINDS)
     choice('positions', POSITIONS)
     choice('value_map', VALUE_MAPS)

@@ -9,6 +9,7 @@ training context (ALiBi extrapolates) up to ``model.max_len``.
 from __future__ import annotations
 
 import functools
+import math
 import sys
 
 import jax
@@ -69,8 +70,9 @@ def generate(model, params, prompt_ids, num_tokens: int, *, mode: str = 'greedy'
   if total > max_len:
     raise ValueError(f'prompt of {len(prompt_ids)} tokens plus {num_tokens} new tokens = {total} exceeds '
                      f'model.max_len = {max_len}, the longest sequence this model accepts')
-  if temperature <= 0:
-    raise ValueError(f'temperature must be > 0, got {temperature} (use mode=greedy for argmax decoding)')
+  if not (math.isfinite(temperature) and temperature > 0):
+    raise ValueError(f'temperature must be a finite number > 0, got {temperature} (use mode=greedy for '
+                     f'argmax decoding)')
   if mode == 'top_k' and not 1 <= top_k <= vocab_size:
     raise ValueError(f'top_k must be in [1, {vocab_size}], got {top_k}')
   if mode == 'top_p' and not 0 < top_p <= 1:

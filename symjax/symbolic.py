@@ -232,8 +232,8 @@ class VocabProjection(nn.Module):
     """z: ``[..., heads, head_dim]``; table: ``[vocab, d_model]``. Returns ``[..., heads, head_dim]``."""
     if self.impl not in VOCAB_PROJECTIONS:
       raise ValueError(f"vocab_projection must be one of {sorted(VOCAB_PROJECTIONS)}, got '{self.impl}'")
-    if self.tau_init <= 0:
-      raise ValueError(f'tau_init must be > 0, got {self.tau_init}')
+    if not (math.isfinite(self.tau_init) and self.tau_init > 0):
+      raise ValueError(f'tau_init must be a finite number > 0, got {self.tau_init}')
     log_tau = self.param('log_tau', nn.initializers.constant(math.log(self.tau_init)), (self.num_heads,))
     if self.weights not in FFN_MIXTURES:
       raise ValueError(f'model.ffn_mixture must be one of {list(FFN_MIXTURES)}, got {self.weights!r}')

@@ -153,6 +153,11 @@ def test_alignment_errors_name_what_is_wrong(backbone, tmp_path):
   with pytest.raises(ValueError, match=r'annotated_fraction must be in \(0, 1\]'):
     align.align(backbone, str(tmp_path / 'c'), bad, verbose=False)
   assert not os.path.exists(str(tmp_path / 'c'))
+  bad = align.defaults()
+  bad.learning_rate = float('nan')
+  with pytest.raises(ValueError, match=r'config.learning_rate must be a finite number, got nan'):
+    align.align(backbone, str(tmp_path / 'd'), bad, verbose=False)
+  assert not os.path.exists(str(tmp_path / 'd'))
 
 
 def test_own_annotations_are_read_and_checked(backbone, tmp_path):

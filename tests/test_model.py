@@ -410,6 +410,9 @@ def test_sequence_longer_than_max_len_is_a_clear_error():
     ({'symbolic_layers': [5]}, r'symbolic_layers \[5\] out of range: layers are 0..1'),
     ({'dtype': 'float16'}, r"model.dtype must be one of \['float32', 'bfloat16'\]"),
     ({'tau_init': -1.0}, r'model.tau_init must be > 0'),
+    # NaN passes any comparison written as a test for the bad case (nan <= 0 is False).
+    ({'tau_init': float('nan')}, r'model.tau_init must be a finite number, got nan'),
+    ({'embed_init_std': float('inf')}, r'model.embed_init_std must be a finite number, got inf'),
     ({'heads': 4}, r"unknown model config field\(s\) \['heads'\]"),
 ])
 def test_model_config_errors_name_the_field(change, message):

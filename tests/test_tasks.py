@@ -218,6 +218,9 @@ def test_token_folder_errors_name_the_problem_and_overwrite_nothing(tmp_path):
   with pytest.raises(ValueError, match='is not UTF-8 text'):
     text.write_token_file(str(tmp_path / 'latin1.txt'), str(tmp_path / 'v'))
   assert not os.path.exists(tmp_path / 'v' / 'tokens.bin')
+  with pytest.raises(ValueError, match=r'bpe_vocab_size must be >= 256 \(a byte-level BPE'):
+    text.write_token_file(str(tmp_path / 'c.txt'), str(tmp_path / 'w'), 'bpe', 100)
+  assert not os.path.exists(tmp_path / 'w' / 'tokens.bin')
 
 
 LARGE_CORPUS = r'''

@@ -255,6 +255,12 @@ def _with(**kw):
     (_with(task='text', tokenizer='wordpiece', text_path=__file__),
      r"config.tokenizer must be one of \['char', 'bpe'\]"),
     (_with(model_max_len=8), r"task 'induction' has sequences of 10 tokens but model.max_len is 8"),
+    (_with(learning_rate=float('nan')), r'config.learning_rate must be a finite number, got nan'),
+    (_with(weight_decay=float('nan')), r'config.weight_decay must be a finite number, got nan'),
+    (_with(model_tau_init=float('inf')), r'config.model.tau_init must be a finite number, got inf'),
+    (_with(stop_at_accuracy=2.0), r'config.stop_at_accuracy must be in \[0, 1\]'),
+    (_with(task='text', tokenizer='bpe', bpe_vocab_size=100, text_path=__file__),
+     r'config.bpe_vocab_size must be >= 256 \(a byte-level BPE vocabulary starts from the 256 bytes\)'),
 ])
 def test_bad_config_is_a_clear_error(config, message, tmp_path):
   with pytest.raises(ValueError, match=message):
@@ -304,8 +310,9 @@ def test_load_and_sample_errors(finished_run, tmp_path):
   loaded = symjax.load(finished_run[0])
   with pytest.raises(ValueError, match="task 'induction' is a tagging task"):
     sample.sample_text(loaded, '<s> a', 3)
-  with pytest.raises(ValueError, match='temperature must be > 0'):
-    sample.generate(loaded.model, loaded.params, [1, 4], 2, mode='temperature', temperature=0.0)
+  for temperature in (0.0, float('nan'), float('inf')):
+    with pytest.raises(ValueError, match='temperature must be a finite number > 0'):
+      sample.generate(loaded.model, loaded.params, [1, 4], 2, mode='temperature', temperature=temperature)
 
 
 def test_load_a_given_checkpoint_step(finished_run):

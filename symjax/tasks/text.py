@@ -48,6 +48,11 @@ class CharTokenizer:
     return {'type': 'char', 'tokens': self.vocab.tokens}
 
 
+# A byte-level BPE vocabulary holds every byte as a token before it learns any merge; a smaller size asked
+# of the trainer would silently give 256.
+BPE_MIN_VOCAB = 256
+
+
 class BPETokenizer:
   """A byte-level byte-pair vocabulary trained on the corpus with HuggingFace ``tokenizers``."""
 
@@ -64,6 +69,9 @@ class BPETokenizer:
 
   @classmethod
   def train_from_chunks(cls, chunks, vocab_size: int) -> BPETokenizer:
+    if vocab_size < BPE_MIN_VOCAB:
+      raise ValueError(f'bpe_vocab_size must be >= {BPE_MIN_VOCAB} (a byte-level BPE vocabulary starts from '
+                       f'the {BPE_MIN_VOCAB} bytes), got {vocab_size}')
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -444,3 +444,15 @@ def test_report_cli_rejects_bad_input(tiny_run):
   out = subprocess.run([sys.executable, '-m', 'symjax.interpret', f'--workdir={workdir}', '--input=<s> q'],
                        capture_output=True, text=True, cwd=REPO, timeout=300)
   assert out.returncode == 2 and 'error: --input could not be tokenised' in out.stderr
+
+
+def test_report_is_not_written_over_a_folder_and_leaves_no_temporary_file(tmp_path):
+  from symjax.interpret import report
+  (tmp_path / 'reports').mkdir()
+  with pytest.raises(ValueError, match=r"is a folder; give a file path such as '.*reports/report.html'"):
+    report.write_report(str(tmp_path / 'reports'), '<html></html>')
+  (tmp_path / 'old.html').write_text('kept')
+  with pytest.raises(TypeError):  # a failed write (here: not text) keeps the old report
+    report.write_report(str(tmp_path / 'old.html'), None)
+  assert (tmp_path / 'old.html').read_text() == 'kept'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['old.html', 'reports']

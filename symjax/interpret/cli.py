@@ -66,6 +66,8 @@ def main(argv):
   from symjax.interpret import induction as induction_tools
   from symjax.interpret import report
   from symjax.tasks import induction
+  path = f.output or os.path.join(f.workdir, REPORT_DIR, 'report.html')
+  report.check_report_path(path)  # before the work, not after
   loaded = rundir.load(f.workdir, f.which)
   ids = encode(loaded, f.input) if f.input else default_input(loaded)
   check_position(ids, f.position)
@@ -81,7 +83,6 @@ def main(argv):
   text = report.build_report(loaded.model, loaded.params, ids, decode,
                              title=f'{loaded.model_config.kind} · {loaded.task} · step {loaded.step}',
                              position=f.position, ig_steps=f.ig_steps, **kw)
-  path = f.output or os.path.join(f.workdir, REPORT_DIR, 'report.html')
   report.write_report(path, text)
   print(f'report: {os.path.abspath(path)}')
 
@@ -90,6 +91,6 @@ def run():
   define_flags()
   try:
     app.run(main)
-  except (ValueError, FileNotFoundError, RuntimeError) as e:
+  except (ValueError, OSError, RuntimeError) as e:  # OSError: e.g. an --output folder that cannot be made
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

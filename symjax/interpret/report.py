@@ -210,11 +210,24 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
           + '\n'.join(parts) + '</body></html>')
 
 
+def check_report_path(path: str) -> None:
+  """Raises ValueError if ``path`` cannot take a report file (it is a folder)."""
+  if os.path.isdir(path):
+    raise ValueError(f'the report path {path!r} is a folder; give a file path such as '
+                     f'{os.path.join(path, "report.html")!r}')
+
+
 def write_report(path: str, text: str) -> str:
-  """Writes atomically (a temporary file, then rename) and returns the path."""
+  """Writes atomically (a temporary file, then rename) and returns the path; a failed write leaves the
+  file that was there, and no temporary file."""
+  check_report_path(path)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   tmp = path + '.tmp'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(text)
-  os.replace(tmp, path)
+  try:
+    with open(tmp, 'w', encoding='utf-8') as f:
+      f.write(text)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
   return path

@@ -54,7 +54,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from symjax import config_lib, distill, rundir, tasks
+from symjax import config_lib, distill, files, rundir, tasks
 from symjax.interpret import core
 from symjax.tasks import base, induction, rasp
 
@@ -280,8 +280,7 @@ def align(backbone: str, workdir: str, config: ml_collections.ConfigDict, verbos
   validate(config)
   path = os.path.join(workdir, RESULT_FILE)
   if os.path.isfile(path):
-    with open(path) as f:
-      done = json.load(f)
+    done = files.read_json(path)
     if done.get('config') == config.to_dict() and done.get('backbone') == os.path.abspath(backbone):
       return done
     raise ValueError(f'{workdir!r} already holds an alignment of another backbone or config; choose a new '
@@ -336,7 +335,7 @@ def align(backbone: str, workdir: str, config: ml_collections.ConfigDict, verbos
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, 'module_params.msgpack'), 'wb') as f:
     f.write(flax.serialization.to_bytes(params))
-  rundir.write_atomically(path, json.dumps(result, indent=1))
+  files.write_atomically(path, json.dumps(result, indent=1))
   if verbose:
     print(json.dumps({k: result['test'][k] for k in result['test']}, indent=1))
   return result

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from symjax import rundir, tasks
+from symjax import files, rundir, tasks
 from symjax.model import ModelConfig
 
 STREAMS = ('x_t', 'x_e', 'x')
@@ -160,8 +160,7 @@ def load_teacher(config: ml_collections.ConfigDict, task: tasks.Task, student: M
   if teacher.task != task.name:
     raise ValueError(f'config.distill.teacher {d.teacher!r} was trained on task {teacher.task!r}, the student '
                      f'trains on {task.name!r}; distil from a teacher of the same task')
-  with open(os.path.join(path, tasks.VOCAB_FILE)) as f:
-    teacher_vocab = json.load(f)
+  teacher_vocab = files.read_json(os.path.join(path, tasks.VOCAB_FILE))
   student_vocab = task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
   if json.loads(json.dumps(student_vocab)) != teacher_vocab:
     raise ValueError(f'config.distill.teacher {d.teacher!r} has another vocabulary than the student\'s task '
@@ -191,8 +190,7 @@ def check_same_distillation(workdir: str, config: ml_collections.ConfigDict) -> 
   path = os.path.join(workdir, rundir.CONFIG_FILE)
   if not (os.path.isfile(path) and rundir.checkpoint_steps(workdir)):
     return
-  with open(path) as f:
-    saved = json.load(f).get('distill') or {}
+  saved = files.read_json(path, rundir.CONFIG_HINT).get('distill') or {}
   now = config.get('distill')
   now = now.to_dict() if now is not None else {}
   if (saved.get('teacher') or '') == (now.get('teacher') or '') == '':

@@ -35,7 +35,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
-from symjax import config_lib, optim, tasks
+from symjax import config_lib, files, optim, tasks
 from symjax import model as model_lib
 from symjax.model import ModelConfig, Transformer
 from symjax.tasks.text import tokenizer_from_json
@@ -52,11 +52,8 @@ CORRUPT_DIR = 'checkpoints_corrupt'
 RESUME_FIELDS = ('task', 'data_seed', 'seed')
 
 
-def write_atomically(path: str, text: str) -> None:
-  """Other processes (and a crash mid-write) see the old file or the new one, never half of one."""
-  with open(path + '.tmp', 'w') as f:
-    f.write(text)
-  os.replace(path + '.tmp', path)
+# config.json can be rebuilt from the newest line of config_history.jsonl ('config' field).
+CONFIG_HINT = f'the "config" of the last line of {CONFIG_HISTORY_FILE} is the same config'
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
@@ -79,7 +76,7 @@ def save_run_files(workdir: str, config: ml_collections.ConfigDict, task: tasks.
   config_json = config.to_json_best_effort(indent=1)
   for name, text in ((CONFIG_FILE, config_json), (RUN_FILE, json.dumps(run, indent=1)),
                      (tasks.VOCAB_FILE, json.dumps(vocab))):
-    write_atomically(os.path.join(workdir, name), text)
+    files.write_atomically(os.path.join(workdir, name), text)
   with open(os.path.join(workdir, CONFIG_HISTORY_FILE), 'a') as f:
     f.write(json.dumps({'from_step': start_step, 'time': time.time(), 'config': json.loads(config_json)}) + '\n')
 
@@ -90,8 +87,7 @@ def check_same_model(workdir: str, model_config: ModelConfig) -> None:
   path = os.path.join(workdir, RUN_FILE)
   if not os.path.isfile(path):
     return
-  with open(path) as f:
-    saved = json.load(f)['model']
+  saved = files.read_json(path)['model']
   now = json.loads(json.dumps(dataclasses.asdict(model_config)))  # tuples as lists, like the file
   changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
   if not changed:
@@ -114,8 +110,7 @@ def check_same_training(workdir: str, config: ml_collections.ConfigDict) -> None
   config_path = os.path.join(workdir, CONFIG_FILE)
   if not (os.path.isfile(config_path) and checkpoint_steps(workdir)):
     return
-  with open(config_path) as f:
-    saved = json.load(f)
+  saved = files.read_json(config_path, CONFIG_HINT)
   scalar = lambda v: isinstance(v, (bool, int, float, str))
   differ = {k: (saved[k], config[k]) for k in sorted(saved)
             if k in config and scalar(saved[k]) and scalar(config[k]) and saved[k] != config[k]}
@@ -269,7 +264,7 @@ class MetricWriter:
       # killed run left half-written does not parse and goes too.
       kept = [line for line, r in records if r is not None and
               (r['step'] < resume_step or (r['step'] == resume_step and r['split'] != 'test'))]
-      write_atomically(path, ''.join(kept))
+      files.write_atomically(path, ''.join(kept))
     from tensorboardX import SummaryWriter
     self.jsonl = open(path, 'a')
     self.tb = SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=resume_step + 1)
@@ -314,12 +309,9 @@ def load(workdir: str, which: str | int = 'best') -> Loaded:
   for name in (CONFIG_FILE, RUN_FILE, tasks.VOCAB_FILE):
     if not os.path.isfile(os.path.join(workdir, name)):
       raise FileNotFoundError(f'{workdir!r} is not a symjax work directory: {name} is missing')
-  with open(os.path.join(workdir, CONFIG_FILE)) as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  with open(os.path.join(workdir, RUN_FILE)) as f:
-    run = json.load(f)
-  with open(os.path.join(workdir, tasks.VOCAB_FILE)) as f:
-    vocab_json = json.load(f)
+  config = ml_collections.ConfigDict(files.read_json(os.path.join(workdir, CONFIG_FILE), CONFIG_HINT))
+  run = files.read_json(os.path.join(workdir, RUN_FILE))
+  vocab_json = files.read_json(os.path.join(workdir, tasks.VOCAB_FILE))
   tokenizer = tokenizer_from_json(vocab_json) if vocab_json['type'] in ('char', 'bpe') else TokenVocab(
       tasks.Vocab(vocab_json['tokens']))
   model_config = model_lib.for_backend(ModelConfig.from_dict(run['model']))

@@ -30,7 +30,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from symjax import config_lib, distill, host, optim, rundir, tasks, train
+from symjax import config_lib, distill, files, host, optim, rundir, tasks, train
 from symjax import metrics as metrics_lib
 from symjax import model as model_lib
 
@@ -42,8 +42,7 @@ def finished(workdir: str, total_steps: int) -> dict | None:
   path = os.path.join(workdir, FINAL_FILE)
   if not os.path.isfile(path):
     return None
-  with open(path) as f:
-    final = json.load(f)
+  final = files.read_json(path)
   return final if final.get('step') == total_steps else None
 
 
@@ -249,7 +248,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
     else:
       final = {'step': step, **{split: rows[i] for split, rows in splits.items()}}
       writer.write(step, 'test', final['test'])
-    rundir.write_atomically(os.path.join(w, FINAL_FILE), json.dumps(final, indent=1))
+    files.write_atomically(os.path.join(w, FINAL_FILE), json.dumps(final, indent=1))
     writer.close()
     manager.close()
     finals.append(final)

@@ -15,6 +15,7 @@ import pytest
 
 import symjax
 from symjax import config_lib, rundir, train
+from symjax.tasks import base as tasks_base
 from test_train import REPO, TOTAL_STEPS, tiny_config
 
 CLI = [sys.executable, '-m', 'symjax.main', '--config=configs/symbolic.py:size=tiny', '--config.total_steps=20',
@@ -52,13 +53,25 @@ def test_a_resume_keeps_each_step_once_in_the_metrics_log(half_run, tmp_path):
   assert all(isinstance(r['time'], float) for r in rows)
 
 
-def test_a_failed_resume_leaves_the_run_files_and_the_history_records_each_config(half_run, tmp_path):
+def test_a_failed_resume_leaves_the_run_files_and_the_history_records_each_config(half_run, tmp_path, monkeypatch):
   workdir = str(tmp_path / 'w')
   shutil.copytree(half_run, workdir)
   before = open(os.path.join(workdir, rundir.CONFIG_FILE)).read()
-  # Diverges at once: nothing new is checkpointed, so config.json must still describe the checkpoints.
+  # Diverges at once (NaN loss weights from the first resumed step on; a non-finite learning rate is
+  # refused before anything starts): nothing new is checkpointed, so config.json must still describe the
+  # checkpoints.
+  batch = tasks_base.FixedSetTask.batch
+
+  def poisoned(self, split, step, *args):
+    out = batch(self, split, step, *args)
+    if split == 'train':
+      out['weights'] = np.full_like(out['weights'], np.nan)
+    return out
+
+  monkeypatch.setattr(tasks_base.FixedSetTask, 'batch', poisoned)
   with pytest.raises(train.TrainingDiverged):
-    train.train_and_evaluate(tiny_config(learning_rate=float('inf')), workdir)
+    train.train_and_evaluate(tiny_config(learning_rate=5e-3), workdir)
+  monkeypatch.undo()
   assert open(os.path.join(workdir, rundir.CONFIG_FILE)).read() == before
   train.train_and_evaluate(tiny_config(learning_rate=2e-3), workdir)
   with open(os.path.join(workdir, rundir.CONFIG_HISTORY_FILE)) as f:
@@ -66,6 +79,28 @@ def test_a_failed_resume_leaves_the_run_files_and_the_history_records_each_confi
   assert [(h['from_step'], h['config']['learning_rate'], h['config']['total_steps']) for h in history] == [
       (0, tiny_config().learning_rate, 20), (20, 2e-3, TOTAL_STEPS)]
   assert json.load(open(os.path.join(workdir, rundir.CONFIG_FILE)))['learning_rate'] == 2e-3
+
+
+@pytest.mark.parametrize('name, content, message', [
+    (rundir.CONFIG_FILE, '{"task": "induc', r'config.json\' is not valid JSON \(.*\); symjax writes it in one '
+     r'piece, so it was changed or damaged after it was written; the "config" of the last line of '
+     r'config_history.jsonl is the same config'),
+    (rundir.RUN_FILE, '[1, 2]', r"run.json' holds a JSON list, not an object"),
+    ('vocab.json', b'\xff\xfe', r"vocab.json' is not valid JSON \('utf-8' codec can't decode"),
+])
+def test_a_damaged_run_file_is_named_and_nothing_is_moved(half_run, tmp_path, name, content, message):
+  workdir = str(tmp_path / 'w')
+  shutil.copytree(half_run, workdir)
+  with open(os.path.join(workdir, name), 'wb') as f:
+    f.write(content if isinstance(content, bytes) else content.encode())
+  before = sorted(glob.glob(os.path.join(workdir, '**'), recursive=True))
+  with pytest.raises(ValueError, match=message):
+    symjax.load(workdir)
+  if name != 'vocab.json':  # a resume of a built-in task reads no vocab.json (it writes it anew)
+    with pytest.raises(ValueError, match=message):
+      train.train_and_evaluate(tiny_config(), workdir)
+  assert sorted(glob.glob(os.path.join(workdir, '**'), recursive=True)) == before
+  assert rundir.checkpoint_steps(workdir) == [10, 20]
 
 
 def test_the_best_checkpoint_survives_a_resume(tmp_path):

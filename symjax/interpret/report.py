@@ -16,6 +16,7 @@ import numpy as np
 # backend alone (notebooks keep their inline figures), and the report renders PNGs without a display.
 from matplotlib.figure import Figure
 
+from symjax import files
 from symjax.interpret import attribution, circuits, core, mixtures
 from symjax.interpret import tracing
 
@@ -222,12 +223,5 @@ def write_report(path: str, text: str) -> str:
   file that was there, and no temporary file."""
   check_report_path(path)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = path + '.tmp'
-  try:
-    with open(tmp, 'w', encoding='utf-8') as f:
-      f.write(text)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  files.write_atomically(path, text)
   return path

@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from symjax import files
 from symjax.tasks import base
 
 
@@ -256,8 +257,7 @@ class TextTask(base.Task):
     if token_path:
       self.tokenizer, ids = open_token_file(token_path)
       if vocab_file and os.path.exists(vocab_file):
-        with open(vocab_file) as f:
-          saved = json.load(f)
+        saved = files.read_json(vocab_file)
         if saved != self.tokenizer.to_json():
           raise ValueError(f'config.token_path {token_path!r} has another vocabulary than the one this '
                            f'work directory was trained with ({vocab_file})')
@@ -267,8 +267,7 @@ class TextTask(base.Task):
       if not text.strip():
         raise ValueError(f'config.text_path {path!r} is empty')
       if vocab_file and os.path.exists(vocab_file):
-        with open(vocab_file) as f:
-          self.tokenizer = tokenizer_from_json(json.load(f))
+        self.tokenizer = tokenizer_from_json(files.read_json(vocab_file))
       else:
         self.tokenizer = TOKENIZERS[tokenizer].train(text, bpe_vocab_size)
       ids = self.tokenizer.encode(text)

@@ -1,0 +1,43 @@
+"""The small files of work directories and reports: written whole or not at all, read with errors that name
+the file.
+
+A work directory's JSON files (``config.json``, ``run.json``, ``vocab.json``, ``final_metrics.json``, ...) are
+written by symjax in one piece (a temporary file, then a rename), so a file that does not parse was edited
+or damaged outside symjax; the error says which file, so that the user can restore it rather than read a
+bare ``JSONDecodeError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+
+def write_atomically(path: str, text: str) -> None:
+  """Other processes (and a crash mid-write) see the old file or the new one, never half of one; a write
+  that fails leaves the old file and no temporary file."""
+  tmp = path + '.tmp'
+  try:
+    with open(tmp, 'w', encoding='utf-8') as f:
+      f.write(text)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def read_json(path: str, hint: str = '') -> dict[str, Any]:
+  """The JSON object in ``path``; ValueError naming the file if it does not parse or is not an object.
+  ``hint``: what the user can do about it, appended to the message."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      value = json.load(f)
+  except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+    problem = f'is not valid JSON ({e})'
+  else:
+    if isinstance(value, dict):
+      return value
+    problem = f'holds a JSON {type(value).__name__}, not an object'
+  raise ValueError(f'{path!r} {problem}; symjax writes it in one piece, so it was changed or damaged after '
+                   f'it was written' + (f'; {hint}' if hint else ''))

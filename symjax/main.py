@@ -43,6 +43,9 @@ def config_error(e: BaseException, argv: list[str]) -> str:
   config_arg = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), '')
   path = config_arg.split(':')[0]
   inner = _innermost(e)
+  if not config_arg and isinstance(e, flags.IllegalFlagValueError) and '--config' in str(e):
+    return ('--config is required: the path of a config file, e.g. --config=configs/symbolic.py (the '
+            "repository's configs/ folder holds one per recipe)")
   if isinstance(e, SyntaxError) or isinstance(inner, SyntaxError):
     err = e if isinstance(e, SyntaxError) else inner
     return f'config file {path!r} has a syntax error at line {err.lineno}: {err.msg}'

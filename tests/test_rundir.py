@@ -181,6 +181,7 @@ def test_every_checkpoint_corrupt_is_said_once_in_lines_of_its_own(tmp_path):
     (['--config=configs/symbolic.py', '--config.model.nope=1'], 2,
      r"--config.model.nope: the config has no field 'nope'; fields of config.model: \[.*'num_heads'"),
     (['--config=configs/nope.py'], 2, r"config file 'configs/nope.py' does not exist"),
+    ([], 2, r'--config is required: the path of a config file, e\.g\. --config=configs/symbolic\.py'),
     (['--config=configs/symbolic.py:size=huge'], 2,
      r"--config=configs/symbolic.py:size=huge: size must be one of \['tiny', 'small', 'medium', 'paper'\], got 'huge'"),
     (['--config=configs/symbolic.py:sise=tiny'], 2, r"unknown config argument 'sise'; known keys: \['runlocal', 'size', 'task'\]"),

@@ -300,6 +300,16 @@ class Loaded:
   language_model: bool                   # targets are next tokens: sampling makes sense
 
 
+def checkpoint_choice(text: str, flag: str) -> str | int:
+  """The value of a command line's checkpoint ``flag``: ``'best'``, ``'latest'`` or a step number, as
+  ``load`` takes it."""
+  if text in ('best', 'latest'):
+    return text
+  if text.isdigit():
+    return int(text)
+  raise ValueError(f"{flag} must be 'best', 'latest' or a checkpointed step number, got {text!r}")
+
+
 def load(workdir: str, which: str | int = 'best') -> Loaded:
   """Loads the ``'best'`` (by the run's ``best_metric``) or ``'latest'`` checkpoint of ``workdir``, or the one
   saved at step ``which`` (an int; ``checkpoint_steps(workdir)`` lists them). A checkpoint that does not

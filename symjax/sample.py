@@ -102,7 +102,7 @@ def define_flags() -> None:
   flags.DEFINE_integer('top_k', 40, 'mode=top_k: sample among the k most likely tokens.')
   flags.DEFINE_float('top_p', 0.9, 'mode=top_p: sample from the smallest set with this mass.')
   flags.DEFINE_integer('seed', 0, 'Random seed.')
-  flags.DEFINE_enum('checkpoint', 'best', ['best', 'latest'], 'Which checkpoint to load.')
+  flags.DEFINE_string('checkpoint', 'best', "Which checkpoint to load: 'best', 'latest' or a step number.")
 
 
 def fol_validity(model, params, num_samples: int = 100, temperature: float = 1.0, seed: int = 0
@@ -125,14 +125,14 @@ def fol_validity(model, params, num_samples: int = 100, temperature: float = 1.0
 
 def main(argv):
   del argv
-  from symjax.rundir import load
+  from symjax.rundir import checkpoint_choice, load
   f = flags.FLAGS
   if not flags.FLAGS['verbosity'].present:  # Orbax logs every save at INFO; --verbosity=0 shows it
     logging.set_verbosity(logging.WARNING)
   if not f.workdir:
     raise app.UsageError('--workdir is required')
   try:
-    loaded = load(f.workdir, f.checkpoint)
+    loaded = load(f.workdir, checkpoint_choice(f.checkpoint, '--checkpoint'))
     print(sample_text(loaded, f.prompt, f.num_tokens, mode=f.mode, temperature=f.temperature,
                       top_k=f.top_k, top_p=f.top_p, seed=f.seed))
   except (ValueError, FileNotFoundError, RuntimeError) as e:

@@ -198,11 +198,19 @@ def test_text_run_reloads_without_the_corpus_and_samples_every_mode(shakespeare_
 
 
 def test_sample_cli_prints_a_continuation(shakespeare_run):
+  step = rundir.checkpoint_steps(shakespeare_run)[0]  # a checkpoint chosen by its step
   proc = subprocess.run([sys.executable, '-m', 'symjax.sample', f'--workdir={shakespeare_run}',
-                         '--prompt=KING:', '--num_tokens=12', '--mode=top_k', '--top_k=3'],
+                         '--prompt=KING:', '--num_tokens=12', '--mode=top_k', '--top_k=3', f'--checkpoint={step}'],
                         cwd=REPO, capture_output=True, text=True)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout.startswith('KING:') and len(proc.stdout.rstrip('\n')) >= len('KING:') + 1
+
+
+def test_checkpoint_flags_take_best_latest_or_a_step():
+  assert [rundir.checkpoint_choice(t, '--checkpoint') for t in ('best', 'latest', '120')] == ['best', 'latest', 120]
+  for bad in ('last', '-5', '1.5', ''):
+    with pytest.raises(ValueError, match=r"--which must be 'best', 'latest' or a checkpointed step number"):
+      rundir.checkpoint_choice(bad, '--which')
 
 
 def test_top_k_and_top_p_filters_keep_the_right_tokens():

@@ -21,7 +21,7 @@ def define_flags() -> None:
   """The CLI's flags, defined only when it runs as a program (importing this module defines none)."""
   flags.DEFINE_string('workdir', None, 'Work directory of a training run.', required=True)
   flags.DEFINE_string('input', '', 'The input to read; empty: the first test example of the task.')
-  flags.DEFINE_enum('which', 'best', ['best', 'latest'], 'Which checkpoint to load.')
+  flags.DEFINE_string('which', 'best', "Which checkpoint to load: 'best', 'latest' or a step number.")
   flags.DEFINE_string('output', '', 'Where to write the report (default: <workdir>/interpret/report.html).')
   flags.DEFINE_integer('position', -1, 'Position whose prediction is attributed (default: the last).')
   flags.DEFINE_integer('ig_steps', 128, 'Integrated-gradients steps.')
@@ -68,7 +68,7 @@ def main(argv):
   from symjax.tasks import induction
   path = f.output or os.path.join(f.workdir, REPORT_DIR, 'report.html')
   report.check_report_path(path)  # before the work, not after
-  loaded = rundir.load(f.workdir, f.which)
+  loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
   ids = encode(loaded, f.input) if f.input else default_input(loaded)
   check_position(ids, f.position)
   decode = loaded.tokenizer.decode

@@ -47,6 +47,8 @@ TEXT_EMBED_INIT_STD = {'standard': 0.02}
 # (TEXT_UNTIED_READOUT: 1.686 ± 0.011 against 1.744 ± 0.029; tied is better on FOL, 1.032 against 1.053).
 UNTIED_READOUT = ('symbolic',)
 TEXT_UNTIED_READOUT = ('symbolic', 'token_factored')
+# config.distributed.cpu_collectives: JAX's cross-process collectives on CPU ('' keeps JAX's default).
+CPU_COLLECTIVES = ('', 'gloo', 'mpi')
 BEST_METRICS = {'accuracy': 'max', 'loss': 'min', 'perplexity': 'min', 'sequence_accuracy': 'max'}
 
 
@@ -273,6 +275,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.task == 'text' and config.tokenizer == 'bpe' and config.bpe_vocab_size < text.BPE_MIN_VOCAB:
     raise ValueError(f'config.bpe_vocab_size must be >= {text.BPE_MIN_VOCAB} (a byte-level BPE vocabulary '
                      f'starts from the {text.BPE_MIN_VOCAB} bytes), got {config.bpe_vocab_size!r}')
+  d = config.distributed
+  if isinstance(d.num_processes, bool) or not isinstance(d.num_processes, int) or d.num_processes < 1:
+    raise ValueError(f'config.distributed.num_processes must be an integer >= 1, got {d.num_processes!r}')
+  if not 0 <= d.process_id < d.num_processes:
+    raise ValueError(f'config.distributed.process_id must be in [0, {d.num_processes}) (0 .. num_processes - 1), '
+                     f'got {d.process_id!r}')
+  if d.cpu_collectives not in CPU_COLLECTIVES:
+    raise ValueError(f"config.distributed.cpu_collectives must be one of {list(CPU_COLLECTIVES)} ('' = JAX's "
+                     f"default), got {d.cpu_collectives!r}")
   from symjax import distill  # here, not at the top: distill reads work directories through rundir
   distill.validate(config)
   # The model fields, with placeholders for what the task decides.

@@ -36,7 +36,13 @@ def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
   if d.coordinator_address:
     jax.distributed.initialize(d.coordinator_address, d.num_processes, d.process_id)
   elif d.num_processes > 1 or os.environ.get('JAX_COORDINATOR_ADDRESS'):
-    jax.distributed.initialize()
+    try:
+      jax.distributed.initialize()
+    except ValueError as e:  # JAX found no cluster to join (no SLURM, Cloud TPU or JAX_COORDINATOR_ADDRESS)
+      raise ValueError(f'config.distributed.num_processes = {d.num_processes} but no coordinator was given or '
+                       f'detected: set config.distributed.coordinator_address (host:port of process 0) and '
+                       f'config.distributed.process_id, or run where JAX detects the cluster (SLURM, Cloud '
+                       f'TPU, JAX_COORDINATOR_ADDRESS); JAX: {e}') from None
 
 
 def make_mesh(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:

@@ -182,6 +182,9 @@ def test_every_checkpoint_corrupt_is_said_once_in_lines_of_its_own(tmp_path):
      r"--config.model.nope: the config has no field 'nope'; fields of config.model: \[.*'num_heads'"),
     (['--config=configs/nope.py'], 2, r"config file 'configs/nope.py' does not exist"),
     ([], 2, r'--config is required: the path of a config file, e\.g\. --config=configs/symbolic\.py'),
+    (['--config=configs/symbolic.py:size=tiny', '--config.distributed.num_processes=2', '--workdir={tmp}/w'], 1,
+     r'config.distributed.num_processes = 2 but no coordinator was given or detected: set '
+     r'config.distributed.coordinator_address'),
     (['--config=configs/symbolic.py:size=huge'], 2,
      r"--config=configs/symbolic.py:size=huge: size must be one of \['tiny', 'small', 'medium', 'paper'\], got 'huge'"),
     (['--config=configs/symbolic.py:sise=tiny'], 2, r"unknown config argument 'sise'; known keys: \['runlocal', 'size', 'task'\]"),
@@ -191,8 +194,10 @@ def test_every_checkpoint_corrupt_is_said_once_in_lines_of_its_own(tmp_path):
 def test_command_line_mistakes_are_one_line_errors(args, status, message, tmp_path):
   syntax = tmp_path / 'broken.py'
   syntax.write_text('def get_config(:\n  pass\n')
-  args = [a.format(syntax=syntax) for a in args]
-  proc = subprocess.run([sys.executable, '-m', 'symjax.main', *args], cwd=REPO, capture_output=True, text=True)
+  args = [a.format(syntax=syntax, tmp=tmp_path) for a in args]
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_COORDINATOR_ADDRESS'}
+  proc = subprocess.run([sys.executable, '-m', 'symjax.main', *args], cwd=REPO, capture_output=True, text=True,
+                        env=env)
   assert proc.returncode == status, proc.stderr[-2000:]
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr[-2000:]

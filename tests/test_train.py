@@ -241,8 +241,9 @@ def test_bpe_tokenizer_round_trips_and_is_saved(tmp_path):
 def _with(**kw):
   config = tiny_config()
   for k, v in kw.items():
-    if k.startswith('model_'):
-      config.model[k[len('model_'):]] = v
+    if k.startswith(('model_', 'distributed_')):
+      group, name = k.split('_', 1)
+      config[group][name] = v
     else:
       config[k] = v
   return config
@@ -267,6 +268,9 @@ def _with(**kw):
     (_with(weight_decay=float('nan')), r'config.weight_decay must be a finite number, got nan'),
     (_with(model_tau_init=float('inf')), r'config.model.tau_init must be a finite number, got inf'),
     (_with(stop_at_accuracy=2.0), r'config.stop_at_accuracy must be in \[0, 1\]'),
+    (_with(distributed_num_processes=0), r'config.distributed.num_processes must be an integer >= 1, got 0'),
+    (_with(distributed_num_processes=2, distributed_process_id=2), r'config.distributed.process_id must be in \[0, 2\)'),
+    (_with(distributed_cpu_collectives='ucx'), r"config.distributed.cpu_collectives must be one of \['', 'gloo', 'mpi'\]"),
     (_with(task='text', tokenizer='bpe', bpe_vocab_size=100, text_path=__file__),
      r'config.bpe_vocab_size must be >= 256 \(a byte-level BPE vocabulary starts from the 256 bytes\)'),
 ])

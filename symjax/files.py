@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from typing import Any
 
 
@@ -25,6 +26,16 @@ def write_atomically(path: str, text: str) -> None:
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
+
+
+def make_writable_folder(folder: str) -> None:
+  """Creates ``folder`` if needed and writes (and removes) a probe file in it; OSError if either fails.
+
+  Every process of a multi-process run may probe the same shared folder at once, so each probe has a name
+  of its own: with one fixed name, one process removed the probe another was about to remove."""
+  os.makedirs(folder, exist_ok=True)
+  with tempfile.NamedTemporaryFile(dir=folder, prefix='.symjax_write_test_'):
+    pass
 
 
 def read_json(path: str, hint: str = '') -> dict[str, Any]:

@@ -10,7 +10,6 @@ import hashlib
 import os
 import re
 import sys
-import tempfile
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -88,14 +87,10 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def check_workdir(workdir: str) -> None:
-  """A work directory that can be created and written, or a one-line ValueError saying why not.
-
-  Every process of a multi-process run checks the same (shared) directory at once, so each writes a probe
-  of its own name: with one fixed name, one process removed the probe another was about to remove."""
+  """A work directory that can be created and written, or a one-line ValueError saying why not."""
+  from symjax import files
   try:
-    os.makedirs(workdir, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=workdir, prefix='.symjax_write_test_'):
-      pass
+    files.make_writable_folder(workdir)
   except OSError as e:
     raise ValueError(f'work directory {workdir!r} cannot be created or written ({e.strerror or e}); '
                      f'give --workdir a folder you can write') from None

@@ -24,7 +24,7 @@ import optax
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from symjax import config_lib, distill, host, rundir, streamed, tasks
+from symjax import config_lib, distill, files, host, rundir, streamed, tasks
 from symjax import mesh as mesh_lib
 from symjax import metrics as metrics_lib
 from symjax import model as model_lib
@@ -171,9 +171,20 @@ def task_init(state: TrainState, task: tasks.Task, model_config: ModelConfig, sh
 
 def use_compilation_cache(config: ml_collections.ConfigDict) -> None:
   """Keeps compiled steps on disk (``config.compilation_cache_dir``), so a rerun or resume of the same
-  config skips compilation. A directory already chosen through JAX (JAX_COMPILATION_CACHE_DIR) wins."""
+  config skips compilation. A directory already chosen through JAX (JAX_COMPILATION_CACHE_DIR) wins. A
+  folder that cannot be made or written turns the cache off with one warning line (the run does not need
+  it), instead of JAX's warning at every compilation."""
   if config.get('compilation_cache_dir') and not jax.config.jax_compilation_cache_dir:
-    jax.config.update('jax_compilation_cache_dir', os.path.expanduser(config.compilation_cache_dir))
+    folder = os.path.expanduser(config.compilation_cache_dir)
+    try:
+      files.make_writable_folder(folder)
+    except OSError as e:
+      if jax.process_index() == 0:
+        print(f'WARNING: config.compilation_cache_dir {config.compilation_cache_dir!r} cannot be created or '
+              f"written ({e.strerror or e}); compiling without the persistent cache (set it to a writable "
+              f"folder, or '' to turn it off)", file=sys.stderr)
+      return
+    jax.config.update('jax_compilation_cache_dir', folder)
 
 
 def interactive_output() -> bool:

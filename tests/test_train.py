@@ -455,3 +455,14 @@ def test_compiled_steps_are_kept_in_the_persistent_cache(tmp_path):
                   '--config.progress_bar=false', f'--config.compilation_cache_dir={cache}',
                   f'--workdir={tmp_path / "run"}'], check=True, capture_output=True, env=env, cwd=tmp_path)
   assert any(name.startswith('jit_') for name in os.listdir(cache))
+
+
+def test_an_unwritable_compilation_cache_is_one_warning_and_no_cache(tmp_path, capsys):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('x')
+  assert not jax.config.jax_compilation_cache_dir  # else the config's folder is not used at all
+  train.use_compilation_cache(tiny_config(compilation_cache_dir=str(blocker / 'cache')))
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1, err
+  assert 'cannot be created or written (Not a directory); compiling without the persistent cache' in err
+  assert not jax.config.jax_compilation_cache_dir

@@ -13,6 +13,7 @@ reported — the test split is read for the chosen configuration alone.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
@@ -95,7 +96,9 @@ def point_name(point: dict[str, Any]) -> str:
 
 
 def apply(config: ml_collections.ConfigDict, point: dict[str, Any]) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict(config.to_dict())
+  """``config`` with the grid point's values, as ``--config.<field>=<value>`` would set them: fields that
+  follow another by reference (text's ``model.max_len``, four times ``seq_len``) follow it here too."""
+  config = copy.deepcopy(config)
   for field, value in point.items():
     parent, _, name = field.rpartition('.')
     node = config

@@ -139,6 +139,14 @@ def test_grid_values_take_the_fields_types():
                                      'model.learned_slopes=False,model.dtype=bfloat16')
 
 
+def test_a_grid_point_moves_the_fields_that_follow_it_as_the_command_line_does():
+  """The text recipe's model.max_len is four times seq_len by reference (config_lib.variant)."""
+  text = config_lib.variant('standard', 'task=text')
+  assert sweep.apply(text, {'seq_len': 128}).model.max_len == 512
+  assert sweep.apply(text, {'seq_len': 128, 'model.max_len': 200}).model.max_len == 200
+  assert (text.seq_len, text.model.max_len) == (64, 256)  # the swept config is a copy
+
+
 def test_interval_is_students_t():
   mean, half = sweep.interval([1.0, 2.0, 3.0])
   assert mean == 2.0 and half == pytest.approx(4.302653 / np.sqrt(3), rel=1e-6)   # t(0.975, 2) = 4.3027

@@ -27,7 +27,7 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from symjax import config_lib, seeds as seeds_lib
+from symjax import config_lib, files, seeds as seeds_lib
 
 SELECT = {'loss': min, 'accuracy': max, 'perplexity': min, 'sequence_accuracy': max}
 REPORTED = ('loss', 'accuracy')
@@ -198,11 +198,9 @@ def run(config: ml_collections.ConfigDict, grid_specs: Sequence[str], num_seeds:
     finals.append(seeds_lib.train_seeds(c, seed_list, folders, seed_step=seed_step))
   summary = summarize(points, finals, seed_list, select)
   summary['command'] = command
-  with open(os.path.join(workdir, 'sweep.json'), 'w') as f:
-    json.dump(summary, f, indent=1)
+  files.write_atomically(os.path.join(workdir, 'sweep.json'), json.dumps(summary, indent=1))
   text = markdown(summary, command)
-  with open(os.path.join(workdir, 'sweep.md'), 'w') as f:
-    f.write(text)
+  files.write_atomically(os.path.join(workdir, 'sweep.md'), text)
   print(text)
   return summary
 

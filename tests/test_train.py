@@ -460,9 +460,13 @@ def test_compiled_steps_are_kept_in_the_persistent_cache(tmp_path):
 def test_an_unwritable_compilation_cache_is_one_warning_and_no_cache(tmp_path, capsys):
   blocker = tmp_path / 'a_file'
   blocker.write_text('x')
-  assert not jax.config.jax_compilation_cache_dir  # else the config's folder is not used at all
-  train.use_compilation_cache(tiny_config(compilation_cache_dir=str(blocker / 'cache')))
-  err = capsys.readouterr().err
-  assert err.count('\n') == 1, err
-  assert 'cannot be created or written (Not a directory); compiling without the persistent cache' in err
-  assert not jax.config.jax_compilation_cache_dir
+  before = jax.config.jax_compilation_cache_dir  # set by an earlier run in this process, if any
+  jax.config.update('jax_compilation_cache_dir', None)  # else the config's folder is not used at all
+  try:
+    train.use_compilation_cache(tiny_config(compilation_cache_dir=str(blocker / 'cache')))
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1, err
+    assert 'cannot be created or written (Not a directory); compiling without the persistent cache' in err
+    assert not jax.config.jax_compilation_cache_dir
+  finally:
+    jax.config.update('jax_compilation_cache_dir', before)

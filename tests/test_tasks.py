@@ -188,14 +188,32 @@ def test_token_folder_gives_the_text_tasks_splits_and_batches(tmp_path):
   np.testing.assert_array_equal(a['inputs'], b['inputs'])
 
 
-def test_bpe_token_folder_is_lossless(tmp_path):
+def whitespace_heavy_text(n: int) -> str:
+  """Runs of spaces, blank lines, spaces before line ends, Windows line ends and Unicode spaces: where a
+  piece boundary could change how a byte-level pre-tokenizer splits words."""
+  pieces = ['word', 'x', ' ', '\n', '\n\n', ' \n', '\r\n', '\u3000', '\u2028', 'é', '12', "'s", '.', '\t', 'ÿ']
+  return ''.join(np.random.default_rng(4).choice(pieces, n))
+
+
+@pytest.mark.parametrize('tokenizer', ['char', 'bpe'])
+def test_token_folder_tokenizes_as_the_text_task_does(tmp_path, tokenizer):
+  """Same vocabulary (the same ids) and the same token stream from the folder as from the text, however
+  the file is cut into pieces; Windows line ends are read as \\n by both."""
   from symjax.tasks import text
-  corpus = multilingual_text(3_000)
-  (tmp_path / 'c.txt').write_text(corpus, encoding='utf-8')
-  text.write_token_file(str(tmp_path / 'c.txt'), str(tmp_path / 'bpe'), 'bpe', 300, chunk_chars=500)
-  tok, ids = text.open_token_file(str(tmp_path / 'bpe'))
-  assert tok.kind == 'bpe' and len(tok.vocab) <= 300 and len(ids) < len(corpus)
-  assert tok.decode(np.asarray(ids)) == corpus
+  corpus = whitespace_heavy_text(20_000)
+  (tmp_path / 'c.txt').write_bytes(corpus.encode('utf-8'))
+  in_memory = text.TextTask(str(tmp_path / 'c.txt'), seq_len=16, tokenizer=tokenizer, bpe_vocab_size=300)
+  for chunk_chars in (97, 4096):
+    folder = str(tmp_path / f'{tokenizer}_{chunk_chars}')
+    text.write_token_file(str(tmp_path / 'c.txt'), folder, tokenizer, 300, chunk_chars=chunk_chars)
+    tok, ids = text.open_token_file(folder)
+    assert tok.to_json() == in_memory.tokenizer.to_json()
+    np.testing.assert_array_equal(ids, np.concatenate([in_memory.streams[s] for s in base.SPLITS]))
+    assert tok.decode(np.asarray(ids)) == corpus.replace('\r\n', '\n').replace('\r', '\n')
+  if tokenizer == 'char':
+    assert '\r' not in in_memory.vocab.tokens
+  else:
+    assert len(tok.vocab) <= 300 and len(ids) < len(corpus)
 
 
 def test_token_folder_errors_name_the_problem_and_overwrite_nothing(tmp_path):

@@ -8,8 +8,9 @@ test text is never read while choosing a model. Training batches are random wind
 Corpora larger than memory: ``python -m symjax.tokenize --text_path=corpus.txt --out=corpus_tokens``
 tokenizes the file once, streaming it, into ``tokens.bin`` (a flat uint16/uint32 array) with its
 ``vocab.json`` and ``meta.json`` beside it; ``--config.token_path=corpus_tokens`` then reads that array
-through ``numpy.memmap``, so a batch touches only the pages of its own windows. The splits and the windows
-of every (seed, step) are the same as from the text itself, so resume stays exact.
+through ``numpy.memmap``, so a batch touches only the pages of its own windows. The vocabulary, the token
+ids, the splits and the windows of every (seed, step) are the same as from the text itself, so resume stays
+exact (``_safe_cut``: where the file may be cut into pieces that tokenize as the whole does).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class BPETokenizer:
 
   @classmethod
   def train(cls, text: str, vocab_size: int) -> BPETokenizer:
-    return cls.train_from_chunks((text[i:i + 100_000] for i in range(0, len(text), 100_000)), vocab_size)
+    return cls.train_from_chunks(_string_chunks(text), vocab_size)
 
   @classmethod
   def train_from_chunks(cls, chunks, vocab_size: int) -> BPETokenizer:
@@ -105,34 +106,69 @@ def tokenizer_from_json(d: dict):
 
 
 TOKEN_FILE, TOKEN_META, TOKEN_VOCAB = 'tokens.bin', 'meta.json', 'vocab.json'
+# Characters of text tokenized at a time, from a file or from memory.
+CHUNK_CHARS = 1 << 22
 
 
-def _text_chunks(path: str, chunk_chars: int):
-  """The file's text in pieces of about ``chunk_chars`` characters, each ending at a line end (so that a
-  byte-pair tokenizer, whose pre-tokenizer splits at whitespace, sees the same words as in one piece)."""
-  check_corpus_path(path)
+def _safe_cut(block: str) -> int:
+  r"""The last place in ``block`` where it can be cut so that the pieces tokenize as the whole does: before
+  a line end that is followed by a character that is not whitespace ("...|\nc..."); 0 if there is none.
+
+  Why that is safe for the byte-level pre-tokenizer (GPT-2's pattern, which every tokenizer here splits
+  words with): no word extends into whitespace, so a word ends before the cut; a run of whitespace W that
+  ends at the cut is, inside the text, matched as W by ``\s+(?!\S)`` (the \n after it is whitespace), as
+  at the end of a piece; and from the \n on, matching reads the same characters in the piece as in the
+  text. (Cutting after the \n would not be safe: " \n" at a piece's end is one word, inside the text two.)
+  The character after the \n must not be whitespace for ``str.isspace``, which is true of every character
+  of Unicode's White_Space that the pattern's \s matches."""
+  i = len(block) - 1  # the character after the line end must be in this block
+  while True:
+    i = block.rfind('\n', 0, i)
+    if i <= 0:
+      return 0
+    if not block[i + 1].isspace():
+      return i
+
+
+def _line_chunks(blocks):
+  """Joins and splits text ``blocks`` into pieces that each end before a line end (``_safe_cut``), so that
+  each tokenizes as it does inside the whole text. Text without such a line end stays in one piece."""
   carry = ''
-  with open(path, encoding='utf-8', newline='') as f:
-    while True:
-      try:
-        block = f.read(chunk_chars)
-      except UnicodeDecodeError as e:
-        raise ValueError(f'config.text_path {path!r} is not UTF-8 text: {e}') from None
-      if not block:
-        break
-      block = carry + block
-      cut = block.rfind('\n') + 1
-      if cut == 0:
-        carry = block
-        continue
-      carry = block[cut:]
+  for block in blocks:
+    block = carry + block
+    cut = _safe_cut(block)
+    carry = block[cut:]
+    if cut:
       yield block[:cut]
   if carry:
     yield carry
 
 
+def _text_chunks(path: str, chunk_chars: int):
+  """The file's text (read as ``read_corpus`` reads it: UTF-8, line ends as \\n) in pieces of about
+  ``chunk_chars`` characters that tokenize, one by one, as the whole text does (``_line_chunks``)."""
+  check_corpus_path(path)
+
+  def blocks():
+    with open(path, encoding='utf-8') as f:
+      while True:
+        try:
+          block = f.read(chunk_chars)
+        except UnicodeDecodeError as e:
+          raise ValueError(f'config.text_path {path!r} is not UTF-8 text: {e}') from None
+        if not block:
+          return
+        yield block
+  return _line_chunks(blocks())
+
+
+def _string_chunks(text: str, chunk_chars: int = CHUNK_CHARS):
+  """``text`` in the pieces ``_text_chunks`` gives for a file holding it."""
+  return _line_chunks(text[i:i + chunk_chars] for i in range(0, len(text), chunk_chars))
+
+
 def write_token_file(text_path: str, out_dir: str, tokenizer: str = 'char', bpe_vocab_size: int = 512,
-                     chunk_chars: int = 1 << 22) -> dict:
+                     chunk_chars: int = CHUNK_CHARS) -> dict:
   """Tokenizes ``text_path`` once into ``out_dir``/tokens.bin, streaming: memory stays O(chunk_chars).
 
   The char vocabulary is every distinct character of the file (a first pass); a BPE vocabulary is trained

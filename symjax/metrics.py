@@ -23,8 +23,10 @@ def logit_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Arr
 
 def in_top_k(above: jax.Array, tied: jax.Array, k: int) -> jax.Array:
   """Probability that the target is among the k best under uniformly random tie-breaking: 1 or 0 when no
-  logit ties the target's, fractional for tied baselines such as a uniform predictor."""
-  return jnp.clip((k - above) / jnp.maximum(tied, 1), 0.0, 1.0)
+  logit ties the target's, fractional for tied baselines such as a uniform predictor. A target logit that
+  is NaN equals nothing, not even itself (``tied == 0``), and counts as wrong: otherwise a diverged model
+  would report an accuracy of 1 beside its NaN loss."""
+  return jnp.where(tied > 0, jnp.clip((k - above) / jnp.maximum(tied, 1), 0.0, 1.0), 0.0)
 
 
 def weighted_metrics(loss: jax.Array, above: jax.Array, tied: jax.Array, batch, top_ks

@@ -470,3 +470,17 @@ def test_an_unwritable_compilation_cache_is_one_warning_and_no_cache(tmp_path, c
     assert not jax.config.jax_compilation_cache_dir
   finally:
     jax.config.update('jax_compilation_cache_dir', before)
+
+
+def test_top_k_counts_ties_as_random_tie_breaking_and_nan_as_wrong():
+  import jax.numpy as jnp
+  from symjax import metrics
+  logits = jnp.array([[0.0, 0.0, 0.0, 0.0],      # uniform: the target is first with probability 1/4
+                      [1.0, 3.0, 2.0, 2.0],      # target 2 ties with 3, below 1
+                      [5.0, 1.0, 0.0, 0.0],      # target 0 is the argmax
+                      [jnp.nan] * 4])            # a diverged model
+  targets = jnp.array([0, 2, 0, 1])
+  _, _, above, tied = metrics.logit_stats(logits, targets)
+  np.testing.assert_allclose(metrics.in_top_k(above, tied, 1), [0.25, 0.0, 1.0, 0.0])
+  np.testing.assert_allclose(metrics.in_top_k(above, tied, 2), [0.5, 0.5, 1.0, 0.0])
+  np.testing.assert_allclose(metrics.in_top_k(above, tied, 3), [0.75, 1.0, 1.0, 0.0])

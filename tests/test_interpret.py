@@ -14,7 +14,7 @@ import pytest
 
 import paper_reference as ref
 from symjax import config_lib, interpret, metrics, train
-from symjax.interpret import attribution, circuits, core, induction, interventions, mixtures
+from symjax.interpret import attribution, circuits, core, induction, interventions, mixtures, tracing
 from symjax.interpret import cli
 from symjax.model import Transformer
 from symjax.tasks import induction as induction_task
@@ -444,6 +444,18 @@ def test_report_cli_rejects_bad_input(tiny_run):
   out = subprocess.run([sys.executable, '-m', 'symjax.interpret', f'--workdir={workdir}', '--input=<s> q'],
                        capture_output=True, text=True, cwd=REPO, timeout=300)
   assert out.returncode == 2 and 'error: --input could not be tokenised' in out.stderr
+
+
+def test_token_ids_outside_the_vocabulary_are_an_error_not_nan(tiny_run):
+  """An embedding lookup out of range gives NaN in JAX; every tool checks the ids first."""
+  _, run, _, _ = tiny_run
+  v = run.model_config.vocab_size
+  for bad in ([1, 2, v], [-1, 2]):
+    with pytest.raises(ValueError, match=rf'token ids must be in \[0, {v}\) \(the model.s vocabulary\), got '
+                                         rf'\[{bad[-1] if bad[-1] == v else -1}\]'):
+      tracing.trace(run.model, run.params, bad)
+  with pytest.raises(ValueError, match=r'token ids must be in'):
+    attribution.target_logprob(run.model, run.params, [[1, v + 5]], [[1, 2]])
 
 
 def test_report_is_not_written_over_a_folder_and_leaves_no_temporary_file(tmp_path):

@@ -199,7 +199,7 @@ def gradient_importance(model: Transformer, params, tokens, targets, key_mask=No
   ``'input_x_gradient'`` or ``'integrated_gradients'`` (``steps`` midpoint-rule intervals from the
   ``baseline``); absolute values unless ``signed``."""
   model = core.analysis_model(model)
-  tokens = core.as_batch(tokens)
+  tokens = core.as_batch(tokens, model.config.vocab_size)
   targets = np.asarray(targets, np.int32).reshape(tokens.shape)
   km = core.valid_keys(tokens, key_mask)
   p = nn.meta.unbox(params)
@@ -222,7 +222,7 @@ def target_logprob(model: Transformer, params, tokens, targets, key_mask=None, b
   """log p(targets_i) ``[batch, time]``; with ``baseline``, at the integrated-gradients baseline input
   instead of the tokens' embeddings."""
   model = core.analysis_model(model)
-  tokens = core.as_batch(tokens)
+  tokens = core.as_batch(tokens, model.config.vocab_size)
   km = core.valid_keys(tokens, key_mask)
   p = nn.meta.unbox(params)
   emb = _embeddings(model, p, tokens) if baseline is None else baseline_embeddings(p, tokens, baseline)

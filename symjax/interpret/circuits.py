@@ -96,7 +96,7 @@ def find_induction_circuit(model, params, tokens, key_mask=None, ignore=frozense
   (any layer if the induction head is in layer 0). ``ignore``: token ids that are never induction queries;
   ``previous_queries``: the positions where a previous-token head is expected to act (default: all)."""
   attention = attention_stack(model, params, tokens, key_mask)
-  tokens = core.as_batch(tokens)
+  tokens = core.as_batch(tokens, model.config.vocab_size)
   km = None if key_mask is None else np.asarray(key_mask, bool)
   prev = previous_token_scores(attention, km, previous_queries)
   ind = induction_scores(attention, tokens, km, ignore)
@@ -126,7 +126,7 @@ def head_writes(model, params, tokens, key_mask=None) -> tuple[np.ndarray, np.nd
   attention ``[layers, batch, heads, time, time]``."""
   model = core.analysis_model(model)
   cfg = model.config
-  tokens = core.as_batch(tokens)
+  tokens = core.as_batch(tokens, model.config.vocab_size)
   _, inter = core.run(model, params, tokens, key_mask)
   comps = core.components(cfg, inter)
   p = nn.meta.unbox(params)
@@ -158,7 +158,7 @@ def _standard_head_outputs(cfg, p, l, tokens, key_mask, model) -> np.ndarray:
 
 def program(model, params, tokens, key_mask=None) -> list[HeadStep]:
   """The discretised trace of one sequence (``tokens`` ``[time]`` or ``[1, time]``)."""
-  tokens = core.as_batch(tokens)
+  tokens = core.as_batch(tokens, model.config.vocab_size)
   if tokens.shape[0] != 1:
     raise ValueError(f'the program view reads one sequence; got a batch of {tokens.shape[0]}')
   writes, attention = head_writes(model, params, tokens, key_mask)

@@ -33,14 +33,18 @@ def analysis_model(model) -> Transformer:
   return Transformer(dataclasses.replace(cfg, vocab_projection='direct', remat='none'))
 
 
-def as_batch(tokens) -> np.ndarray:
-  """``[time]`` or ``[batch, time]`` ids -> ``[batch, time]`` int32."""
+def as_batch(tokens, vocab_size: int | None = None) -> np.ndarray:
+  """``[time]`` or ``[batch, time]`` ids -> ``[batch, time]`` int32, each id checked to be in
+  ``[0, vocab_size)``: an embedding lookup out of range gives NaN, not an error."""
   tokens = np.asarray(tokens)
   if tokens.ndim == 1:
     tokens = tokens[None]
   if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
     raise ValueError(f'tokens must be integer ids of shape [time] or [batch, time], got '
                      f'{tokens.dtype} {tokens.shape}')
+  if vocab_size is not None and tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+    bad = sorted({int(t) for t in tokens.ravel() if not 0 <= t < vocab_size})
+    raise ValueError(f'token ids must be in [0, {vocab_size}) (the model\'s vocabulary), got {bad[:10]}')
   return tokens.astype(np.int32)
 
 
@@ -55,7 +59,7 @@ def _unwrap(tree):
 
 def run(model: Transformer, params, tokens, key_mask=None) -> tuple[np.ndarray, dict[str, Any]]:
   """Logits ``[batch, time, vocab]`` and every sown intermediate (see ``symjax.model``) as float64."""
-  tokens = as_batch(tokens)
+  tokens = as_batch(tokens, model.config.vocab_size)
   km = None if key_mask is None else jnp.asarray(np.asarray(key_mask, bool).reshape(tokens.shape))
   logits, state = model.apply({'params': nn.meta.unbox(params)}, jnp.asarray(tokens), km,
                               mutable=['intermediates'])

@@ -124,14 +124,14 @@ def run_with(model: Transformer, params, tokens, ablations: Sequence[Ablation], 
   """
   model = core.analysis_model(model)
   cfg = model.config
-  tokens = core.as_batch(tokens)
+  tokens = core.as_batch(tokens, model.config.vocab_size)
   for a in ablations:
     a.validate(cfg)
   means = [a for a in ablations if a.mode == 'mean']
   patches = [a for a in ablations if a.mode == 'patch']
   values: dict[Ablation, np.ndarray] = {}
   if means:
-    ref = tokens if reference is None else core.as_batch(reference)
+    ref = tokens if reference is None else core.as_batch(reference, cfg.vocab_size)
     ref_mask = (key_mask if reference is None else reference_mask)
     valid = np.ones(ref.shape, bool) if ref_mask is None else np.asarray(ref_mask, bool).reshape(ref.shape)
     for a, v in zip(means, capture(model, params, ref, means, ref_mask)):
@@ -139,7 +139,7 @@ def run_with(model: Transformer, params, tokens, ablations: Sequence[Ablation], 
   if patches:
     if source is None:
       raise ValueError("a 'patch' ablation needs source= tokens to take the activations from")
-    src = core.as_batch(source)
+    src = core.as_batch(source, cfg.vocab_size)
     if src.shape != tokens.shape:
       raise ValueError(f'patching needs a source of the same shape as the input: {src.shape} vs {tokens.shape}')
     for a, v in zip(patches, capture(model, params, src, patches, source_mask)):

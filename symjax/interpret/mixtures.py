@@ -51,7 +51,7 @@ def mixture_trace(model: Transformer, params, tokens, key_mask=None) -> MixtureT
                      f'layers {cfg.layer_kinds()}, symbolic_sites {cfg.symbolic_sites!r}, projection_gain='
                      f'{cfg.projection_gain}, ffn_mixture {cfg.ffn_mixture!r}')
   model = core.analysis_model(model)
-  tokens = core.as_batch(tokens)
+  tokens = core.as_batch(tokens, model.config.vocab_size)
   _, inter = core.run(model, params, tokens, key_mask)
   return from_intermediates(cfg, tokens, inter)
 

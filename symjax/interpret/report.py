@@ -122,7 +122,7 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
   ``circuit``: heads found elsewhere (e.g. on a test split, named by ``circuit_source``); by default they
   are scored on this input.
   """
-  tokens = core.as_batch(tokens)
+  tokens = core.as_batch(tokens, model.config.vocab_size)
   if tokens.shape[0] != 1:
     raise ValueError('the report reads one sequence')
   model = core.analysis_model(model)

@@ -75,7 +75,7 @@ def trace(model: Transformer, params, tokens, key_mask=None, with_cone: bool = T
   """Runs the model on ``tokens`` (``[time]`` or ``[batch, time]``) and keeps everything above."""
   model = core.analysis_model(model)
   cfg = model.config
-  tokens = core.as_batch(tokens)
+  tokens = core.as_batch(tokens, model.config.vocab_size)
   logits, inter = core.run(model, params, tokens, key_mask)
   heads = core.head_parameters(cfg, params)
   table = core.embedding_table(params)

@@ -322,6 +322,8 @@ def test_load_and_sample_errors(finished_run, tmp_path):
   loaded = symjax.load(finished_run[0])
   with pytest.raises(ValueError, match="task 'induction' is a tagging task"):
     sample.sample_text(loaded, '<s> a', 3)
+  with pytest.raises(ValueError, match=r"prompt token ids must be in \[0, 12\) \(the model's vocabulary\), got \[12\]"):
+    sample.generate(loaded.model, loaded.params, [1, 12], 2)
   for temperature in (0.0, float('nan'), float('inf')):
     with pytest.raises(ValueError, match='temperature must be a finite number > 0'):
       sample.generate(loaded.model, loaded.params, [1, 4], 2, mode='temperature', temperature=temperature)

@@ -45,6 +45,7 @@ CONFIG_HISTORY_FILE = 'config_history.jsonl'
 RUN_FILE = 'run.json'
 METRICS_FILE = 'metrics.jsonl'
 FINAL_FILE = 'final_metrics.json'
+UNREADABLE_SUFFIX = '.unreadable'  # lines of METRICS_FILE that are not records, kept aside at a resume
 CHECKPOINT_DIR = 'checkpoints'
 CORRUPT_DIR = 'checkpoints_corrupt'
 
@@ -261,9 +262,16 @@ class MetricWriter:
       with open(path) as f:
         records = [(line, _record(line)) for line in f]
       # The final test record of the step resumed from is written again when this run ends; a line a
-      # killed run left half-written does not parse and goes too.
+      # killed run left half-written (the last, without its line end) does not parse and goes too. Any
+      # other line that does not parse was changed after it was written: it is kept aside, not dropped.
       kept = [line for line, r in records if r is not None and
               (r['step'] < resume_step or (r['step'] == resume_step and r['split'] != 'test'))]
+      unreadable = [line for line, r in records if r is None and line.endswith('\n') and line.strip()]
+      if unreadable:
+        with open(path + UNREADABLE_SUFFIX, 'a') as f:
+          f.writelines(unreadable)
+        print(f'WARNING: {len(unreadable)} line(s) of {path} are not metric records; moved to '
+              f'{path + UNREADABLE_SUFFIX}', file=sys.stderr)
       files.write_atomically(path, ''.join(kept))
     from tensorboardX import SummaryWriter
     self.jsonl = open(path, 'a')

@@ -36,14 +36,18 @@ def half_run(tmp_path_factory):
   return workdir
 
 
-def test_a_resume_keeps_each_step_once_in_the_metrics_log(half_run, tmp_path):
+def test_a_resume_keeps_each_step_once_in_the_metrics_log(half_run, tmp_path, capsys):
   workdir = str(tmp_path / 'w')
   shutil.copytree(half_run, workdir)
   with open(os.path.join(workdir, rundir.METRICS_FILE), 'a') as f:  # replayed by the resume
+    f.write('# a note someone added\n')  # not a record: kept aside, not dropped
     f.write(json.dumps({'step': 25, 'split': 'train', 'loss': 1.0}) + '\n')
     f.write(json.dumps({'step': 30, 'split': 'validation', 'loss': 1.0}) + '\n')  # never checkpointed
     f.write('{"step": 35, "spl')  # a kill -9 in the middle of a write
   train.train_and_evaluate(tiny_config(), workdir)
+  assert open(os.path.join(workdir, rundir.METRICS_FILE + rundir.UNREADABLE_SUFFIX)).read() == (
+      '# a note someone added\n')
+  assert 'WARNING: 1 line(s) of' in capsys.readouterr().err
   rows = records(workdir)
   keys = [(r['step'], r['split']) for r in rows]
   assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)

@@ -72,7 +72,7 @@ def save_run_files(workdir: str, config: ml_collections.ConfigDict, task: tasks.
   if jax.process_index() != 0:
     return
   run = {'model': dataclasses.asdict(model_config), 'task': task.name, 'seq_len': task.seq_len,
-         'language_model': task.language_model}
+         'language_model': task.language_model, 'data': task.data_fingerprint}
   vocab = task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
   config_json = config.to_json_best_effort(indent=1)
   for name, text in ((CONFIG_FILE, config_json), (RUN_FILE, json.dumps(run, indent=1)),
@@ -101,6 +101,23 @@ def check_same_model(workdir: str, model_config: ModelConfig) -> None:
     return
   raise ValueError(f'work directory {workdir!r} holds a run of a different model ({details}); '
                    f'resume it with its own config or choose a new --workdir')
+
+
+def check_same_data(workdir: str, task: tasks.Task) -> None:
+  """Refuses to resume checkpoints trained on other data than ``task`` reads (a corpus edited or replaced
+  since): the resumed run would no longer equal an uninterrupted one. Work directories written before
+  run.json recorded the data are not checked."""
+  path = os.path.join(workdir, RUN_FILE)
+  if task.data_fingerprint is None or not (os.path.isfile(path) and checkpoint_steps(workdir)):
+    return
+  saved = files.read_json(path).get('data')
+  if saved is None or saved == task.data_fingerprint:
+    return
+  now = task.data_fingerprint
+  raise ValueError(f'work directory {workdir!r} was trained on other data: its {RUN_FILE} records '
+                   f'{saved["tokens"]:,} tokens (sha256 {saved["sha256"][:12]}...), the corpus this config reads '
+                   f'gives {now["tokens"]:,} (sha256 {now["sha256"][:12]}...); resume with the corpus it was '
+                   f'trained on (the text file or a token folder of it) or choose a new --workdir')
 
 
 def check_same_training(workdir: str, config: ml_collections.ConfigDict) -> None:

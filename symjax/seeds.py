@@ -149,6 +149,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
     c = ml_collections.ConfigDict(config.to_dict())
     c.seed = seed
     rundir.check_same_model(w, model_config)
+    rundir.check_same_data(w, task)
     rundir.check_same_training(w, c)
     distill.check_same_distillation(w, c)
     seed_configs.append(c)

@@ -217,6 +217,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                                          vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
   check_task_fits(task, model_config)
   rundir.check_same_model(workdir, model_config)
+  rundir.check_same_data(workdir, task)
   rundir.check_same_training(workdir, config)
   distill.check_same_distillation(workdir, config)
   teacher = distill.load_teacher(config, task, model_config, workdir) if distill.active(config) else None

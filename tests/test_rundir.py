@@ -283,3 +283,26 @@ def test_workdir_check_leaves_other_processes_probes_alone(tmp_path):
     main.check_workdir(str(workdir))
   assert sorted(p.name for p in workdir.iterdir()) == sorted(p.name for p in others)
   assert all(p.read_text() == 'another process is writing this' for p in others)
+
+
+def test_a_resume_on_changed_data_is_refused_and_a_token_folder_of_the_same_text_resumes(tmp_path, capsys):
+  """run.json records the token stream's length and hash; the folder of the same text gives the same ids."""
+  from symjax.tasks import text
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_text(''.join(f'line {i} of the corpus, word {i * 7 % 13}\n' for i in range(400)))
+  config = lambda **kw: tiny_config('standard', task='text', seq_len=16, eval_windows=8, **{'total_steps': 20, **kw})
+  workdir = str(tmp_path / 'w')
+  train.train_and_evaluate(config(text_path=str(corpus)), workdir)
+  saved = json.load(open(os.path.join(workdir, rundir.RUN_FILE)))['data']
+  assert saved['tokens'] == len(corpus.read_text()) and len(saved['sha256']) == 64
+  text.write_token_file(str(corpus), str(tmp_path / 'tokens'))
+  corpus.write_text(corpus.read_text().replace('word 3', 'word 4'))  # same characters, other text
+  before = sorted(glob.glob(os.path.join(workdir, '**'), recursive=True))
+  with pytest.raises(ValueError, match=r"was trained on other data: its run.json records 12,382 tokens \(sha256 "
+                                       r"[0-9a-f]{12}\.\.\.\), the corpus this config reads gives 12,382 \(sha256"):
+    train.train_and_evaluate(config(text_path=str(corpus), total_steps=30), workdir)
+  assert sorted(glob.glob(os.path.join(workdir, '**'), recursive=True)) == before
+  capsys.readouterr()
+  train.train_and_evaluate(config(token_path=str(tmp_path / 'tokens'), total_steps=30), workdir)
+  assert 'resuming from step 20' in capsys.readouterr().out
+  assert rundir.checkpoint_steps(workdir)[-1] == 30

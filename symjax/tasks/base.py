@@ -71,6 +71,9 @@ class Task(abc.ABC):
   language_model: bool = False  # targets are the next input token: sampling text makes sense
   eval_splits: tuple[str, ...] = ()  # extra splits evaluated at the end (e.g. longer sequences)
   has_edges: bool = False  # batches carry ``edges`` (graph tasks), which relational attention reads
+  # What identifies data read from files (text: the token stream's length and hash), recorded in run.json
+  # so that a resume on changed data is refused; None for tasks generated from config.data_seed.
+  data_fingerprint: dict | None = None
 
   @abc.abstractmethod
   def batch(self, split: str, step: int, batch_size: int, seed: int) -> dict[str, np.ndarray]:

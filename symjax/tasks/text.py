@@ -15,6 +15,7 @@ exact (``_safe_cut``: where the file may be cut into pieces that tokenize as the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -108,6 +109,16 @@ def tokenizer_from_json(d: dict):
 TOKEN_FILE, TOKEN_META, TOKEN_VOCAB = 'tokens.bin', 'meta.json', 'vocab.json'
 # Characters of text tokenized at a time, from a file or from memory.
 CHUNK_CHARS = 1 << 22
+
+
+def token_fingerprint(ids) -> dict:
+  """``{'tokens', 'sha256'}`` of a token stream: the same for the same ids whatever their dtype (int32 in
+  memory, uint16 or uint32 in a token folder) or storage; read in blocks, so a memory map stays unloaded."""
+  digest = hashlib.sha256()
+  block = 1 << 22
+  for i in range(0, len(ids), block):
+    digest.update(np.asarray(ids[i:i + block], '<u4').tobytes())
+  return {'tokens': int(len(ids)), 'sha256': digest.hexdigest()}
 
 
 def _safe_cut(block: str) -> int:
@@ -310,6 +321,7 @@ class TextTask(base.Task):
     self.vocab = self.tokenizer.vocab
     self.seq_len = seq_len
     self.mapped = bool(token_path)  # batches of Windows, read row by row from the map
+    self.data_fingerprint = token_fingerprint(ids)
     cut, held_out = int(0.9 * len(ids)), int(0.95 * len(ids))
     self.streams = {'train': ids[:cut], 'validation': ids[cut:held_out], 'test': ids[held_out:]}
     for split in base.SPLITS:

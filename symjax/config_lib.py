@@ -241,6 +241,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.task == 'text' and not (config.text_path or config.get('token_path')):
     raise ValueError("config.text_path is empty: task 'text' needs the path of a UTF-8 text file "
                      "(or config.token_path, a folder written by `python -m symjax.tokenize`)")
+  if config.task == 'text' and config.text_path and config.get('token_path'):
+    raise ValueError(f'config.text_path ({config.text_path!r}) and config.token_path ({config.token_path!r}) are '
+                     f'both set: give one (a token folder holds its own vocabulary, and reads as its text does)')
   if not config.top_ks or any(not isinstance(k, int) or k < 1 for k in config.top_ks):
     raise ValueError(f'config.top_ks must be a non-empty tuple of integers >= 1, got {config.top_ks!r}')
   positive = ['batch_size', 'total_steps', 'learning_rate', 'log_every_steps', 'eval_every_steps',

@@ -261,6 +261,8 @@ def _with(**kw):
     (_with(model_symbolic_layers=(7,)), r'model.symbolic_layers \[7\] out of range: layers are 0..1'),
     (_with(task='text'), r"config.text_path is empty: task 'text' needs the path"),
     (_with(task='text', text_path='/nonexistent/corpus.txt'), r"'/nonexistent/corpus.txt' does not exist"),
+    (_with(task='text', text_path=__file__, token_path='/tmp/tokens'),
+     r"config.text_path \(.*\) and config.token_path \('/tmp/tokens'\) are both set: give one"),
     (_with(task='text', tokenizer='wordpiece', text_path=__file__),
      r"config.tokenizer must be one of \['char', 'bpe'\]"),
     (_with(model_max_len=8), r"task 'induction' has sequences of 10 tokens but model.max_len is 8"),

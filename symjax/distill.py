@@ -76,6 +76,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f'config.distill.{name} must be a number >= 0, got {d[name]!r}')
   if isinstance(d.temperature, bool) or not isinstance(d.temperature, (int, float)) or d.temperature <= 0:
     raise ValueError(f'config.distill.temperature must be > 0, got {d.temperature!r}')
+  rundir.checkpoint_choice(str(d.teacher_checkpoint), 'config.distill.teacher_checkpoint')
   streams = parse_streams(d.streams)
   if d.label_weight == 0 and d.logits_weight == 0 and not any(streams.values()):
     raise ValueError('config.distill: every weight is 0 (label_weight, logits_weight, streams); nothing '
@@ -156,7 +157,7 @@ def load_teacher(config: ml_collections.ConfigDict, task: tasks.Task, student: M
                             f'of a finished training run')
   if os.path.abspath(path) == os.path.abspath(workdir):
     raise ValueError('config.distill.teacher is the student\'s own --workdir; give the teacher\'s work directory')
-  teacher = Teacher(path, d.teacher_checkpoint)
+  teacher = Teacher(path, rundir.checkpoint_choice(str(d.teacher_checkpoint), 'config.distill.teacher_checkpoint'))
   if teacher.task != task.name:
     raise ValueError(f'config.distill.teacher {d.teacher!r} was trained on task {teacher.task!r}, the student '
                      f'trains on {task.name!r}; distil from a teacher of the same task')

@@ -98,6 +98,7 @@ def test_a_teacher_distilled_into_itself_costs_nothing_and_the_objective_adds_up
 def test_distillation_trains_towards_the_teacher_and_resumes_only_with_its_own_teacher(teachers, tmp_path):
   config = tiny_config('symbolic', total_steps=20)
   config.distill.teacher = teachers['standard']
+  config.distill.teacher_checkpoint = str(rundir.checkpoint_steps(teachers['standard'])[-1])  # as on a command line
   workdir = str(tmp_path / 'student')
   train.train_and_evaluate(config, workdir)
   with open(os.path.join(workdir, rundir.METRICS_FILE)) as f:
@@ -132,6 +133,8 @@ def test_seeds_distil_together_like_one_run(teachers, tmp_path):
     (dict(streams='x_t:-1'), 'weight >= 0'),
     (dict(temperature=0.0), 'temperature must be > 0'),
     (dict(label_weight=0.0, logits_weight=0.0, streams=''), 'every weight is 0'),
+    (dict(teacher_checkpoint='last'),
+     "config.distill.teacher_checkpoint must be 'best', 'latest' or a checkpointed step number, got 'last'"),
 ])
 def test_a_teacher_or_setting_that_does_not_fit_is_a_clear_error(teachers, tmp_path, change, message):
   config = tiny_config('symbolic', total_steps=10)
@@ -142,7 +145,7 @@ def test_a_teacher_or_setting_that_does_not_fit_is_a_clear_error(teachers, tmp_p
   if 'model_d' in change:
     config.model.head_dim = change['model_d'] // config.model.num_heads
   config.distill.teacher = str(tmp_path / 'missing') if change.get('teacher') else teachers['standard']
-  for k in ('streams', 'temperature', 'label_weight', 'logits_weight'):
+  for k in ('streams', 'temperature', 'label_weight', 'logits_weight', 'teacher_checkpoint'):
     if k in change:
       config.distill[k] = change[k]
   workdir = str(tmp_path / 'w')

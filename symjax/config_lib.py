@@ -278,6 +278,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.task == 'text' and config.tokenizer == 'bpe' and config.bpe_vocab_size < text.BPE_MIN_VOCAB:
     raise ValueError(f'config.bpe_vocab_size must be >= {text.BPE_MIN_VOCAB} (a byte-level BPE vocabulary '
                      f'starts from the {text.BPE_MIN_VOCAB} bytes), got {config.bpe_vocab_size!r}')
+  for name in ('seed', 'data_seed'):
+    if isinstance(config[name], bool) or not isinstance(config[name], int) or config[name] < 0:
+      raise ValueError(f'config.{name} must be an integer >= 0, got {config[name]!r}')
+  axes = (mesh.DATA_AXIS, mesh.VOCAB_AXIS, None)
+  for rule in config.sharding_rules:
+    if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and rule[0] in mesh.LOGICAL_AXES
+            and rule[1] in axes):
+      raise ValueError(f'config.sharding_rules must be (logical axis, mesh axis) pairs, the logical axis one of '
+                       f'{list(mesh.LOGICAL_AXES)} and the mesh axis one of {list(axes)}, e.g. '
+                       f'{mesh.DEFAULT_RULES}; got the rule {rule!r}')
   d = config.distributed
   if isinstance(d.num_processes, bool) or not isinstance(d.num_processes, int) or d.num_processes < 1:
     raise ValueError(f'config.distributed.num_processes must be an integer >= 1, got {d.num_processes!r}')

@@ -21,6 +21,7 @@ VOCAB_AXIS = 'vocab'
 # sharding_rules map it (e.g. (('mlp', 'data'),) to split the FFN's hidden units).
 VOCAB, EMBED = 'vocab', 'embed'          # embedding / readout tables, the model width
 HEADS, HEAD_DIM, MLP = 'heads', 'head_dim', 'mlp'   # attention heads, their width, FFN hidden units
+LOGICAL_AXES = (VOCAB, EMBED, HEADS, HEAD_DIM, MLP)
 DEFAULT_RULES = ((VOCAB, VOCAB_AXIS), (EMBED, None))
 
 

@@ -425,6 +425,15 @@ class Transformer(nn.Module):
     return _readout(self, cfg, h, table, return_hidden)
 
 
+def check_token_ids(ids, vocab_size: int, what: str = 'token ids') -> None:
+  """ValueError naming the ids of concrete ``ids`` outside ``[0, vocab_size)``: out of range, JAX's embedding
+  lookup gives NaN rather than an error (the tools and the sampler check their inputs with this)."""
+  ids = np.asarray(ids)
+  if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+    bad = sorted({int(t) for t in ids.ravel() if not 0 <= t < vocab_size})
+    raise ValueError(f"{what} must be in [0, {vocab_size}) (the model's vocabulary), got {bad[:10]}")
+
+
 def _embed(cfg: ModelConfig) -> nn.Embed:
   table_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.embed_init_std), (VOCAB, EMBED))
   return nn.Embed(cfg.padded_vocab_size, cfg.d_model, dtype=cfg.compute_dtype, embedding_init=table_init,

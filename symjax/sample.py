@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 
+from symjax import model as model_lib
 from symjax.tasks import fol
 
 MODES = ('greedy', 'temperature', 'top_k', 'top_p')
@@ -64,9 +65,7 @@ def generate(model, params, prompt_ids, num_tokens: int, *, mode: str = 'greedy'
   vocab_size = model.config.vocab_size
   if len(prompt_ids) == 0:
     raise ValueError('the prompt is empty: give at least one token')
-  if prompt_ids.min() < 0 or prompt_ids.max() >= vocab_size:  # the embedding lookup would give NaN
-    bad = sorted({int(t) for t in prompt_ids if not 0 <= t < vocab_size})
-    raise ValueError(f"prompt token ids must be in [0, {vocab_size}) (the model's vocabulary), got {bad[:10]}")
+  model_lib.check_token_ids(prompt_ids, vocab_size, 'prompt token ids')
   if num_tokens < 1:
     raise ValueError(f'num_tokens must be >= 1, got {num_tokens}')
   total = len(prompt_ids) + num_tokens

@@ -20,6 +20,7 @@ import numpy as np
 from symjax import attention as attn
 from symjax import symbolic
 from symjax.symbolic import split_channels
+from symjax import model as model_lib
 from symjax.model import ModelConfig, Transformer
 
 
@@ -42,9 +43,8 @@ def as_batch(tokens, vocab_size: int | None = None) -> np.ndarray:
   if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
     raise ValueError(f'tokens must be integer ids of shape [time] or [batch, time], got '
                      f'{tokens.dtype} {tokens.shape}')
-  if vocab_size is not None and tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
-    bad = sorted({int(t) for t in tokens.ravel() if not 0 <= t < vocab_size})
-    raise ValueError(f'token ids must be in [0, {vocab_size}) (the model\'s vocabulary), got {bad[:10]}')
+  if vocab_size is not None:
+    model_lib.check_token_ids(tokens, vocab_size)
   return tokens.astype(np.int32)
 
 

@@ -1,5 +1,6 @@
 """Task generators against hand-worked examples, split sizes and disjointness, lengths and symbols."""
 
+import json
 import os
 
 import numpy as np
@@ -208,6 +209,13 @@ def test_token_folder_tokenizes_as_the_text_task_does(tmp_path, tokenizer):
     text.write_token_file(str(tmp_path / 'c.txt'), folder, tokenizer, 300, chunk_chars=chunk_chars)
     tok, ids = text.open_token_file(folder)
     assert tok.to_json() == in_memory.tokenizer.to_json()
+    # The fingerprint a resume compares: written with the folder, and computed for a folder without it.
+    assert text.TextTask('', 16, token_path=folder).data_fingerprint == in_memory.data_fingerprint
+    meta_path = os.path.join(folder, text.TOKEN_META)
+    meta = json.load(open(meta_path))
+    del meta['sha256']
+    json.dump(meta, open(meta_path, 'w'))
+    assert text.TextTask('', 16, token_path=folder).data_fingerprint == in_memory.data_fingerprint
     np.testing.assert_array_equal(ids, np.concatenate([in_memory.streams[s] for s in base.SPLITS]))
     assert tok.decode(np.asarray(ids)) == corpus.replace('\r\n', '\n').replace('\r', '\n')
   if tokenizer == 'char':

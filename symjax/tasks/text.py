@@ -111,13 +111,19 @@ TOKEN_FILE, TOKEN_META, TOKEN_VOCAB = 'tokens.bin', 'meta.json', 'vocab.json'
 CHUNK_CHARS = 1 << 22
 
 
-def token_fingerprint(ids) -> dict:
-  """``{'tokens', 'sha256'}`` of a token stream: the same for the same ids whatever their dtype (int32 in
-  memory, uint16 or uint32 in a token folder) or storage; read in blocks, so a memory map stays unloaded."""
-  digest = hashlib.sha256()
+def _hash_ids(digest, ids) -> None:
+  """Feeds ``ids`` to ``digest`` as little-endian uint32, in blocks (a memory map stays unloaded)."""
   block = 1 << 22
   for i in range(0, len(ids), block):
     digest.update(np.asarray(ids[i:i + block], '<u4').tobytes())
+
+
+def token_fingerprint(ids) -> dict:
+  """``{'tokens', 'sha256'}`` of a token stream: the same for the same ids whatever their dtype (int32 in
+  memory, uint16 or uint32 in a token folder) or storage. A token folder records its own when it is
+  written (meta.json), so that opening a large one does not read it all."""
+  digest = hashlib.sha256()
+  _hash_ids(digest, ids)
   return {'tokens': int(len(ids)), 'sha256': digest.hexdigest()}
 
 
@@ -201,14 +207,16 @@ def write_token_file(text_path: str, out_dir: str, tokenizer: str = 'char', bpe_
   dtype = np.uint16 if len(tok.vocab) <= np.iinfo(np.uint16).max + 1 else np.uint32
   os.makedirs(out_dir, exist_ok=True)
   partial = os.path.join(out_dir, TOKEN_FILE + '.partial')
-  count = 0
+  count, digest = 0, hashlib.sha256()
   with open(partial, 'wb') as f:
     for chunk in _text_chunks(text_path, chunk_chars):
       ids = tok.encode(chunk).astype(dtype)
       f.write(ids.tobytes())
+      _hash_ids(digest, ids)
       count += len(ids)
   meta = {'dtype': np.dtype(dtype).name, 'count': count, 'tokenizer': tok.kind,
-          'source': os.path.abspath(text_path), 'source_bytes': os.path.getsize(text_path)}
+          'source': os.path.abspath(text_path), 'source_bytes': os.path.getsize(text_path),
+          'sha256': digest.hexdigest()}  # token_fingerprint of the ids
   with open(os.path.join(out_dir, TOKEN_VOCAB), 'w') as f:
     json.dump(tok.to_json(), f)
   with open(os.path.join(out_dir, TOKEN_META), 'w') as f:
@@ -321,7 +329,9 @@ class TextTask(base.Task):
     self.vocab = self.tokenizer.vocab
     self.seq_len = seq_len
     self.mapped = bool(token_path)  # batches of Windows, read row by row from the map
-    self.data_fingerprint = token_fingerprint(ids)
+    meta = files.read_json(os.path.join(token_path, TOKEN_META)) if token_path else {}
+    self.data_fingerprint = ({'tokens': int(meta['count']), 'sha256': meta['sha256']} if 'sha256' in meta
+                             else token_fingerprint(ids))  # folders written before meta.json held it
     cut, held_out = int(0.9 * len(ids)), int(0.95 * len(ids))
     self.streams = {'train': ids[:cut], 'validation': ids[cut:held_out], 'test': ids[held_out:]}
     for split in base.SPLITS:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Keeps pyproject.toml's version floors true: installs the lowest version it allows of every runtime
 # dependency into a fresh virtual environment, then trains a tiny symbolic model, resumes it from its
-# checkpoint, and loads it back.
+# checkpoint, and loads it back, from outside the clone with the recipe named as a plain install finds it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -24,7 +24,7 @@ PY
 "$tmp/venv/bin/python" -m pip install -q -c "$tmp/constraints.txt" .
 "$tmp/venv/bin/python" -m pip list 2>/dev/null | grep -iE '^(jax|jaxlib|flax|optax|orbax-checkpoint|ml.collections|numpy) '
 cd "$tmp"  # run the installed copy, not the source tree
-run=(venv/bin/python -m symjax.main --config="$OLDPWD/configs/symbolic.py:size=tiny" --config.progress_bar=false
+run=(venv/bin/python -m symjax.main --config=symbolic:size=tiny --config.progress_bar=false
      --config.warmup_steps=5 --config.eval_every_steps=10 --config.log_every_steps=10 --workdir="$tmp/run")
 "${run[@]}" --config.total_steps=20
 "${run[@]}" --config.total_steps=30 | tee "$tmp/resume.log"

@@ -1,21 +1,27 @@
-"""Token-Factored Transformer ("Symbolic Transformers", Kerce & Fox 2025, §4, eqs. 6-15).
+"""Token-Factored Transformer ("Symbolic Transformers", Kerce & Fox 2025, §4, eqs. 6-15): two streams,
+attention writes X_t from values of X_t alone, the FFN writes X_e.
 
-Default: the in-context learning (induction) task, 2 layers, 4 heads of 16, 3000 steps of batch 64.
+  python -m symjax.main --config=token_factored                    # or configs/token_factored.py
+  python -m symjax.main --config=token_factored:task=text,size=medium --config.text_path=input.txt
 
-  python -m symjax.main --config=configs/token_factored.py
-
-Expected: 100% validation and test token accuracy from step ~1500; 60 s on a 2-core CPU (measured: test
-accuracy 1.0000, 56.4 s wall clock including compilation).
-
-Variants after ':' — task=induction|text, size=tiny|small|medium|paper.
-
-task=text: peak learning rate 3e-3 and a readout table of its own — the point that won this kind's 3-seed
-sweep over {3e-3, 1e-2} × {tied, untied readout} on validation (1.686 ± 0.011 nats; tied at 1e-2:
-1.744 ± 0.029; config_lib.TEXT_LEARNING_RATES and TEXT_UNTIED_READOUT).
+Arguments after ':': task=induction|text, size=tiny|small|medium|paper, runlocal=true (20 steps, tiny).
+Run time and results: the docs' "Results" pages.
 """
 
-from symjax import config_lib
+from symjax.configs import common
+
+KIND = 'token_factored'
 
 
 def get_config(arg=None):
-  return config_lib.variant('token_factored', arg)
+  config, a = common.base(KIND, arg)
+  # X_t starts as the embedding itself, so its scale is the scale of every value the heads move.
+  config.model.embed_init_std = 0.25
+  if a.task == 'induction':
+    common.induction(config)
+    config.model.tie_embeddings = True
+  else:
+    common.text(config)
+    config.learning_rate = 3e-3       # chosen on validation loss by the 3-seed sweep of the kinds' grid
+    config.model.tie_embeddings = False  # a readout table of its own, chosen on validation by the same sweep
+  return common.finish(config, a)

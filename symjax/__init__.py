@@ -4,8 +4,8 @@ from symjax.model import ModelConfig, Transformer, count_params, param_shapes
 
 
 def load(workdir: str, which: str | int = 'best'):
-  """Model, parameters, config and tokenizer of a trained run; see `symjax.rundir.load`."""
-  from symjax.rundir import load as _load  # the trainer's imports stay out of `import symjax`
+  """Model, parameters, config and tokenizer of a trained run; see `symjax.run.workdir.load`."""
+  from symjax.run.workdir import load as _load  # the trainer's imports stay out of `import symjax`
   return _load(workdir, which)
 
 

@@ -3,7 +3,7 @@ import sys
 
 import jax
 
-from symjax import host
+from symjax.system import host
 
 # Tests import the NumPy transcription of the paper as a plain module.
 sys.path.insert(0, os.path.dirname(__file__))

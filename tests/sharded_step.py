@@ -13,10 +13,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from symjax import config_lib, optim, train  # noqa: E402
-from symjax import mesh as mesh_lib  # noqa: E402
 from symjax.model import Transformer  # noqa: E402
+from symjax.system import mesh as mesh_lib  # noqa: E402
 from symjax.tasks.text import TextTask  # noqa: E402
+from symjax.train import config as config_lib  # noqa: E402
+from symjax.train import optim
+from symjax.train import trainer as train
 
 MESHES = [(1, 1), (2, 4), (1, 8)]
 

@@ -8,10 +8,13 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
+from helpers import tiny_config
 
-from symjax import align, train
+from symjax.proj import align
 from symjax.tasks import base, induction, rasp
-from test_train import tiny_config
+from symjax.train import trainer as train
+
+pytestmark = pytest.mark.slow  # end to end: every test here trains or runs a command
 
 
 def test_induction_sources_are_the_numbers_the_tags_copy():
@@ -66,7 +69,7 @@ def np_module(params, blocks, readable, condition, d_a):
   pr = proj(agg)
   ci = selu(pr @ wg + c * (pr @ wc))
   weights = pr * (wg.mean(-1) + c * wc.mean(-1))
-  per_block = np.stack([selu(proj(blocks[:, j]) @ wg + c * (proj(blocks[:, j]) @ wc)) for j in range(blocks.shape[1])], 1)
+  per_block = np.stack([selu(proj(blocks[:, j]) @ wg + c * (proj(blocks[:, j]) @ wc)) for j in range(blocks.shape[1])], 1)  # noqa: E501
   z = np.where(readable, ci, -np.inf)
   a = np.exp(z - z.max(-1, keepdims=True))
   a /= a.sum(-1, keepdims=True)

@@ -7,10 +7,15 @@ import os
 import jax
 import numpy as np
 import pytest
+from helpers import tiny_config
 
-from symjax import distill, rundir, seeds, tasks, train
+from symjax import tasks
 from symjax.interpret import core
-from test_train import tiny_config
+from symjax.run import workdir as rundir
+from symjax.train import distill, seeds
+from symjax.train import trainer as train
+
+pytestmark = pytest.mark.slow  # end to end: every test here trains or runs a command
 
 
 def np_log_softmax(z):
@@ -88,7 +93,7 @@ def test_a_teacher_distilled_into_itself_costs_nothing_and_the_objective_adds_up
   t_logits = np.asarray(loaded.model.apply({'params': loaded.params}, batch['inputs'], batch['key_mask']))
   w = batch['weights']
   p_t = np.exp(np_log_softmax(t_logits / 2.0))
-  kl = (4.0 * (p_t * (np_log_softmax(t_logits / 2.0) - np_log_softmax(np.asarray(logits) / 2.0))).sum(-1) * w).sum() / w.sum()
+  kl = (4.0 * (p_t * (np_log_softmax(t_logits / 2.0) - np_log_softmax(np.asarray(logits) / 2.0))).sum(-1) * w).sum() / w.sum()  # noqa: E501
   assert kl > 1e-4
   np.testing.assert_allclose(float(metrics['distill/kl']), kl, rtol=1e-4)
   np.testing.assert_allclose(float(total), 1.5 + 0.5 * kl + 0.25 * float(metrics['distill/x_t'])

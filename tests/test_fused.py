@@ -11,12 +11,12 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import paper_reference as ref
-from symjax import streamed, symbolic
-from symjax.model import ModelConfig, Transformer
-from test_modules import randomize
+import pytest
+from helpers import randomize
+
+from symjax.model import ModelConfig, Transformer, symbolic
+from symjax.ops import readout
 
 TOL = 1e-5
 CFG = ModelConfig(vocab_size=13, num_layers=2, num_heads=3, head_dim=4, ff_dim=10, ff_dim_per_head=5,
@@ -50,6 +50,7 @@ def _logits_and_grads(cfg, variables, tokens, key_mask):
     ('token_factored', {'mask': 'causal & window(3)'}),
     ('standard', {'causal': False}),
 ])
+@pytest.mark.slow
 def test_fused_attention_equals_explicit_with_gradients(kind, change):
   cfg = dataclasses.replace(CFG, kind=kind, **change)
   tokens, key_mask = tokens_and_mask()
@@ -75,6 +76,7 @@ def test_weights_are_read_explicitly_whatever_the_setting():
   assert float(jnp.abs(jnp.triu(weights, 1)).max()) == 0.0  # causal
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('num_valid', [None, 9])
 def test_attention_form_projection_equals_direct_with_all_gradients(num_valid):
   keys = jax.random.split(jax.random.key(0), 3)
@@ -119,6 +121,7 @@ def test_cudnn_without_a_gpu_is_a_clear_error():
     Transformer(cfg).init(jax.random.key(0), tokens)
 
 
+@pytest.mark.slow
 def test_a_cudnn_model_is_read_with_portable_kernels_off_the_gpu():
   from symjax import model as model_lib
   cfg = dataclasses.replace(CFG, kind='symbolic', dtype='bfloat16', attention_impl='cudnn',
@@ -166,12 +169,13 @@ def test_cudnn_attention_equals_explicit_on_gpu(kind):
     assert ref.rel_err(c, g) <= (SUMMED_TOL if summed else bound(ref.rel_err(b, g)))
 
 
+@pytest.mark.slow
 def test_readout_logits_gradient_is_autodiff_in_float32_and_close_in_bfloat16():
   keys = jax.random.split(jax.random.key(1), 3)
   h, table = jax.random.normal(keys[0], (6, 8)), jax.random.normal(keys[1], (11, 8))
   cot = jax.random.normal(keys[2], (6, 11))
   plain = jax.grad(lambda h, t: jnp.sum(jnp.einsum('nd,vd->nv', h, t) * cot), argnums=(0, 1))(h, table)
-  custom = jax.grad(lambda h, t: jnp.sum(streamed.readout_logits(h, t) * cot), argnums=(0, 1))
+  custom = jax.grad(lambda h, t: jnp.sum(readout.readout_logits(h, t) * cot), argnums=(0, 1))
   for p, c in zip(plain, custom(h, table)):
     assert ref.rel_err(c, p) <= TOL
   for p, c in zip(plain, custom(h.astype(jnp.bfloat16), table.astype(jnp.bfloat16))):
@@ -210,6 +214,7 @@ def check_projection_against_float32(project, num_valid):
   assert np.all(np.abs(got[3] - want[3]) <= 4 * np.maximum(np.abs(direct[3] - want[3]), 0.02 * rms))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('num_valid', [None, 1000])
 def test_attention_form_projection_in_bfloat16_is_as_close_as_direct(num_valid):
   """The same check, on any backend, for the attention-form projection through XLA (the call cuDNN's runs)."""

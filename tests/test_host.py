@@ -1,4 +1,4 @@
-"""symjax.host: the compiler flags, and the allocator setting, which keeps freed memory for the next
+"""symjax.system.host: the compiler flags, and the allocator setting, which keeps freed memory for the next
 allocation. Both leave the user's own settings alone. The allocator cases run in fresh processes, since the
 setting is process-wide."""
 
@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-import symjax.host
+from symjax.system import host
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason='mallopt is glibc\'s')
 
-# Loads symjax/host.py by path (no JAX import), optionally applies the setting, then counts the minor page
+# Loads symjax/system/host.py by path (no JAX import), optionally applies the setting, then counts the minor page
 # faults of writing a 64 MiB buffer four times, each freed before the next: above glibc's largest dynamic
 # mmap threshold (32 MiB), so by default every buffer is a fresh mapping the kernel must fault in.
 _SCRIPT = """
@@ -36,9 +36,9 @@ print(json.dumps([applied, faults() - start]))
 
 
 def run(calls: int, **env) -> tuple[list[bool], int]:
-  clean = {k: v for k, v in os.environ.items() if k != symjax.host.KEEP_MALLOC_ENV
-           and k not in symjax.host.MALLOC_ENVS and k != 'GLIBC_TUNABLES'}
-  out = subprocess.run([sys.executable, '-c', _SCRIPT, symjax.host.__file__, str(calls)], env={**clean, **env},
+  clean = {k: v for k, v in os.environ.items() if k != host.KEEP_MALLOC_ENV
+           and k not in host.MALLOC_ENVS and k != 'GLIBC_TUNABLES'}
+  out = subprocess.run([sys.executable, '-c', _SCRIPT, host.__file__, str(calls)], env={**clean, **env},
                        capture_output=True, text=True, check=True).stdout
   applied, faults = json.loads(out)
   return applied, faults
@@ -65,7 +65,7 @@ def test_setting_reuses_freed_memory_and_applies_once(default_faults):
 
 
 @glibc_only
-@pytest.mark.parametrize('env', [{symjax.host.KEEP_MALLOC_ENV: '1'}, {'MALLOC_TRIM_THRESHOLD_': '131072'},
+@pytest.mark.parametrize('env', [{host.KEEP_MALLOC_ENV: '1'}, {'MALLOC_TRIM_THRESHOLD_': '131072'},
                                  {'GLIBC_TUNABLES': 'glibc.malloc.trim_threshold=131072'}])
 def test_user_settings_are_left_alone(env, default_faults):
   applied, faults = run(1, **env)
@@ -74,17 +74,17 @@ def test_user_settings_are_left_alone(env, default_faults):
 
 
 def test_cpu_compiler_defaults_turn_ynn_fusions_off_unless_the_user_chose(monkeypatch):
-  flag = symjax.host.YNN_FUSION_FLAG
-  monkeypatch.delenv(symjax.host.KEEP_XLA_FLAGS_ENV, raising=False)
+  flag = host.YNN_FUSION_FLAG
+  monkeypatch.delenv(host.KEEP_XLA_FLAGS_ENV, raising=False)
   monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
-  assert symjax.host.set_cpu_compiler_defaults()
+  assert host.set_cpu_compiler_defaults()
   assert os.environ['XLA_FLAGS'] == f'--xla_force_host_platform_device_count=8 {flag}='
-  assert not symjax.host.set_cpu_compiler_defaults()            # already there: added once
+  assert not host.set_cpu_compiler_defaults()            # already there: added once
   assert os.environ['XLA_FLAGS'].count(flag) == 1
   monkeypatch.setenv('XLA_FLAGS', f'{flag}=reduce')            # the user's own choice wins
-  assert not symjax.host.set_cpu_compiler_defaults()
+  assert not host.set_cpu_compiler_defaults()
   assert os.environ['XLA_FLAGS'] == f'{flag}=reduce'
   monkeypatch.delenv('XLA_FLAGS')
-  monkeypatch.setenv(symjax.host.KEEP_XLA_FLAGS_ENV, '1')          # opt-out keeps XLA's defaults
-  assert not symjax.host.set_cpu_compiler_defaults()
+  monkeypatch.setenv(host.KEEP_XLA_FLAGS_ENV, '1')          # opt-out keeps XLA's defaults
+  assert not host.set_cpu_compiler_defaults()
   assert 'XLA_FLAGS' not in os.environ

@@ -10,16 +10,18 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import paper_reference as ref
-from symjax import config_lib, interpret, metrics, train
+import pytest
+from helpers import EPS, KINDS, randomize, small
+
+from symjax import interpret
+from symjax.cli import interpret as cli
 from symjax.interpret import attribution, circuits, core, induction, interventions, mixtures, tracing
-from symjax.interpret import cli
 from symjax.model import Transformer
 from symjax.tasks import induction as induction_task
-from test_model import EPS, KINDS, small
-from test_modules import randomize
+from symjax.train import config as config_lib
+from symjax.train import metrics
+from symjax.train import trainer as train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,6 +125,7 @@ def test_cone_cosine_is_one_inside_the_cone_and_less_outside():
   np.testing.assert_allclose(interpret.cone(x, table, 1, 2)[:, 0], [1.0, 1 / np.sqrt(2), 0.0], atol=1e-9)
 
 
+@pytest.mark.slow
 def test_symbolic_streams_lie_in_their_cones_and_token_factored_streams_need_not(symbolic_model):
   model, params, tokens = symbolic_model
   tr = interpret.trace(model, params, tokens[:1])
@@ -294,6 +297,7 @@ def test_native_importance_follows_a_hand_built_flow():
   np.testing.assert_allclose(flow[1, 0, 3], 0.5 * (np.array([0.5, 0, 0.25, 0.25]) + np.array([0, 0, 0.25, 0.75])))
 
 
+@pytest.mark.slow
 def test_integrated_gradients_is_complete_and_input_x_gradient_is_its_one_step_cousin(model_and_params):
   model, params, tokens = model_and_params
   targets = (tokens * 3 + 1) % model.config.vocab_size
@@ -392,6 +396,7 @@ def tiny_run(tmp_path_factory):
   return workdir, loaded, task, batch
 
 
+@pytest.mark.slow
 def test_induction_tools_run_on_a_trained_checkpoint(tiny_run):
   _, run, task, batch = tiny_run
   circuit = induction.find_circuit(run.model, run.params, batch, task.vocab)
@@ -416,6 +421,7 @@ def test_induction_tools_run_on_a_trained_checkpoint(tiny_run):
   assert r['queries'] > 0 and all(0.0 <= r[m] <= 1.0 for m in attribution.METHODS)
 
 
+@pytest.mark.slow
 def test_report_cli_writes_a_self_contained_html_report(tiny_run):
   workdir, _, _, _ = tiny_run
   out = subprocess.run([sys.executable, '-m', 'symjax.interpret', f'--workdir={workdir}',
@@ -433,6 +439,7 @@ def test_report_cli_writes_a_self_contained_html_report(tiny_run):
   assert re.search(r'induction head L\d\.H\d', text)
 
 
+@pytest.mark.slow
 def test_report_cli_rejects_bad_input(tiny_run):
   workdir, run, _, _ = tiny_run
   with pytest.raises(ValueError, match=r"could not be tokenised for task 'induction'.*not in the vocabulary"):

@@ -5,25 +5,15 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import paper_reference as ref
+import pytest
+from helpers import EPS, KINDS, SMALL, f64, randomize, small
+
 from symjax import model as model_lib
 from symjax.interpret import mixtures as symjax_mixtures
 from symjax.model import FactoredBlock, ModelConfig, StandardBlock, Transformer
-from test_modules import f64, randomize
 
 TOL = 1e-5
-EPS = 1e-5
-SMALL = ModelConfig(vocab_size=13, num_layers=2, num_heads=3, head_dim=4, ff_dim=10, ff_dim_per_head=5,
-                    max_len=16, layer_norm_epsilon=EPS)
-KINDS = ('standard', 'token_factored', 'symbolic')
-
-
-def small(**kw):
-  return dataclasses.replace(SMALL, **kw)
-
-
 def streams(seed, t=6, batch=2, cfg=SMALL):
   keys = jax.random.split(jax.random.key(seed), 3)
   x_t = jax.random.normal(keys[0], (batch, t, cfg.d_model))
@@ -53,6 +43,7 @@ def factored_params(p, symbolic):
   return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('causal', [True, False])
 def test_token_factored_block_matches_eqs_6_to_15(causal):
   cfg = small(kind='token_factored', causal=causal)
@@ -71,6 +62,7 @@ def test_token_factored_block_matches_eqs_6_to_15(causal):
 
 @pytest.mark.parametrize('causal,vocab_ffn,qk_positions', [(True, 'channel', False), (False, 'channel', False),
                                                            (True, 'dense', False), (False, 'channel', True)])
+@pytest.mark.slow
 def test_symbolic_block_matches_algorithm_1(causal, vocab_ffn, qk_positions):
   """Algorithm 1; with vocab_ffn='dense' line 7's FFN reads the whole state, with qk_positions line 2's
   queries and keys read a learned position embedding too (the opt-in variants)."""
@@ -121,6 +113,7 @@ def test_standard_block_matches_pre_layernorm_transformer(positions):
     assert ref.rel_err(y[b], want) <= TOL
 
 
+@pytest.mark.slow
 def test_whole_symbolic_model_matches_composed_reference():
   cfg = small(kind='symbolic')
   tokens = jax.random.randint(jax.random.key(4), (2, 7), 0, cfg.vocab_size)
@@ -162,6 +155,7 @@ def run_with_intermediates(cfg, seed=0, t=8, batch=2, scale=0.3):
   return tokens, variables, logits, state['intermediates']
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', ['token_factored', 'symbolic'])
 def test_attention_updates_only_x_t_and_ffn_only_x_e(kind):
   cfg = small(kind=kind, num_layers=3)
@@ -183,6 +177,7 @@ def test_x_t_0_is_the_token_embedding():
   np.testing.assert_array_equal(inter['x_t_0'][0], table[tokens])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', KINDS)
 def test_causal_model_does_not_look_ahead(kind):
   cfg = small(kind=kind, num_layers=2)
@@ -205,6 +200,7 @@ def test_causal_model_does_not_look_ahead(kind):
       np.testing.assert_allclose(x[:, :j], y[:, :j], atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_bidirectional_model_does_look_ahead():
   cfg = small(kind='token_factored', causal=False)
   model = Transformer(cfg)
@@ -366,6 +362,7 @@ def test_selective_symbolic_layers():
   assert np.isfinite(np.asarray(logits)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', KINDS)
 def test_bfloat16_compute_is_close_to_float32(kind):
   cfg = small(kind=kind)
@@ -384,6 +381,7 @@ def test_untied_readout_and_learned_positions():
   assert params['pos_embedding'].shape == (cfg.max_len, cfg.d_model)
 
 
+@pytest.mark.slow
 def test_dropout_is_active_only_when_not_deterministic():
   cfg = small(kind='symbolic', dropout_rate=0.5, attention_dropout_rate=0.5)
   tokens = jnp.arange(8)[None] % cfg.vocab_size

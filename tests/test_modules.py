@@ -1,31 +1,17 @@
 """Each module against the NumPy transcription of the paper's equations (float32, rel. error <= 1e-5)."""
 
 import chex
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import paper_reference as ref
-from symjax import attention as attn
-from symjax import symbolic
+import pytest
+from helpers import f64, randomize
+
+from symjax.model import attention as attn
+from symjax.model import symbolic
 
 TOL = 1e-5
-
-
-def randomize(params, seed, scale=0.5):
-  """Replaces every parameter by a random one of its shape, so no parameter sits at its init value.
-
-  Logical-partitioning boxes are dropped: tests read plain arrays."""
-  leaves, treedef = jax.tree.flatten(nn.meta.unbox(params))
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  return jax.tree.unflatten(treedef, [scale * jax.random.normal(k, x.shape, x.dtype)
-                                      for k, x in zip(keys, leaves)])
-
-
-def f64(x):
-  return np.asarray(x, np.float64)
 
 
 @pytest.mark.parametrize('num_heads', [1, 2, 3, 4, 5, 6, 8, 12, 16, 24])
@@ -102,6 +88,7 @@ def test_kronecker_value_matches_explicit_kronecker_product(init):
   assert ref.rel_err(got.reshape(2, 5, -1), want) <= TOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('scale', ['vector', 'scalar'])
 @pytest.mark.parametrize('eps', [1e-5, 0.1])  # a large ε tells σ + ε (eq. 18) from sqrt(σ² + ε)
 def test_channel_layer_norm_matches_eq_18(scale, eps):
@@ -123,6 +110,7 @@ def test_channel_layer_norm_differs_from_full_layer_norm():
   np.testing.assert_allclose(y[0, :4], y[0, 4:], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_vocab_projection_matches_eqs_21_22_and_is_a_convex_mixture():
   num_heads, head_dim, vocab = 3, 4, 11
   module = symbolic.VocabProjection(num_heads, tau_init=0.7)
@@ -209,6 +197,7 @@ def test_factored_attention_matches_eq_11(causal):
     assert ref.rel_err(w[b], want_w) <= TOL
 
 
+@pytest.mark.slow
 def test_attention_key_mask_removes_padding_keys():
   module = attn.Attention(2, 4, mask=attn.full)
   x = jax.random.normal(jax.random.key(1), (1, 5, 8))
@@ -220,6 +209,7 @@ def test_attention_key_mask_removes_padding_keys():
   np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_parameters():
   module = symbolic.VocabFFN(2, 4, dtype=jnp.bfloat16)
   x = jnp.ones((1, 3, 8), jnp.bfloat16)

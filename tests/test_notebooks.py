@@ -10,6 +10,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+pytestmark = pytest.mark.slow  # end to end: every test here trains or runs a command
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The config files' own seconds-long version (runlocal) for every training run; the rest scaled down here.
 TINY = {

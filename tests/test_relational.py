@@ -6,16 +6,17 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import paper_reference as ref
 import pytest
 import scipy.sparse.csgraph
+from helpers import f64, randomize, tiny_config
 
-import paper_reference as ref
-from symjax import attention as attn
-from symjax import config_lib, tasks, train
+from symjax import tasks
 from symjax.model import ModelConfig, Transformer
+from symjax.model import attention as attn
 from symjax.tasks import graph
-from test_modules import f64, randomize
-from test_train import tiny_config
+from symjax.train import config as config_lib
+from symjax.train import trainer as train
 
 SMALL = ModelConfig(kind='standard', vocab_size=12, num_layers=2, num_heads=4, head_dim=8, ff_dim=32,
                     ff_dim_per_head=8, max_len=40, causal=False)
@@ -59,6 +60,7 @@ def test_a_causal_task_refuses_a_mask_that_reads_the_future():
   dataclasses.replace(SMALL, causal=True, mask='causal & window(4); causal & stride(4)').validate()
 
 
+@pytest.mark.slow
 def test_blocked_attention_equals_dense_and_scores_only_needed_blocks():
   """Output, weights and gradients of the blocked path equal the dense path's (with ALiBi, padding keys
   and per-head masks), and a local mask scores a fraction of the blocks."""
@@ -87,6 +89,7 @@ def test_blocked_attention_equals_dense_and_scores_only_needed_blocks():
       assert ref.rel_err(g_b, g_d) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', ['standard', 'token_factored', 'symbolic'])
 def test_models_with_blocked_attention_equal_dense_ones(kind):
   cfg = dataclasses.replace(SMALL, kind=kind, causal=True, mask='causal & window(3); causal & stride(5)')
@@ -130,6 +133,7 @@ def random_graph_batch(rng, b, n, vocab):
   return jnp.asarray(edges, jnp.int32)
 
 
+@pytest.mark.slow
 def test_relational_attention_matches_the_pairwise_transcription():
   rng = np.random.default_rng(3)
   b, n, d, vocab = 2, 6, SMALL.d_model, 5
@@ -148,6 +152,7 @@ def test_relational_attention_matches_the_pairwise_transcription():
   assert ref.rel_err(plain.apply({'params': params}, x), out) > 1e-2
 
 
+@pytest.mark.slow
 def test_symbolic_relational_values_stay_convex_token_mixtures():
   """Every attention update of X_t is Σ_j a_ij ½(α_j E + α_ij E): rebuilt from the sown weights and the
   two sown mixtures (node values, then one per edge token), X_t stays a sum of convex mixtures of token
@@ -223,6 +228,7 @@ def test_relational_config_needs_a_graph_task(tmp_path):
   assert not (tmp_path / 'run' / 'checkpoints').exists()
 
 
+@pytest.mark.slow
 def test_graph_config_trains_with_and_without_edges(tmp_path):
   for relational in ('true', 'false'):
     config = config_lib.from_file(f'configs/graph.py:model=symbolic,relational={relational},runlocal=true')
@@ -231,6 +237,7 @@ def test_graph_config_trains_with_and_without_edges(tmp_path):
   assert tasks.get_task(config).has_edges
 
 
+@pytest.mark.slow
 def test_a_config_mask_trains_through_the_trainer(tmp_path):
   config = tiny_config()
   config.model.mask = 'causal & window(4)'

@@ -12,11 +12,15 @@ import sys
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from helpers import REPO, TOTAL_STEPS, tiny_config
 
 import symjax
-from symjax import config_lib, rundir, train
+from symjax.run import workdir as rundir
 from symjax.tasks import base as tasks_base
-from test_train import REPO, TOTAL_STEPS, tiny_config
+from symjax.train import config as config_lib
+from symjax.train import trainer as train
+
+pytestmark = pytest.mark.slow  # end to end: every test here trains or runs a command
 
 CLI = [sys.executable, '-m', 'symjax.main', '--config=configs/symbolic.py:size=tiny', '--config.total_steps=20',
        '--config.warmup_steps=2', '--config.eval_every_steps=10', '--config.keep_checkpoints=2']
@@ -114,19 +118,19 @@ def test_the_best_checkpoint_survives_a_resume(tmp_path):
   config = tiny_config(keep_checkpoints=1)
   assert config.best_metric == 'accuracy'
   state = {'x': np.zeros(3)}
-  manager = rundir.checkpoint_manager(workdir, config)
+  manager = rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
   for step, accuracy in ((10, 0.2), (20, 0.9), (30, 0.5)):
     manager.save(step, args=ocp.args.StandardSave(state), metrics={'accuracy': accuracy})
   manager.wait_until_finished()
   manager.close()
   assert rundir.checkpoint_steps(workdir) == [20, 30]
-  manager = rundir.checkpoint_manager(workdir, config)  # a resumed run
+  manager = rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)  # a resumed run
   for step, accuracy in ((40, 0.1), (50, 0.0)):
     manager.save(step, args=ocp.args.StandardSave(state), metrics={'accuracy': accuracy})
   manager.wait_until_finished()
   manager.close()
   assert rundir.checkpoint_steps(workdir) == [20, 50]
-  assert rundir.best_step(workdir, config) == 20
+  assert rundir.best_step(workdir, config.best_metric) == 20
 
 
 def test_run_files_without_a_checkpoint_start_a_new_run(tmp_path, capsys):
@@ -181,17 +185,20 @@ def test_every_checkpoint_corrupt_is_said_once_in_lines_of_its_own(tmp_path):
     (['--config=configs/symbolic.py:size=tiny', f'--workdir={os.path.join(REPO, "README.md", "sub")}'], 1,
      r'cannot be created or written \(Not a directory\)'),
     (['--config=configs/symbolic.py', '--config.nonexistent_field=1'], 2,
-     r"--config.nonexistent_field: the config has no field 'nonexistent_field'; fields of the config: \[.*'batch_size'"),
+     r"--config.nonexistent_field: the config has no field 'nonexistent_field'; fields of the config: \[.*'batch_size'"),  # noqa: E501
     (['--config=configs/symbolic.py', '--config.model.nope=1'], 2,
      r"--config.model.nope: the config has no field 'nope'; fields of config.model: \[.*'num_heads'"),
-    (['--config=configs/nope.py'], 2, r"config file 'configs/nope.py' does not exist"),
-    ([], 2, r'--config is required: the path of a config file, e\.g\. --config=configs/symbolic\.py'),
+    (['--config=configs/nope.py'], 2, r"config 'configs/nope.py' is neither a file nor a recipe; recipes: \['align', "),
+    (['--config=nope'], 2, r"config 'nope' is neither a file nor a recipe; recipes: \[.*'symbolic', 'token_factored'\]"),  # noqa: E501
+    ([], 2, r'--config is required: a recipe name or the path of a config file, e\.g\. --config=symbolic'),
+    (['--config=symbolic:size=huge'], 2,
+     r"--config=symbolic:size=huge: size must be one of \['tiny', 'small', 'medium', 'paper'\], got 'huge'"),
     (['--config=configs/symbolic.py:size=tiny', '--config.distributed.num_processes=2', '--workdir={tmp}/w'], 1,
      r'config.distributed.num_processes = 2 but no coordinator was given or detected: set '
      r'config.distributed.coordinator_address'),
     (['--config=configs/symbolic.py:size=huge'], 2,
      r"--config=configs/symbolic.py:size=huge: size must be one of \['tiny', 'small', 'medium', 'paper'\], got 'huge'"),
-    (['--config=configs/symbolic.py:sise=tiny'], 2, r"unknown config argument 'sise'; known keys: \['runlocal', 'size', 'task'\]"),
+    (['--config=configs/symbolic.py:sise=tiny'], 2, r"unknown config argument 'sise'; known keys: \['runlocal', 'size', 'task'\]"),  # noqa: E501
     (['--config=configs/symbolic.py', '--config.total_steps=abc'], 2, r'--config.total_steps=abc: invalid literal'),
     (['--config={syntax}'], 2, r"has a syntax error at line 1: invalid syntax"),
 ])
@@ -209,10 +216,11 @@ def test_command_line_mistakes_are_one_line_errors(args, status, message, tmp_pa
 
 
 def test_the_default_work_directory_is_the_same_for_the_same_command():
-  from symjax import main
+  from symjax.cli import train as main
   name = lambda *argv: main.default_workdir(argv[0].split('=', 1)[1], list(argv))
   assert name('--config=configs/symbolic.py') == os.path.join('runs', 'symbolic')
-  assert name('--config=configs/rasp.py:task=sort,model=standard') == os.path.join('runs', 'rasp_task-sort_model-standard')
+  assert name('--config=symbolic') == name('--config=configs/symbolic.py')  # a recipe's name or its file
+  assert name('--config=configs/rasp.py:task=sort,model=standard') == os.path.join('runs', 'rasp_task-sort_model-standard')  # noqa: E501
   a = name('--config=configs/symbolic.py', '--config.total_steps=50', '--config.seed=1')
   assert a == name('--config=configs/symbolic.py', '--config.seed=1', '--config.total_steps=50')  # order-free
   assert a != name('--config=configs/symbolic.py', '--config.seed=2', '--config.total_steps=50')
@@ -220,7 +228,7 @@ def test_the_default_work_directory_is_the_same_for_the_same_command():
 
 
 def test_overriding_the_window_moves_max_len_unless_it_is_set_too():
-  config = config_lib.variant('standard', 'task=text')
+  config = config_lib.from_file('standard:task=text')
   assert (config.seq_len, config.model.max_len) == (64, 256)
   config.seq_len = 16  # what --config.seq_len=16 does
   assert config.model.max_len == 64
@@ -229,7 +237,7 @@ def test_overriding_the_window_moves_max_len_unless_it_is_set_too():
   assert config.model.max_len == 100
 
 
-@pytest.mark.parametrize('spec', ['configs/symbolic.py:runlocal=true', 'configs/standard.py:task=induction,runlocal=true',
+@pytest.mark.parametrize('spec', ['configs/symbolic.py:runlocal=true', 'configs/standard.py:task=induction,runlocal=true',  # noqa: E501
                                   'configs/token_factored.py:runlocal=true',
                                   'configs/rasp.py:task=sort,model=token_factored,runlocal=true',
                                   'configs/fol.py:model=lstm,runlocal=true',
@@ -252,14 +260,15 @@ def test_config_files_are_the_recipes_they_document():
   assert (fol.task, fol.top_ks, fol.best_metric, fol.numeral_glyph_init) == ('fol', (5, 10), 'loss', True)
   with pytest.raises(ValueError, match=r"task must be one of \['reverse', 'sort'"):
     config_lib.from_file('configs/rasp.py:task=copy')
-  with pytest.raises(FileNotFoundError, match="config file 'configs/nope.py' does not exist"):
+  with pytest.raises(FileNotFoundError, match="config 'configs/nope.py' is neither a file nor a recipe"):
     config_lib.from_file('configs/nope.py')
 
 
 def test_a_read_only_file_system_is_a_one_line_error(tmp_path, monkeypatch):
   """A read-only mount cannot be made here without privileges; the error it raises (EROFS) can."""
   import errno
-  from symjax import main
+
+  from symjax.cli import train as main
 
   def read_only(path, *args, **kwargs):
     raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
@@ -273,7 +282,7 @@ def test_a_read_only_file_system_is_a_one_line_error(tmp_path, monkeypatch):
 def test_workdir_check_leaves_other_processes_probes_alone(tmp_path):
   """The processes of a multi-process run check one shared work directory at the same time; one process's
   check must neither touch another's probe file nor fail because another removed its own."""
-  from symjax import main
+  from symjax.cli import train as main
   workdir = tmp_path / 'w'
   workdir.mkdir()
   others = [workdir / '.symjax_write_test', workdir / '.symjax_write_test_other']

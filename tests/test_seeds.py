@@ -1,4 +1,5 @@
-"""Seeds trained together (one compiled step: vmapped or unrolled) against separate runs, their resume, and the sweep's grid and table."""
+"""Seeds trained together (one compiled step: vmapped or unrolled) against separate runs, their resume, and
+the sweep's grid and table."""
 
 import glob
 import json
@@ -10,11 +11,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import tiny_config
 
 import symjax
-from symjax import config_lib, optim, rundir, seeds, sweep, tasks, train
 from symjax import model as model_lib
-from test_train import tiny_config
+from symjax import tasks
+from symjax.run import workdir as rundir
+from symjax.train import config as config_lib
+from symjax.train import optim, seeds, sweep
+from symjax.train import trainer as train
+
+pytestmark = pytest.mark.slow  # end to end: every test here trains or runs a command
 
 STEPS = 20
 
@@ -52,7 +59,8 @@ def test_vmapped_seeds_equal_separate_runs(together, tmp_path):
 
 def test_finished_seeds_are_not_trained_again(together, monkeypatch):
   _, folders, finals = together
-  monkeypatch.setattr(seeds.tasks, 'get_task', lambda *a, **k: pytest.fail('a finished run was trained again'))
+  from symjax import tasks
+  monkeypatch.setattr(tasks, 'get_task', lambda *a, **k: pytest.fail('a finished run was trained again'))
   assert seeds.train_seeds(tiny(), [0, 1], folders, verbose=False) == finals
 
 
@@ -141,7 +149,7 @@ def test_grid_values_take_the_fields_types():
 
 def test_a_grid_point_moves_the_fields_that_follow_it_as_the_command_line_does():
   """The text recipe's model.max_len is four times seq_len by reference (config_lib.variant)."""
-  text = config_lib.variant('standard', 'task=text')
+  text = config_lib.from_file('standard:task=text')
   assert sweep.apply(text, {'seq_len': 128}).model.max_len == 512
   assert sweep.apply(text, {'seq_len': 128, 'model.max_len': 200}).model.max_len == 200
   assert (text.seq_len, text.model.max_len) == (64, 256)  # the swept config is a copy

@@ -12,6 +12,8 @@ import pytest
 
 import symjax
 
+pytestmark = pytest.mark.slow  # end to end: every test here trains or runs a command
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOL = 1e-5
 
@@ -105,7 +107,9 @@ def test_two_processes_train_like_one(tmp_path):
 @pytest.mark.parametrize('kind', ['standard', 'token_factored', 'symbolic'])
 def test_every_kernel_carries_logical_axis_names_that_rules_alone_shard(kind):
   import flax.linen as nn
-  from symjax import mesh, model as model_lib
+
+  from symjax import model as model_lib
+  from symjax.system import mesh
   config = model_lib.ModelConfig(vocab_size=12, num_layers=1, num_heads=2, head_dim=4, ff_dim=8, kind=kind)
   boxed = jax.eval_shape(lambda k: model_lib.build(config).init(k, jax.numpy.zeros((1, 5), jax.numpy.int32)),
                          jax.random.key(0))['params']

@@ -6,12 +6,12 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import paper_reference as ref
-from symjax import streamed, symbolic
-from symjax.model import ModelConfig, Transformer
-from test_modules import randomize
+import pytest
+from helpers import randomize
+
+from symjax.model import ModelConfig, Transformer, symbolic
+from symjax.ops import readout
 
 TOL = 1e-5
 
@@ -22,6 +22,7 @@ def max_rel_err(a, b):
 
 @pytest.mark.parametrize('vocab, chunk, num_valid', [(29, 7, None), (29, 29, None), (29, 64, None),
                                                       (32, 8, 27), (40, 16, 33)])
+@pytest.mark.slow
 def test_streamed_projection_equals_direct_with_all_gradients(vocab, chunk, num_valid):
   heads, dim = 3, 4
   z = jax.random.normal(jax.random.key(1), (2, 5, heads, dim))
@@ -45,6 +46,7 @@ def test_streamed_projection_equals_direct_with_all_gradients(vocab, chunk, num_
     np.testing.assert_array_equal(np.asarray(grads_s[2])[num_valid:], 0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('vocab, chunk, num_valid', [(50, 16, None), (50, 50, None), (56, 9, 50)])
 def test_streamed_loss_equals_direct_loss_with_gradients(vocab, chunk, num_valid):
   h = jax.random.normal(jax.random.key(1), (24, 12))
@@ -55,15 +57,15 @@ def test_streamed_loss_equals_direct_loss_with_gradients(vocab, chunk, num_valid
   def total(stats_fn, *args):
     return lambda h, t: jnp.sum(stats_fn(h, t, targets, *args)[0] * weights)
 
-  direct = streamed.direct_readout_stats(h, table, targets, num_valid)
-  chunked = streamed.readout_stats(h, table, targets, chunk, num_valid)
+  direct = readout.direct_readout_stats(h, table, targets, num_valid)
+  chunked = readout.readout_stats(h, table, targets, chunk, num_valid)
   assert ref.rel_err(chunked[0], direct[0]) <= TOL
   np.testing.assert_array_equal(chunked[1], direct[1])  # argmax
   np.testing.assert_array_equal(chunked[2], direct[2])  # logits above the target's
   np.testing.assert_array_equal(chunked[3], direct[3])  # logits tied with it (the target itself)
   np.testing.assert_array_equal(chunked[3], 1)
-  g_direct = jax.grad(total(streamed.direct_readout_stats, num_valid), argnums=(0, 1))(h, table)
-  g_chunked = jax.grad(total(streamed.readout_stats, chunk, num_valid), argnums=(0, 1))(h, table)
+  g_direct = jax.grad(total(readout.direct_readout_stats, num_valid), argnums=(0, 1))(h, table)
+  g_chunked = jax.grad(total(readout.readout_stats, chunk, num_valid), argnums=(0, 1))(h, table)
   assert max_rel_err(g_chunked, g_direct) <= TOL
   # Against the textbook cross-entropy on the unpadded logits.
   logits = np.asarray(h, np.float64) @ np.asarray(table, np.float64)[:num_valid or vocab].T
@@ -77,12 +79,13 @@ def _model_grads(cfg, tokens, variables):
 
   def loss(params):
     h, table = model.apply({'params': params}, tokens, return_hidden=True)
-    return jnp.sum(streamed.direct_readout_stats(h.reshape(-1, h.shape[-1]), table, tokens.reshape(-1),
+    return jnp.sum(readout.direct_readout_stats(h.reshape(-1, h.shape[-1]), table, tokens.reshape(-1),
                                                  cfg.num_valid_rows)[0])
 
   return model.apply(variables, tokens), jax.grad(loss)(variables['params'])
 
 
+@pytest.mark.slow
 def test_symbolic_model_with_streamed_projection_equals_direct():
   cfg = ModelConfig(kind='symbolic', vocab_size=19, num_layers=2, num_heads=2, head_dim=4, ff_dim=8,
                     ff_dim_per_head=6, max_len=8, vocab_chunk_size=6, vocab_pad_multiple=4)
@@ -96,6 +99,7 @@ def test_symbolic_model_with_streamed_projection_equals_direct():
   assert max_rel_err(grads_s, grads_d) <= TOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('remat', ['full', 'dots'])
 def test_rematerialised_blocks_give_the_same_gradients(remat):
   cfg = ModelConfig(kind='symbolic', vocab_size=11, num_layers=2, num_heads=2, head_dim=4, ff_dim=8,

@@ -8,6 +8,7 @@ import pytest
 
 from symjax.tasks import base, induction, rasp
 
+
 # ------------------------------------------------------------------------------------------------------
 # Induction ("Learning Transformer Programs", Figure 5; its numbers 4 are outside our 0..3, so the second
 # example uses 2 in their place).
@@ -161,7 +162,7 @@ def test_text_too_short_for_its_held_out_parts_is_an_error(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------------
-# Text from a memory-mapped token folder (`python -m symjax.tokenize`).
+# Text from a memory-mapped token folder (`python -m symjax.cli.tokenize`).
 # ------------------------------------------------------------------------------------------------------
 def multilingual_text(n: int) -> str:
   words = ['the', 'cat', 'résumé', 'naïve', '東京', 'κόσμε', '🙂', 'end.\n', 'line\n', ' ']
@@ -280,6 +281,7 @@ print('OK', len(task.streams['train']))
 '''
 
 
+@pytest.mark.slow
 def test_corpus_larger_than_the_process_may_allocate_trains_from_the_map(tmp_path):
   """600 MB of tokens under a 256 MB allocation limit: loading it fails, batches from the map do not."""
   import subprocess
@@ -295,7 +297,7 @@ PER_DEVICE_ROWS = r'''
 import json, sys
 import numpy as np
 import jax
-from symjax import mesh as mesh_lib
+from symjax.system import mesh as mesh_lib
 from symjax.tasks import text
 task = text.TextTask('', seq_len=16, token_path=sys.argv[1])
 reads = []
@@ -320,6 +322,7 @@ def test_mapped_batches_are_read_row_by_row_where_they_are_placed(tmp_path):
   import json
   import subprocess
   import sys
+
   from symjax.tasks import text
   (tmp_path / 'c.txt').write_text(multilingual_text(3_000), encoding='utf-8')
   text.write_token_file(str(tmp_path / 'c.txt'), str(tmp_path / 't'))

@@ -13,45 +13,17 @@ import textwrap
 import jax
 import numpy as np
 import pytest
+from helpers import REPO, SHAKESPEARE, TOTAL_STEPS, assert_trees_equal, params_of, tiny_config
 
 import symjax
-from symjax import config_lib, optim, rundir, sample, train
+from symjax.run import sample
+from symjax.run import workdir as rundir
 from symjax.tasks import base as tasks_base
+from symjax.train import config as config_lib
+from symjax.train import optim
+from symjax.train import trainer as train
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare.txt')
-TOTAL_STEPS = 40
-
-
-def tiny_config(kind='symbolic', **overrides):
-  """The config files' runlocal version (tiny model, evaluation every 10 steps), run for 40 steps with the
-  last two checkpoints kept, so that resumes can start in the middle."""
-  config = config_lib.variant(kind, 'runlocal=true')
-  config.total_steps = TOTAL_STEPS
-  config.warmup_steps = 5
-  config.batch_size = 16
-  config.keep_checkpoints = 2
-  config.progress_bar = False
-  for k, v in overrides.items():
-    config[k] = v
-  return config
-
-
-def params_of(workdir, which='latest'):
-  return symjax.load(workdir, which).params
-
-
-def assert_trees_equal(a, b):
-  """Bit-identical on CPU. On GPU, XLA's reductions (the embedding gradient's scatter-add among them) may
-  sum in a different order from one run to the next even with --xla_gpu_deterministic_ops, so resumed and
-  uninterrupted runs there agree to float32 rounding (seen on an H100: 7e-9 absolute), not bit for bit."""
-  exact = jax.default_backend() == 'cpu'
-  for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b)):
-    if exact:
-      np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=jax.tree_util.keystr(path))
-    else:
-      np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7,
-                                 err_msg=jax.tree_util.keystr(path))
+pytestmark = pytest.mark.slow  # end to end: every test here trains or runs a command
 
 
 @pytest.fixture(scope='module')
@@ -93,9 +65,9 @@ def test_killed_run_resumes_to_exactly_the_uninterrupted_parameters(finished_run
   # Kill the process outright (SIGKILL) when it asks for the batch of step 25: no clean-up runs.
   driver = textwrap.dedent(f"""
       import os, signal
-      from symjax import train
+      from symjax.train import trainer as train
       from symjax.tasks import base
-      from tests.test_train import tiny_config
+      from tests.helpers import tiny_config
       batch = base.FixedSetTask.batch
       def killing_batch(self, split, step, *args):
         if split == 'train' and step == 25:
@@ -199,7 +171,7 @@ def test_text_run_reloads_without_the_corpus_and_samples_every_mode(shakespeare_
 
 def test_sample_cli_prints_a_continuation(shakespeare_run):
   step = rundir.checkpoint_steps(shakespeare_run)[0]  # a checkpoint chosen by its step
-  proc = subprocess.run([sys.executable, '-m', 'symjax.sample', f'--workdir={shakespeare_run}',
+  proc = subprocess.run([sys.executable, '-m', 'symjax.cli.sample', f'--workdir={shakespeare_run}',
                          '--prompt=KING:', '--num_tokens=12', '--mode=top_k', '--top_k=3', f'--checkpoint={step}'],
                         cwd=REPO, capture_output=True, text=True)
   assert proc.returncode == 0, proc.stderr[-2000:]
@@ -275,8 +247,8 @@ def _with(**kw):
     (_with(sharding_rules=(('vocab', 'vocab'), ('mlp', 'model'))),
      r"config.sharding_rules must be \(logical axis, mesh axis\) pairs.* got the rule \('mlp', 'model'\)"),
     (_with(sharding_rules=(('vocab', 'vocab'), ('mpl', 'data'))), r"got the rule \('mpl', 'data'\)"),
-    (_with(distributed_num_processes=2, distributed_process_id=2), r'config.distributed.process_id must be in \[0, 2\)'),
-    (_with(distributed_cpu_collectives='ucx'), r"config.distributed.cpu_collectives must be one of \['', 'gloo', 'mpi'\]"),
+    (_with(distributed_num_processes=2, distributed_process_id=2), r'config.distributed.process_id must be in \[0, 2\)'),  # noqa: E501
+    (_with(distributed_cpu_collectives='ucx'), r"config.distributed.cpu_collectives must be one of \['', 'gloo', 'mpi'\]"),  # noqa: E501
     (_with(task='text', tokenizer='bpe', bpe_vocab_size=100, text_path=__file__),
      r'config.bpe_vocab_size must be >= 256 \(a byte-level BPE vocabulary starts from the 256 bytes\)'),
 ])
@@ -313,9 +285,9 @@ def test_config_arguments_are_checked():
 
 @pytest.mark.parametrize('kind', ['standard', 'token_factored', 'symbolic'])
 def test_readout_tying_defaults_follow_the_tuned_choice(kind):
-  """config_lib.UNTIED_READOUT: the symbolic model reads out through a table of its own on the benchmark
+  """The recipes (configs/*.py): the symbolic model reads out through a table of its own on the benchmark
   tasks (text, FOL, RASP), token_factored on text only; induction keeps the tied readout for every kind."""
-  configs = {'induction': config_lib.variant(kind, None), 'text': config_lib.variant(kind, 'task=text'),
+  configs = {'induction': config_lib.from_file(kind), 'text': config_lib.from_file(f'{kind}:task=text'),
              'fol': config_lib.from_file(f'configs/fol.py:model={kind}'),
              'rasp': config_lib.from_file(f'configs/rasp.py:model={kind}')}
   untied = {'standard': set(), 'token_factored': {'text'}, 'symbolic': {'text', 'fol', 'rasp'}}[kind]
@@ -373,11 +345,12 @@ def test_every_task_trains_with_every_kind_of_model(task, kind, tmp_path):
 
 
 def test_rasp_config_runs_from_the_command_line(tmp_path):
-  proc = subprocess.run([sys.executable, '-m', 'symjax.main', '--config=configs/rasp.py:task=dyck2,model=token_factored',
+  proc = subprocess.run([sys.executable, '-m', 'symjax.main', '--config=configs/rasp.py:task=dyck2,model=token_factored',  # noqa: E501
                          '--config.total_steps=3', '--config.warmup_steps=1', '--config.eval_every_steps=3',
                          f'--workdir={tmp_path / "w"}'], cwd=REPO, capture_output=True, text=True)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "task 'dyck2'" in proc.stdout and 'final metrics at step 3' in proc.stdout
+  assert sum(str(tmp_path / 'w') in line for line in proc.stdout.splitlines()) == 1  # the work directory once
 
 
 def test_lstm_needs_a_causal_task(tmp_path):
@@ -482,7 +455,8 @@ def test_an_unwritable_compilation_cache_is_one_warning_and_no_cache(tmp_path, c
 
 def test_top_k_counts_ties_as_random_tie_breaking_and_nan_as_wrong():
   import jax.numpy as jnp
-  from symjax import metrics
+
+  from symjax.train import metrics
   logits = jnp.array([[0.0, 0.0, 0.0, 0.0],      # uniform: the target is first with probability 1/4
                       [1.0, 3.0, 2.0, 2.0],      # target 2 ties with 3, below 1
                       [5.0, 1.0, 0.0, 0.0],      # target 0 is the argmax
@@ -492,3 +466,68 @@ def test_top_k_counts_ties_as_random_tie_breaking_and_nan_as_wrong():
   np.testing.assert_allclose(metrics.in_top_k(above, tied, 1), [0.25, 0.0, 1.0, 0.0])
   np.testing.assert_allclose(metrics.in_top_k(above, tied, 2), [0.5, 0.5, 1.0, 0.0])
   np.testing.assert_allclose(metrics.in_top_k(above, tied, 3), [0.75, 1.0, 1.0, 0.0])
+
+
+def test_final_metrics_are_written_atomically(tmp_path, monkeypatch):
+  """final_metrics.json goes through the work directory's atomic writer, as every other run file does: a
+  crash while writing it leaves the old file or none, never half a file."""
+  from symjax.system import files
+  written = []
+  real = files.write_atomically
+  monkeypatch.setattr(files, 'write_atomically', lambda path, text: (written.append(path), real(path, text))[1])
+  workdir = str(tmp_path / 'w')
+  train.train_and_evaluate(tiny_config(total_steps=10), workdir)
+  assert os.path.join(workdir, rundir.FINAL_FILE) in written
+  assert json.load(open(os.path.join(workdir, rundir.FINAL_FILE)))['step'] == 10
+
+
+def test_any_error_in_the_loop_closes_the_metric_writer_and_keeps_the_checkpoints(tmp_path, monkeypatch):
+  """Not only a divergence: a bug or an interrupt mid-run still finishes the checkpoints being written and
+  closes the metric files, so that nothing saved is lost."""
+  from symjax.tasks import base
+  closed = []
+  real_close = rundir.MetricWriter.close
+  monkeypatch.setattr(rundir.MetricWriter, 'close', lambda self: (closed.append(1), real_close(self))[1])
+  batch = base.FixedSetTask.batch
+
+  def failing_batch(self, split, step, *args):
+    if split == 'train' and step == 15:
+      raise RuntimeError('a fault in the data pipeline')
+    return batch(self, split, step, *args)
+
+  monkeypatch.setattr(base.FixedSetTask, 'batch', failing_batch)
+  workdir = str(tmp_path / 'w')
+  with pytest.raises(RuntimeError, match='a fault in the data pipeline'):
+    train.train_and_evaluate(tiny_config(), workdir)
+  assert closed == [1]
+  monkeypatch.undo()
+  assert symjax.load(workdir, 'latest').step == 10
+  records = [json.loads(l) for l in open(os.path.join(workdir, rundir.METRICS_FILE))]
+  assert [r['step'] for r in records if r['split'] == 'validation'] == [10]
+
+
+_CLI_DRIVER = """
+import sys
+from symjax.system.errors import InputError
+from symjax.train import trainer
+def fail(config, workdir):
+  raise {error}
+trainer.train_and_evaluate = fail
+sys.argv = ['symjax.main', '--config=symbolic:runlocal=true', '--workdir={workdir}']
+from symjax.cli import train
+
+train.run()
+"""
+
+
+@pytest.mark.parametrize('error, one_line', [("InputError('config.x must be > 0, got -1')", True),
+                                             ("ValueError('an internal bug')", False)])
+def test_the_cli_prints_input_errors_as_one_line_and_bugs_with_their_traceback(error, one_line, tmp_path):
+  driver = _CLI_DRIVER.format(error=error, workdir=tmp_path / 'w')
+  proc = subprocess.run([sys.executable, '-c', driver], cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 1, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  if one_line:
+    assert lines == ['error: config.x must be > 0, got -1']
+  else:
+    assert 'Traceback (most recent call last)' in proc.stderr and lines[-1] == 'ValueError: an internal bug'

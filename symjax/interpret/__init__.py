@@ -1,10 +1,21 @@
 """Reading symjax models: traces and lenses, the exact mixture trace, interventions, attributions, head
 finding, the program view and an HTML report. ``python -m symjax.interpret --workdir=... --input=...``."""
 
-from symjax.interpret.attribution import (evaluate_importance, gradient_importance, group_attribution,
-                                          native_importance, stream_ablations, stream_attribution)
-from symjax.interpret.circuits import (find_induction_circuit, format_program, induction_scores,
-                                       previous_token_scores, program)
+from symjax.interpret.attribution import (
+                                          evaluate_importance,
+                                          gradient_importance,
+                                          group_attribution,
+                                          native_importance,
+                                          stream_ablations,
+                                          stream_attribution,
+)
+from symjax.interpret.circuits import (
+                                          find_induction_circuit,
+                                          format_program,
+                                          induction_scores,
+                                          previous_token_scores,
+                                          program,
+)
 from symjax.interpret.core import analysis_model, channel_lens, head_parameters, readout
 from symjax.interpret.interventions import Ablation, capture, effect, run_with
 from symjax.interpret.mixtures import MixtureTrace, mixture_trace, reconstruction_error, reconstruction_errors

@@ -22,7 +22,8 @@ Token importance per block, ``[batch, time (query), time (input position)]`` for
     rule. The baseline x' is by default the mean embedding row at every position (the uniform mixture of
     all tokens): a zero baseline is degenerate here, because LayerNorm makes the model nearly invariant to
     the scale of its input, so the whole path integral piles up next to 0. The signed attributions of a
-    query sum to log p(y_i)(x) − log p(y_i)(x') up to the rule's error. Gradient methods are about the output, so they are given for the last block only.
+    query sum to log p(y_i)(x) − log p(y_i)(x') up to the rule's error. Gradient methods are about the output,
+    so they are given for the last block only.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax import metrics
 from symjax.interpret import circuits, core, interventions
 from symjax.model import Transformer
+from symjax.system.errors import InputError
 from symjax.tasks import base, induction
+from symjax.train import metrics
 
 
 def stream_attribution(model: Transformer, params, tokens, key_mask=None) -> dict[str, np.ndarray]:
@@ -79,7 +81,7 @@ def stream_ablations(model: Transformer, params, batches: Sequence[dict[str, np.
   model = core.analysis_model(model)
   cfg = model.config
   if cfg.kind == 'standard':
-    raise ValueError('stream ablations need a two-stream model (token_factored or symbolic)')
+    raise InputError('stream ablations need a two-stream model (token_factored or symbolic)')
   L = cfg.num_layers
   sums: dict[str, float] = {}
   count = 0.0
@@ -186,7 +188,7 @@ def baseline_embeddings(params, tokens, baseline: str) -> jax.Array:
   """The integrated-gradients baseline for every position: 'mean', the mean row of the embedding table
   (the uniform mixture of all tokens: no token in particular), or 'zero'."""
   if baseline not in BASELINES:
-    raise ValueError(f'baseline must be one of {list(BASELINES)}, got {baseline!r}')
+    raise InputError(f'baseline must be one of {list(BASELINES)}, got {baseline!r}')
   table = jnp.asarray(nn.meta.unbox(params)['embed']['embedding'], jnp.float32)
   row = table.mean(0) if baseline == 'mean' else jnp.zeros(table.shape[1])
   return jnp.broadcast_to(row, tuple(np.shape(tokens)) + (table.shape[1],))
@@ -209,10 +211,10 @@ def gradient_importance(model: Transformer, params, tokens, targets, key_mask=No
     out = _input_x_gradient(model, p, emb, *args)
   elif method == 'integrated_gradients':
     if steps < 1:
-      raise ValueError(f'integrated gradients needs steps >= 1, got {steps}')
+      raise InputError(f'integrated gradients needs steps >= 1, got {steps}')
     out = _integrated_gradients(model, p, emb, baseline_embeddings(p, tokens, baseline), *args, steps)
   else:
-    raise ValueError(f"method must be 'input_x_gradient' or 'integrated_gradients', got {method!r}")
+    raise InputError(f"method must be 'input_x_gradient' or 'integrated_gradients', got {method!r}")
   out = np.asarray(out, np.float64)
   return out if signed else np.abs(out)
 
@@ -246,16 +248,25 @@ def candidates(tokens: np.ndarray, key_mask: np.ndarray | None, causal: bool) ->
   return allowed[None] & km[:, None, :]
 
 
-def precision_at_k(scores: np.ndarray, truth: np.ndarray, cands: np.ndarray, queries: np.ndarray,
-                   k: int = 1) -> float:
-  """Mean over queries (``[batch, i]`` bool) of |top-k candidates by score ∩ truth| / k."""
-  hits, n = 0.0, 0
-  for b, i in zip(*np.nonzero(queries)):
-    c = np.nonzero(cands[b, i])[0]
-    top = c[np.argsort(-scores[b, i, c], kind='stable')[:k]]
-    hits += truth[b, i, top].sum() / k
-    n += 1
-  return hits / max(n, 1)
+def precision_at_k(scores: np.ndarray, truth: np.ndarray, candidates: np.ndarray, queries: np.ndarray | None = None,
+                   k: int | None = None) -> float:
+  """Mean over queries of |top-k candidates by score ∩ truth| / k: the one precision@k of the attribution
+  benchmarks and of alignment ("Towards by-design interpretable transformers", appendix eq. 12, per query).
+
+  scores, truth, candidates: ``[..., queries, keys]`` (candidates may broadcast); ``queries``: ``[...,
+  queries]`` bool, by default every query with a true source; ``k``: an integer, or by default each query's
+  number of true sources. Ties are broken by position. NaN when there is no query."""
+  candidates = np.broadcast_to(candidates, scores.shape)
+  ranked = np.where(candidates, scores, -np.inf)
+  order = np.argsort(-ranked, axis=-1, kind='stable')
+  rank_of = np.empty_like(order)
+  np.put_along_axis(rank_of, order, np.broadcast_to(np.arange(scores.shape[-1]), order.shape), axis=-1)
+  per_query_k = truth.sum(-1) if k is None else np.full(scores.shape[:-1], k)
+  if queries is None:
+    queries = per_query_k > 0
+  hits = (truth & candidates & (rank_of < per_query_k[..., None])).sum(-1)
+  queries = queries & (per_query_k > 0)
+  return float((hits[queries] / per_query_k[queries]).mean()) if queries.any() else float('nan')
 
 
 def random_precision_at_k(truth: np.ndarray, cands: np.ndarray, queries: np.ndarray, k: int = 1) -> float:
@@ -315,7 +326,7 @@ def evaluate_importance(model: Transformer, params, batches, task: str, vocab, c
   """precision@k of each method (and the expected precision of a random ranking) against the task's
   ground truth, over the queries of ``batches`` that carry a target."""
   if task not in TRUTHS:
-    raise ValueError(f'ground truth is known for tasks {sorted(TRUTHS)}, not {task!r}')
+    raise InputError(f'ground truth is known for tasks {sorted(TRUTHS)}, not {task!r}')
   hits = {m: 0.0 for m in METHODS}
   n = 0
   for batch in batches:

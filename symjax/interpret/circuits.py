@@ -21,6 +21,7 @@ import flax.linen as nn
 import numpy as np
 
 from symjax.interpret import core, interventions
+from symjax.system.errors import InputError
 
 
 def previous_token_scores(attention: np.ndarray, key_mask: np.ndarray | None = None,
@@ -160,7 +161,7 @@ def program(model, params, tokens, key_mask=None) -> list[HeadStep]:
   """The discretised trace of one sequence (``tokens`` ``[time]`` or ``[1, time]``)."""
   tokens = core.as_batch(tokens, model.config.vocab_size)
   if tokens.shape[0] != 1:
-    raise ValueError(f'the program view reads one sequence; got a batch of {tokens.shape[0]}')
+    raise InputError(f'the program view reads one sequence; got a batch of {tokens.shape[0]}')
   writes, attention = head_writes(model, params, tokens, key_mask)
   L, _, H, t, _ = attention.shape
   valid = np.ones(t, bool) if key_mask is None else np.asarray(key_mask, bool).reshape(-1)

@@ -17,11 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax import attention as attn
-from symjax import symbolic
-from symjax.symbolic import split_channels
 from symjax import model as model_lib
-from symjax.model import ModelConfig, Transformer
+from symjax.model import ModelConfig, Transformer, symbolic
+from symjax.model import attention as attn
+from symjax.model import intermediates as names
+from symjax.model.symbolic import split_channels
+from symjax.system.errors import InputError
 
 
 def analysis_model(model) -> Transformer:
@@ -29,7 +30,7 @@ def analysis_model(model) -> Transformer:
   α, and without rematerialisation. LSTMs have no attention or streams to read."""
   cfg: ModelConfig = model.config
   if cfg.kind == 'lstm':
-    raise ValueError("the interpretability tools read attention and streams; model.kind 'lstm' has "
+    raise InputError("the interpretability tools read attention and streams; model.kind 'lstm' has "
                      "neither: use 'standard', 'token_factored' or 'symbolic'")
   return Transformer(dataclasses.replace(cfg, vocab_projection='direct', remat='none'))
 
@@ -41,7 +42,7 @@ def as_batch(tokens, vocab_size: int | None = None) -> np.ndarray:
   if tokens.ndim == 1:
     tokens = tokens[None]
   if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
-    raise ValueError(f'tokens must be integer ids of shape [time] or [batch, time], got '
+    raise InputError(f'tokens must be integer ids of shape [time] or [batch, time], got '
                      f'{tokens.dtype} {tokens.shape}')
   if vocab_size is not None:
     model_lib.check_token_ids(tokens, vocab_size)
@@ -72,16 +73,8 @@ def stream_names(cfg: ModelConfig) -> tuple[str, ...]:
 
 def streams(cfg: ModelConfig, inter) -> list[dict[str, np.ndarray]]:
   """Per layer l = 0..L (0 is the input): {'x_t', 'x_e', 'x'} (standard: {'x'}), ``[batch, time, d]``."""
-  if cfg.kind == 'standard':
-    out = [{'x': inter['x_0']}]
-    out += [{'x': inter[f'layer_{l}']['x_ffn']} for l in range(cfg.num_layers)]
-    return out
-  out = [{'x_t': inter['x_t_0'], 'x_e': inter['x_e_0']}]
-  out += [{'x_t': inter[f'layer_{l}']['x_t_ffn'], 'x_e': inter[f'layer_{l}']['x_e_ffn']}
-          for l in range(cfg.num_layers)]
-  for s in out:
-    s['x'] = s['x_t'] + s['x_e']
-  return out
+  out = names.streams(cfg.kind, cfg.num_layers, inter)
+  return [{'x': s['x']} for s in out] if cfg.kind == 'standard' else out
 
 
 def components(cfg: ModelConfig, inter) -> dict[str, np.ndarray]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from symjax.interpret import attribution, circuits, core, interventions
+from symjax.system.errors import InputError
 from symjax.tasks import induction
 
 
@@ -67,7 +68,7 @@ def knockouts(model, params, batch, vocab, circuit: circuits.Circuit, mode: str 
   heads knocked out. ``mode``: 'resample' (each sequence gets the heads' outputs on the next sequence of
   the batch: same distribution, none of its information), 'mean' (their mean over the batch) or 'zero'."""
   if mode not in KNOCKOUT_MODES:
-    raise ValueError(f'knockout mode must be one of {list(KNOCKOUT_MODES)}, got {mode!r}')
+    raise InputError(f'knockout mode must be one of {list(KNOCKOUT_MODES)}, got {mode!r}')
   kw = {}
   if mode == 'resample':
     kw = {'source': np.roll(batch['inputs'], 1, axis=0), 'source_mask': np.roll(batch['key_mask'], 1, axis=0)}

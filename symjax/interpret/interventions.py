@@ -23,9 +23,10 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from symjax import metrics
 from symjax.interpret import core
 from symjax.model import Transformer
+from symjax.system.errors import InputError
+from symjax.train import metrics
 
 SITES = ('attention', 'ffn', 'head')
 MODES = ('zero', 'mean', 'patch')
@@ -40,16 +41,16 @@ class Ablation:
 
   def validate(self, cfg) -> None:
     if self.site not in SITES:
-      raise ValueError(f'ablation site must be one of {list(SITES)}, got {self.site!r}')
+      raise InputError(f'ablation site must be one of {list(SITES)}, got {self.site!r}')
     if self.mode not in MODES:
-      raise ValueError(f'ablation mode must be one of {list(MODES)}, got {self.mode!r}')
+      raise InputError(f'ablation mode must be one of {list(MODES)}, got {self.mode!r}')
     if not 0 <= self.layer < cfg.num_layers:
-      raise ValueError(f'ablation layer {self.layer} out of range: layers are 0..{cfg.num_layers - 1}')
+      raise InputError(f'ablation layer {self.layer} out of range: layers are 0..{cfg.num_layers - 1}')
     if self.site == 'head':
       if self.head is None or not 0 <= self.head < cfg.num_heads:
-        raise ValueError(f'head ablation needs head in 0..{cfg.num_heads - 1}, got {self.head!r}')
+        raise InputError(f'head ablation needs head in 0..{cfg.num_heads - 1}, got {self.head!r}')
     elif self.head is not None:
-      raise ValueError(f"only site 'head' takes a head; got site {self.site!r} with head {self.head}")
+      raise InputError(f"only site 'head' takes a head; got site {self.site!r} with head {self.head}")
 
   def __str__(self) -> str:
     where = f'L{self.layer}.H{self.head}' if self.site == 'head' else f'L{self.layer}.{self.site}'
@@ -138,10 +139,10 @@ def run_with(model: Transformer, params, tokens, ablations: Sequence[Ablation], 
       values[a] = v[valid].mean(0)
   if patches:
     if source is None:
-      raise ValueError("a 'patch' ablation needs source= tokens to take the activations from")
+      raise InputError("a 'patch' ablation needs source= tokens to take the activations from")
     src = core.as_batch(source, cfg.vocab_size)
     if src.shape != tokens.shape:
-      raise ValueError(f'patching needs a source of the same shape as the input: {src.shape} vs {tokens.shape}')
+      raise InputError(f'patching needs a source of the same shape as the input: {src.shape} vs {tokens.shape}')
     for a, v in zip(patches, capture(model, params, src, patches, source_mask)):
       values[a] = v
   actions: dict = {}

@@ -18,6 +18,7 @@ import numpy as np
 
 from symjax.interpret import core
 from symjax.model import Transformer
+from symjax.system.errors import InputError
 
 
 @dataclasses.dataclass
@@ -45,7 +46,7 @@ def mixture_trace(model: Transformer, params, tokens, key_mask=None) -> MixtureT
   """
   cfg = model.config
   if not cfg.exact_mixtures:
-    raise ValueError('the exact mixture trace needs every layer symbolic with both sites projected, no '
+    raise InputError('the exact mixture trace needs every layer symbolic with both sites projected, no '
                      'gain and convex FFN mixtures (model.kind="symbolic", symbolic_layers=None, '
                      'symbolic_sites="both", projection_gain=False, ffn_mixture="convex"); this model has '
                      f'layers {cfg.layer_kinds()}, symbolic_sites {cfg.symbolic_sites!r}, projection_gain='

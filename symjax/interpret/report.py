@@ -12,13 +12,14 @@ import os
 from typing import Callable
 
 import numpy as np
+
 # Figures are built as plain `Figure` objects, outside pyplot: importing this module leaves the session's
 # backend alone (notebooks keep their inline figures), and the report renders PNGs without a display.
 from matplotlib.figure import Figure
 
-from symjax import files
-from symjax.interpret import attribution, circuits, core, mixtures
-from symjax.interpret import tracing
+from symjax.interpret import attribution, circuits, core, mixtures, tracing
+from symjax.system import files
+from symjax.system.errors import InputError
 
 
 def attention_figure(attention: np.ndarray, labels: list[str], highlight: set[tuple[int, int]] = frozenset(),
@@ -124,7 +125,7 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
   """
   tokens = core.as_batch(tokens, model.config.vocab_size)
   if tokens.shape[0] != 1:
-    raise ValueError('the report reads one sequence')
+    raise InputError('the report reads one sequence')
   model = core.analysis_model(model)
   cfg = model.config
   t = tokens.shape[1]
@@ -152,7 +153,8 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
   pair = np.stack([tr.attention[pl, 0, ph], tr.attention[il, 0, ih]])[None]
   pair_titles = [[f'previous-token head L{pl}.H{ph}', f'induction head L{il}.H{ih}']]
   parts.append(f'<img src="{figure_to_uri(attention_figure(pair, labels, titles=pair_titles))}">')
-  parts.append(f'<h2>Attention</h2><img src="{figure_to_uri(attention_figure(tr.attention[:, 0], labels, highlight))}">')
+  figure = figure_to_uri(attention_figure(tr.attention[:, 0], labels, highlight))
+  parts.append(f'<h2>Attention</h2><img src="{figure}">')
   parts.append('<h2>Program view</h2><pre>' + html.escape(
       circuits.format_program(circuits.program(model, params, tokens), tokens, decode)) + '</pre>')
   parts.append(f'<h2>Per-head parameters</h2><img src="{figure_to_uri(head_parameter_figure(tr.heads))}">')
@@ -214,7 +216,7 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
 def check_report_path(path: str) -> None:
   """Raises ValueError if ``path`` cannot take a report file (it is a folder)."""
   if os.path.isdir(path):
-    raise ValueError(f'the report path {path!r} is a folder; give a file path such as '
+    raise InputError(f'the report path {path!r} is a folder; give a file path such as '
                      f'{os.path.join(path, "report.html")!r}')
 
 

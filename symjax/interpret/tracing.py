@@ -18,8 +18,8 @@ import numpy as np
 from scipy import optimize
 
 from symjax.interpret import core, mixtures
-from symjax.symbolic import split_channels
 from symjax.model import Transformer
+from symjax.model.symbolic import split_channels
 
 
 @dataclasses.dataclass

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
-from symjax.tasks.base import Task, Vocab
+from symjax.system.errors import InputError
 from symjax.tasks import fol, graph, rasp
+from symjax.tasks.base import Task, Vocab
 from symjax.tasks.induction import InductionTask
 from symjax.tasks.text import TextTask
 
@@ -42,11 +43,21 @@ TASKS = {'induction': _induction, 'text': _text, 'fol': _fol, 'graph_distance': 
          **{name: _rasp for name in rasp.TASKS}}
 
 
+def check_name(name: str) -> None:
+  """InputError naming the tasks when ``name`` (``config.task``) is none of them."""
+  if name not in TASKS:
+    raise InputError(f'config.task must be one of {sorted(TASKS)}, got {name!r}')
+
+
 def get_task(config, workdir: str | None = None) -> Task:
   """The task ``config.task`` names. A text task reuses ``workdir/vocab.json`` when it exists."""
-  if config.task not in TASKS:
-    raise ValueError(f'config.task must be one of {sorted(TASKS)}, got {config.task!r}')
+  check_name(config.task)
   return TASKS[config.task](config, workdir)
 
 
-__all__ = ['Task', 'Vocab', 'get_task', 'TASKS', 'VOCAB_FILE']
+def vocab_json(task: Task) -> dict:
+  """What a work directory's vocab.json holds: a text task's tokenizer, the fixed vocabulary of the others."""
+  return task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
+
+
+__all__ = ['Task', 'Vocab', 'get_task', 'check_name', 'vocab_json', 'TASKS', 'VOCAB_FILE']

@@ -21,6 +21,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from symjax.system.errors import InputError
+
 PAD, BOS, EOS, UNK = '<pad>', '<s>', '</s>', '<unk>'
 SPECIALS = (PAD, BOS, EOS, UNK)
 SPLITS = ('train', 'validation', 'test')
@@ -32,7 +34,7 @@ class Vocab:
   def __init__(self, tokens: Sequence[str]):
     self.tokens = list(tokens)
     if len(set(self.tokens)) != len(self.tokens):
-      raise ValueError('vocabulary tokens must be distinct')
+      raise InputError('vocabulary tokens must be distinct')
     self.index = {t: i for i, t in enumerate(self.tokens)}
 
   def __len__(self) -> int:
@@ -41,7 +43,7 @@ class Vocab:
   def encode(self, tokens: Sequence[str]) -> np.ndarray:
     unknown = [t for t in tokens if t not in self.index]
     if unknown:
-      raise ValueError(f'tokens not in the vocabulary: {unknown[:5]}; vocabulary: {self.tokens[:20]}')
+      raise InputError(f'tokens not in the vocabulary: {unknown[:5]}; vocabulary: {self.tokens[:20]}')
     return np.asarray([self.index[t] for t in tokens], np.int32)
 
   def decode(self, ids: Sequence[int]) -> list[str]:
@@ -135,7 +137,7 @@ class FixedSetTask(Task):
 
   def split_size(self, split: str) -> int:
     if split not in self.data.inputs:
-      raise ValueError(f'split must be one of {list(self.data.inputs)}, got {split!r}')
+      raise InputError(f'split must be one of {list(self.data.inputs)}, got {split!r}')
     return len(self.data.inputs[split])
 
   def batch(self, split, step, batch_size, seed):
@@ -166,4 +168,4 @@ class FixedSetTask(Task):
 
 def check_split(split: str) -> None:
   if split not in SPLITS:
-    raise ValueError(f'split must be one of {list(SPLITS)}, got {split!r}')
+    raise InputError(f'split must be one of {list(SPLITS)}, got {split!r}')

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from symjax.system.errors import InputError
 from symjax.tasks import base
 
 NUM_NUMERALS = 625
@@ -64,7 +65,7 @@ def arity(k: int) -> int:
 def glyph(n: int) -> np.ndarray:
   """The 25×25 grid of numeral n: its first n cells, row-major, filled."""
   if not 0 <= n < NUM_NUMERALS:
-    raise ValueError(f'numerals are 0..624, got {n}')
+    raise InputError(f'numerals are 0..624, got {n}')
   return (np.arange(NUM_NUMERALS) < n).reshape(25, 25)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from symjax.system.errors import InputError
 from symjax.tasks import base
 
 NO_EDGE = -1
@@ -63,11 +64,11 @@ class GraphDistanceTask(base.FixedSetTask):
   def __init__(self, data_seed: int = 0, num_nodes: int = 12, mean_degree: float = 2.0, max_distance: int = 4,
                num_graphs: int = 20_000):
     if num_nodes < 2:
-      raise ValueError(f'graph num_nodes must be >= 2, got {num_nodes}')
+      raise InputError(f'graph num_nodes must be >= 2, got {num_nodes}')
     if not 0 < mean_degree <= num_nodes - 1:
-      raise ValueError(f'graph mean_degree must be in (0, num_nodes - 1 = {num_nodes - 1}], got {mean_degree}')
+      raise InputError(f'graph mean_degree must be in (0, num_nodes - 1 = {num_nodes - 1}], got {mean_degree}')
     if max_distance < 1:
-      raise ValueError(f'graph max_distance must be >= 1, got {max_distance}')
+      raise InputError(f'graph max_distance must be >= 1, got {max_distance}')
     self.name = 'graph_distance'
     self.causal = False
     self.seq_len = num_nodes

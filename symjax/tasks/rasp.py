@@ -11,9 +11,10 @@ right-padded with ``<pad>`` to max_len and PAD inputs are never attended to.
 | sort        | 0..4              | 1..max_len-2      | PAD, sorted(x), PAD                            | bidirectional |
 | hist        | 0..5              | 1..max_len-1      | PAD, count of x_i in x                         | bidirectional |
 | double_hist | 0..5              | 1..max_len-1      | PAD, #distinct symbols with count = count(x_i) | bidirectional |
-| most_freq   | 0..5              | 1..max_len-1      | PAD, distinct symbols by (−count, first index), then <s> | bidirectional |
+| most_freq   | 0..5              | 1..max_len-1      | PAD, distinct symbols by (−count, first), <s>  | bidirectional |
 | dyck1/dyck2 | ( ) / ( ) { }     | max_len-1         | PAD, P / T / F per prefix                      | causal        |
 
+most_freq orders the distinct symbols by decreasing count, ties by first index, then ends with <s>.
 Counts are tagged with their own tokens ``#1``, ``#2``, ... so that a count is never read as a symbol.
 Splits: 20,000 distinct sequences, 10% test, 10% of the rest validation (16,200 / 1,800 / 2,000). reverse
 and sort have only 5 + 5² + ... + 5⁶ = 19,530 distinct inputs at this setting; they use all of them
@@ -27,6 +28,7 @@ import itertools
 
 import numpy as np
 
+from symjax.system.errors import InputError
 from symjax.tasks import base
 
 TASKS = ('reverse', 'sort', 'hist', 'double_hist', 'most_freq', 'dyck1', 'dyck2')
@@ -70,7 +72,7 @@ def tags(task: str, x: list[str]) -> list[str]:
     return order + [base.BOS] * (len(x) - len(order))
   if task.startswith('dyck'):
     return dyck_tags(x, BRACKETS[task])
-  raise ValueError(f'unknown RASP task {task!r}; known: {list(TASKS)}')
+  raise InputError(f'unknown RASP task {task!r}; known: {list(TASKS)}')
 
 
 def reverse_source_positions(inputs: np.ndarray, v: base.Vocab) -> np.ndarray:
@@ -177,7 +179,7 @@ class RaspTask(base.FixedSetTask):
   def __init__(self, name: str, data_seed: int = 0, max_len: int | None = None, vocab_size: int = 8,
                num_sequences: int = NUM_SEQUENCES):
     if name not in TASKS:
-      raise ValueError(f'config.task must name a RASP task {list(TASKS)}, got {name!r}')
+      raise InputError(f'config.task must name a RASP task {list(TASKS)}, got {name!r}')
     self.name = name
     self.causal = name.startswith('dyck')
     self.seq_len = max_len or (16 if self.causal else 8)

@@ -5,7 +5,7 @@ last 10%, the first half is for validation (model selection, tuning) and the sec
 test text is never read while choosing a model. Training batches are random windows drawn from
 (seed, step); evaluation reads a fixed set of windows.
 
-Corpora larger than memory: ``python -m symjax.tokenize --text_path=corpus.txt --out=corpus_tokens``
+Corpora larger than memory: ``python -m symjax.cli.tokenize --text_path=corpus.txt --out=corpus_tokens``
 tokenizes the file once, streaming it, into ``tokens.bin`` (a flat uint16/uint32 array) with its
 ``vocab.json`` and ``meta.json`` beside it; ``--config.token_path=corpus_tokens`` then reads that array
 through ``numpy.memmap``, so a batch touches only the pages of its own windows. The vocabulary, the token
@@ -21,7 +21,8 @@ import os
 
 import numpy as np
 
-from symjax import files
+from symjax.system import files
+from symjax.system.errors import InputError
 from symjax.tasks import base
 
 
@@ -41,7 +42,7 @@ class CharTokenizer:
   def encode(self, text: str) -> np.ndarray:
     missing = sorted(set(text) - set(self.vocab.index))
     if missing:
-      raise ValueError(f'characters not in the vocabulary: {missing[:10]}')
+      raise InputError(f'characters not in the vocabulary: {missing[:10]}')
     return np.fromiter((self.vocab.index[c] for c in text), np.int32, len(text))
 
   def decode(self, ids) -> str:
@@ -73,7 +74,7 @@ class BPETokenizer:
   @classmethod
   def train_from_chunks(cls, chunks, vocab_size: int) -> BPETokenizer:
     if vocab_size < BPE_MIN_VOCAB:
-      raise ValueError(f'bpe_vocab_size must be >= {BPE_MIN_VOCAB} (a byte-level BPE vocabulary starts from '
+      raise InputError(f'bpe_vocab_size must be >= {BPE_MIN_VOCAB} (a byte-level BPE vocabulary starts from '
                        f'the {BPE_MIN_VOCAB} bytes), got {vocab_size}')
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
@@ -103,7 +104,7 @@ def tokenizer_from_json(d: dict):
   if d.get('type') == 'bpe':
     from tokenizers import Tokenizer
     return BPETokenizer(Tokenizer.from_str(d['tokenizer']))
-  raise ValueError(f"unknown tokenizer type {d.get('type')!r} in vocabulary file; known: {list(TOKENIZERS)}")
+  raise InputError(f"unknown tokenizer type {d.get('type')!r} in vocabulary file; known: {list(TOKENIZERS)}")
 
 
 TOKEN_FILE, TOKEN_META, TOKEN_VOCAB = 'tokens.bin', 'meta.json', 'vocab.json'
@@ -172,7 +173,7 @@ def _text_chunks(path: str, chunk_chars: int):
         try:
           block = f.read(chunk_chars)
         except UnicodeDecodeError as e:
-          raise ValueError(f'config.text_path {path!r} is not UTF-8 text: {e}') from None
+          raise InputError(f'config.text_path {path!r} is not UTF-8 text: {e}') from None
         if not block:
           return
         yield block
@@ -192,9 +193,9 @@ def write_token_file(text_path: str, out_dir: str, tokenizer: str = 'char', bpe_
   on the whole file as a stream of chunks. Returns the metadata written to meta.json.
   """
   if tokenizer not in TOKENIZERS:
-    raise ValueError(f'tokenizer must be one of {list(TOKENIZERS)}, got {tokenizer!r}')
+    raise InputError(f'tokenizer must be one of {list(TOKENIZERS)}, got {tokenizer!r}')
   if os.path.exists(os.path.join(out_dir, TOKEN_FILE)):
-    raise ValueError(f'{out_dir!r} already holds a token file; choose a new folder (nothing was overwritten)')
+    raise InputError(f'{out_dir!r} already holds a token file; choose a new folder (nothing was overwritten)')
   if tokenizer == 'char':
     chars = set()
     for chunk in _text_chunks(text_path, chunk_chars):
@@ -203,7 +204,7 @@ def write_token_file(text_path: str, out_dir: str, tokenizer: str = 'char', bpe_
   else:
     tok = BPETokenizer.train_from_chunks(_text_chunks(text_path, chunk_chars), bpe_vocab_size)
   if not len(tok.vocab):
-    raise ValueError(f'config.text_path {text_path!r} is empty')
+    raise InputError(f'config.text_path {text_path!r} is empty')
   dtype = np.uint16 if len(tok.vocab) <= np.iinfo(np.uint16).max + 1 else np.uint32
   os.makedirs(out_dir, exist_ok=True)
   partial = os.path.join(out_dir, TOKEN_FILE + '.partial')
@@ -230,8 +231,8 @@ def open_token_file(token_path: str):
   names = [os.path.join(token_path, n) for n in (TOKEN_FILE, TOKEN_META, TOKEN_VOCAB)]
   missing = [os.path.basename(n) for n in names if not os.path.isfile(n)]
   if missing:
-    raise ValueError(f'config.token_path {token_path!r} lacks {missing}: write it with '
-                     f'`python -m symjax.tokenize --text_path=... --out={token_path}`')
+    raise InputError(f'config.token_path {token_path!r} lacks {missing}: write it with '
+                     f'`python -m symjax.cli.tokenize --text_path=... --out={token_path}`')
   try:
     with open(names[1]) as f:
       meta = json.load(f)
@@ -239,21 +240,21 @@ def open_token_file(token_path: str):
       tok = tokenizer_from_json(json.load(f))
     dtype, count = np.dtype(meta['dtype']), int(meta['count'])
   except (ValueError, KeyError, TypeError) as e:
-    raise ValueError(f'config.token_path {token_path!r}: unreadable meta.json or vocab.json ({e})') from None
+    raise InputError(f'config.token_path {token_path!r}: unreadable meta.json or vocab.json ({e})') from None
   size = os.path.getsize(names[0])
   if size != count * dtype.itemsize:
-    raise ValueError(f'config.token_path {token_path!r}: tokens.bin has {size} bytes, meta.json says '
+    raise InputError(f'config.token_path {token_path!r}: tokens.bin has {size} bytes, meta.json says '
                      f'{count} tokens of {dtype.name} ({count * dtype.itemsize} bytes); rewrite the folder')
   if count == 0:
-    raise ValueError(f'config.token_path {token_path!r} holds no tokens')
+    raise InputError(f'config.token_path {token_path!r} holds no tokens')
   return tok, np.memmap(names[0], dtype=dtype, mode='r', shape=(count,))
 
 
 def check_corpus_path(path: str) -> None:
   if not path:
-    raise ValueError("config.text_path is empty: task 'text' needs the path of a UTF-8 text file")
+    raise InputError("config.text_path is empty: task 'text' needs the path of a UTF-8 text file")
   if not os.path.isfile(path):
-    raise ValueError(f'config.text_path {path!r} does not exist or is not a file')
+    raise InputError(f'config.text_path {path!r} does not exist or is not a file')
 
 
 def read_corpus(path: str) -> str:
@@ -262,7 +263,7 @@ def read_corpus(path: str) -> str:
     with open(path, encoding='utf-8') as f:
       return f.read()
   except UnicodeDecodeError as e:
-    raise ValueError(f'config.text_path {path!r} is not UTF-8 text: {e}') from None
+    raise InputError(f'config.text_path {path!r} is not UTF-8 text: {e}') from None
 
 
 class Windows:
@@ -308,19 +309,19 @@ class TextTask(base.Task):
     """``vocab_file``: a saved vocabulary (JSON) to reuse instead of training one on the corpus.
     ``token_path``: a folder of ``write_token_file``, read memory-mapped instead of ``path``."""
     if tokenizer not in TOKENIZERS:
-      raise ValueError(f'config.tokenizer must be one of {list(TOKENIZERS)}, got {tokenizer!r}')
+      raise InputError(f'config.tokenizer must be one of {list(TOKENIZERS)}, got {tokenizer!r}')
     if token_path:
       self.tokenizer, ids = open_token_file(token_path)
       if vocab_file and os.path.exists(vocab_file):
         saved = files.read_json(vocab_file)
         if saved != self.tokenizer.to_json():
-          raise ValueError(f'config.token_path {token_path!r} has another vocabulary than the one this '
+          raise InputError(f'config.token_path {token_path!r} has another vocabulary than the one this '
                            f'work directory was trained with ({vocab_file})')
       path = token_path
     else:
       text = read_corpus(path)
       if not text.strip():
-        raise ValueError(f'config.text_path {path!r} is empty')
+        raise InputError(f'config.text_path {path!r} is empty')
       if vocab_file and os.path.exists(vocab_file):
         self.tokenizer = tokenizer_from_json(files.read_json(vocab_file))
       else:
@@ -336,7 +337,7 @@ class TextTask(base.Task):
     self.streams = {'train': ids[:cut], 'validation': ids[cut:held_out], 'test': ids[held_out:]}
     for split in base.SPLITS:
       if len(self.streams[split]) < seq_len + 2:
-        raise ValueError(
+        raise InputError(
             f'config.text_path {path!r} is too short: its {split} part has {len(self.streams[split])} '
             f'tokens, fewer than seq_len + 2 = {seq_len + 2}; use a longer text or a smaller seq_len')
     self.eval_windows = eval_windows

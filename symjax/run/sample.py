@@ -1,6 +1,6 @@
 """Sampling from a trained language model: greedy, temperature, top-k and top-p (nucleus) decoding.
 
-  python -m symjax.sample --workdir=runs/... --prompt="ROMEO:" --num_tokens=200 --mode=top_p --top_p=0.9
+  python -m symjax.cli.sample --workdir=runs/... --prompt="ROMEO:" --num_tokens=200 --mode=top_p --top_p=0.9
 
 The whole generation is one jit-compiled loop over a fixed-size buffer. Prompts may be longer than the
 training context (ALiBi extrapolates) up to ``model.max_len``.
@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
 
 from symjax import model as model_lib
+from symjax.system.errors import InputError
 from symjax.tasks import fol
 
 MODES = ('greedy', 'temperature', 'top_k', 'top_p')
@@ -59,26 +58,26 @@ def generate(model, params, prompt_ids, num_tokens: int, *, mode: str = 'greedy'
              top_k: int = 40, top_p: float = 0.9, seed: int = 0) -> np.ndarray:
   """Returns the prompt followed by ``num_tokens`` generated token ids."""
   if mode not in MODES:
-    raise ValueError(f'mode must be one of {list(MODES)}, got {mode!r}')
+    raise InputError(f'mode must be one of {list(MODES)}, got {mode!r}')
   prompt_ids = np.asarray(prompt_ids, np.int32)
   max_len = model.config.max_len
   vocab_size = model.config.vocab_size
   if len(prompt_ids) == 0:
-    raise ValueError('the prompt is empty: give at least one token')
+    raise InputError('the prompt is empty: give at least one token')
   model_lib.check_token_ids(prompt_ids, vocab_size, 'prompt token ids')
   if num_tokens < 1:
-    raise ValueError(f'num_tokens must be >= 1, got {num_tokens}')
+    raise InputError(f'num_tokens must be >= 1, got {num_tokens}')
   total = len(prompt_ids) + num_tokens
   if total > max_len:
-    raise ValueError(f'prompt of {len(prompt_ids)} tokens plus {num_tokens} new tokens = {total} exceeds '
+    raise InputError(f'prompt of {len(prompt_ids)} tokens plus {num_tokens} new tokens = {total} exceeds '
                      f'model.max_len = {max_len}, the longest sequence this model accepts')
   if not (math.isfinite(temperature) and temperature > 0):
-    raise ValueError(f'temperature must be a finite number > 0, got {temperature} (use mode=greedy for '
+    raise InputError(f'temperature must be a finite number > 0, got {temperature} (use mode=greedy for '
                      f'argmax decoding)')
   if mode == 'top_k' and not 1 <= top_k <= vocab_size:
-    raise ValueError(f'top_k must be in [1, {vocab_size}], got {top_k}')
+    raise InputError(f'top_k must be in [1, {vocab_size}], got {top_k}')
   if mode == 'top_p' and not 0 < top_p <= 1:
-    raise ValueError(f'top_p must be in (0, 1], got {top_p}')
+    raise InputError(f'top_p must be in (0, 1], got {top_p}')
   buffer = jnp.zeros((total,), jnp.int32).at[:len(prompt_ids)].set(prompt_ids)
   out = _generate(model, params, buffer, len(prompt_ids), jax.random.key(seed), total_len=total, mode=mode,
                   temperature=temperature, top_k=top_k, top_p=top_p)
@@ -88,23 +87,10 @@ def generate(model, params, prompt_ids, num_tokens: int, *, mode: str = 'greedy'
 def sample_text(loaded, prompt: str, num_tokens: int, **kw) -> str:
   """Decodes ``generate`` on a loaded run (see ``symjax.load``); returns prompt + continuation."""
   if not loaded.language_model:
-    raise ValueError(f'task {loaded.task!r} is a tagging task, not a language model: its targets are tags, '
+    raise InputError(f'task {loaded.task!r} is a tagging task, not a language model: its targets are tags, '
                      f'so sampling continuations is meaningless; sample from a run of task "text"')
   ids = loaded.tokenizer.encode(prompt)
   return loaded.tokenizer.decode(generate(loaded.model, loaded.params, ids, num_tokens, **kw))
-
-
-def define_flags() -> None:
-  """The CLI's flags, defined only when this module runs as a program (importing it defines none)."""
-  flags.DEFINE_string('workdir', None, 'Work directory of a trained run.')
-  flags.DEFINE_string('prompt', '\n', 'Text to continue.')
-  flags.DEFINE_integer('num_tokens', 200, 'Tokens to generate.')
-  flags.DEFINE_enum('mode', 'top_p', MODES, 'Decoding mode.')
-  flags.DEFINE_float('temperature', 1.0, 'Softmax temperature (not for greedy).')
-  flags.DEFINE_integer('top_k', 40, 'mode=top_k: sample among the k most likely tokens.')
-  flags.DEFINE_float('top_p', 0.9, 'mode=top_p: sample from the smallest set with this mass.')
-  flags.DEFINE_integer('seed', 0, 'Random seed.')
-  flags.DEFINE_string('checkpoint', 'best', "Which checkpoint to load: 'best', 'latest' or a step number.")
 
 
 def fol_validity(model, params, num_samples: int = 100, temperature: float = 1.0, seed: int = 0
@@ -123,25 +109,3 @@ def fol_validity(model, params, num_samples: int = 100, temperature: float = 1.0
       ended += 1
       valid += fol.is_valid(v.decode(ids[:ids.index(eos)]))
   return {'valid': valid / num_samples, 'ended': ended / num_samples}
-
-
-def main(argv):
-  del argv
-  from symjax.rundir import checkpoint_choice, load
-  f = flags.FLAGS
-  if not flags.FLAGS['verbosity'].present:  # Orbax logs every save at INFO; --verbosity=0 shows it
-    logging.set_verbosity(logging.WARNING)
-  if not f.workdir:
-    raise app.UsageError('--workdir is required')
-  try:
-    loaded = load(f.workdir, checkpoint_choice(f.checkpoint, '--checkpoint'))
-    print(sample_text(loaded, f.prompt, f.num_tokens, mode=f.mode, temperature=f.temperature,
-                      top_k=f.top_k, top_p=f.top_p, seed=f.seed))
-  except (ValueError, FileNotFoundError, RuntimeError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
-
-
-if __name__ == '__main__':
-  define_flags()
-  app.run(main)

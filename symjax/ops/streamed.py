@@ -291,8 +291,7 @@ def argmax_and_rank(h: Array, table: Array, targets: Array, chunk: int = 4096,
 # Mesh-aware entry points. Under `jax.set_mesh` with a 'vocab' axis of size > 1, the table is split along
 # it and each function runs under `jax.shard_map`; the batch (leading) axis is split along 'data'.
 # ----------------------------------------------------------------------------------------------------------
-from symjax.metrics import logit_stats  # noqa: E402
-from symjax.mesh import DATA_AXIS, VOCAB_AXIS  # noqa: E402  (re-exported: the entry points' axes)
+from symjax.system.mesh import DATA_AXIS, VOCAB_AXIS  # noqa: E402  (re-exported: the entry points' axes)
 
 
 def _vocab_mesh():
@@ -302,7 +301,7 @@ def _vocab_mesh():
   return mesh
 
 
-def _sharded(fn, n_batch_args: int, n_out: int):
+def sharded(fn, n_batch_args: int, n_out: int):
   """``fn(*batch_args, table, axis_name)`` run per vocabulary shard when a vocab mesh is active."""
   mesh = _vocab_mesh()
   if mesh is None:
@@ -316,63 +315,4 @@ def _sharded(fn, n_batch_args: int, n_out: int):
 
 def vocab_mix(q: Array, table: Array, chunk: int, num_valid: int | None = None) -> Array:
   """softmax(q_h E_hᵀ) E_h, q ``[tokens, heads, head_dim]``, table ``[vocab, heads, head_dim]``."""
-  return _sharded(lambda q, t, axis: softmax_mix(q, t, chunk, axis, num_valid), 1, 1)(q, table)
-
-
-def readout_stats(h: Array, table: Array, targets: Array, chunk: int, num_valid: int | None = None
-                  ) -> tuple[Array, Array, Array, Array]:
-  """Cross-entropy of ``targets`` under logits h Eᵀ, the argmax, and how many logits are above and equal
-  to the target's; each ``[tokens]``.
-
-  h ``[tokens, d]``, table ``[vocab, d]``, targets ``[tokens]`` int. Differentiable in h and the table
-  through the loss only.
-  """
-  def local(h, targets, t, axis):
-    lse = logsumexp(h, t, chunk, axis, num_valid)
-    row = targets - _row_offset(t, axis)
-    inside = (row >= 0) & (row < t.shape[0])
-    target_logit = jnp.where(inside, jnp.einsum('nd,nd->n', h, t[jnp.clip(row, 0, t.shape[0] - 1)],
-                                                preferred_element_type=jnp.float32), 0.0)
-    if axis is not None:
-      target_logit = jax.lax.psum(target_logit, axis)
-    prediction, above, tied = argmax_and_rank(jax.lax.stop_gradient(h), jax.lax.stop_gradient(t), targets,
-                                              chunk, axis, num_valid)
-    return lse - target_logit, prediction, above, tied
-
-  return _sharded(local, 2, 4)(h, targets, table)
-
-
-@jax.custom_vjp
-def readout_logits(h: Array, table: Array) -> Array:
-  """h Eᵀ ``[tokens, vocab]`` in float32 from h ``[tokens, d]`` and E ``[vocab, d]`` of the compute dtype.
-
-  The backward pass rounds the logits' cotangent to the compute dtype before its two products, as every
-  other product of a bfloat16 backward pass does; without it a float32 cotangent against bfloat16 operands
-  promotes the step's two largest products to float32. For float32 operands this is exactly autodiff's
-  gradient.
-  """
-  return jnp.einsum('nd,vd->nv', h, table, preferred_element_type=jnp.float32)
-
-
-def _readout_logits_fwd(h, table):
-  return readout_logits(h, table), (h, table)
-
-
-def _readout_logits_bwd(res, g):
-  h, table = res
-  g = g.astype(h.dtype)
-  dh = jnp.einsum('nv,vd->nd', g, table, preferred_element_type=jnp.float32).astype(h.dtype)
-  dtable = jnp.einsum('nv,nd->vd', g, h, preferred_element_type=jnp.float32).astype(table.dtype)
-  return dh, dtable
-
-
-readout_logits.defvjp(_readout_logits_fwd, _readout_logits_bwd)
-
-
-def direct_readout_stats(h: Array, table: Array, targets: Array, num_valid: int | None = None
-                         ) -> tuple[Array, Array, Array, Array]:
-  """The same as ``readout_stats`` through the full ``[tokens, vocab]`` logits."""
-  logits = readout_logits(h, table)
-  if num_valid is not None and num_valid < table.shape[0]:
-    logits = jnp.where(jnp.arange(table.shape[0]) < num_valid, logits, NEG_INF)
-  return logit_stats(logits, targets)
+  return sharded(lambda q, t, axis: softmax_mix(q, t, chunk, axis, num_valid), 1, 1)(q, table)

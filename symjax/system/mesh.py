@@ -11,6 +11,8 @@ import jax
 import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec
 
+from symjax.system.errors import InputError
+
 # Mesh axes: the batch is split along DATA_AXIS; the vocabulary (embedding rows, projection tables) along
 # VOCAB_AXIS.
 DATA_AXIS = 'data'
@@ -25,11 +27,10 @@ LOGICAL_AXES = (VOCAB, EMBED, HEADS, HEAD_DIM, MLP)
 DEFAULT_RULES = ((VOCAB, VOCAB_AXIS), (EMBED, None))
 
 
-def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
-  """Joins a multi-process run: from ``config.distributed`` when its address is set; by JAX's cluster
+def maybe_initialize_distributed(d: ml_collections.ConfigDict) -> None:
+  """Joins a multi-process run: from ``d`` (``config.distributed``) when its address is set; by JAX's cluster
   auto-detection (Cloud TPU, SLURM, JAX_COORDINATOR_ADDRESS) when only ``num_processes > 1`` or that
   variable is set; otherwise a single-process run."""
-  d = config.distributed
   if jax.distributed.is_initialized():
     return
   if d.cpu_collectives:
@@ -40,24 +41,24 @@ def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
     try:
       jax.distributed.initialize()
     except ValueError as e:  # JAX found no cluster to join (no SLURM, Cloud TPU or JAX_COORDINATOR_ADDRESS)
-      raise ValueError(f'config.distributed.num_processes = {d.num_processes} but no coordinator was given or '
+      raise InputError(f'config.distributed.num_processes = {d.num_processes} but no coordinator was given or '
                        f'detected: set config.distributed.coordinator_address (host:port of process 0) and '
                        f'config.distributed.process_id, or run where JAX detects the cluster (SLURM, Cloud '
                        f'TPU, JAX_COORDINATOR_ADDRESS); JAX: {e}') from None
 
 
-def make_mesh(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
-  """A ('data', 'vocab') mesh over every device; ``config.mesh.data = -1`` takes what 'vocab' leaves."""
+def make_mesh(data: int, vocab: int, batch_size: int) -> jax.sharding.Mesh:
+  """A ('data', 'vocab') mesh over every device (``config.mesh.data``, ``config.mesh.vocab``); ``data = -1``
+  takes what 'vocab' leaves. ``batch_size`` must split evenly along 'data'."""
   n = jax.device_count()
-  vocab = config.mesh.vocab
   if vocab < 1 or n % vocab:
-    raise ValueError(f'config.mesh.vocab = {vocab} must be >= 1 and divide the {n} devices')
-  data = n // vocab if config.mesh.data == -1 else config.mesh.data
+    raise InputError(f'config.mesh.vocab = {vocab} must be >= 1 and divide the {n} devices')
+  data = n // vocab if data == -1 else data
   if data * vocab != n:
-    raise ValueError(f'config.mesh.data × config.mesh.vocab = {data} × {vocab} must equal the {n} devices '
+    raise InputError(f'config.mesh.data × config.mesh.vocab = {data} × {vocab} must equal the {n} devices '
                      f'(set config.mesh.data = -1 to use all that config.mesh.vocab leaves)')
-  if config.batch_size % data:
-    raise ValueError(f'config.batch_size = {config.batch_size} must be a multiple of the data axis ({data})')
+  if batch_size % data:
+    raise InputError(f'config.batch_size = {batch_size} must be a multiple of the data axis ({data})')
   # Auto axes: the compiler propagates shardings; only the vocabulary softmaxes are written per shard.
   return jax.make_mesh((data, vocab), (DATA_AXIS, VOCAB_AXIS),
                        axis_types=(jax.sharding.AxisType.Auto,) * 2)

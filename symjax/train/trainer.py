@@ -24,12 +24,18 @@ import optax
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from symjax import config_lib, distill, files, host, rundir, streamed, tasks
-from symjax import mesh as mesh_lib
-from symjax import metrics as metrics_lib
 from symjax import model as model_lib
+from symjax import tasks
 from symjax.model import ModelConfig, Transformer
-from symjax.optim import TrainState, init_state, learning_rate_schedule, make_optimizer
+from symjax.ops import readout
+from symjax.run import workdir as rundir
+from symjax.system import files, host
+from symjax.system import mesh as mesh_lib
+from symjax.system.errors import InputError
+from symjax.train import config as config_lib
+from symjax.train import distill
+from symjax.train import metrics as metrics_lib
+from symjax.train.optim import TrainState, init_state, learning_rate_schedule, make_optimizer
 
 
 class TrainingDiverged(RuntimeError):
@@ -50,14 +56,14 @@ def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[
 def hidden_stats(model: Transformer, h, table, batch, config) -> tuple[jax.Array, ...]:
   """``token_stats`` from the final hidden state h ``[batch, time, d_model]`` and the readout table."""
   flat_h, flat_targets = h.reshape(-1, h.shape[-1]), batch['targets'].reshape(-1)
-  # The readout runs in the compute dtype, as the model's own logits do (``model._readout``): a float32
+  # The readout runs in the compute dtype, as every readout does (``readout.logits``): a float32
   # table against a bfloat16 h would otherwise promote the largest product of the step to float32.
   table = table.astype(h.dtype)
   num_valid = model.config.num_valid_rows
   if config.readout == 'streamed':
-    stats = streamed.readout_stats(flat_h, table, flat_targets, model.config.vocab_chunk_size, num_valid)
+    stats = readout.readout_stats(flat_h, table, flat_targets, model.config.vocab_chunk_size, num_valid)
   else:
-    stats = streamed.direct_readout_stats(flat_h, table, flat_targets, num_valid)
+    stats = readout.direct_readout_stats(flat_h, table, flat_targets, num_valid)
   return tuple(x.reshape(batch['targets'].shape) for x in stats)
 
 
@@ -83,7 +89,7 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
   seeds): ``train_step(state, batch, rng)`` with the run's key ``rng``, ``eval_step(params, batch)``.
 
   ``objective(ce, logits, intermediates, batch) -> (loss, metrics)``, when given, replaces the mean
-  cross-entropy as the loss minimised (distillation, ``symjax.distill.make_objective``); the logged
+  cross-entropy as the loss minimised (distillation, ``symjax.train.distill.make_objective``); the logged
   ``loss`` stays the cross-entropy and its metrics are logged beside it."""
 
   def loss_fn(params, batch, dropout_key):
@@ -98,8 +104,8 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
     ce = sums['loss'] / jnp.maximum(sums['weight'], 1.0)
     if objective is None:
       return ce, (ce, sums, {})
-    logits = jnp.einsum('btd,vd->btv', h, table.astype(h.dtype), preferred_element_type=jnp.float32)
-    total, extra = objective(ce, logits[..., :model.config.vocab_size], state['intermediates'], batch)
+    logits = readout.logits(h, table)[..., :model.config.vocab_size]
+    total, extra = objective(ce, logits, state['intermediates'], batch)
     return total, (ce, sums, {'objective': total, **extra})
 
   def train_step(state: TrainState, batch, rng):
@@ -154,10 +160,10 @@ def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int, 
 def check_task_fits(task: tasks.Task, model_config: ModelConfig) -> None:
   """Raises ValueError when the model cannot read the task's batches (too long, or no graph to read)."""
   if model_config.relational and not task.has_edges:
-    raise ValueError(f"config.model.relational = True needs a graph task whose batches carry edges (task "
+    raise InputError(f"config.model.relational = True needs a graph task whose batches carry edges (task "
                      f"'graph_distance'); task {task.name!r} has none")
   if task.seq_len > model_config.max_len:
-    raise ValueError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
+    raise InputError(f'task {task.name!r} has sequences of {task.seq_len} tokens but model.max_len is '
                      f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
 
 
@@ -167,6 +173,40 @@ def task_init(state: TrainState, task: tasks.Task, model_config: ModelConfig, sh
   if jax.eval_shape(change, state.params) is None:
     return state
   return jax.jit(lambda s: s.replace(params=change(s.params)), out_shardings=shardings, donate_argnums=0)(state)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """What a run needs before its state: the task, the model's typed config, the teacher (or None), the
+  model, its optimiser and learning-rate schedule."""
+
+  task: tasks.Task
+  model_config: ModelConfig
+  teacher: Any
+  model: nn.Module
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+
+
+def setup(config: ml_collections.ConfigDict, runs: list[tuple[str, ml_collections.ConfigDict]],
+          vocab_shards: int = 1) -> Setup:
+  """The steps every trainer takes before its state, for one work directory or several (the seeds of
+  ``symjax.train.seeds``, each with its own config): the task, the typed model config built once from the
+  ConfigDict, every folder checked against them before any is written, the teacher, the model and its
+  optimiser. ``config`` must be validated already."""
+  for workdir, _ in runs:
+    os.makedirs(workdir, exist_ok=True)
+  task = tasks.get_task(config, runs[0][0])
+  model_config = config_lib.model_config(config, len(task.vocab), task.causal, vocab_shards=vocab_shards)
+  check_task_fits(task, model_config)
+  for workdir, run_config in runs:
+    rundir.check_same_model(workdir, model_config)
+    rundir.check_same_data(workdir, task)
+    rundir.check_same_training(workdir, run_config)
+    distill.check_same_distillation(workdir, run_config)
+  teacher = distill.load_teacher(config, task, model_config, runs[0][0]) if config_lib.distills(config) else None
+  return Setup(task, model_config, teacher, model_lib.build(model_config), make_optimizer(config),
+               learning_rate_schedule(config))
 
 
 def use_compilation_cache(config: ml_collections.ConfigDict) -> None:
@@ -205,39 +245,28 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   host.set_defaults()
   config_lib.validate(config)
   use_compilation_cache(config)
-  mesh_lib.maybe_initialize_distributed(config)
-  mesh = mesh_lib.make_mesh(config)
+  mesh_lib.maybe_initialize_distributed(config.distributed)
+  mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.vocab, config.batch_size)
   rules = tuple(tuple(r) for r in config.sharding_rules)
-  os.makedirs(workdir, exist_ok=True)
   lead = jax.process_index() == 0
 
-  # --- Data. Every process builds the same global batches and keeps its devices' rows.
-  task = tasks.get_task(config, workdir)
-  model_config = config_lib.model_config(config, len(task.vocab), task.causal,
-                                         vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
-  check_task_fits(task, model_config)
-  rundir.check_same_model(workdir, model_config)
-  rundir.check_same_data(workdir, task)
-  rundir.check_same_training(workdir, config)
-  distill.check_same_distillation(workdir, config)
-  teacher = distill.load_teacher(config, task, model_config, workdir) if distill.active(config) else None
+  # --- Data, model and optimizer. Every process builds the same global batches and keeps its devices' rows.
+  s = setup(config, [(workdir, config)], vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
+  task, model_config, teacher, model, tx, schedule = s.task, s.model_config, s.teacher, s.model, s.tx, s.schedule
   put = mesh_lib.batch_putter(mesh)
 
   with jax.set_mesh(mesh):
-    # --- Model, optimizer, state shapes and shardings, compiled steps.
-    model = model_lib.build(model_config)
-    tx = make_optimizer(config)
-    schedule = learning_rate_schedule(config)
+    # --- State shapes and shardings, compiled steps.
     rng = jax.random.key(config.seed)
     objective = None
-    if teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.distill)
+    if teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.train.distill)
       objective = distill.make_objective(model_config, distill.teacher_on(mesh, teacher), config)
     run = compile_run(model, tx, config, rng, mesh, rules, task.seq_len, objective)
     num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
 
     # --- Checkpoints: resume from the latest valid one.
     had_checkpoints = bool(rundir.checkpoint_steps(workdir))
-    manager = rundir.checkpoint_manager(workdir, config)
+    manager = rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
     state = rundir.restore_first_valid(
         lambda step: manager.restore(step, args=ocp.args.StandardRestore(run.abstract_state)),
         sorted(manager.all_steps(), reverse=True), workdir)
@@ -292,7 +321,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         if step % config.eval_every_steps == 0 or step == config.total_steps:
           if not bool(all_finite(state.params)):
             raise TrainingDiverged(f'non-finite parameters at step {step}')
-          validation = metrics_lib.evaluate(eval_step, state.params, task, 'validation', config, put)
+          validation = metrics_lib.evaluate(eval_step, state.params, metrics_lib.split_batches(
+              task, 'validation', config.batch_size, config.data_seed), config.top_ks, put)
           writer.write(step, 'validation', validation)
           if not run_files_written:  # the folder now holds checkpoints this config trained
             rundir.save_run_files(workdir, config, task, model_config, start_step)
@@ -305,9 +335,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             if lead:
               say(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
             break
-    except TrainingDiverged:
+    except BaseException:  # a divergence, an interrupt or a bug: finish what was being saved, then fail
       manager.wait_until_finished()
       writer.close()
+      manager.close()
       raise
     finally:
       if bar is not None:
@@ -315,25 +346,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     manager.wait_until_finished()
 
     # --- Final evaluation of the final parameters.
-    final = {'train': evaluate_train_sample(eval_step, state.params, task, config, put),
-             'validation': validation or metrics_lib.evaluate(eval_step, state.params, task, 'validation', config, put),
-             **{split: metrics_lib.evaluate(eval_step, state.params, task, split, config, put)
-                for split in ('test', *task.eval_splits)}}
+    score = lambda split: metrics_lib.evaluate(eval_step, state.params, metrics_lib.split_batches(
+        task, split, config.batch_size, config.data_seed), config.top_ks, put)
+    final = {'train': score('train'), 'validation': validation or score('validation'),
+             **{split: score(split) for split in ('test', *task.eval_splits)}}
     writer.write(step, 'test', final['test'])
     writer.close()
     if lead:
       metrics_lib.print_table(f'final metrics at step {step}', final)
-      with open(os.path.join(workdir, rundir.FINAL_FILE), 'w') as f:
-        json.dump({'step': step, **final}, f, indent=1)
+      files.write_atomically(os.path.join(workdir, rundir.FINAL_FILE), json.dumps({'step': step, **final}, indent=1))
     manager.close()
   return final
-
-
-def evaluate_train_sample(eval_step, params, task, config, put) -> dict[str, float]:
-  """Metrics on a few training batches (the same ones every time), to compare with validation."""
-  sums: dict[str, float] = {}
-  for i in range(4):
-    device_sums = eval_step(params, put(task.batch('train', i, config.batch_size, config.data_seed + 1)))
-    for k, v in jax.device_get(device_sums).items():
-      sums[k] = sums.get(k, 0.0) + float(v)
-  return metrics_lib.summarize(sums, config.top_ks)

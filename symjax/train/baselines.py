@@ -9,7 +9,7 @@ import collections
 import jax.numpy as jnp
 import numpy as np
 
-from symjax import metrics
+from symjax.train import metrics
 
 
 class NGram:
@@ -68,12 +68,10 @@ class NGram:
 def score(logits_fn, task, split: str, batch_size: int, top_ks) -> dict[str, float]:
   """Metrics of a predictor ``inputs -> logits [batch, time, vocab]`` on a split, through the trainer's
   own metric code (``metrics.logit_stats`` and ``metrics.weighted_metrics``)."""
-  sums: dict[str, float] = {}
-  for batch in task.eval_batches(split, batch_size, 0):
-    loss, _, above, tied = metrics.logit_stats(jnp.asarray(logits_fn(batch['inputs'])),
-                                                jnp.asarray(batch['targets']))
-    for k, v in metrics.weighted_metrics(loss, above, tied, batch, top_ks).items():
-      sums[k] = sums.get(k, 0.0) + float(v)
+  def batch_sums(batch):
+    loss, _, above, tied = metrics.logit_stats(jnp.asarray(logits_fn(batch['inputs'])), jnp.asarray(batch['targets']))
+    return metrics.weighted_metrics(loss, above, tied, batch, top_ks)
+  sums = metrics.total(batch_sums(batch) for batch in task.eval_batches(split, batch_size, 0))
   return metrics.summarize(sums, top_ks)
 
 

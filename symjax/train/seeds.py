@@ -30,9 +30,13 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from symjax import config_lib, distill, files, host, optim, rundir, tasks, train
-from symjax import metrics as metrics_lib
-from symjax import model as model_lib
+from symjax.run import workdir as rundir
+from symjax.system import files, host
+from symjax.system.errors import InputError
+from symjax.train import config as config_lib
+from symjax.train import distill, optim
+from symjax.train import metrics as metrics_lib
+from symjax.train import trainer as train
 
 FINAL_FILE = rundir.FINAL_FILE
 
@@ -49,13 +53,13 @@ def finished(workdir: str, total_steps: int) -> dict | None:
 def check_config(config: ml_collections.ConfigDict) -> None:
   """What training seeds together cannot do, as one-line errors."""
   if config.stop_at_accuracy:
-    raise ValueError(f'config.stop_at_accuracy must be 0 when seeds train together (each seed would stop at '
+    raise InputError(f'config.stop_at_accuracy must be 0 when seeds train together (each seed would stop at '
                      f'its own step), got {config.stop_at_accuracy}')
   if config.numeral_glyph_init:
-    raise ValueError('config.numeral_glyph_init is not supported when seeds train together; '
+    raise InputError('config.numeral_glyph_init is not supported when seeds train together; '
                      'train such runs one by one with python -m symjax.main')
   if config.mesh.vocab != 1 or config.mesh.data not in (-1, 1) or config.distributed.num_processes != 1:
-    raise ValueError('seeds train together on one device of one process: config.mesh.vocab and '
+    raise InputError('seeds train together on one device of one process: config.mesh.vocab and '
                      'config.mesh.data must be 1 (or data -1) and config.distributed.num_processes 1')
 
 
@@ -99,12 +103,12 @@ def combined_step(train_step, num_seeds: int, how: str = 'auto'):
 
   ``'vmap'`` batches every operation over the seeds: one kernel per operation, what fills a GPU or TPU.
   ``'unroll'`` writes each seed's step as an independent subgraph of one program, which XLA:CPU runs
-  concurrently on its cores; a small model's batched operations run on one core (README, "Speed": 3 seeds
-  2.0× one seed unrolled against 2.6–2.75× vmapped on the 2-core CPU). ``'auto'``: unroll on CPU, vmap
+  concurrently on its cores; a small model's batched operations run on one core, so on a CPU unrolling is
+  the faster (the docs' "Performance" page has the measurements). ``'auto'``: unroll on CPU, vmap
   elsewhere. Either way seed i computes exactly ``train_step`` on its own slice.
   """
   if how not in SEED_STEPS:
-    raise ValueError(f'seed step must be one of {list(SEED_STEPS)}, got {how!r}')
+    raise InputError(f'seed step must be one of {list(SEED_STEPS)}, got {how!r}')
   if how == 'auto':
     how = 'unroll' if jax.default_backend() == 'cpu' else 'vmap'
   if how == 'vmap':
@@ -127,9 +131,9 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   non-finite has ``{'diverged': step}`` instead, and its last good checkpoint is kept).
   """
   if seed_step not in SEED_STEPS:
-    raise ValueError(f'seed step must be one of {list(SEED_STEPS)}, got {seed_step!r}')
+    raise InputError(f'seed step must be one of {list(SEED_STEPS)}, got {seed_step!r}')
   if len(seeds) != len(workdirs) or not seeds:
-    raise ValueError(f'need one work directory per seed, got {len(seeds)} seeds and {len(workdirs)} folders')
+    raise InputError(f'need one work directory per seed, got {len(seeds)} seeds and {len(workdirs)} folders')
   host.set_defaults()
   config_lib.validate(config)
   check_config(config)
@@ -138,28 +142,17 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   if all(done):
     return done
 
-  # --- Data and model, shared by every seed.
-  for w in workdirs:
-    os.makedirs(w, exist_ok=True)
-  task = tasks.get_task(config, workdirs[0])
-  model_config = config_lib.model_config(config, len(task.vocab), task.causal)
-  train.check_task_fits(task, model_config)
+  # --- Data and model, shared by every seed; every folder checked against its seed's config before any is
+  # written.
   seed_configs = []
-  for seed, w in zip(seeds, workdirs):  # every folder checked before any is written
+  for seed in seeds:
     c = ml_collections.ConfigDict(config.to_dict())
     c.seed = seed
-    rundir.check_same_model(w, model_config)
-    rundir.check_same_data(w, task)
-    rundir.check_same_training(w, c)
-    distill.check_same_distillation(w, c)
     seed_configs.append(c)
-  objective = None
-  if distill.active(config):  # every seed learns from the same frozen teacher
-    objective = distill.make_objective(model_config, distill.load_teacher(config, task, model_config, workdirs[0]),
-                                       config)
-  model = model_lib.build(model_config)
-  tx = optim.make_optimizer(config)
-  schedule = optim.learning_rate_schedule(config)
+  s = train.setup(config, list(zip(workdirs, seed_configs)))
+  task, model_config, model, tx, schedule = s.task, s.model_config, s.model, s.tx, s.schedule
+  # Every seed learns from the same frozen teacher.
+  objective = distill.make_objective(model_config, s.teacher, config) if s.teacher is not None else None
   train_step, eval_step = train.make_steps(model, tx, config, objective)
   init = lambda key: nn.meta.unbox(optim.init_state(model, tx, key, task.seq_len))
   keys = jnp.stack([jax.random.key(s) for s in seeds])
@@ -169,7 +162,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
       lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))))
 
   # --- State: resume from the newest step all seeds share.
-  managers = [rundir.checkpoint_manager(w, config) for w in workdirs]
+  managers = [rundir.checkpoint_manager(w, config.keep_checkpoints, config.best_metric) for w in workdirs]
   abstract_state = jax.eval_shape(init, keys[0])
   start_step, restored = _restore_common(managers, abstract_state, workdirs)
   state = _stack(restored) if restored else jax.jit(jax.vmap(init))(keys)
@@ -183,16 +176,10 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   def evaluate(params, split: str) -> list[dict[str, float]]:
     """Every seed's metrics on ``split``; 'train' is a fixed sample of 4 training batches, as in the
     single-run trainer, to compare with validation."""
-    if split == 'train':
-      batches = (task.batch('train', i, config.batch_size, config.data_seed + 1) for i in range(4))
-    else:
-      batches = task.eval_batches(split, config.batch_size, config.data_seed)
-    sums = [{} for _ in seeds]
-    for batch in batches:
-      for i, seed_sums in enumerate(_unstack(jax.device_get(v_eval(params, batch)), len(seeds))):
-        for k, v in seed_sums.items():
-          sums[i][k] = sums[i].get(k, 0.0) + float(v)
-    return [metrics_lib.summarize(s, config.top_ks) for s in sums]
+    sums = metrics_lib.total(v_eval(params, batch) for batch in
+                             metrics_lib.split_batches(task, split, config.batch_size, config.data_seed))
+    return [metrics_lib.summarize({k: float(v[i]) for k, v in sums.items()}, config.top_ks)
+            for i in range(len(seeds))]
 
   # --- Loop.
   diverged: dict[int, int] = {}
@@ -235,9 +222,14 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
           print(f'step {step}: validation loss {mean("loss"):.4f} accuracy {mean("accuracy"):.4f} '
                 f'(mean of {len(seeds) - len(diverged)} seeds)' + (f', {rate:,.0f} tokens/s' if rate else ''),
                 flush=True)
-  finally:  # on an error too: finish writing the checkpoints being saved, so nothing saved is lost
-    for manager in managers:
+  except BaseException:  # a bug or an interrupt: finish the checkpoints being saved and the metric files
+    for manager, writer in zip(managers, writers):
       manager.wait_until_finished()
+      writer.close()
+      manager.close()
+    raise
+  for manager in managers:
+    manager.wait_until_finished()
 
   # --- Final evaluation of every seed's final parameters.
   splits = {'train': evaluate(state.params, 'train'), 'validation': evaluate(state.params, 'validation'),

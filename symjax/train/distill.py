@@ -29,82 +29,27 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 
-from symjax import files, rundir, tasks
+from symjax import tasks
 from symjax.model import ModelConfig
-
-STREAMS = ('x_t', 'x_e', 'x')
-
-
-def parse_streams(spec: str) -> dict[str, float]:
-  """``'x_t:1.0,x_e:0.5'`` -> {'x_t': 1.0, 'x_e': 0.5}; '' -> {} (logits only)."""
-  out: dict[str, float] = {}
-  for part in filter(None, (p.strip() for p in spec.split(','))):
-    m = re.fullmatch(r'(\w+)\s*:\s*([0-9.eE+-]+)', part)
-    if not m or m.group(1) not in STREAMS:
-      raise ValueError(f'config.distill.streams: cannot read {part!r}; write stream:weight pairs separated by '
-                       f'commas, streams from {list(STREAMS)}, e.g. "x_t:1.0,x_e:1.0" ("" for none)')
-    try:
-      weight = float(m.group(2))
-    except ValueError:
-      weight = -1.0
-    if weight < 0 or m.group(1) in out:
-      raise ValueError(f'config.distill.streams: {part!r} needs a weight >= 0 and each stream once, '
-                       f'got {spec!r}')
-    out[m.group(1)] = weight
-  return out
-
-
-def active(config: ml_collections.ConfigDict) -> bool:
-  """Whether ``config`` distils from a teacher."""
-  return bool(config.get('distill') and config.distill.teacher)
-
-
-def validate(config: ml_collections.ConfigDict) -> None:
-  """The distill fields alone (the teacher itself is checked by ``load_teacher``)."""
-  if not active(config):
-    return
-  d = config.distill
-  for name in ('label_weight', 'logits_weight'):
-    if isinstance(d[name], bool) or not isinstance(d[name], (int, float)) or d[name] < 0:
-      raise ValueError(f'config.distill.{name} must be a number >= 0, got {d[name]!r}')
-  if isinstance(d.temperature, bool) or not isinstance(d.temperature, (int, float)) or d.temperature <= 0:
-    raise ValueError(f'config.distill.temperature must be > 0, got {d.temperature!r}')
-  rundir.checkpoint_choice(str(d.teacher_checkpoint), 'config.distill.teacher_checkpoint')
-  streams = parse_streams(d.streams)
-  if d.label_weight == 0 and d.logits_weight == 0 and not any(streams.values()):
-    raise ValueError('config.distill: every weight is 0 (label_weight, logits_weight, streams); nothing '
-                     'would be learned')
+from symjax.model import intermediates as names
+from symjax.run import workdir as rundir
+from symjax.system import files
+from symjax.system.errors import InputError
+from symjax.train import config as config_lib
 
 
 def layer_streams(cfg: ModelConfig, inter) -> list[dict[str, jax.Array]]:
   """{'x_t', 'x_e', 'x'} after each layer l = 1..L (``[batch, time, d_model]``), from the sown
   intermediates of one forward pass (see ``symjax.model``)."""
   if cfg.kind == 'lstm':
-    raise ValueError("model.kind 'lstm' has no streams to distil; use distill.streams = '' (logits only)")
-  one = lambda v: v[0] if isinstance(v, tuple) else v
-  out = []
-  if cfg.kind == 'standard':
-    x_prev = one(inter['x_0'])
-    x_t, x_e = x_prev, jnp.zeros_like(x_prev)
-    for l in range(cfg.num_layers):
-      layer = inter[f'layer_{l}']
-      x_attn, x_ffn = one(layer['x_attn']), one(layer['x_ffn'])
-      x_t, x_e = x_t + (x_attn - x_prev), x_e + (x_ffn - x_attn)
-      x_prev = x_ffn
-      out.append({'x_t': x_t, 'x_e': x_e, 'x': x_ffn})
-    return out
-  for l in range(cfg.num_layers):
-    layer = inter[f'layer_{l}']
-    x_t, x_e = one(layer['x_t_ffn']), one(layer['x_e_ffn'])
-    out.append({'x_t': x_t, 'x_e': x_e, 'x': x_t + x_e})
-  return out
+    raise InputError("model.kind 'lstm' has no streams to distil; use distill.streams = '' (logits only)")
+  return names.streams(cfg.kind, cfg.num_layers, inter)[1:]
 
 
 def matched_layer(l: int, student_layers: int, teacher_layers: int) -> int:
@@ -156,31 +101,31 @@ def load_teacher(config: ml_collections.ConfigDict, task: tasks.Task, student: M
     raise FileNotFoundError(f'config.distill.teacher: no work directory {d.teacher!r}; give the --workdir '
                             f'of a finished training run')
   if os.path.abspath(path) == os.path.abspath(workdir):
-    raise ValueError('config.distill.teacher is the student\'s own --workdir; give the teacher\'s work directory')
-  teacher = Teacher(path, rundir.checkpoint_choice(str(d.teacher_checkpoint), 'config.distill.teacher_checkpoint'))
+    raise InputError('config.distill.teacher is the student\'s own --workdir; give the teacher\'s work directory')
+  teacher = Teacher(path, config_lib.checkpoint_choice(str(d.teacher_checkpoint), 'config.distill.teacher_checkpoint'))
   if teacher.task != task.name:
-    raise ValueError(f'config.distill.teacher {d.teacher!r} was trained on task {teacher.task!r}, the student '
+    raise InputError(f'config.distill.teacher {d.teacher!r} was trained on task {teacher.task!r}, the student '
                      f'trains on {task.name!r}; distil from a teacher of the same task')
   teacher_vocab = files.read_json(os.path.join(path, tasks.VOCAB_FILE))
-  student_vocab = task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
+  student_vocab = tasks.vocab_json(task)
   if json.loads(json.dumps(student_vocab)) != teacher_vocab:
-    raise ValueError(f'config.distill.teacher {d.teacher!r} has another vocabulary than the student\'s task '
+    raise InputError(f'config.distill.teacher {d.teacher!r} has another vocabulary than the student\'s task '
                      f'({teacher.config.vocab_size} vs {len(task.vocab)} tokens, or the same tokens in another '
                      f'order); use a teacher trained on the same data with the same tokenizer')
   if teacher.config.vocab_size != student.vocab_size:
-    raise ValueError(f'config.distill.teacher has {teacher.config.vocab_size} output tokens, the student '
+    raise InputError(f'config.distill.teacher has {teacher.config.vocab_size} output tokens, the student '
                      f'{student.vocab_size}')
   if task.seq_len > teacher.config.max_len:
-    raise ValueError(f'config.distill.teacher reads at most {teacher.config.max_len} tokens (its model.max_len); '
+    raise InputError(f'config.distill.teacher reads at most {teacher.config.max_len} tokens (its model.max_len); '
                      f'the student trains on {task.seq_len}')
-  streams = {s: w for s, w in parse_streams(d.streams).items() if w > 0}
+  streams = {s: w for s, w in config_lib.parse_streams(d.streams).items() if w > 0}
   if streams:
     for side, cfg in (('teacher', teacher.config), ('student', student)):
       if cfg.kind == 'lstm':
-        raise ValueError(f"config.distill.streams: the {side} is an LSTM, which has no streams; set "
+        raise InputError(f"config.distill.streams: the {side} is an LSTM, which has no streams; set "
                          f"config.distill.streams = '' (logits only)")
     if teacher.config.d_model != student.d_model:
-      raise ValueError(f'config.distill.streams needs equal d_model in teacher ({teacher.config.d_model}) and '
+      raise InputError(f'config.distill.streams needs equal d_model in teacher ({teacher.config.d_model}) and '
                        f"student ({student.d_model}); match them or set config.distill.streams = ''")
   return teacher
 
@@ -198,7 +143,7 @@ def check_same_distillation(workdir: str, config: ml_collections.ConfigDict) -> 
     return
   if saved != now:
     changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
-    raise ValueError(f'work directory {workdir!r} was trained with other distillation settings '
+    raise InputError(f'work directory {workdir!r} was trained with other distillation settings '
                      f'({", ".join(f"distill.{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)}); '
                      f'resume it with its own values or choose a new --workdir')
 
@@ -208,7 +153,7 @@ def make_objective(student: ModelConfig, teacher: Teacher, config: ml_collection
   """``objective(ce, logits, inter, batch) -> (loss, metrics)``: ce is the student's mean label loss,
   logits ``[batch, time, vocab]`` and inter its sown intermediates on ``batch``."""
   d = config.distill
-  streams = {s: float(w) for s, w in parse_streams(d.streams).items() if w > 0}
+  streams = {s: float(w) for s, w in config_lib.parse_streams(d.streams).items() if w > 0}
 
   def objective(ce, logits, inter, batch):
     weights = batch['weights']

@@ -1,10 +1,10 @@
 """Seeds and grids: every grid point × seed of a config, each in its own resumable work directory.
 
-  python -m symjax.sweep --config=configs/symbolic.py:task=text,size=medium --config.text_path=input.txt \\
+  python -m symjax.cli.sweep --config=configs/symbolic.py:task=text,size=medium --config.text_path=input.txt \\
       --seeds=3 --grid learning_rate=3e-3,1e-2 --grid model.tau_init=0.5,1 --workdir=runs/sweep
 
 trains seeds 0..N-1 of every combination of the ``--grid`` values (the seeds of one grid point together, in
-one vmapped step: ``symjax.seeds``) in ``DIR/<field=value,...>/seed_<s>``; rerunning skips what finished and
+one vmapped step: ``symjax.train.seeds``) in ``DIR/<field=value,...>/seed_<s>``; rerunning skips what finished and
 resumes the rest. It then writes ``DIR/sweep.md`` and ``DIR/sweep.json``: for every grid point the mean,
 the 95% interval of the mean (Student's t over seeds) and the per-seed values of the validation metrics;
 the grid point with the best mean validation ``--select`` metric is chosen, and only its test metrics are
@@ -18,16 +18,15 @@ import itertools
 import json
 import math
 import os
-import shlex
-import sys
 from typing import Any, Sequence
 
 import ml_collections
 import numpy as np
-from absl import app, flags, logging
-from ml_collections import config_flags
 
-from symjax import config_lib, files, seeds as seeds_lib
+from symjax.system import files
+from symjax.system.errors import InputError
+from symjax.train import config as config_lib
+from symjax.train import seeds as seeds_lib
 
 SELECT = {'loss': min, 'accuracy': max, 'perplexity': min, 'sequence_accuracy': max}
 REPORTED = ('loss', 'accuracy')
@@ -42,7 +41,7 @@ def parse_grid(config: ml_collections.ConfigDict, specs: Sequence[str]) -> list[
   grid = []
   for spec in specs:
     if '=' not in spec:
-      raise ValueError(f'--grid {spec!r} is not field=value1,value2,...')
+      raise InputError(f'--grid {spec!r} is not field=value1,value2,...')
     field, values = spec.split('=', 1)
     parent, _, name = field.rpartition('.')
     node = config
@@ -50,16 +49,16 @@ def parse_grid(config: ml_collections.ConfigDict, specs: Sequence[str]) -> list[
       node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
     if not isinstance(node, ml_collections.ConfigDict) or name not in node:
       known = sorted(k for k in (node.keys() if isinstance(node, ml_collections.ConfigDict) else config.keys()))
-      raise ValueError(f'--grid field {field!r} is not a config field; fields{" of " + parent if parent else ""}: '
+      raise InputError(f'--grid field {field!r} is not a config field; fields{" of " + parent if parent else ""}: '
                        f'{", ".join(known)}')
     if isinstance(node[name], ml_collections.ConfigDict):
-      raise ValueError(f'--grid field {field!r} is a group of fields; name one of its fields')
+      raise InputError(f'--grid field {field!r} is a group of fields; name one of its fields')
     if not values or any(not v for v in values.split(',')):
-      raise ValueError(f'--grid {field}: empty value in {values!r}; give field=value1,value2,...')
+      raise InputError(f'--grid {field}: empty value in {values!r}; give field=value1,value2,...')
     grid.append((field, [_parse_value(field, node[name], v) for v in values.split(',')]))
   fields = [f for f, _ in grid]
   if len(set(fields)) != len(fields):
-    raise ValueError(f'--grid names a field twice: {fields}')
+    raise InputError(f'--grid names a field twice: {fields}')
   return grid
 
 
@@ -67,16 +66,16 @@ def _parse_value(field: str, current: Any, text: str) -> Any:
   kind = type(current)
   if kind is bool:
     if text.lower() not in ('true', 'false', '1', '0'):
-      raise ValueError(f'--grid {field}: {text!r} is not a boolean (true or false)')
+      raise InputError(f'--grid {field}: {text!r} is not a boolean (true or false)')
     return text.lower() in ('true', '1')
   if kind in (int, float):
     try:
       value = float(text)
     except ValueError:
-      raise ValueError(f'--grid {field}: {text!r} is not a number ({kind.__name__})') from None
+      raise InputError(f'--grid {field}: {text!r} is not a number ({kind.__name__})') from None
     if kind is int:
       if value != int(value):
-        raise ValueError(f'--grid {field}: {text!r} is not an integer')
+        raise InputError(f'--grid {field}: {text!r} is not an integer')
       return int(value)
     return value
   if kind is str:
@@ -85,8 +84,8 @@ def _parse_value(field: str, current: Any, text: str) -> Any:
     try:
       return tuple(int(x) for x in text.split(':')) if text else ()
     except ValueError:
-      raise ValueError(f'--grid {field}: {text!r} is not a tuple of integers separated by ":"') from None
-  raise ValueError(f'--grid {field}: fields of type {kind.__name__} cannot be swept')
+      raise InputError(f'--grid {field}: {text!r} is not a tuple of integers separated by ":"') from None
+  raise InputError(f'--grid {field}: fields of type {kind.__name__} cannot be swept')
 
 
 def point_name(point: dict[str, Any]) -> str:
@@ -176,11 +175,11 @@ def run(config: ml_collections.ConfigDict, grid_specs: Sequence[str], num_seeds:
         select: str = 'loss', command: str = '', seed_step: str = 'auto') -> dict[str, Any]:
   """Trains every grid point × seed (resuming, skipping what finished) and writes sweep.md / sweep.json."""
   if num_seeds < 1:
-    raise ValueError(f'--seeds must be >= 1, got {num_seeds}')
+    raise InputError(f'--seeds must be >= 1, got {num_seeds}')
   if select not in SELECT:
-    raise ValueError(f'--select must be one of {sorted(SELECT)}, got {select!r}')
+    raise InputError(f'--select must be one of {sorted(SELECT)}, got {select!r}')
   if seed_step not in seeds_lib.SEED_STEPS:
-    raise ValueError(f'--seed_step must be one of {list(seeds_lib.SEED_STEPS)}, got {seed_step!r}')
+    raise InputError(f'--seed_step must be one of {list(seeds_lib.SEED_STEPS)}, got {seed_step!r}')
   grid = parse_grid(config, grid_specs)
   points = [dict(zip([f for f, _ in grid], values)) for values in itertools.product(*[v for _, v in grid])]
   configs = [apply(config, p) for p in points]
@@ -189,7 +188,7 @@ def run(config: ml_collections.ConfigDict, grid_specs: Sequence[str], num_seeds:
       config_lib.validate(c)
       seeds_lib.check_config(c)
     except ValueError as e:
-      raise ValueError(f'grid point {point_name(p)}: {e}') from None
+      raise InputError(f'grid point {point_name(p)}: {e}') from None
   seed_list = list(range(num_seeds))
   finals = []
   for i, (p, c) in enumerate(zip(points, configs)):
@@ -203,33 +202,3 @@ def run(config: ml_collections.ConfigDict, grid_specs: Sequence[str], num_seeds:
   files.write_atomically(os.path.join(workdir, 'sweep.md'), text)
   print(text)
   return summary
-
-
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  f = flags.FLAGS
-  if not f.workdir:
-    raise app.UsageError('--workdir is required')
-  if not f['verbosity'].present:  # Orbax logs every save at INFO
-    logging.set_verbosity(logging.WARNING)
-  try:
-    run(f.config, f.grid, f.seeds, f.workdir, f.select, seed_step=f.seed_step,
-        command='python -m symjax.sweep ' + ' '.join(shlex.quote(a) for a in sys.argv[1:]))
-  except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
-
-
-if __name__ == '__main__':
-  # Flags are defined only when this runs as a program, so importing the module defines none.
-  config_flags.DEFINE_config_file('config', None, 'Config file, optionally with :arguments.', lock_config=True)
-  flags.DEFINE_integer('seeds', 3, 'Seeds 0..N-1 of every grid point, trained together.')
-  flags.DEFINE_multi_string('grid', [], 'field=value1,value2,... (nested fields as model.tau_init); repeat '
-                            'for a product grid.')
-  flags.DEFINE_string('workdir', None, 'Folder of the sweep; one subfolder per grid point and seed.')
-  flags.DEFINE_string('select', 'loss', 'Validation metric that chooses the grid point.')
-  flags.DEFINE_enum('seed_step', 'auto', ['auto', 'vmap', 'unroll'],
-                    'How the seeds share one compiled step (symjax.seeds.combined_step); auto: unroll on CPU.')
-  flags.mark_flag_as_required('config')
-  app.run(main)

@@ -35,7 +35,7 @@ Interpretations (§3.4): ``precision_at_k`` of Output_2 (eq. 10), Output_3 (eq. 
 (eq. 11) against the true sources on held-out data, with k the number of true sources of each query, next
 to the backbone's attention averaged over layers and heads.
 
-  python -m symjax.align --backbone=WORKDIR --workdir=OUT [--config=configs/align.py[:args]]
+  python -m symjax.cli.align --backbone=WORKDIR --workdir=OUT [--config=configs/align.py[:args]]
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from typing import Any
 
 import flax.linen as nn
@@ -54,9 +53,15 @@ import ml_collections
 import numpy as np
 import optax
 
-from symjax import config_lib, distill, files, rundir, tasks
+from symjax import tasks
 from symjax.interpret import core
+from symjax.interpret.attribution import precision_at_k  # noqa: F401  (used below and re-exported)
+from symjax.run import workdir as rundir
+from symjax.system import files
+from symjax.system.errors import InputError
 from symjax.tasks import base, induction, rasp
+from symjax.train import config as config_lib
+from symjax.train import distill
 
 RESULT_FILE = 'alignment.json'
 ALIGNABLE = ('induction', 'reverse')
@@ -68,7 +73,7 @@ def source_positions(task_name: str, inputs: np.ndarray, vocab: base.Vocab) -> n
     return induction.source_positions(inputs, vocab)
   if task_name == 'reverse':
     return rasp.reverse_source_positions(inputs, vocab)
-  raise ValueError(f'alignment needs a task whose true source positions are known, one of {list(ALIGNABLE)}; '
+  raise InputError(f'alignment needs a task whose true source positions are known, one of {list(ALIGNABLE)}; '
                    f'the backbone was trained on {task_name!r}')
 
 
@@ -149,12 +154,12 @@ def read_annotations(path: str, shape: tuple[int, ...]) -> np.ndarray:
   try:
     a = np.load(path, allow_pickle=False)
   except ValueError as e:
-    raise ValueError(f'config.annotations {path!r} is not a NumPy .npy array ({e})') from None
+    raise InputError(f'config.annotations {path!r} is not a NumPy .npy array ({e})') from None
   if a.shape != shape:
-    raise ValueError(f'config.annotations {path!r} has shape {a.shape}; the training split needs {shape} '
+    raise InputError(f'config.annotations {path!r} has shape {a.shape}; the training split needs {shape} '
                      f'([examples, query position, source position])')
   if not np.isin(a, (0, 1)).all():
-    raise ValueError(f'config.annotations {path!r} holds values other than 0 and 1')
+    raise InputError(f'config.annotations {path!r} holds values other than 0 and 1')
   return a.astype(bool)
 
 
@@ -163,14 +168,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for name in ('steps', 'batch_size', 'learning_rate', 'projection_dim'):
     v = config[name]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-      raise ValueError(f'config.{name} must be > 0, got {v!r}')
+      raise InputError(f'config.{name} must be > 0, got {v!r}')
   if not 0 < config.annotated_fraction <= 1:
-    raise ValueError(f'config.annotated_fraction must be in (0, 1], got {config.annotated_fraction!r}')
+    raise InputError(f'config.annotated_fraction must be in (0, 1], got {config.annotated_fraction!r}')
   for name in ('ce_weight', 'activation_weight', 'weights_weight'):
     if config[name] < 0:
-      raise ValueError(f'config.{name} must be >= 0, got {config[name]!r}')
+      raise InputError(f'config.{name} must be >= 0, got {config[name]!r}')
   if config.ce_weight == config.activation_weight == config.weights_weight == 0:
-    raise ValueError('config: ce_weight, activation_weight and weights_weight are all 0; nothing would be learned')
+    raise InputError('config: ce_weight, activation_weight and weights_weight are all 0; nothing would be learned')
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -207,19 +212,6 @@ def readable_positions(inputs: np.ndarray, pad_id: int, causal: bool) -> np.ndar
   if causal:
     readable &= np.tril(np.ones((inputs.shape[1],) * 2, bool))
   return readable
-
-
-def precision_at_k(scores: np.ndarray, sources: np.ndarray, readable: np.ndarray) -> float:
-  """Mean over queries with at least one true source of |top-k(scores) ∩ sources| / k, k = #sources of
-  the query, ranking readable positions only (eq. 12 of the paper's appendix, per query)."""
-  scores = np.where(readable, scores, -np.inf)
-  k = sources.sum(-1)
-  has = k > 0
-  order = np.argsort(-scores, axis=-1, kind='stable')
-  rank_of = np.empty_like(order)
-  np.put_along_axis(rank_of, order, np.arange(scores.shape[-1])[None, None], axis=-1)
-  hits = (sources & (rank_of < k[..., None])).sum(-1)
-  return float((hits[has] / k[has]).mean()) if has.any() else float('nan')
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -283,17 +275,17 @@ def align(backbone: str, workdir: str, config: ml_collections.ConfigDict, verbos
     done = files.read_json(path)
     if done.get('config') == config.to_dict() and done.get('backbone') == os.path.abspath(backbone):
       return done
-    raise ValueError(f'{workdir!r} already holds an alignment of another backbone or config; choose a new '
+    raise InputError(f'{workdir!r} already holds an alignment of another backbone or config; choose a new '
                      f'--workdir (nothing was changed)')
   loaded = rundir.load(backbone, config.checkpoint)
   if loaded.task not in ALIGNABLE:
-    raise ValueError(f'alignment needs a task whose true source positions are known, one of {list(ALIGNABLE)}; '
+    raise InputError(f'alignment needs a task whose true source positions are known, one of {list(ALIGNABLE)}; '
                      f'the backbone {backbone!r} was trained on {loaded.task!r}')
   if loaded.model_config.kind == 'lstm':
-    raise ValueError("the backbone is an LSTM: alignment reads block outputs and attention, which it has not")
+    raise InputError("the backbone is an LSTM: alignment reads block outputs and attention, which it has not")
   task = tasks.get_task(loaded.config)
   if task.vocab.tokens != loaded.tokenizer.vocab.tokens:
-    raise ValueError(f'the backbone {backbone!r} has another vocabulary than task {task.name!r} builds today')
+    raise InputError(f'the backbone {backbone!r} has another vocabulary than task {task.name!r} builds today')
   annotations = None
   if config.annotations:  # checked before the backbone's features are computed
     shape = (task.split_size('train'), task.seq_len, task.seq_len)
@@ -339,28 +331,3 @@ def align(backbone: str, workdir: str, config: ml_collections.ConfigDict, verbos
   if verbose:
     print(json.dumps({k: result['test'][k] for k in result['test']}, indent=1))
   return result
-
-
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  f = flags.FLAGS
-  if not f['verbosity'].present:  # Orbax logs every restore at INFO
-    logging.set_verbosity(logging.WARNING)
-  try:
-    align(f.backbone, f.workdir, f.config)
-  except (ValueError, FileNotFoundError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
-
-
-if __name__ == '__main__':
-  # Flags are defined only when this runs as a program, so importing the module defines none.
-  from absl import app, flags, logging
-  from ml_collections import config_flags
-  config_flags.DEFINE_config_file('config', 'configs/align.py', 'Config file of the alignment step.',
-                                  lock_config=True)
-  flags.DEFINE_string('backbone', None, 'Work directory of the trained backbone (induction or reverse).')
-  flags.DEFINE_string('workdir', None, 'Folder for alignment.json and the module parameters.')
-  flags.mark_flags_as_required(['backbone', 'workdir'])
-  app.run(main)

@@ -5,20 +5,13 @@ the NumPy metrics the interpretability tools score ablated logits with."""
 from __future__ import annotations
 
 import math
+from typing import Any, Iterable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import Array
 
-
-def logit_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Array]:
-  """(loss, argmax, #logits above the target's, #equal to it) from logits ``[..., vocab]``: the one place
-  where the transformers' direct readout and the baselines (n-gram, uniform) are scored."""
-  target_logit = jnp.take_along_axis(logits, targets[..., None], -1)
-  loss = jax.nn.logsumexp(logits, -1) - target_logit[..., 0]
-  return (loss, jnp.argmax(logits, -1).astype(jnp.int32), jnp.sum(logits > target_logit, -1).astype(jnp.int32),
-          jnp.sum(logits == target_logit, -1).astype(jnp.int32))
+from symjax.ops.readout import logit_stats  # noqa: F401  (re-exported: scored with weighted_metrics)
 
 
 def in_top_k(above: jax.Array, tied: jax.Array, k: int) -> jax.Array:
@@ -52,14 +45,33 @@ def summarize(sums: dict[str, float], top_ks) -> dict[str, float]:
   return out
 
 
-def evaluate(eval_step, params, task, split: str, config, put) -> dict[str, float]:
-  """Metrics of ``split``. Its evaluation batches depend on ``data_seed`` only, so every training seed is
-  scored on the same examples."""
-  sums: dict[str, float] = {}
-  for batch in task.eval_batches(split, config.batch_size, config.data_seed):
-    for k, v in jax.device_get(eval_step(params, put(batch))).items():
-      sums[k] = sums.get(k, 0.0) + float(v)
-  return summarize(sums, config.top_ks)
+# The training split is scored on this many fixed batches (the same ones every time), to compare with
+# validation without a pass over the whole training set.
+TRAIN_SAMPLE_BATCHES = 4
+
+
+def split_batches(task, split: str, batch_size: int, data_seed: int) -> Iterable[dict]:
+  """The batches a split is scored on: every evaluation batch of ``split`` (they depend on ``data_seed``
+  only, so every training seed is scored on the same examples), or for 'train' a fixed sample."""
+  if split == 'train':
+    return (task.batch('train', i, batch_size, data_seed + 1) for i in range(TRAIN_SAMPLE_BATCHES))
+  return task.eval_batches(split, batch_size, data_seed)
+
+
+def total(per_batch: Iterable[dict]) -> dict[str, Any]:
+  """The metric sums of every batch added up, in float64 on the host (arrays of sums, e.g. one per seed,
+  add element-wise)."""
+  sums: dict[str, Any] = {}
+  for batch_sums in per_batch:
+    for k, v in jax.device_get(batch_sums).items():
+      v = float(v) if np.ndim(v) == 0 else np.asarray(v, np.float64)
+      sums[k] = sums.get(k, 0.0) + v
+  return sums
+
+
+def evaluate(eval_step, params, batches: Iterable[dict], top_ks, put=lambda batch: batch) -> dict[str, float]:
+  """The summary of ``eval_step``'s metric sums over ``batches``."""
+  return summarize(total(eval_step(params, put(batch)) for batch in batches), top_ks)
 
 
 def print_table(title: str, rows: dict[str, dict[str, float]]) -> None:

@@ -1,6 +1,6 @@
 """Tokenizes a text file once into a memory-mapped token folder for ``--config.token_path``.
 
-  python -m symjax.tokenize --text_path=corpus.txt --out=corpus_tokens [--tokenizer=bpe --bpe_vocab_size=4096]
+  python -m symjax.cli.tokenize --text_path=corpus.txt --out=corpus_tokens [--tokenizer=bpe --bpe_vocab_size=4096]
 
 Streams the file (memory stays about --chunk_chars characters whatever its size) and writes
 ``tokens.bin`` (uint16, or uint32 above 65,536 tokens), ``vocab.json`` and ``meta.json``. Training then
@@ -13,6 +13,7 @@ import time
 
 from absl import app, flags
 
+from symjax.system.errors import InputError
 from symjax.tasks import text
 
 _TEXT = flags.DEFINE_string('text_path', None, 'The UTF-8 text file.')
@@ -30,7 +31,7 @@ def main(argv):
   start = time.time()
   try:
     meta = text.write_token_file(_TEXT.value, _OUT.value, _TOKENIZER.value, _BPE_SIZE.value, _CHUNK.value)
-  except ValueError as e:
+  except InputError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
   print(f"{meta['count']:,} {meta['tokenizer']} tokens ({meta['dtype']}) from {meta['source_bytes']:,} bytes "

@@ -21,7 +21,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.mesh import EMBED, HEAD_DIM, HEADS
+from symjax.model import intermediates as names
+from symjax.ops.attention import (  # noqa: F401
+  ATTENTION_IMPLS,
+  BlockPlan,
+  block_plan,
+  blocked_attention,
+  dot_product_attention,
+  fused_attention,
+  gather_key_blocks,
+  relational_logits,
+  require_gpu,
+  scatter_weights,
+  softmax_over_allowed,
+)
+from symjax.system.errors import InputError
+from symjax.system.mesh import EMBED, HEAD_DIM, HEADS
 
 Array = jax.Array
 
@@ -67,14 +82,14 @@ causal = Mask(lambda i, j: j <= i, 'causal')
 def sliding_window(width: int) -> Mask:
   """Keys at most ``width - 1`` positions away (Sparse Transformer's local head, both directions)."""
   if width < 1:
-    raise ValueError(f'sliding_window width must be >= 1, got {width}')
+    raise InputError(f'sliding_window width must be >= 1, got {width}')
   return Mask(lambda i, j: abs(i - j) < width, f"window({width})")
 
 
 def strided(stride: int) -> Mask:
   """Keys whose distance is a multiple of ``stride`` (Sparse Transformer's strided head)."""
   if stride < 1:
-    raise ValueError(f'strided stride must be >= 1, got {stride}')
+    raise InputError(f'strided stride must be >= 1, got {stride}')
   return Mask(lambda i, j: (i - j) % stride == 0, f'stride({stride})')
 
 
@@ -90,7 +105,7 @@ def parse_mask(text: str) -> Mask:
   Parsed with Python's ``ast`` and evaluated over the names above only (nothing else is evaluated).
   """
   def fail(why: str):
-    raise ValueError(f'model.mask {text!r}: {why}; allowed: {MASK_GRAMMAR}')
+    raise InputError(f'model.mask {text!r}: {why}; allowed: {MASK_GRAMMAR}')
 
   def build(node) -> Mask:
     if isinstance(node, ast.Name):
@@ -114,7 +129,7 @@ def parse_mask(text: str) -> Mask:
     fail(f'cannot read {ast.unparse(node)!r}')
 
   if not isinstance(text, str) or not text.strip():
-    raise ValueError(f'model.mask must be a non-empty expression, got {text!r}; allowed: {MASK_GRAMMAR}')
+    raise InputError(f'model.mask must be a non-empty expression, got {text!r}; allowed: {MASK_GRAMMAR}')
   try:
     tree = ast.parse(text.strip(), mode='eval')
   except SyntaxError:
@@ -127,9 +142,9 @@ def parse_head_masks(text: str, num_heads: int) -> tuple[Mask, ...]:
   ``[k·H/g, (k+1)·H/g)`` use m_{k+1}, as the Sparse Transformer splits its heads between patterns)."""
   parts = text.split(';')
   if any(not p.strip() for p in parts):
-    raise ValueError(f'model.mask {text!r}: an empty mask between semicolons; allowed: {MASK_GRAMMAR}')
+    raise InputError(f'model.mask {text!r}: an empty mask between semicolons; allowed: {MASK_GRAMMAR}')
   if num_heads % len(parts):
-    raise ValueError(f'model.mask {text!r} gives {len(parts)} per-head masks, which must divide '
+    raise InputError(f'model.mask {text!r} gives {len(parts)} per-head masks, which must divide '
                      f'model.num_heads = {num_heads}')
   masks = [parse_mask(p) for p in parts]
   return tuple(m for m in masks for _ in range(num_heads // len(parts)))
@@ -154,7 +169,7 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
   every other slope of the sequence for 2n (the ALiBi authors' extension).
   """
   if num_heads < 1:
-    raise ValueError(f'num_heads must be >= 1, got {num_heads}')
+    raise InputError(f'num_heads must be >= 1, got {num_heads}')
 
   def power_of_two(n: int) -> list[float]:
     start = 2.0 ** (-8.0 / n)
@@ -192,181 +207,6 @@ class ALiBi(nn.Module):
   def __call__(self, q_len: int, k_len: int) -> Array:
     distance = jnp.abs(jnp.arange(q_len)[:, None] - jnp.arange(k_len)[None, :]).astype(jnp.float32)
     return -self.slopes()[:, None, None] * distance[None]
-
-
-def _softmax_over_allowed(logits: Array, mask: Array | None) -> Array:
-  """Softmax over the last axis where ``mask`` holds; a row with no allowed key gets zeros, not NaN."""
-  if mask is not None:
-    logits = jnp.where(mask, logits, -jnp.inf)
-    row_max = jnp.max(logits, axis=-1, keepdims=True)
-    logits = jnp.where(jnp.isfinite(row_max), logits, 0.0)
-  weights = jax.nn.softmax(logits, axis=-1)
-  return weights if mask is None else jnp.where(mask, weights, 0.0)
-
-
-def dot_product_attention(q: Array, k: Array, v: Array, bias: Array | None, mask: Array | None
-                          ) -> tuple[Array, Array]:
-  """softmax(q kᵀ / sqrt(d) + bias) v over allowed keys.
-
-  Args:
-    q: ``[batch, q_time, heads, head_dim]``.
-    k, v: ``[batch, k_time, heads, head_dim]``.
-    bias: broadcastable to ``[batch, heads, q_time, k_time]``, or None.
-    mask: boolean, broadcastable to ``[batch, heads, q_time, k_time]``; False removes a key. Or None.
-
-  Returns:
-    The output ``[batch, q_time, heads, head_dim]`` and the weights ``[batch, heads, q_time, k_time]``
-    (float32). A query with no allowed key gets all-zero weights rather than NaN.
-  """
-  logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
-  logits = logits / jnp.sqrt(jnp.float32(q.shape[-1]))
-  if bias is not None:
-    logits = logits + bias
-  weights = _softmax_over_allowed(logits, mask)
-  out = jnp.einsum('bhqk,bkhd->bqhd', weights.astype(v.dtype), v)
-  return out, weights
-
-
-# Implementations of dense attention (config ``model.attention_impl``). 'explicit' is the einsum above,
-# the only one that returns the weights; 'xla' and 'cudnn' are ``jax.nn.dot_product_attention`` with that
-# implementation ('cudnn': cuDNN's fused flash attention, NVIDIA GPUs, 16-bit inputs). The fused ones are
-# used where no weights are read (training and evaluation steps); a model whose intermediates are
-# collected, or that drops attention weights out, computes its attention explicitly whatever the setting.
-ATTENTION_IMPLS = ('explicit', 'xla', 'cudnn')
-
-
-def require_gpu(field: str, value: str, portable: tuple[str, ...]) -> None:
-  """cuDNN kernels exist only on NVIDIA GPUs: a clear error elsewhere, at trace time."""
-  if jax.default_backend() != 'gpu':
-    raise ValueError(f"{field}={value!r} needs an NVIDIA GPU (cuDNN), but this run's backend is "
-                     f"{jax.default_backend()!r}; the portable choices are {list(portable)}")
-
-
-def fused_attention(q: Array, k: Array, v: Array, bias: Array | None, static: np.ndarray,
-                    key_mask: Array | None, implementation: str) -> Array:
-  """``dot_product_attention``'s output through ``jax.nn.dot_product_attention`` (no weights kept).
-
-  ``static`` is the ``[heads or 1, q_time, k_time]`` mask matrix: a plain causal one becomes
-  ``is_causal`` (cuDNN then skips the blocks above the diagonal), any other is passed as a mask.
-  The scale is 1/sqrt(head_dim), as in ``dot_product_attention``. A query with no allowed key (a padding
-  row) gets an unspecified output here instead of zeros; no other position reads it.
-  """
-  if implementation == 'cudnn':
-    require_gpu('model.attention_impl', implementation, ('explicit', 'xla'))
-  time = q.shape[1]
-  is_causal = bool(np.array_equal(static, np.tril(np.ones((1, time, k.shape[1]), bool))))
-  mask = None if is_causal else jnp.asarray(static)[None]
-  if key_mask is not None:
-    keys = key_mask[:, None, None, :].astype(bool)
-    mask = keys if mask is None else mask & keys
-    # cuDNN adds the mask as a bias, which must span the whole [q_time, k_time] block.
-    mask = jnp.broadcast_to(mask, (q.shape[0], mask.shape[1], time, k.shape[1]))
-  if bias is not None:
-    bias = bias[None].astype(q.dtype)  # [1, heads, q_time, k_time]
-  return jax.nn.dot_product_attention(q, k, v.astype(q.dtype), bias=bias, mask=mask, is_causal=is_causal,
-                                      implementation=implementation)
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockPlan:
-  """Which key blocks each query block reads, from a static mask: ``keys[n]`` lists the key blocks of
-  query block n (padded by repeating block 0, with ``valid`` False); ``mask`` is the static mask gathered
-  to ``[heads or 1, n_blocks, block, kmax * block]``; ``q_pos`` / ``k_pos`` the positions of every row and
-  column of it."""
-
-  block: int
-  keys: np.ndarray      # [n_blocks, kmax] int
-  mask: np.ndarray      # [heads or 1, n_blocks, block, kmax * block] bool
-  q_pos: np.ndarray     # [n_blocks, block]
-  k_pos: np.ndarray     # [n_blocks, kmax * block]
-
-  @property
-  def scored_fraction(self) -> float:
-    """The share of the dense [time × time] scores this plan computes."""
-    return self.keys.shape[1] / self.keys.shape[0]
-
-
-def block_plan(static_mask: np.ndarray, block: int) -> BlockPlan:
-  """The blocks of a static ``[heads or 1, time, time]`` mask that hold any allowed pair in any head."""
-  heads, time, _ = static_mask.shape
-  n = -(-time // block)
-  padded = np.zeros((heads, n * block, n * block), bool)
-  padded[:, :time, :time] = static_mask
-  tiles = padded.reshape(heads, n, block, n, block).any(axis=(0, 2, 4))         # [n, n]
-  kmax = max(1, int(tiles.sum(1).max()))
-  keys = np.zeros((n, kmax), np.int64)
-  valid = np.zeros((n, kmax), bool)
-  for qb in range(n):
-    needed = np.flatnonzero(tiles[qb])
-    keys[qb, :len(needed)], valid[qb, :len(needed)] = needed, True
-  cols = (keys[:, :, None] * block + np.arange(block)).reshape(n, kmax * block)  # [n, kmax*block]
-  rows = np.arange(n * block).reshape(n, block)
-  gathered = padded[:, rows[:, :, None], cols[:, None, :]]                       # [h, n, block, kmax*block]
-  gathered &= np.repeat(valid, block, axis=1)[None, :, None, :]
-  return BlockPlan(block, keys, gathered, rows, cols)
-
-
-def _pad_time(x: Array, length: int) -> Array:
-  return jnp.pad(x, [(0, 0), (0, length - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
-
-
-def gather_key_blocks(x: Array, plan: BlockPlan) -> Array:
-  """``[batch, time, ...]`` -> the plan's key blocks of every query block, ``[batch, n_blocks,
-  kmax * block, ...]``."""
-  (n, kmax), b = plan.keys.shape, plan.block
-  blocks = _pad_time(x, n * b).reshape(x.shape[0], n, b, *x.shape[2:])[:, plan.keys]
-  return blocks.reshape(x.shape[0], n, kmax * b, *x.shape[2:])
-
-
-def blocked_attention(q: Array, k: Array, v: Array, slopes: Array | None, plan: BlockPlan,
-                      key_mask: Array | None) -> tuple[Array, Array]:
-  """``dot_product_attention`` with the ALiBi bias ``-slopes_h |i - j|``, scoring only the (query block,
-  key block) pairs of ``plan``: for a sliding window of w keys, O(time · (w + block)) scores instead of
-  O(time²). Returns the output and the weights in the plan's blocked layout ``[batch, heads, n_blocks,
-  block, kmax * block]`` (``scatter_weights`` makes them dense)."""
-  batch, time, heads, dim = q.shape
-  n, b = plan.keys.shape[0], plan.block
-  q_blocks = _pad_time(q, n * b).reshape(batch, n, b, heads, dim)
-  k_blocks, v_blocks = gather_key_blocks(k, plan), gather_key_blocks(v, plan)
-  logits = jnp.einsum('bnqhd,bnkhd->bhnqk', q_blocks, k_blocks, preferred_element_type=jnp.float32)
-  logits = logits / jnp.sqrt(jnp.float32(dim))
-  if slopes is not None:
-    distance = np.abs(plan.q_pos[:, :, None] - plan.k_pos[:, None, :]).astype(np.float32)
-    logits = logits - slopes[:, None, None, None] * distance[None]
-  mask = jnp.asarray(plan.mask)[None]
-  if key_mask is not None:
-    mask = mask & gather_key_blocks(key_mask.astype(bool), plan)[:, None, :, None, :]
-  weights = _softmax_over_allowed(logits, mask)
-  out = jnp.einsum('bhnqk,bnkhd->bnqhd', weights.astype(v.dtype), v_blocks)
-  return out.reshape(batch, n * b, heads, dim)[:, :time], weights
-
-
-def scatter_weights(weights: Array, plan: BlockPlan, time: int) -> Array:
-  """Blocked weights ``[batch, heads, n_blocks, block, kmax * block]`` -> dense ``[batch, heads, time,
-  time]`` (zeros where nothing was scored)."""
-  batch, heads = weights.shape[:2]
-  n, b = plan.keys.shape[0], plan.block
-  dense = jnp.zeros((batch, heads, n * b, n * b), weights.dtype)
-  dense = dense.at[:, :, plan.q_pos[:, :, None], plan.k_pos[:, None, :]].add(weights)
-  return dense[:, :, :time, :time]
-
-
-def relational_logits(q: Array, k: Array, q_edge: Array, k_edge: Array, onehot: Array) -> Array:
-  """(q_i + qe_ij) · (k_j + ke_ij) / sqrt(d) for every pair (Relational Attention: queries and keys are
-  node projections plus edge projections), where the edge i -> j has token t (``onehot[b, i, j, t]``, all
-  zero without an edge) and qe_ij = q_edge[t], ke_ij = k_edge[t].
-
-  q, k: ``[batch, n, heads, d]``; q_edge, k_edge: ``[vocab, heads, d]``; onehot: ``[batch, n, n, vocab]``.
-  Each cross term is formed per edge token and then picked per pair, so no ``[batch, n, n, heads, d]``
-  tensor exists. Returns ``[batch, heads, n, n]`` float32.
-  """
-  f32 = dict(preferred_element_type=jnp.float32)
-  onehot = onehot.astype(jnp.float32)
-  node = jnp.einsum('bihd,bjhd->bhij', q, k, **f32)
-  query_edge_key = jnp.einsum('bhiv,bijv->bhij', jnp.einsum('bihd,vhd->bhiv', q, k_edge, **f32), onehot)
-  edge_query_key = jnp.einsum('bhjv,bijv->bhij', jnp.einsum('vhd,bjhd->bhjv', q_edge, k, **f32), onehot)
-  edge_edge = jnp.einsum('hv,bijv->bhij', jnp.einsum('vhd,vhd->hv', q_edge, k_edge, **f32), onehot)
-  return (node + query_edge_key + edge_query_key + edge_edge) / jnp.sqrt(jnp.float32(q.shape[-1]))
 
 
 @flax.struct.dataclass
@@ -440,7 +280,7 @@ class Attention(nn.Module):
     v = dense('value')(x) if values is None else values.astype(self.dtype)
     static = head_mask_matrix(self.mask, time, time)                          # [heads or 1, q, k]
     if static.shape[0] not in (1, self.num_heads):
-      raise ValueError(f'attention has {self.num_heads} heads but {static.shape[0]} per-head masks')
+      raise InputError(f'attention has {self.num_heads} heads but {static.shape[0]} per-head masks')
     plan = block_plan(static, self.block_size) if self.block_size and edges is None else None
     if plan is not None and plan.scored_fraction == 1.0:
       plan = None  # every block is needed: the dense computation does the same work in fewer steps
@@ -465,12 +305,12 @@ class Attention(nn.Module):
       else:
         e, onehot = edges.table.astype(self.dtype), edges.onehot
         logits = relational_logits(q, k, dense('edge_query')(e), dense('edge_key')(e), onehot)
-        weights = _softmax_over_allowed(logits, mask & edges.mask[:, None])
+        weights = softmax_over_allowed(logits, mask & edges.mask[:, None])
         edge_values = (dense('edge_value')(e) if edges.values is None else edges.values.astype(self.dtype),
                        onehot)
         out = self._read(weights, v, edge_values)
     if weights is not None:
-      self.sow('intermediates', 'weights', weights)
+      self.sow(names.COLLECTION, names.WEIGHTS, weights)
     if self.dropout_rate > 0.0 and not deterministic:
       # Dropout on the weights after they are sown: the readable weights are the model's own.
       drop = nn.Dropout(self.dropout_rate)

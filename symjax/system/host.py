@@ -5,13 +5,13 @@ XLA:CPU allocates the temporary buffers of a compiled step afresh on every call 
 call ends. With glibc's default malloc, buffers above its mmap threshold (128 KiB, rising with use to at
 most 32 MiB) are mapped from the kernel and unmapped when freed, and free memory at the top of the heap is
 handed back (trimmed). Either way the next step writes to pages the kernel must map and zero again: at the
-text recipe, 10,000-15,000 minor page faults per training step and a quarter or more of the process's CPU
-time in the kernel (README, "On this CPU", has the measured steps). ``retain_freed_memory`` asks malloc to keep
+text recipe, thousands of minor page faults per training step and a large share of the process's CPU
+time in the kernel (the docs' "Performance" page has the measurements). ``retain_freed_memory`` asks malloc to keep
 freed memory for the next allocation instead (``mallopt``): the heap is never trimmed, allocations below
 2 GiB come from the heap rather than their own mappings, and a top pad of 128 MiB keeps the 64 MiB heaps of
 the per-thread arenas from being unmapped whenever one falls empty.
 It changes no computation, only where buffers live. The cost: the process's resident memory no longer
-falls back after a peak, and the heap may hold more than the live data (README gives the measured sizes).
+falls back after a peak, and the heap may hold more than the live data (measured on the same page).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import platform
 
 # XLA:CPU's YNNPACK library fusions (on by default in recent jaxlib) run the symbolic model's small
 # per-channel products and their broadcasts slower than XLA's own fusions, and the seed-vmapped step slower
-# still (README, "Speed": 3 vmapped seeds 3.47× one seed with them, 2.70× without; the symbolic step 1.06× →
-# 0.99× token_factored). They do not touch GPU or TPU compilation.
+# still (the docs' "Performance" page has the measurements). They do not touch GPU or TPU compilation.
 YNN_FUSION_FLAG = '--xla_cpu_experimental_ynn_fusion_type'
 KEEP_XLA_FLAGS_ENV = 'SYMJAX_KEEP_XLA_FLAGS'
 

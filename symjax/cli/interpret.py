@@ -14,6 +14,8 @@ import sys
 
 from absl import app, flags, logging
 
+from symjax.system.errors import InputError
+
 REPORT_DIR = 'interpret'
 
 
@@ -31,7 +33,7 @@ def default_input(loaded) -> list[int]:
   """The first test example of a built-in task, up to its last valid position."""
   from symjax import tasks
   if loaded.task == 'text':
-    raise ValueError('a text model needs --input (the text to read)')
+    raise InputError('a text model needs --input (the text to read)')
   task = tasks.get_task(loaded.config)
   batch = next(task.eval_batches('test', 1, loaded.config.seed))
   n = int(batch['key_mask'][0].sum())
@@ -41,19 +43,19 @@ def default_input(loaded) -> list[int]:
 def encode(loaded, text: str) -> list[int]:
   try:
     ids = [int(t) for t in loaded.tokenizer.encode(text)]
-  except ValueError as e:
-    raise ValueError(f'--input could not be tokenised for task {loaded.task!r}: {e}') from None
+  except ValueError as e:  # the tokenizer's own errors too
+    raise InputError(f'--input could not be tokenised for task {loaded.task!r}: {e}') from None
   if not ids:
-    raise ValueError('--input is empty after tokenisation')
+    raise InputError('--input is empty after tokenisation')
   if len(ids) > loaded.model_config.max_len:
-    raise ValueError(f'--input is {len(ids)} tokens; this model reads at most model.max_len = '
+    raise InputError(f'--input is {len(ids)} tokens; this model reads at most model.max_len = '
                      f'{loaded.model_config.max_len}')
   return ids
 
 
 def check_position(ids, position: int) -> None:
   if not -len(ids) <= position < len(ids):
-    raise ValueError(f'--position {position} is outside the input of {len(ids)} tokens '
+    raise InputError(f'--position {position} is outside the input of {len(ids)} tokens '
                      f'(allowed: {-len(ids)}..{len(ids) - 1})')
 
 
@@ -62,9 +64,10 @@ def main(argv):
   f = flags.FLAGS
   if not f['verbosity'].present:  # Orbax logs every restore at INFO
     logging.set_verbosity(logging.ERROR)
-  from symjax import rundir, tasks
+  from symjax import tasks
   from symjax.interpret import induction as induction_tools
   from symjax.interpret import report
+  from symjax.run import workdir as rundir
   from symjax.tasks import induction
   path = f.output or os.path.join(f.workdir, REPORT_DIR, 'report.html')
   report.check_report_path(path)  # before the work, not after
@@ -91,6 +94,6 @@ def run():
   define_flags()
   try:
     app.run(main)
-  except (ValueError, OSError, RuntimeError) as e:  # OSError: e.g. an --output folder that cannot be made
+  except (InputError, OSError, RuntimeError) as e:  # OSError: e.g. an --output folder that cannot be made
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

@@ -35,11 +35,16 @@ import ml_collections
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
-from symjax import config_lib, files, optim, tasks
 from symjax import model as model_lib
+from symjax import tasks
 from symjax.model import ModelConfig, Transformer
+from symjax.system import files
+from symjax.system.errors import InputError
 from symjax.tasks.text import tokenizer_from_json
+from symjax.train import config as config_lib
+from symjax.train import optim
 
+checkpoint_choice = config_lib.checkpoint_choice  # re-exported: the CLIs and load take it
 CONFIG_FILE = 'config.json'
 CONFIG_HISTORY_FILE = 'config_history.jsonl'
 RUN_FILE = 'run.json'
@@ -73,7 +78,7 @@ def save_run_files(workdir: str, config: ml_collections.ConfigDict, task: tasks.
     return
   run = {'model': dataclasses.asdict(model_config), 'task': task.name, 'seq_len': task.seq_len,
          'language_model': task.language_model, 'data': task.data_fingerprint}
-  vocab = task.tokenizer.to_json() if hasattr(task, 'tokenizer') else task.vocab.to_json()
+  vocab = tasks.vocab_json(task)
   config_json = config.to_json_best_effort(indent=1)
   for name, text in ((CONFIG_FILE, config_json), (RUN_FILE, json.dumps(run, indent=1)),
                      (tasks.VOCAB_FILE, json.dumps(vocab))):
@@ -99,7 +104,7 @@ def check_same_model(workdir: str, model_config: ModelConfig) -> None:
       print(f'work directory {workdir!r} has the run files of another model ({details}) but no checkpoint; '
             f'starting a new run there')
     return
-  raise ValueError(f'work directory {workdir!r} holds a run of a different model ({details}); '
+  raise InputError(f'work directory {workdir!r} holds a run of a different model ({details}); '
                    f'resume it with its own config or choose a new --workdir')
 
 
@@ -114,7 +119,7 @@ def check_same_data(workdir: str, task: tasks.Task) -> None:
   if saved is None or saved == task.data_fingerprint:
     return
   now = task.data_fingerprint
-  raise ValueError(f'work directory {workdir!r} was trained on other data: its {RUN_FILE} records '
+  raise InputError(f'work directory {workdir!r} was trained on other data: its {RUN_FILE} records '
                    f'{saved["tokens"]:,} tokens (sha256 {saved["sha256"][:12]}...), the corpus this config reads '
                    f'gives {now["tokens"]:,} (sha256 {now["sha256"][:12]}...); resume with the corpus it was '
                    f'trained on (the text file or a token folder of it) or choose a new --workdir')
@@ -135,7 +140,7 @@ def check_same_training(workdir: str, config: ml_collections.ConfigDict) -> None
   details = lambda keys: ', '.join(f'{k}: {differ[k][0]!r} -> {differ[k][1]!r}' for k in keys)
   changed = [k for k in RESUME_FIELDS if k in differ]
   if changed:
-    raise ValueError(f'work directory {workdir!r} was trained with other data or keys ({details(changed)}); '
+    raise InputError(f'work directory {workdir!r} was trained with other data or keys ({details(changed)}); '
                      f'resume it with its own values (its {CONFIG_FILE}) or choose a new --workdir')
   old = config.copy_and_resolve_references()
   with old.unlocked():
@@ -144,7 +149,7 @@ def check_same_training(workdir: str, config: ml_collections.ConfigDict) -> None
   probe = {'kernel': jax.ShapeDtypeStruct((2, 2), jnp.float32), 'scale': jax.ShapeDtypeStruct((2,), jnp.float32)}
   structure = lambda c: jax.tree.structure(jax.eval_shape(optim.make_optimizer(c).init, probe))
   if structure(old) != structure(config):
-    raise ValueError(f'work directory {workdir!r} holds checkpoints whose optimiser state this config cannot '
+    raise InputError(f'work directory {workdir!r} holds checkpoints whose optimiser state this config cannot '
                      f'continue ({details(differ)}); resume with the values in its {CONFIG_FILE} or choose a new '
                      f'--workdir (nothing was moved)')
 
@@ -188,7 +193,7 @@ def unreadable_metrics(workdir: str) -> list[int]:
   return bad
 
 
-def checkpoint_manager(workdir: str, config: ml_collections.ConfigDict) -> ocp.CheckpointManager:
+def checkpoint_manager(workdir: str, keep: int, best_metric: str) -> ocp.CheckpointManager:
   """The trainer's manager: keeps the last ``keep_checkpoints`` plus the best by the validation metric
   ``best_metric``. The metrics are stored with every checkpoint (Orbax's ``best_fn``), so a resumed run
   still knows which one is best and keeps it. Checkpoints whose stored metrics are damaged are moved to
@@ -197,14 +202,13 @@ def checkpoint_manager(workdir: str, config: ml_collections.ConfigDict) -> ocp.C
     for step in unreadable_metrics(workdir):
       print(f'WARNING: checkpoint at step {step} is corrupt or partial (its stored metrics do not parse); moved '
             f'to {quarantine(workdir, step)}', file=sys.stderr)
-  return _manager(workdir, config, read_only=False)
+  return _manager(workdir, keep, best_metric, read_only=False)
 
 
-def _manager(workdir: str, config: ml_collections.ConfigDict, read_only: bool) -> ocp.CheckpointManager:
-  metric = config.best_metric
+def _manager(workdir: str, keep: int, metric: str, read_only: bool) -> ocp.CheckpointManager:
   mode = config_lib.BEST_METRICS[metric]
   policy = pp.AnyPreservationPolicy([
-      pp.LatestN(config.keep_checkpoints),
+      pp.LatestN(keep),
       pp.BestN(get_metric_fn=lambda m: m[metric], reverse=mode == 'min', n=1,
                keep_checkpoints_without_metrics=False),
   ])
@@ -215,12 +219,12 @@ def _manager(workdir: str, config: ml_collections.ConfigDict, read_only: bool) -
     return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)
 
 
-def best_step(workdir: str, config: ml_collections.ConfigDict) -> int | None:
+def best_step(workdir: str, best_metric: str) -> int | None:
   """The kept step with the best stored validation metric (Orbax's own tracking, read-only), or None when
   there is none or the stored metrics cannot be read."""
   if unreadable_metrics(workdir):
     return None
-  manager = _manager(workdir, config, read_only=True)
+  manager = _manager(workdir, 1, best_metric, read_only=True)
   try:
     with quiet_orbax():
       return manager.best_step()
@@ -325,22 +329,12 @@ class Loaded:
   language_model: bool                   # targets are next tokens: sampling makes sense
 
 
-def checkpoint_choice(text: str, flag: str) -> str | int:
-  """The value of a command line's checkpoint ``flag``: ``'best'``, ``'latest'`` or a step number, as
-  ``load`` takes it."""
-  if text in ('best', 'latest'):
-    return text
-  if text.isdigit():
-    return int(text)
-  raise ValueError(f"{flag} must be 'best', 'latest' or a checkpointed step number, got {text!r}")
-
-
 def load(workdir: str, which: str | int = 'best') -> Loaded:
   """Loads the ``'best'`` (by the run's ``best_metric``) or ``'latest'`` checkpoint of ``workdir``, or the one
   saved at step ``which`` (an int; ``checkpoint_steps(workdir)`` lists them). A checkpoint that does not
   restore is reported in one line and the next one is tried (``'best'``, ``'latest'``); nothing is moved."""
   if which not in ('best', 'latest') and (isinstance(which, bool) or not isinstance(which, int)):
-    raise ValueError(f"which must be 'best', 'latest' or a checkpointed step number, got {which!r}")
+    raise InputError(f"which must be 'best', 'latest' or a checkpointed step number, got {which!r}")
   for name in (CONFIG_FILE, RUN_FILE, tasks.VOCAB_FILE):
     if not os.path.isfile(os.path.join(workdir, name)):
       raise FileNotFoundError(f'{workdir!r} is not a symjax work directory: {name} is missing')
@@ -363,10 +357,10 @@ def load(workdir: str, which: str | int = 'best') -> Loaded:
     raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, CHECKPOINT_DIR)}')
   if isinstance(which, int):
     if which not in steps:
-      raise ValueError(f'{workdir!r} has no checkpoint at step {which}; it has steps {sorted(steps)}')
+      raise InputError(f'{workdir!r} has no checkpoint at step {which}; it has steps {sorted(steps)}')
     steps = [which]
   elif which == 'best':
-    best = best_step(workdir, config)
+    best = best_step(workdir, config.best_metric)
     steps = [best] + [s for s in steps if s != best] if best is not None else steps
   state = restore_first_valid(lambda step: restore_without_manager(workdir, step, abstract), steps,
                                      workdir, quarantine_failed=False)

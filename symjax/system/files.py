@@ -14,6 +14,8 @@ import os
 import tempfile
 from typing import Any
 
+from symjax.system.errors import InputError
+
 
 def write_atomically(path: str, text: str) -> None:
   """Other processes (and a crash mid-write) see the old file or the new one, never half of one; a write
@@ -50,5 +52,5 @@ def read_json(path: str, hint: str = '') -> dict[str, Any]:
     if isinstance(value, dict):
       return value
     problem = f'holds a JSON {type(value).__name__}, not an object'
-  raise ValueError(f'{path!r} {problem}; symjax writes it in one piece, so it was changed or damaged after '
+  raise InputError(f'{path!r} {problem}; symjax writes it in one piece, so it was changed or damaged after '
                    f'it was written' + (f'; {hint}' if hint else ''))

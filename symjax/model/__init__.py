@@ -1,0 +1,27 @@
+"""The model: its typed configuration, the blocks of the three kinds, and the modules they compose.
+
+- ``config``: ``ModelConfig``, every architectural choice, checked once.
+- ``attention``: mask predicates, ALiBi with learned slopes, the multi-head ``Attention`` module.
+- ``symbolic``: ``KroneckerValue``, ``ChannelLayerNorm``, ``VocabProjection``, ``VocabFFN``.
+- ``transformer``: the standard and two-stream blocks, ``Transformer``, the LSTM baseline, ``build``.
+- ``intermediates``: the one list of the names the model sows.
+
+The computations these modules call (attention kernels, vocabulary projections, the readout) live in
+``symjax.ops``.
+"""
+
+from symjax.model.config import ModelConfig
+from symjax.model.transformer import (
+                                      LSTM,
+                                      FactoredBlock,
+                                      StandardBlock,
+                                      Transformer,
+                                      build,
+                                      check_token_ids,
+                                      count_params,
+                                      for_backend,
+                                      param_shapes,
+)
+
+__all__ = ['ModelConfig', 'Transformer', 'StandardBlock', 'FactoredBlock', 'LSTM', 'build', 'check_token_ids',
+           'count_params', 'for_backend', 'param_shapes']

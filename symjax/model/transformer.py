@@ -1,0 +1,293 @@
+"""The three model families: standard, Token-Factored and Symbolic Transformer.
+
+"Symbolic Transformers" (Kerce & Fox 2025):
+- Token-Factored block (§4, eqs. 6-15): the hidden state is two streams X = X_t + X_e. Attention reads
+  LayerNorm(X_t + X_e) for queries and keys, takes values from X_t alone through the Kronecker-lifted map,
+  and updates only X_t; the FFN reads LayerNorm(X_t + X_e) and updates only X_e. X_t^0 is the token
+  embedding, X_e^0 = 0, and positions enter only through ALiBi.
+- Symbolic block (§5, Algorithm 1): the same with channel-wise LayerNorm, values VocabProj(X_t W̃_V)
+  (eq. 27) and the VocabFFN (eq. 19), so every update is a convex mixture of each channel's embeddings.
+- Standard block: a pre-LayerNorm GPT-style block, the baseline.
+
+``Transformer(config)`` builds any of them; ``ModelConfig.symbolic_layers`` applies the symbolic constraints
+to selected layers only (the paper's "selective constraint application", §6.3.3), the others being
+Token-Factored.
+
+The intermediates every block sows are listed, with their shapes, in ``symjax.model.intermediates``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from symjax.model import attention as attn
+from symjax.model import intermediates as names
+from symjax.model import symbolic
+from symjax.model.config import (  # noqa: F401  (re-exported)
+  CHANNEL_NORM_SCALES,
+  DTYPES,
+  MODEL_KINDS,
+  POSITIONS,
+  REMAT_POLICIES,
+  SYMBOLIC_SITES,
+  VALUE_MAPS,
+  ModelConfig,
+)
+from symjax.ops import readout
+from symjax.system.errors import InputError
+from symjax.system.mesh import EMBED, VOCAB  # logical axis names of the parameters
+from symjax.system.mesh import MLP as MLP_AXIS
+
+Array = jax.Array
+
+
+class MLP(nn.Module):
+  """W2 gelu(W1 x + b1) + b2, d_model -> ff_dim -> d_model (GELU: tanh approximation)."""
+
+  ff_dim: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    init = lambda names: nn.with_logical_partitioning(nn.initializers.normal(0.02), names)
+    h = nn.gelu(nn.Dense(self.ff_dim, dtype=self.dtype, kernel_init=init((EMBED, MLP_AXIS)), name='wi')(x))
+    return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=init((MLP_AXIS, EMBED)), name='wo')(h)
+
+
+def _attention(config: ModelConfig, output_projection: bool, alibi: bool) -> attn.Attention:
+  masks = config.mask_predicates()
+  return attn.Attention(config.num_heads, config.head_dim, mask=masks[0] if len(masks) == 1 else masks,
+                        alibi=alibi, learned_slopes=config.learned_slopes, output_projection=output_projection,
+                        dropout_rate=config.attention_dropout_rate, block_size=config.attention_block,
+                        impl=config.attention_impl, dtype=config.compute_dtype, name='attention')
+
+
+class StandardBlock(nn.Module):
+  """Pre-LayerNorm block: x += Attn(LN(x)); x += MLP(LN(x))."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array, key_mask: Array | None = None, deterministic: bool = True,
+               edges: attn.Edges | None = None) -> Array:
+    cfg = self.config
+    drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
+    ln = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
+    x = x + drop(_attention(cfg, True, cfg.positions == 'alibi')(
+        ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic, edges=edges))
+    self.sow(names.COLLECTION, names.X_ATTN, x)
+    x = x + drop(MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(ln('norm_ffn')(x)))
+    self.sow(names.COLLECTION, names.X_FFN, x)
+    return x
+
+
+class FactoredBlock(nn.Module):
+  """Token-Factored block (eqs. 6-15), or with ``symbolic=True`` the Symbolic block (Algorithm 1).
+
+  Takes and returns the streams ``(x_t, x_e)``, each ``[batch, time, d_model]``; ``table`` is the input
+  embedding table ``[vocab, d_model]`` that the symbolic vocabulary projections mix.
+  """
+
+  config: ModelConfig
+  symbolic: bool = False
+
+  @nn.compact
+  def __call__(self, x_t: Array, x_e: Array, table: Array, key_mask: Array | None = None,
+               deterministic: bool = True, edges: attn.Edges | None = None) -> tuple[Array, Array]:
+    cfg = self.config
+    drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
+    if self.symbolic:
+      norm = lambda name: symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale,
+                                                    cfg.layer_norm_epsilon, name=name)
+    else:
+      norm = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
+
+    # Attention: values from X_t alone (eq. 8 / eq. 27); update X_t only (eq. 12 / eq. 28).
+    if cfg.value_map == 'none':
+      value_map = lambda x: symbolic.split_channels(x, cfg.num_heads)
+    else:
+      value_map = symbolic.KroneckerValue(cfg.num_heads, cfg.value_map.removeprefix('kronecker_'),
+                                          name='value_map')
+    project = self.symbolic and cfg.symbolic_site('values')
+    if project:
+      projection = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
+                                            cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.projection_gain,
+                                            name='value_projection')
+    value = lambda x: projection(value_map(x), table) if project else value_map(x)
+    values = value(x_t)
+    if edges is not None:
+      # Relational attention: the value node i reads from node j is v_j + ve_ij with ve_ij the same value
+      # map of the edge's token embedding (computed once per vocabulary row, gathered per pair), so a value
+      # stays a combination of token embeddings. Symbolic values average the two projected mixtures, ½(α_j E + α_ij E), which is again a convex mixture.  # noqa: E501
+      edge_values = value(edges.table)              # per edge token: [vocab, heads, head_dim]
+      if project:
+        values, edge_values = 0.5 * values, 0.5 * edge_values
+      edges = attn.Edges(edges.ids, edges.table, edge_values)
+    x_attn = norm('norm_attn')(x_t + x_e)
+    if cfg.qk_positions:
+      # Scale comparable to the unit-variance LayerNorm output it is added to (std 0.5 is what was measured).
+      pos = self.param('qk_position', nn.with_logical_partitioning(nn.initializers.normal(0.5), (None, EMBED)),
+                       (cfg.max_len, cfg.d_model))
+      x_attn = x_attn + pos[:x_t.shape[-2]].astype(x_attn.dtype)
+    delta_t = _attention(cfg, False, True)(x_attn, values=values,
+                                           key_mask=key_mask, deterministic=deterministic, edges=edges)
+    x_t = x_t + drop(delta_t)
+    self.sow(names.COLLECTION, names.X_T_ATTN, x_t)
+    self.sow(names.COLLECTION, names.X_E_ATTN, x_e)
+
+    # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
+    x_ffn = norm('norm_ffn')(x_t + x_e)
+    if self.symbolic and cfg.symbolic_site('ffn'):
+      width = cfg.ff_dim if cfg.vocab_ffn == 'dense' else cfg.ff_dim_per_head
+      delta_e = symbolic.VocabFFN(cfg.num_heads, width, cfg.tau_init, cfg.vocab_projection,
+                                  cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
+                                  gain=cfg.projection_gain, mixing=cfg.vocab_ffn, weights=cfg.ffn_mixture,
+                                  name='ffn')(x_ffn, table)
+    else:
+      delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
+    x_e = x_e + drop(delta_e)
+    self.sow(names.COLLECTION, names.X_T_FFN, x_t)
+    self.sow(names.COLLECTION, names.X_E_FFN, x_e)
+    return x_t, x_e
+
+
+class Transformer(nn.Module):
+  """A language model / tagger over token ids; returns logits ``[batch, time, vocab]`` in float32.
+
+  Readout: LN_f(X_t + X_e) Eᵀ with the input embedding table E when ``tie_embeddings`` (channel LayerNorm
+  for symbolic models), else a separate ``[vocab, d_model]`` table. With ``return_hidden=True`` it returns
+  ``(LN_f(X_t + X_e), readout table)`` instead, for losses that stream over the vocabulary.
+  """
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens: Array, key_mask: Array | None = None, deterministic: bool = True,
+               return_hidden: bool = False, edges: Array | None = None):
+    """tokens: ``[batch, time]`` ints; key_mask: ``[batch, time]``, False for padding keys; edges (with
+    ``relational``): ``[batch, time, time]`` token ids of the edge i -> j, -1 where there is none."""
+    cfg = self.config
+    time = tokens.shape[-1]
+    if time > cfg.max_len:
+      raise InputError(f'sequence length {time} exceeds model.max_len = {cfg.max_len}; '
+                       f'shorten the input or raise model.max_len')
+    embed = _embed(cfg)
+    x = embed(tokens)
+    table = embed.embedding
+    graph = None
+    if cfg.relational:
+      if edges is None or edges.shape != (*tokens.shape, time):
+        raise InputError(f'model.relational needs edges of shape {(*tokens.shape, time)} (a graph task), '
+                         f'got {None if edges is None else edges.shape}')
+      graph = attn.Edges(edges, table)
+
+    if cfg.kind == 'standard':
+      if cfg.positions == 'learned':
+        pos = self.param('pos_embedding', nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model))
+        x = x + pos[:time].astype(x.dtype)
+      self.sow(names.COLLECTION, names.X_0, x)
+      block = _remat(StandardBlock, cfg, static_argnums=(3,))
+      for l in range(cfg.num_layers):
+        x = block(cfg, name=f'layer_{l}')(x, key_mask, deterministic, graph)
+      h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
+    else:
+      x_t, x_e = x, jnp.zeros_like(x)
+      self.sow(names.COLLECTION, names.X_T_0, x_t)
+      self.sow(names.COLLECTION, names.X_E_0, x_e)
+      block = _remat(FactoredBlock, cfg, static_argnums=(5,))
+      for l, kind in enumerate(cfg.layer_kinds()):
+        x_t, x_e = block(cfg, kind == 'symbolic', name=f'layer_{l}')(x_t, x_e, table, key_mask, deterministic,
+                                                                     graph)
+      if cfg.kind == 'symbolic':
+        h = symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale, cfg.layer_norm_epsilon,
+                                      name='norm_final')(x_t + x_e)
+      else:
+        h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x_t + x_e)
+
+    return _readout(self, cfg, h, table, return_hidden)
+
+
+def check_token_ids(ids, vocab_size: int, what: str = 'token ids') -> None:
+  """ValueError naming the ids of concrete ``ids`` outside ``[0, vocab_size)``: out of range, JAX's embedding
+  lookup gives NaN rather than an error (the tools and the sampler check their inputs with this)."""
+  ids = np.asarray(ids)
+  if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+    bad = sorted({int(t) for t in ids.ravel() if not 0 <= t < vocab_size})
+    raise InputError(f"{what} must be in [0, {vocab_size}) (the model's vocabulary), got {bad[:10]}")
+
+
+def _embed(cfg: ModelConfig) -> nn.Embed:
+  table_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.embed_init_std), (VOCAB, EMBED))
+  return nn.Embed(cfg.padded_vocab_size, cfg.d_model, dtype=cfg.compute_dtype, embedding_init=table_init,
+                  name='embed')
+
+
+def _readout(module: nn.Module, cfg: ModelConfig, h: Array, table: Array, return_hidden: bool):
+  """Logits h Eᵀ over the real vocabulary, or (h, table) for a streamed loss; a separate table when
+  embeddings are untied."""
+  if not cfg.tie_embeddings:
+    table = module.param('readout', nn.with_logical_partitioning(nn.initializers.normal(0.02), (VOCAB, EMBED)),
+                         (cfg.padded_vocab_size, cfg.d_model))
+  if return_hidden:
+    return h, table
+  return readout.logits(h, table)[..., :cfg.vocab_size]
+
+
+class LSTM(nn.Module):
+  """The recurrent baseline: embedding, ``num_layers`` LSTMs of width d_model, LayerNorm, tied readout.
+  Same interface as ``Transformer`` (``key_mask`` is unused: it reads left to right; ``edges`` too: the
+  config refuses ``relational`` for it)."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens: Array, key_mask: Array | None = None, deterministic: bool = True,
+               return_hidden: bool = False, edges: Array | None = None):
+    del key_mask, deterministic, edges
+    cfg = self.config
+    embed = _embed(cfg)
+    x = embed(tokens)
+    for l in range(cfg.num_layers):
+      x = nn.RNN(nn.OptimizedLSTMCell(cfg.d_model, param_dtype=jnp.float32), name=f'lstm_{l}')(x)
+    h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
+    return _readout(self, cfg, h, embed.embedding, return_hidden)
+
+
+def for_backend(config: ModelConfig, backend: str | None = None) -> ModelConfig:
+  """The config with its cuDNN kernels replaced by portable ones of the same mathematics (explicit
+  attention, streamed projection) when ``backend`` (default: JAX's) is not a GPU: a model trained with them
+  on a GPU then loads, samples and is read anywhere."""
+  if (backend or jax.default_backend()) == 'gpu':
+    return config
+  return dataclasses.replace(
+      config, attention_impl='explicit' if config.attention_impl == 'cudnn' else config.attention_impl,
+      vocab_projection='streamed' if config.vocab_projection == 'cudnn' else config.vocab_projection)
+
+
+def build(config: ModelConfig) -> nn.Module:
+  """The model ``config.kind`` names."""
+  return LSTM(config) if config.kind == 'lstm' else Transformer(config)
+
+
+def _remat(block_cls, cfg: ModelConfig, static_argnums):
+  """The block class, rematerialised by ``cfg.remat`` (argument indices count ``self`` as 0)."""
+  if cfg.remat == 'none':
+    return block_cls
+  return nn.remat(block_cls, policy=REMAT_POLICIES[cfg.remat], static_argnums=static_argnums)
+
+
+def param_shapes(config: ModelConfig, seq_len: int = 8) -> Any:
+  """The parameter tree as ``jax.ShapeDtypeStruct``s, without allocating anything."""
+  tokens = jax.ShapeDtypeStruct((1, min(seq_len, config.max_len)), jnp.int32)
+  return nn.meta.unbox(jax.eval_shape(build(config).init, jax.random.key(0), tokens)['params'])
+
+
+def count_params(config: ModelConfig) -> int:
+  """Number of parameters, from shapes alone."""
+  return sum(int(x.size) for x in jax.tree.leaves(param_shapes(config)))

@@ -1,0 +1,8 @@
+"""Kernels: the computations the model's layers call, apart from the layers themselves.
+
+- ``attention``: explicit, fused (XLA / cuDNN), blocked (sliding windows) and relational attention.
+- ``channels``: the ``[..., heads, head_dim]`` channel layout.
+- ``projection``: the vocabulary projection α = softmax(z Eᵀ / τ), α E (direct, streamed, cuDNN).
+- ``streamed``: vocabulary-sized softmaxes streamed over chunks and sharded over the 'vocab' mesh axis.
+- ``readout``: logits h Eᵀ and the per-token loss and rank statistics, direct or streamed.
+"""

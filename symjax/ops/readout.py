@@ -1,0 +1,91 @@
+"""The readout and its loss: logits h Eᵀ over the vocabulary, and the per-token statistics every metric is
+built from (cross-entropy, argmax, the target's rank), either from the full logits or streamed over
+vocabulary chunks (``symjax.ops.streamed``) without a ``[tokens, vocab]`` tensor.
+
+Shapes: h ``[tokens, d]``; table ``[vocab, d]``; targets ``[tokens]`` int.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from symjax.ops.streamed import NEG_INF, _row_offset, argmax_and_rank, logsumexp, sharded
+
+Array = jax.Array
+
+
+def logit_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Array]:
+  """(loss, argmax, #logits above the target's, #equal to it) from logits ``[..., vocab]``: the one place
+  where the transformers' direct readout and the baselines (n-gram, uniform) are scored."""
+  target_logit = jnp.take_along_axis(logits, targets[..., None], -1)
+  loss = jax.nn.logsumexp(logits, -1) - target_logit[..., 0]
+  return (loss, jnp.argmax(logits, -1).astype(jnp.int32), jnp.sum(logits > target_logit, -1).astype(jnp.int32),
+          jnp.sum(logits == target_logit, -1).astype(jnp.int32))
+
+
+def readout_stats(h: Array, table: Array, targets: Array, chunk: int, num_valid: int | None = None
+                  ) -> tuple[Array, Array, Array, Array]:
+  """Cross-entropy of ``targets`` under logits h Eᵀ, the argmax, and how many logits are above and equal
+  to the target's; each ``[tokens]``.
+
+  h ``[tokens, d]``, table ``[vocab, d]``, targets ``[tokens]`` int. Differentiable in h and the table
+  through the loss only.
+  """
+  def local(h, targets, t, axis):
+    lse = logsumexp(h, t, chunk, axis, num_valid)
+    row = targets - _row_offset(t, axis)
+    inside = (row >= 0) & (row < t.shape[0])
+    target_logit = jnp.where(inside, jnp.einsum('nd,nd->n', h, t[jnp.clip(row, 0, t.shape[0] - 1)],
+                                                preferred_element_type=jnp.float32), 0.0)
+    if axis is not None:
+      target_logit = jax.lax.psum(target_logit, axis)
+    prediction, above, tied = argmax_and_rank(jax.lax.stop_gradient(h), jax.lax.stop_gradient(t), targets,
+                                              chunk, axis, num_valid)
+    return lse - target_logit, prediction, above, tied
+
+  return sharded(local, 2, 4)(h, targets, table)
+
+
+@jax.custom_vjp
+def readout_logits(h: Array, table: Array) -> Array:
+  """h Eᵀ ``[tokens, vocab]`` in float32 from h ``[tokens, d]`` and E ``[vocab, d]`` of the compute dtype.
+
+  The backward pass rounds the logits' cotangent to the compute dtype before its two products, as every
+  other product of a bfloat16 backward pass does; without it a float32 cotangent against bfloat16 operands
+  promotes the step's two largest products to float32. For float32 operands this is exactly autodiff's
+  gradient.
+  """
+  return jnp.einsum('nd,vd->nv', h, table, preferred_element_type=jnp.float32)
+
+
+def _readout_logits_fwd(h, table):
+  return readout_logits(h, table), (h, table)
+
+
+def _readout_logits_bwd(res, g):
+  h, table = res
+  g = g.astype(h.dtype)
+  dh = jnp.einsum('nv,vd->nd', g, table, preferred_element_type=jnp.float32).astype(h.dtype)
+  dtable = jnp.einsum('nv,nd->vd', g, h, preferred_element_type=jnp.float32).astype(table.dtype)
+  return dh, dtable
+
+
+readout_logits.defvjp(_readout_logits_fwd, _readout_logits_bwd)
+
+
+def logits(h: Array, table: Array) -> Array:
+  """The readout: logits h Eᵀ ``[..., vocab]`` in float32 from h ``[..., d]``, with the table in h's compute
+  dtype and ``readout_logits``' backward pass. The one place the model, the trainer and the losses form
+  logits."""
+  out = readout_logits(h.reshape(-1, h.shape[-1]), table.astype(h.dtype))
+  return out.reshape(*h.shape[:-1], table.shape[0])
+
+
+def direct_readout_stats(h: Array, table: Array, targets: Array, num_valid: int | None = None
+                         ) -> tuple[Array, Array, Array, Array]:
+  """The same as ``readout_stats`` through the full ``[tokens, vocab]`` logits."""
+  scores = readout_logits(h, table)
+  if num_valid is not None and num_valid < table.shape[0]:
+    scores = jnp.where(jnp.arange(table.shape[0]) < num_valid, scores, NEG_INF)
+  return logit_stats(scores, targets)

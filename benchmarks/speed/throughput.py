@@ -1,20 +1,19 @@
 """Training throughput on this machine against the rate of the model's own matrix products.
 
-  python benchmarks/throughput.py [--steps=100] [--json=benchmarks/results/throughput.json]
+  python -m benchmarks.speed.throughput [--steps=100] [--json=benchmarks/results/throughput.json]
 
 Each kind at the text recipe (`configs/<kind>.py:task=text,size=medium`: 4 layers, 4 heads × 32, context
 64, batch 12, |V| = 65 as for Tiny Shakespeare), float32, on random tokens: steady-state tokens/s of the
 compiled training step (compilation and two warm-up steps excluded; median of --repeats rounds of --steps
-steps), model FLOP/s (3 × the forward count of benchmarks/flops.py), and, in the same run, the FLOP/s of
+steps), model FLOP/s (3 × the forward count of benchmarks/lib/flops.py), and, in the same run, the FLOP/s of
 exactly the model's matrix products (each forward product and its two backward products, one jitted
 function, nothing else). The ratio is the fraction of that limit the training step reaches. Also the
 compile time of the step, the time from process start to the first finished step, the loss after the timed
 steps (equal across runs that change only how the step runs) and the process's peak resident memory so
-far (kinds run in the order given). The allocator setting of symjax/host.py is applied as the trainer
+far (kinds run in the order given). The allocator setting of symjax/system/host.py is applied as the trainer
 applies it; SYMJAX_KEEP_MALLOC=1 measures glibc's defaults.
 """
 
-import json
 import os
 import resource
 import sys
@@ -26,11 +25,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from flops import forward_flops_per_token, products  # noqa: E402  (benchmarks/flops.py)
-import profiling  # noqa: E402  (benchmarks/profiling.py)
-from timing import median_seconds  # noqa: E402  (benchmarks/timing.py)
-from recipe import compile_recipe_step  # noqa: E402  (benchmarks/recipe.py)
-from symjax import host  # noqa: E402
+from benchmarks.lib import profiling  # noqa: E402
+from benchmarks.lib import results as result_files  # noqa: E402
+from benchmarks.lib.flops import forward_flops_per_token, products  # noqa: E402
+from benchmarks.lib.recipe import compile_recipe_step  # noqa: E402
+from benchmarks.lib.timing import median_seconds  # noqa: E402
+from symjax.system import host  # noqa: E402
 
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'Model kinds.')
 _STEPS = flags.DEFINE_integer('steps', 100, 'Steps per timed round.')
@@ -38,7 +38,7 @@ _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds (the median is repor
 _VOCAB = flags.DEFINE_integer('vocab', 65, 'Vocabulary size (Tiny Shakespeare: 65 characters).')
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/throughput.json', 'Where to write the results.')
 _PROFILE_DIR = flags.DEFINE_string('profile_dir', '', 'If set: after timing, 3 steps of each kind are traced '
-                                    '(jax.profiler) and XLA:CPU\'s ops summed by name (benchmarks/profiling.py).')
+                                    '(jax.profiler) and XLA:CPU\'s ops summed by name (benchmarks/lib/profiling.py).')
 
 
 def timed_rounds(fn, *args) -> float:
@@ -99,7 +99,7 @@ def measure(kind: str) -> dict:
 def main(_):
   host.set_defaults()  # as the trainer does; SYMJAX_KEEP_MALLOC=1 keeps glibc's malloc defaults
   rows = [measure(kind) for kind in _KINDS.value]
-  print(f'\n{jax.devices()[0].device_kind} ({jax.default_backend()}), text recipe: batch 12 × 64, |V| = {_VOCAB.value}, '
+  print(f'\n{jax.devices()[0].device_kind} ({jax.default_backend()}), text recipe: batch 12 × 64, |V| = {_VOCAB.value}, '  # noqa: E501
         f'float32; median of {_REPEATS.value} rounds of {_STEPS.value} steps')
   print('| kind | parameters | step | tokens/s | model GFLOP/s | its products alone, GFLOP/s | fraction | compile '
         '| loss after | peak resident |')
@@ -113,10 +113,9 @@ def main(_):
       profiling.print_profile(r['kind'], r['step_s'] * 1e3, r['ops'], lines_with=('',))
   print(f"time from start to the first finished step (first kind, compile included): "
         f"{rows[0]['seconds_to_first_step']:.1f} s")
-  with open(_JSON.value, 'w') as f:
-    json.dump({'device': jax.devices()[0].device_kind, 'jax': jax.__version__, 'rows': rows,
+  result_files.write(_JSON.value, {'device': jax.devices()[0].device_kind, 'jax': jax.__version__, 'rows': rows,
                'xla_flags': os.environ.get('XLA_FLAGS', ''),
-               'command': 'python benchmarks/throughput.py ' + ' '.join(sys.argv[1:])}, f, indent=1)
+               'command': 'python -m benchmarks.speed.throughput ' + ' '.join(sys.argv[1:])})
   print(f'wrote {_JSON.value}')
 
 

@@ -1,5 +1,5 @@
 """The compiled training step of one model kind at the text recipe, on random tokens, for the CPU benchmarks
-(benchmarks/throughput.py, benchmarks/malloc_settings.py): `configs/<kind>.py:task=text,size=medium`
+(benchmarks/speed/throughput.py, benchmarks/speed/malloc_settings.py): `configs/<kind>.py:task=text,size=medium`
 (4 layers, 4 heads × 32, context 64, batch 12), |V| = 65 as for Tiny Shakespeare, float32, one device."""
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from symjax import config_lib, optim, train
 from symjax.model import ModelConfig, Transformer
+from symjax.train import config as config_lib
+from symjax.train import optim
+from symjax.train import trainer as train
 
 
 @dataclasses.dataclass

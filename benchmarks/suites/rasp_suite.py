@@ -1,7 +1,7 @@
 """Standard, Token-Factored and Symbolic Transformers on the seven RASP tasks, next to the published
 Transformer Programs figures ("Learning Transformer Programs", Table 1).
 
-  python benchmarks/rasp_suite.py [--json=rasp_suite.json] [--steps=3000] [--workdir=/tmp/rasp_suite]
+  python -m benchmarks.suites.rasp_suite [--json=rasp_suite.json] [--steps=3000] [--workdir=/tmp/rasp_suite]
 
 Each run is `configs/rasp.py:task=<task>,model=<kind>` (3 layers, 4 heads × 16, batch 64), one seed.
 Prints a Markdown table of test token accuracy (and length generalisation at 12 and 16), parameters and
@@ -14,6 +14,8 @@ import time
 
 from absl import app, flags
 
+from benchmarks.lib import results as result_files
+
 _JSON = flags.DEFINE_string('json', 'rasp_suite.json', 'Where to write the results.')
 _STEPS = flags.DEFINE_integer('steps', 3000, 'Training steps per run.')
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/rasp_suite', 'Parent of the runs\' work directories.')
@@ -22,9 +24,11 @@ _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 
 
 
 def main(_):
-  from symjax import config_lib, rundir, train
   from symjax.model import ModelConfig, count_params
+  from symjax.run import workdir as rundir
   from symjax.tasks import rasp
+  from symjax.train import config as config_lib
+  from symjax.train import trainer as train
   results = json.load(open(_JSON.value)) if os.path.exists(_JSON.value) else {}
   for task in _TASKS.value or rasp.TASKS:
     for kind in _KINDS.value:
@@ -43,8 +47,7 @@ def main(_):
                       'length_16': final.get('length_16', {}).get('accuracy'),
                       'parameters': count_params(ModelConfig.from_dict(run['model'])),
                       'seconds': seconds}
-      with open(_JSON.value, 'w') as f:
-        json.dump(results, f, indent=1)
+      result_files.write(_JSON.value, results)
   print('| task | Transformer Programs | standard | token_factored | symbolic |')
   print('|---|---:|---:|---:|---:|')
   for task in rasp.TASKS:

@@ -1,6 +1,6 @@
 """Training throughput, model FLOP utilisation and memory at GPT-2-small scale, on an accelerator.
 
-  python benchmarks/accelerator.py [--rows=standard,symbolic+cudnn+direct] [--batch=8] [--json=accelerator.json]
+  python -m benchmarks.speed.accelerator [--rows=standard,symbolic+cudnn+direct] [--batch=8] [--json=accelerator.json]
 
 For standard / token_factored / symbolic: 12 layers, 12 heads × 64, |V| = 50,257, FFN 3072 (VocabFFN 256
 per channel), bfloat16 compute, float32 parameters, AdamW. A row is ``KIND[+OPTION...]``; without options
@@ -35,10 +35,13 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from symjax import config_lib, optim, symbolic, train
-import profiling  # benchmarks/profiling.py
-from flops import forward_flops_per_token  # benchmarks/flops.py
-from symjax.model import Transformer
+from benchmarks.lib import profiling
+from benchmarks.lib import results as result_files
+from benchmarks.lib.flops import forward_flops_per_token
+from symjax.model import Transformer, symbolic
+from symjax.train import config as config_lib
+from symjax.train import optim
+from symjax.train import trainer as train
 
 _ROWS = flags.DEFINE_list('rows', ['standard', 'standard+direct', 'standard+cudnn+direct',
                                     'standard+cudnn+direct+pad', 'standard+cudnn+direct+pad+learned',
@@ -195,11 +198,10 @@ def main(_):
   rows = {}
 
   def write(extra=None):
-    with open(_JSON.value, 'w') as f:
-      json.dump({'device': device.device_kind, 'jax': jax.__version__, 'batch': _BATCH.value,
+    result_files.write(_JSON.value, {'device': device.device_kind, 'jax': jax.__version__, 'batch': _BATCH.value,
                  'seq_len': _SEQ_LEN.value, 'vocab': VOCAB, 'chunk': _CHUNK.value, 'peak_tflops': _PEAK.value,
                  'rows': rows, **(extra or {}),
-                 'command': 'python benchmarks/accelerator.py ' + ' '.join(sys.argv[1:])}, f, indent=1)
+                 'command': 'python -m benchmarks.speed.accelerator ' + ' '.join(sys.argv[1:])})
 
   for kind in _ROWS.value:
     model_config(kind)  # a bad row is an error before anything runs
@@ -219,7 +221,7 @@ def main(_):
   gib = lambda x: x / 2**30
   print(f'\n{device.device_kind}, batch {_BATCH.value} × {_SEQ_LEN.value}, |V| = {VOCAB:,}, bfloat16 compute; '
         f'8192³ bf16 matmul {peak_matmul:.0f} TFLOP/s, peak taken as {_PEAK.value} TFLOP/s')
-  print('| kind | parameters | step | step, synchronised | tokens/s | model TFLOP/s | MFU | MFU of matmul rate | peak memory used '
+  print('| kind | parameters | step | step, synchronised | tokens/s | model TFLOP/s | MFU | MFU of matmul rate | peak memory used '  # noqa: E501
         '| XLA predicted | compile |')
   print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for kind, r in rows.items():

@@ -1,6 +1,6 @@
-"""Collects ``benchmarks/align_suite.sh`` into one table and JSON.
+"""Collects ``benchmarks/suites/align_suite.sh`` into one table and JSON.
 
-  python benchmarks/collect_align.py [ROOT=runs/align_suite] [--json=benchmarks/results/alignment.json]
+  python -m benchmarks.analysis.collect_align [ROOT=runs/align_suite] [--json=benchmarks/results/alignment.json]
 
 Per task, kind and alignment on/off, on the test split: precision@k of the module's activations (eq. 10),
 of its weights (eq. 9), of the backbone's attention (mean over layers and heads), the module's accuracy and
@@ -12,8 +12,9 @@ import json
 import os
 import sys
 
-from collect_common import cell, root_and_json  # benchmarks/collect_common.py
-from symjax.sweep import stat
+from benchmarks.lib import results as result_files
+from benchmarks.lib.collect import cell, root_and_json
+from symjax.train.sweep import stat
 
 KINDS = ('standard', 'token_factored', 'symbolic')
 ALIGNMENT = {'false': 'none (CE only)', 'true': 'CE + MSE + MSE', 'weighted': '0.1 CE + MSE + MSE'}
@@ -40,15 +41,14 @@ def main(argv):
         row['precision_blocks'] = [stat(v) for v in zip(*[r['test']['precision_blocks'] for r in results])]
         rows.append(row)
   fmt = lambda d: cell(d, 100, 1)
-  print('| task | kind | alignment | P@k activations | P@k weights | P@k blocks | P@k attention | module acc. | backbone acc. |')
+  print('| task | kind | alignment | P@k activations | P@k weights | P@k blocks | P@k attention | module acc. | backbone acc. |')  # noqa: E501
   print('|---|---|---|---:|---:|---:|---:|---:|---:|')
   for r in rows:
     blocks = ' / '.join(f"{100 * b['mean']:.0f}" for b in r['precision_blocks'])
     print(f"| {r['task']} | {r['kind']} | {ALIGNMENT[r['aligned']]} | {fmt(r['precision_activations'])} | "
           f"{fmt(r['precision_weights'])} | {blocks} | {fmt(r['precision_attention'])} | {fmt(r['module_accuracy'])} | "
           f"{fmt(r['backbone_accuracy'])} |")
-  with open(out, 'w') as f:
-    json.dump({'suite': 'bash benchmarks/align_suite.sh runs/align_suite', 'rows': rows}, f, indent=1)
+  result_files.write(out, {'suite': 'bash benchmarks/suites/align_suite.sh runs/align_suite', 'rows': rows})
   print(f'wrote {out}')
 
 

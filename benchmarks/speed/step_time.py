@@ -1,7 +1,8 @@
 """Training-step time, measured side by side in one run: the three kinds at the text recipe's shape, and
-several seeds trained together (vmapped and unrolled, `symjax.seeds.combined_step`) against one seed at the default induction config.
+several seeds trained together (vmapped and unrolled, `symjax.train.seeds.combined_step`) against one seed at the
+default induction config.
 
-  python benchmarks/step_time.py [--json=benchmarks/results/step_time.json] [--steps=100] [--repeats=3]
+  python -m benchmarks.speed.step_time [--json=benchmarks/results/step_time.json] [--steps=100] [--repeats=3]
 
 Kinds: 4 layers, 4 heads × 32, |V| = 65 (Tiny Shakespeare's characters), batch 12 × 64 tokens, AdamW
 (``configs/<kind>.py:task=text,size=medium``); a fixed random batch, so only the compiled step is timed.
@@ -11,7 +12,6 @@ rounds, and the fastest round of each is reported, so that other load on the mac
 variant alike.
 """
 
-import json
 import os
 import time
 
@@ -20,8 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from symjax import config_lib, host, optim, seeds, tasks, train
+from benchmarks.lib import results as result_files
 from symjax import model as model_lib
+from symjax import tasks
+from symjax.system import host
+from symjax.train import config as config_lib
+from symjax.train import optim, seeds
+from symjax.train import trainer as train
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/step_time.json', 'Where to write the results.')
 _STEPS = flags.DEFINE_integer('steps', 100, 'Timed steps per round.')
@@ -54,7 +59,7 @@ def recipe_step(kind: str):
 
 def seeds_step(num_seeds: int, how: str = 'vmap'):
   """One training step of ``num_seeds`` seeds of the default induction config, batches built on the host,
-  the seeds combined as ``symjax.seeds.combined_step(..., how)`` does."""
+  the seeds combined as ``symjax.train.seeds.combined_step(..., how)`` does."""
   config = config_lib.variant('symbolic', None)
   task = tasks.get_task(config)
   model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
@@ -119,11 +124,10 @@ def main(_):
             'seeds_step_seconds': seed_times, f'{n}_seeds_over_1': ratio,
             'seed_step_auto': 'unroll' if jax.default_backend() == 'cpu' else 'vmap',
             'xla_flags': os.environ.get('XLA_FLAGS', ''),
-            'command': 'python benchmarks/step_time.py ' + ' '.join(
+            'command': 'python -m benchmarks.speed.step_time ' + ' '.join(
                 f'--{f}={flags.FLAGS[f].value}' for f in ('steps', 'repeats', 'seeds'))}
   os.makedirs(os.path.dirname(_JSON.value) or '.', exist_ok=True)
-  with open(_JSON.value, 'w') as f:
-    json.dump(result, f, indent=1)
+  result_files.write(_JSON.value, result)
   print(f'wrote {_JSON.value}')
 
 

@@ -1,18 +1,18 @@
 """Token accuracy of a trained tagging run by sequence length and by position, on one split.
 
-  python benchmarks/accuracy_by_position.py --workdir=runs/<dir> [--split=test] [--json=PATH]
+  python -m benchmarks.analysis.accuracy_by_position --workdir=runs/<dir> [--split=test] [--json=PATH]
 
 Counts only the positions with a target (weight > 0); position j is the j-th such position of a sequence
 (for RASP tasks: the j-th content token, after ``<s>``). Prints one row per length with its accuracy per
 position, and writes the table as JSON.
 """
 
-import json
 
 import numpy as np
 from absl import app, flags
 
 import symjax
+from benchmarks.lib import results as result_files
 from symjax import tasks
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Work directory of a trained run.', required=True)
@@ -42,8 +42,7 @@ def main(_):
     print(f'| {length} | {len(rows)} | {100 * rows.mean():.1f} | '
           + ' '.join(f'{p:.0f}' for p in per_position) + ' |')
   if _JSON.value:
-    with open(_JSON.value, 'w') as f:
-      json.dump({'workdir': _WORKDIR.value, 'split': _SPLIT.value, 'by_length': table}, f, indent=1)
+    result_files.write(_JSON.value, {'workdir': _WORKDIR.value, 'split': _SPLIT.value, 'by_length': table})
     print(f'wrote {_JSON.value}')
 
 

@@ -1,6 +1,6 @@
 """Compiled memory of one whole training step at the paper's size, for every model kind.
 
-  python benchmarks/train_step.py [--json=train_step.json] [--layers=12]
+  python -m benchmarks.speed.train_step [--json=train_step.json] [--layers=12]
 
 The 12-layer model of "Symbolic Transformers" §6.1 (H = 12, d_head = 64, |V| = 50,257, FFN width 3072,
 VocabFFN 256 per channel), batch 1 × 2048 tokens, AdamW, float32. XLA's memory analysis of the compiled
@@ -8,14 +8,16 @@ step (forward, backward, optimizer update; the state donated) — nothing is all
 arguments + outputs − donated aliases + temporaries.
 """
 
-import json
 
 import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from symjax import config_lib, optim, train
+from benchmarks.lib import results as result_files
 from symjax.model import Transformer
+from symjax.train import config as config_lib
+from symjax.train import optim
+from symjax.train import trainer as train
 
 _JSON = flags.DEFINE_string('json', 'train_step.json', 'Where to write the results.')
 _LAYERS = flags.DEFINE_integer('layers', 12, 'Number of layers.')
@@ -72,9 +74,8 @@ def main(_):
           f"{gib(r['peak']):.2f} GiB | {'yes' if r['peak'] <= 80e9 else 'no'} |")
   ratio = rows['symbolic (streamed projection)']['peak'] / rows['token_factored']['peak']
   print(f'symbolic (streamed) / token_factored peak = {ratio:.2f}')
-  with open(_JSON.value, 'w') as f:
-    json.dump({'layers': _LAYERS.value, 'tokens': _TOKENS.value, 'vocab': VOCAB, 'chunk': _CHUNK.value,
-               'rows': rows, 'symbolic_streamed_over_token_factored': ratio}, f, indent=1)
+  result_files.write(_JSON.value, {'layers': _LAYERS.value, 'tokens': _TOKENS.value, 'vocab': VOCAB, 'chunk': _CHUNK.value,  # noqa: E501
+               'rows': rows, 'symbolic_streamed_over_token_factored': ratio})
   print(f'wrote {_JSON.value}')
 
 

@@ -1,7 +1,7 @@
 """The first-order-logic next-symbol task: transformers of the three kinds, the LSTM, and the uniform and
 n-gram baselines, all scored by the same metric code on the test split.
 
-  python benchmarks/fol.py [--json=fol.json] [--steps=3000] [--workdir=/tmp/fol_bench]
+  python -m benchmarks.suites.fol [--json=fol.json] [--steps=3000] [--workdir=/tmp/fol_bench]
 
 Prints a Markdown table (perplexity, top-1/5/10 accuracy, syntactic validity of 100 sampled formulas,
 parameters, training time) and writes JSON.
@@ -13,6 +13,8 @@ import time
 
 from absl import app, flags
 
+from benchmarks.lib import results as result_files
+
 _JSON = flags.DEFINE_string('json', 'fol.json', 'Where to write the results.')
 _STEPS = flags.DEFINE_integer('steps', 3000, 'Training steps per model.')
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/fol_bench', 'Parent of the runs\' work directories.')
@@ -22,8 +24,11 @@ _ORDER = flags.DEFINE_integer('order', 3, 'n of the n-gram baseline.')
 
 def main(_):
   import symjax
-  from symjax import baselines, config_lib, sample, train
+  from symjax.run import sample
   from symjax.tasks import fol
+  from symjax.train import baselines
+  from symjax.train import config as config_lib
+  from symjax.train import trainer as train
   results = json.load(open(_JSON.value)) if os.path.exists(_JSON.value) else {}
   top_ks = (5, 10)
   task = fol.FOLTask()
@@ -54,10 +59,8 @@ def main(_):
     validity = sample.fol_validity(loaded.model, loaded.params, _SAMPLES.value)
     results[kind] = row(final['test'], parameters=symjax.count_params(loaded.model_config), seconds=seconds,
                         valid=validity['valid'])
-    with open(_JSON.value, 'w') as f:
-      json.dump(results, f, indent=1)
-  with open(_JSON.value, 'w') as f:
-    json.dump(results, f, indent=1)
+    result_files.write(_JSON.value, results)
+  result_files.write(_JSON.value, results)
   print('| model | parameters | test perplexity | top-1 | top-5 | top-10 | valid samples | training time |')
   print('|---|---:|---:|---:|---:|---:|---:|---:|')
   for model, r in results.items():

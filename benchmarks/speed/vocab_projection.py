@@ -1,6 +1,6 @@
 """The vocabulary projection softmax(z E^(h)ᵀ/τ) E^(h), direct vs streamed: memory and CPU time.
 
-  python benchmarks/vocab_projection.py [--json=vocab_projection.json] [--chunk=512]
+  python -m benchmarks.speed.vocab_projection [--json=vocab_projection.json] [--chunk=512]
 
 (a) Compiled temporary memory (XLA's memory analysis; nothing is run or allocated) of one projection,
     forward + backward (gradients of z, E and τ), at the paper's size: T = 2048 tokens, H = 12,
@@ -10,7 +10,6 @@
     recomputation 10) — as a fraction of a large float32 matrix product's FLOP/s in the same run.
 """
 
-import json
 import statistics
 import time
 
@@ -18,7 +17,8 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from symjax import symbolic
+from benchmarks.lib import results as result_files
+from symjax.model import symbolic
 
 _JSON = flags.DEFINE_string('json', 'vocab_projection.json', 'Where to write the results.')
 _CHUNK = flags.DEFINE_integer('chunk', 512, 'Vocabulary rows per streamed step.')
@@ -99,13 +99,12 @@ def main(_):
   print(f"streamed / direct time = {times['streamed'] / times['direct']:.2f}; streamed FLOP/s = "
         f'{100 * streamed_flops / matmul_flops:.0f}% of the matmul')
 
-  with open(_JSON.value, 'w') as f:
-    json.dump({'device': str(jax.devices()[0]), 'chunk': chunk, 'temp_bytes': memory,
+  result_files.write(_JSON.value, {'device': str(jax.devices()[0]), 'chunk': chunk, 'temp_bytes': memory,
                'direct_over_streamed': ratio, 'streamed_growth_50k_to_200k': growth,
                'time_tokens': n, 'time_vocab': v, 'seconds': times, 'matmul_seconds': matmul_time,
                'streamed_flops': streamed_flops, 'matmul_flops': matmul_flops,
                'streamed_over_direct_time': times['streamed'] / times['direct'],
-               'streamed_flops_fraction': streamed_flops / matmul_flops}, f, indent=1)
+               'streamed_flops_fraction': streamed_flops / matmul_flops})
   print(f'wrote {_JSON.value}')
 
 

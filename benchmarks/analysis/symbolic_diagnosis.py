@@ -1,6 +1,6 @@
 """Diagnosis of trained runs: fit (train vs validation vs test), mixture entropy, τ, slopes, gradient norms.
 
-  python benchmarks/symbolic_diagnosis.py --runs=runs/text_symbolic/learning_rate=0.01 \\
+  python -m benchmarks.analysis.symbolic_diagnosis --runs=runs/text_symbolic/learning_rate=0.01 \\
       [--runs=runs/text_token_factored/learning_rate=0.01 ...] [--json=benchmarks/results/diagnosis.json]
 
 Each ``--runs`` folder is a sweep grid point (its ``seed_*`` folders) or a single work directory. For every
@@ -26,7 +26,9 @@ import numpy as np
 from absl import app, flags
 
 import symjax
-from symjax import rundir, tasks
+from benchmarks.lib import results as result_files
+from symjax import tasks
+from symjax.run import workdir as rundir
 
 _RUNS = flags.DEFINE_multi_string('runs', [], 'Sweep grid-point folders or work directories.')
 _OVER_TRAINING = flags.DEFINE_bool('over_training', False, 'Also the mixture entropy and τ at every kept '
@@ -156,8 +158,7 @@ def main(_):
                         if s in d['over_training']]) for s in steps]
         print(f'  {site:22s} ' + ' '.join(f'{v:7.3f}' for v in row))
   os.makedirs(os.path.dirname(_JSON.value) or '.', exist_ok=True)
-  with open(_JSON.value, 'w') as f:
-    json.dump({'command': 'python ' + ' '.join(shlex.quote(a) for a in sys.argv), 'runs': results}, f, indent=1)
+  result_files.write(_JSON.value, {'command': 'python ' + ' '.join(shlex.quote(a) for a in sys.argv), 'runs': results})
   print(f'wrote {_JSON.value}')
 
 

@@ -1,9 +1,9 @@
 """Chooses, per (task, kind), the best of several collected sweeps on validation loss, and prints the tables.
 
-  python benchmarks/combine_sweeps.py benchmarks/results/suite_h100.json benchmarks/results/untied_h100.json \
+  python -m benchmarks.analysis.combine_sweeps benchmarks/results/suite_h100.json benchmarks/results/untied_h100.json \
       [--json=benchmarks/results/suite_tied_untied_h100.json] [--kinds=standard,token_factored,symbolic]
 
-Each input is a file written by `benchmarks/collect_sweeps.py`. The candidates of kind K on a task are the
+Each input is a file written by `benchmarks/analysis/collect_sweeps.py`. The candidates of kind K on a task are the
 sweeps named ``<task>/K<suffix>`` for each of ``--suffixes`` in any input (by default ``symbolic`` with the
 tied readout and ``symbolic_untied``; not ``symbolic_dense_untied``), so every kind is tuned over the union
 of its grids — the same union for every kind when every kind has the same sweeps. A sweep's chosen point is
@@ -17,8 +17,8 @@ import sys
 
 from absl import app, flags
 
-from symjax import sweep
-from collect_common import RASP, TRANSFORMER_PROGRAMS, cell  # benchmarks/collect_common.py
+from benchmarks.lib.collect import RASP, TRANSFORMER_PROGRAMS, cell
+from symjax.train import sweep
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/suite_tied_untied_h100.json',
                             'Where to write the chosen points.')
@@ -93,7 +93,7 @@ def main(argv):
 
   with open(_JSON.value, 'w') as f:
     json.dump({'inputs': argv[1:], 'kinds': _KINDS.value, 'suffixes': _SUFFIXES.value,
-               'combined_with': 'python benchmarks/combine_sweeps.py ' + ' '.join(sys.argv[1:]), 'chosen': out},
+               'combined_with': 'python -m benchmarks.analysis.combine_sweeps ' + ' '.join(sys.argv[1:]), 'chosen': out},  # noqa: E501
               f, indent=1)
   print(f'wrote {_JSON.value}')
 

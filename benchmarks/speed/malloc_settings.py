@@ -1,8 +1,8 @@
 """Page faults, system time, step time and resident memory of the training step under glibc malloc settings.
 
-  python benchmarks/malloc_settings.py [--steps=500] [--kinds=...] [--settings=...] [--json=...]
+  python -m benchmarks.speed.malloc_settings [--steps=500] [--kinds=...] [--settings=...] [--json=...]
 
-Each kind at the text recipe (benchmarks/recipe.py: batch 12 × 64, |V| = 65, float32, random tokens)
+Each kind at the text recipe (benchmarks/lib/recipe.py: batch 12 × 64, |V| = 65, float32, random tokens)
 runs --steps compiled training steps in a fresh process per (setting, kind), since malloc's settings are
 process-wide. Per step, from getrusage over the timed steps: wall time, minor page faults, system and user
 CPU time; the resident size every --every steps, the peak, and the loss after the last step (every setting
@@ -21,8 +21,9 @@ import time
 import jax
 from absl import app, flags
 
-from recipe import compile_recipe_step  # benchmarks/recipe.py
-from symjax import host
+from benchmarks.lib import results as result_files
+from benchmarks.lib.recipe import compile_recipe_step
+from symjax.system import host
 
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'Model kinds.')
 _STEPS = flags.DEFINE_integer('steps', 500, 'Timed steps per (setting, kind), after 20 warm-up steps.')
@@ -32,7 +33,7 @@ _JSON = flags.DEFINE_string('json', 'benchmarks/results/malloc_settings.json', '
 _CHILD = flags.DEFINE_string('child', '', 'Internal: "setting,kind" to measure in this process.')
 
 _NAMES = {host.M_TRIM_THRESHOLD: 'trim', host.M_MMAP_THRESHOLD: 'mmap', host.M_TOP_PAD: 'top_pad'}
-SETTINGS = {'glibc defaults': (), 'symjax.host (all three)': host.SETTINGS,
+SETTINGS = {'glibc defaults': (), 'symjax.system.host (all three)': host.SETTINGS,
             **{f'without {_NAMES[p]}': tuple(s for s in host.SETTINGS if s[0] != p) for p in _NAMES},
             **{f'{_NAMES[p]} only': tuple(s for s in host.SETTINGS if s[0] == p) for p in _NAMES}}
 
@@ -89,15 +90,14 @@ def main(_):
             f"system {r['system_ms_per_step']:5.1f} ms  resident {r['resident_mib_every'][-1]} MiB "
             f"(peak {r['peak_resident_mib']:.0f})  loss {r['loss_after']:.6f}", flush=True)
   print(f'\n{_STEPS.value} steps per row, text recipe, this CPU ({jax.devices()[0].device_kind})')
-  print('| kind | setting | step | minor faults / step | system time / step | resident at the end | peak | loss after |')
+  print('| kind | setting | step | minor faults / step | system time / step | resident at the end | peak | loss after |')  # noqa: E501
   print('|---|---|---:|---:|---:|---:|---:|---:|')
   for r in rows:
     print(f"| {r['kind']} | {r['setting']} | {r['step_ms']:.1f} ms | {r['minor_faults_per_step']:,.0f} | "
-          f"{r['system_ms_per_step']:.1f} ms | {r['resident_mib_every'][-1]:,} MiB | {r['peak_resident_mib']:,.0f} MiB | "
+          f"{r['system_ms_per_step']:.1f} ms | {r['resident_mib_every'][-1]:,} MiB | {r['peak_resident_mib']:,.0f} MiB | "  # noqa: E501
           f"{r['loss_after']:.6f} |")
-  with open(_JSON.value, 'w') as f:
-    json.dump({'device': jax.devices()[0].device_kind, 'jax': jax.__version__, 'rows': rows,
-               'command': 'python benchmarks/malloc_settings.py ' + ' '.join(sys.argv[1:])}, f, indent=1)
+  result_files.write(_JSON.value, {'device': jax.devices()[0].device_kind, 'jax': jax.__version__, 'rows': rows,
+               'command': 'python -m benchmarks.speed.malloc_settings ' + ' '.join(sys.argv[1:])})
   print(f'wrote {_JSON.value}')
 
 

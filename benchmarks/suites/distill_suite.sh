@@ -3,9 +3,9 @@
 # the kind's own learning rate; the distillation weights at their defaults, untuned), 3 seeds each:
 #   reverse (RASP, 3000 steps) and the text recipe (tiny Shakespeare, 2000 steps),
 #   students token_factored and symbolic, teacher one standard model (seed 0) of the same recipe.
-#   bash benchmarks/distill_suite.sh [ROOT=runs/distill_suite] [TEXT=../shared/data/tinyshakespeare.txt]
-# Finished runs are skipped on a rerun. Then: python benchmarks/collect_distill.py ROOT
-# The students keep the settings the README's table was measured with, from before the configs gave the
+#   bash benchmarks/suites/distill_suite.sh [ROOT=runs/distill_suite] [TEXT=../shared/data/tinyshakespeare.txt]
+# Finished runs are skipped on a rerun. Then: python -m benchmarks.analysis.collect_distill ROOT
+# The students keep the settings the docs' results table was measured with, from before the configs gave the
 # symbolic model (and token_factored on text) a readout of its own: the tied readout, and token_factored's
 # text learning rate 1e-2 (config_lib.UNTIED_READOUT, TEXT_LEARNING_RATES).
 set -e
@@ -23,7 +23,7 @@ teacher text configs/standard.py:task=text,size=medium --config.text_path="$text
 for kind in symbolic token_factored; do
   for mode in scratch distill; do
     extra=(); [ $mode = distill ] && extra=(--config.distill.teacher="$root/reverse/teacher")
-    python -m symjax.sweep --config=configs/rasp.py:task=reverse,model=$kind --seeds=3 $quiet $tied "${extra[@]}" \
+    python -m symjax.cli.sweep --config=configs/rasp.py:task=reverse,model=$kind --seeds=3 $quiet $tied "${extra[@]}" \
       --workdir="$root/reverse/${kind}_$mode"
   done
 done
@@ -31,7 +31,7 @@ for kind in symbolic token_factored; do
   for mode in scratch distill; do
     extra=(); [ $mode = distill ] && extra=(--config.distill.teacher="$root/text/teacher")
     [ $kind = token_factored ] && extra+=(--config.learning_rate=1e-2)
-    python -m symjax.sweep --config=configs/$kind.py:task=text,size=medium --config.text_path="$text" --seeds=3 \
+    python -m symjax.cli.sweep --config=configs/$kind.py:task=text,size=medium --config.text_path="$text" --seeds=3 \
       $quiet $tied "${extra[@]}" --workdir="$root/text/${kind}_$mode"
   done
 done

@@ -1,6 +1,6 @@
-"""Collects ``benchmarks/distill_suite.sh`` into one table and JSON.
+"""Collects ``benchmarks/suites/distill_suite.sh`` into one table and JSON.
 
-  python benchmarks/collect_distill.py [ROOT=runs/distill_suite] [--json=benchmarks/results/distillation.json]
+  python -m benchmarks.analysis.collect_distill [ROOT=runs/distill_suite] [--json=benchmarks/results/distillation.json]
 
 Per task, student kind and mode (scratch / distilled): test accuracy and loss, mean ± 95% interval over the
 3 seeds with per-seed values, the teacher's test metrics, and for distilled students the last logged
@@ -12,8 +12,9 @@ import json
 import os
 import sys
 
-from collect_common import cell, root_and_json  # benchmarks/collect_common.py
-from symjax.sweep import stat
+from benchmarks.lib import results as result_files
+from benchmarks.lib.collect import cell, root_and_json
+from symjax.train.sweep import stat
 
 
 def last_train_record(seed_dir: str) -> dict:
@@ -59,10 +60,8 @@ def main(argv):
           f"{'' if kl is None else format(kl['mean'], '.3f')} | {ends} |")
   for task, t in teachers.items():
     print(f"teacher ({task}, standard, seed 0): test accuracy {100 * t['accuracy']:.2f}%, loss {t['loss']:.4f}")
-  with open(out, 'w') as f:
-    json.dump({'suite': 'bash benchmarks/distill_suite.sh runs/distill_suite', 'teachers': teachers, 'rows': rows},
-              f, indent=1)
-  print(f'wrote {out}')
+  result_files.write(out, {'command': 'bash benchmarks/suites/distill_suite.sh runs/distill_suite',
+                           'teachers': teachers, 'rows': rows})
 
 
 if __name__ == '__main__':

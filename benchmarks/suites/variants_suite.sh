@@ -12,8 +12,8 @@
 #   symbolic_dense_untied  with model.tie_embeddings=false too (token_factored_untied's parameter count on
 #                    text), every task
 #
-#   [PYTHON=python3] [ONLY=REGEX] bash benchmarks/variants_suite.sh ROOT [JOBS] [CORPUS]
-#   python benchmarks/collect_sweeps.py ROOT --kinds=symbolic_hybrid,symbolic_ffn,symbolic_tau,symbolic_emb
+#   [PYTHON=python3] [ONLY=REGEX] bash benchmarks/suites/variants_suite.sh ROOT [JOBS] [CORPUS]
+#   python -m benchmarks.analysis.collect_sweeps ROOT --kinds=symbolic_hybrid,symbolic_ffn,symbolic_tau,symbolic_emb
 #
 # ONLY keeps the sweeps whose "<task> <variant>" matches the extended regular expression, e.g.
 # ONLY='untied' or ONLY='^(text|fol) '.
@@ -52,5 +52,5 @@ tied="--config.model.tie_embeddings=true"  # the variants measured when every ki
       echo "$task ${kind}_untied --config=configs/rasp.py:task=$task,model=$kind $untied"
     done
   done
-} | grep -E "${ONLY:-.}" | xargs -P "$jobs" -L 1 bash -c 'mkdir -p "$0/$1/$2" && ${PYTHON:-python} -m symjax.sweep "${@:3}" '"$common"' \
+} | grep -E "${ONLY:-.}" | xargs -P "$jobs" -L 1 bash -c 'mkdir -p "$0/$1/$2" && ${PYTHON:-python} -m symjax.cli.sweep "${@:3}" '"$common"' \
       --workdir="$0/$1/$2" > "$0/$1/$2/log.txt" 2>&1; echo "$1/$2 exit $?"' "$root"

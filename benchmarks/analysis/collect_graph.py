@@ -1,6 +1,6 @@
-"""Collects ``benchmarks/graph_suite.sh``'s sweeps into one table and JSON.
+"""Collects ``benchmarks/suites/graph_suite.sh``'s sweeps into one table and JSON.
 
-  python benchmarks/collect_graph.py [ROOT=runs/graph_suite] [--json=benchmarks/results/graph_distance.json]
+  python -m benchmarks.analysis.collect_graph [ROOT=runs/graph_suite] [--json=benchmarks/results/graph_distance.json]
 
 For each kind with and without edges: test token accuracy (every node scored), test sequence accuracy
 (every node of a graph right) and validation loss, mean ± 95% interval over the seeds, per-seed values.
@@ -11,8 +11,9 @@ import json
 import os
 import sys
 
-from collect_common import cell, root_and_json  # benchmarks/collect_common.py
-from symjax.sweep import stat
+from benchmarks.lib import results as result_files
+from benchmarks.lib.collect import cell, root_and_json
+from symjax.train.sweep import stat
 
 KINDS = ('standard', 'token_factored', 'symbolic')
 
@@ -43,8 +44,7 @@ def main(argv):
   for r in rows:
     print(f"| {r['kind']} | {'yes' if r['relational'] else 'no'} | {cell(r['test/accuracy'], 100, 2)} | "
           f"{cell(r['test/sequence_accuracy'], 100, 2)} | {cell(r['train/loss'], 1, 2)} |")
-  with open(out, 'w') as f:
-    json.dump({'suite': 'bash benchmarks/graph_suite.sh runs/graph_suite', 'rows': rows}, f, indent=1)
+  result_files.write(out, {'suite': 'bash benchmarks/suites/graph_suite.sh runs/graph_suite', 'rows': rows})
   print(f'wrote {out}')
 
 

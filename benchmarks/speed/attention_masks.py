@@ -1,6 +1,6 @@
 """Dense against blocked attention for masks from the algebra, measured side by side in one run.
 
-  python benchmarks/attention_masks.py [--json=benchmarks/results/attention_masks.json] [--time=1024]
+  python -m benchmarks.speed.attention_masks [--json=benchmarks/results/attention_masks.json] [--time=1024]
 
 One attention layer's forward and backward (``symjax.attention``: the dense path, and the blocked path that
 scores only the (query block, key block) pairs a static mask allows), batch 4 × ``--time`` tokens, 4 heads
@@ -8,7 +8,6 @@ scores only the (query block, key block) pairs a static mask allows), batch 4 ×
 both (median of ``--repeats`` rounds of ``--steps`` calls, compilation excluded) and their ratio.
 """
 
-import json
 import os
 import sys
 
@@ -17,9 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from symjax import attention as attn
-from symjax import host
-from timing import median_seconds  # benchmarks/timing.py
+from benchmarks.lib import results as result_files
+from benchmarks.lib.timing import median_seconds
+from symjax.model import attention as attn
+from symjax.system import host
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/attention_masks.json', 'Where to write the results.')
 _TIME = flags.DEFINE_integer('time', 1024, 'Sequence length.')
@@ -67,9 +67,8 @@ def main(_):
     print(f"| `{r['mask']}` | {100 * r['allowed_fraction']:.1f}% | {100 * r['scored_fraction']:.1f}% | "
           f"{1e3 * r['dense_s']:.1f} | {1e3 * r['blocked_s']:.1f} | {r['blocked_over_dense']:.2f}× |")
   os.makedirs(os.path.dirname(_JSON.value) or '.', exist_ok=True)
-  with open(_JSON.value, 'w') as f:
-    json.dump({'device': str(jax.devices()[0]), 'rows': rows, 'xla_flags': os.environ.get('XLA_FLAGS', ''),
-               'command': 'python benchmarks/attention_masks.py ' + ' '.join(sys.argv[1:])}, f, indent=1)
+  result_files.write(_JSON.value, {'device': str(jax.devices()[0]), 'rows': rows, 'xla_flags': os.environ.get('XLA_FLAGS', ''),  # noqa: E501
+               'command': 'python -m benchmarks.speed.attention_masks ' + ' '.join(sys.argv[1:])})
   print(f'wrote {_JSON.value}')
 
 

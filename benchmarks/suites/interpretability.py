@@ -1,10 +1,10 @@
 """Interpretability measurements on trained models: the induction circuit and its knockout, token
 importance against known ground truth, and how much accuracy depends on each stream.
 
-  python benchmarks/interpretability.py [--json=interpretability.json] [--train_missing]
+  python -m benchmarks.suites.interpretability [--json=interpretability.json] [--train_missing]
 
 Work directories (trained with `python -m symjax.main`): --induction=/tmp/final_{kind} (configs/<kind>.py,
-the default induction job) and --rasp=/tmp/rasp_suite/{task}/{kind} (benchmarks/rasp_suite.py). With
+the default induction job) and --rasp=/tmp/rasp_suite/{task}/{kind} (benchmarks/suites/rasp_suite.py). With
 --train_missing the absent ones are trained first with the default settings. Prints Markdown tables and
 writes JSON.
 """
@@ -14,6 +14,8 @@ import os
 import time
 
 from absl import app, flags, logging
+
+from benchmarks.lib import results as result_files
 
 _JSON = flags.DEFINE_string('json', 'interpretability.json', 'Where to write the results.')
 _INDUCTION = flags.DEFINE_string('induction', '/tmp/final_{kind}', 'Induction runs, {kind} substituted.')
@@ -28,7 +30,8 @@ KINDS = ('standard', 'token_factored', 'symbolic')
 
 
 def ensure(workdir, config_fn):
-  from symjax import rundir, train
+  from symjax.run import workdir as rundir
+  from symjax.train import trainer as train
   if not os.path.isfile(os.path.join(workdir, rundir.RUN_FILE)):
     if not _TRAIN.value:
       raise FileNotFoundError(f'{workdir} has no trained run; train it or pass --train_missing')
@@ -56,13 +59,12 @@ def split(batch, size=250):
 
 def main(_):
   logging.set_verbosity(logging.ERROR)
-  from symjax import config_lib
   from symjax.interpret import attribution, induction
+  from symjax.train import config as config_lib
   results = json.load(open(_JSON.value)) if os.path.exists(_JSON.value) else {}
 
   def save():
-    with open(_JSON.value, 'w') as f:
-      json.dump(results, f, indent=1)
+    result_files.write(_JSON.value, results)
 
   runs = {}
   for kind in KINDS:

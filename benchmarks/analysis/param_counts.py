@@ -1,6 +1,6 @@
 """Parameter counts of the three model kinds, from shapes alone (``jax.eval_shape``: nothing allocated).
 
-  python benchmarks/param_counts.py [--json=param_counts.json]
+  python -m benchmarks.analysis.param_counts [--json=param_counts.json]
 
 Prints a Markdown table and writes JSON. "paper" is the typical configuration of "Symbolic Transformers"
 §6.1 (12 layers, H = 12, d_head = 64, |V| = 50,257), with FFN width 4·d_model (VocabFFN: 4·d_head per
@@ -8,10 +8,10 @@ channel, the same total width) and context 2048.
 """
 
 import dataclasses
-import json
 
 from absl import app, flags
 
+from benchmarks.lib import results as result_files
 from symjax.model import ModelConfig, count_params, param_shapes
 
 _JSON = flags.DEFINE_string('json', 'param_counts.json', 'Where to write the results.')
@@ -51,8 +51,7 @@ def main(_):
   for r in rows:
     print(f"| {r['size']} | {r['model']} | {r['total']:,} | {r['embedding']:,} | {r['non_embedding']:,} "
           f"| {r['value_map']:,} |")
-  with open(_JSON.value, 'w') as f:
-    json.dump({'sizes': {k: dataclasses.asdict(v) for k, v in SIZES.items()}, 'rows': rows}, f, indent=1)
+  result_files.write(_JSON.value, {'sizes': {k: dataclasses.asdict(v) for k, v in SIZES.items()}, 'rows': rows})
   print(f'wrote {_JSON.value}')
 
 

@@ -1,6 +1,6 @@
-"""Gathers the sweeps of `benchmarks/sweep_suite.sh` into one table and one JSON file.
+"""Gathers the sweeps of `benchmarks/suites/sweep_suite.sh` into one table and one JSON file.
 
-  python benchmarks/collect_sweeps.py ROOT [--json=suite.json] [--device="..."] [--kinds=a,b,...]
+  python -m benchmarks.analysis.collect_sweeps ROOT [--json=suite.json] [--device="..."] [--kinds=a,b,...]
 
 ROOT/<task>/<kind>/sweep.json, one per (task, kind). For each: the chosen grid point (by validation loss),
 its validation loss and test metrics as mean ± 95% interval over seeds, with per-seed values. Text and FOL
@@ -17,8 +17,9 @@ import sys
 
 from absl import app, flags
 
-from symjax import sweep
-from collect_common import RASP, TRANSFORMER_PROGRAMS, cell  # benchmarks/collect_common.py
+from benchmarks.lib import results as result_files
+from benchmarks.lib.collect import RASP, TRANSFORMER_PROGRAMS, cell
+from symjax.train import sweep
 
 _JSON = flags.DEFINE_string('json', 'suite.json', 'Where to write the gathered results.')
 _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'],
@@ -81,10 +82,10 @@ def main(argv):
       cells.append(' / '.join(cell(st, 1, 1) for st in stats.values()) or '—')
     print(f'| {task} | ' + ' | '.join(cells) + ' |')
 
-  with open(_JSON.value, 'w') as f:
-    json.dump({'device': _DEVICE.value, 'command': f"bash benchmarks/{'sweep_suite' if kinds == _KINDS.default else 'variants_suite'}.sh {root}",
-               'collected_with': 'python benchmarks/collect_sweeps.py ' + ' '.join(sys.argv[1:]),
-               'sweeps': results}, f, indent=1)
+  suite = 'sweep_suite' if kinds == _KINDS.default else 'variants_suite'
+  result_files.write(_JSON.value, {'device': _DEVICE.value, 'command': f'bash benchmarks/suites/{suite}.sh {root}',
+               'collected_with': 'python -m benchmarks.analysis.collect_sweeps ' + ' '.join(sys.argv[1:]),
+               'sweeps': results})
   print(f'wrote {_JSON.value}')
 
 

@@ -1,6 +1,6 @@
 """Training from a memory-mapped token folder against training from the text in memory, side by side.
 
-  python benchmarks/token_file.py --text_path=tinyshakespeare.txt [--steps=300] [--kind=token_factored]
+  python -m benchmarks.speed.token_file --text_path=tinyshakespeare.txt [--steps=300] [--kind=token_factored]
 
 Tokenizes the text once (`symjax.tasks.text.write_token_file`), then trains the same config twice — text
 in memory, then `--config.token_path` — and prints for each: training tokens/s (median of the logged
@@ -17,8 +17,10 @@ import time
 
 from absl import app, flags
 
-from symjax import config_lib, train
+from benchmarks.lib import results as result_files
 from symjax.tasks import text
+from symjax.train import config as config_lib
+from symjax.train import trainer as train
 
 _TEXT = flags.DEFINE_string('text_path', '../shared/data/tinyshakespeare.txt', 'A UTF-8 corpus.')
 _STEPS = flags.DEFINE_integer('steps', 300, 'Training steps per run.')
@@ -51,7 +53,7 @@ def main(_):
   config.eval_every_steps = config.log_every_steps = max(_STEPS.value // 10, 1)
   config.eval_windows, config.progress_bar = 24, False
   rows = {}
-  for name, source in (('in memory', {'text_path': _TEXT.value}), ('memory-mapped', {'token_path': os.path.join(tmp, 'tokens')})):
+  for name, source in (('in memory', {'text_path': _TEXT.value}), ('memory-mapped', {'token_path': os.path.join(tmp, 'tokens')})):  # noqa: E501
     c = config.copy_and_resolve_references()
     c.text_path, c.token_path = source.get('text_path', ''), source.get('token_path', '')
     result = run(c, os.path.join(tmp, name.replace(' ', '_')))
@@ -65,10 +67,9 @@ def main(_):
     print(f"| {name} | {r['tokens_per_second']:,.0f} | {1e6 * r['batch_seconds']:.0f} µs |")
   ratio = rows['memory-mapped']['tokens_per_second'] / rows['in memory']['tokens_per_second']
   print(f'memory-mapped / in memory tokens/s = {ratio:.3f}; logged training losses identical: {same}')
-  with open(_JSON.value, 'w') as f:
-    json.dump({'kind': _KIND.value, 'steps': _STEPS.value, 'tokenize_seconds': tokenize_s, 'meta': meta,
+  result_files.write(_JSON.value, {'kind': _KIND.value, 'steps': _STEPS.value, 'tokenize_seconds': tokenize_s, 'meta': meta,  # noqa: E501
                'rows': rows, 'ratio': ratio, 'identical_losses': same,
-               'command': 'python benchmarks/token_file.py ' + ' '.join(sys.argv[1:])}, f, indent=1)
+               'command': 'python -m benchmarks.speed.token_file ' + ' '.join(sys.argv[1:])})
   print(f'wrote {_JSON.value}')
 
 

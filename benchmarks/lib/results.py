@@ -1,0 +1,69 @@
+"""How every benchmark script writes its JSON: the measured record plus where it came from.
+
+``write(path, record)`` adds ``command`` (the command line, unless the record has one), ``commit`` (the
+checked-out commit, with ``+changes`` when the tree differs from it), ``device`` (the CPU model from
+``lscpu``, or JAX's first device on an accelerator), ``cpu``, ``cores`` and ``date`` (UTC), then writes the
+file atomically. The docs'
+results pages are generated from these files (``python -m benchmarks.results_pages``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shlex
+import subprocess
+import sys
+from typing import Any
+
+from symjax.system import files
+
+
+def _git(*args: str) -> str:
+  try:
+    return subprocess.run(['git', *args], capture_output=True, text=True, check=True,
+                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return ''
+
+
+def commit() -> str:
+  """The checked-out commit, ``+changes`` when the working tree differs from it; 'unknown' outside git."""
+  sha = _git('rev-parse', 'HEAD')
+  if not sha:
+    return 'unknown'
+  return sha + ('+changes' if _git('status', '--porcelain', '--untracked-files=no') else '')
+
+
+def cpu_model() -> str:
+  """``lscpu``'s model name (the CPU changes between machines: every timing records it)."""
+  try:
+    out = subprocess.run(['lscpu'], capture_output=True, text=True, check=True).stdout
+  except (OSError, subprocess.CalledProcessError):
+    return 'unknown'
+  return next((line.split(':', 1)[1].strip() for line in out.splitlines() if line.startswith('Model name')),
+              'unknown')
+
+
+def device() -> str:
+  """The CPU model, and JAX's first device where it is not the CPU."""
+  import jax
+  kind = jax.devices()[0].device_kind
+  cpu = cpu_model()
+  return cpu if jax.default_backend() == 'cpu' else f'{kind} (host CPU: {cpu})'
+
+
+def provenance() -> dict[str, Any]:
+  return {'command': 'python ' + ' '.join(shlex.quote(a) for a in sys.argv), 'commit': commit(),
+          'device': device(), 'cpu': cpu_model(), 'cores': os.cpu_count(),
+          'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d')}
+
+
+def write(path: str, record: dict[str, Any]) -> None:
+  """Writes ``record`` with its provenance: its own ``command`` and ``device`` are kept where it has them;
+  ``commit``, ``cpu``, ``cores`` and ``date`` are always this run's."""
+  here = provenance()
+  out = {**here, **record, **{k: here[k] for k in ('commit', 'cpu', 'cores', 'date')}}
+  files.write_atomically(path, json.dumps(out, indent=1))
+  print(f'wrote {path}')

@@ -1,0 +1,168 @@
+"""Writes the docs' data pages from ``benchmarks/results/*.json``, one page per file, so that no table in
+the docs is typed by hand from a JSON file.
+
+  python -m benchmarks.results_pages            # writes docs/results/data/<name>.md and its index
+  python -m benchmarks.results_pages --check    # exit 1 when a page differs from what would be written
+
+Each page starts with the file's provenance (command, commit, device, date) and renders the rest
+generically: scalars as a field table, lists of records and maps of records as tables (a mean ± 95%
+interval record as one cell), anything deeper under a heading of its key. CI runs ``--check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+from typing import Any
+
+RESULTS = 'benchmarks/results'
+PAGES = 'docs/results/data'
+PROVENANCE = ('command', 'commit', 'recorded_in', 'device', 'cpu', 'cores', 'date', 'provenance')
+MAX_ROWS = 60
+MAX_LIST = 12
+
+
+def _cell(v: Any) -> str:
+  if isinstance(v, dict) and 'mean' in v:
+    text = _number(v['mean'])
+    if v.get('ci95') is not None:
+      half = v['ci95'] if not isinstance(v['ci95'], list) else (v['ci95'][1] - v['ci95'][0]) / 2
+      text += f' ± {_number(half)}'
+    if v.get('n') is not None:
+      text += f" (n={v['n']})"
+    return text
+  if isinstance(v, float):
+    return _number(v)
+  if isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v):
+    shown = ', '.join(_cell(x) for x in v[:MAX_LIST])
+    return f'[{shown}{", …" if len(v) > MAX_LIST else ""}]' + (f' ({len(v)} values)' if len(v) > MAX_LIST else '')
+  if isinstance(v, (dict, list)):
+    return f'({type(v).__name__} of {len(v)})'
+  return str(v).replace('|', '\\|').replace('\n', ' ')
+
+
+def _number(x: Any) -> str:
+  if isinstance(x, float):
+    return f'{x:.6g}'
+  return str(x)
+
+
+def _flat(record: dict) -> dict:
+  """One level of nesting flattened into dotted keys; stat records stay whole."""
+  out = {}
+  for k, v in record.items():
+    if isinstance(v, dict) and 'mean' not in v and all(not isinstance(x, (dict, list)) or
+                                                      (isinstance(x, dict) and 'mean' in x) for x in v.values()):
+      out.update({f'{k}.{kk}': vv for kk, vv in v.items()})
+    else:
+      out[k] = v
+  return out
+
+
+def _is_table(rows: list) -> bool:
+  return bool(rows) and all(isinstance(r, dict) and 'mean' not in r for r in rows)
+
+
+def _table(rows: list[dict], first: list[str] | None = None) -> list[str]:
+  flat = [_flat(r) for r in rows]
+  columns = []
+  for r in flat:
+    columns += [k for k in r if k not in columns and k != '__key__' and not (isinstance(r[k], (dict, list)) and
+                                                          not (isinstance(r[k], dict) and 'mean' in r[k]) and
+                                                          not (isinstance(r[k], list) and len(r[k]) <= MAX_LIST))]
+  columns = columns[:14]
+  header = (first or []) + columns
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  for i, r in enumerate(flat[:MAX_ROWS]):
+    lead = [rows[i]['__key__']] if first else []
+    lines.append('| ' + ' | '.join([*lead, *(_cell(r.get(c, '')) for c in columns)]) + ' |')
+  if len(rows) > MAX_ROWS:
+    lines.append(f'\n{len(rows) - MAX_ROWS} more rows in the JSON file.')
+  return lines
+
+
+def render(value: Any, level: int) -> list[str]:
+  heading = '#' * min(level, 6)
+  if isinstance(value, list):
+    if _is_table(value):
+      return _table(value)
+    return [_cell(value)]
+  if not isinstance(value, dict):
+    return [_cell(value)]
+  out = []
+  scalars = {k: v for k, v in value.items() if not isinstance(v, (dict, list)) or
+             (isinstance(v, dict) and 'mean' in v) or (isinstance(v, list) and not _is_table(v)
+                                                      and all(not isinstance(x, (dict, list)) for x in v))}
+  if scalars:
+    out += ['| field | value |', '|---|---|'] + [f'| {k} | {_cell(v)} |' for k, v in scalars.items()] + ['']
+  rest = {k: v for k, v in value.items() if k not in scalars}
+  records = {k: v for k, v in rest.items() if isinstance(v, dict) and 'mean' not in v
+             and all(not isinstance(x, (dict, list)) or (isinstance(x, dict) and 'mean' in x)
+                     or (isinstance(x, list) and len(x) <= MAX_LIST) for x in v.values())}
+  if len(records) >= 2:
+    out += _table([{'__key__': k, **v} for k, v in records.items()], first=['key']) + ['']
+    rest = {k: v for k, v in rest.items() if k not in records}
+  for k, v in rest.items():
+    out += [f'{heading} {k}', ''] + render(v, level + 1) + ['']
+  return out
+
+
+def page(name: str, data: Any) -> str:
+  lines = [f'# {name}', '', f'Generated from `{RESULTS}/{name}.json` by `python -m benchmarks.results_pages`; '
+           'do not edit.', '']
+  if isinstance(data, dict):
+    meta = {k: data[k] for k in PROVENANCE if k in data}
+    lines += ['| provenance | |', '|---|---|'] + [f'| {k} | {_cell(v)} |' for k, v in meta.items()] + ['']
+    data = {k: v for k, v in data.items() if k not in PROVENANCE}
+  lines += render(data, 2)
+  while lines and lines[-1] == '':
+    lines.pop()
+  return '\n'.join(lines) + '\n'
+
+
+def pages() -> dict[str, str]:
+  out = {}
+  names = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(RESULTS, '*.json')))
+  for name in names:
+    with open(os.path.join(RESULTS, name + '.json')) as f:
+      data = json.load(f)
+    out[os.path.join(PAGES, name + '.md')] = page(name, data)
+  index = ['# Result files', '', 'Every JSON file under `benchmarks/results/`, rendered. Generated by '
+           '`python -m benchmarks.results_pages`; do not edit.', '', '| file | device | date | command |',
+           '|---|---|---|---|']
+  for name in names:
+    with open(os.path.join(RESULTS, name + '.json')) as f:
+      d = json.load(f)
+    d = d if isinstance(d, dict) else {}
+    command = _cell(d.get('command', 'unknown'))
+    command = command if len(command) <= 90 else command[:87] + '…'
+    index.append(f"| [{name}]({name}.md) | {_cell(d.get('device', 'unknown'))} | {d.get('date', 'unknown')} | "
+                 f'`{command}` |')
+  out[os.path.join(PAGES, 'index.md')] = '\n'.join(index) + '\n'
+  return out
+
+
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--check', action='store_true', help='compare instead of writing; exit 1 on a difference')
+  args = parser.parse_args(argv)
+  wanted = pages()
+  if args.check:
+    stale = [p for p, text in wanted.items() if not os.path.isfile(p) or open(p).read() != text]
+    extra = sorted(set(glob.glob(os.path.join(PAGES, '*.md'))) - set(wanted))
+    for p in stale + extra:
+      print(f'{p} differs from its JSON: run python -m benchmarks.results_pages', file=sys.stderr)
+    return 1 if stale or extra else 0
+  os.makedirs(PAGES, exist_ok=True)
+  for p, text in wanted.items():
+    with open(p, 'w') as f:
+      f.write(text)
+  print(f'wrote {len(wanted)} pages under {PAGES}')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))

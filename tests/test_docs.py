@@ -1,0 +1,43 @@
+"""The code in the README and the docs runs as written (on a tiny trained run where it reads one)."""
+
+import glob
+import os
+import re
+
+import pytest
+from helpers import REPO, tiny_config
+
+pytestmark = pytest.mark.slow
+
+FENCE = re.compile(r'```python\n(.*?)```', re.S)
+
+
+def examples() -> list[tuple[str, int, str]]:
+  out = []
+  for path in ['README.md', *sorted(glob.glob('docs/**/*.md', recursive=True))]:
+    with open(os.path.join(REPO, path)) as f:
+      text = f.read()
+    for i, match in enumerate(FENCE.finditer(text)):
+      code = match.group(1)
+      if '--8<--' not in code:  # an included source file, not an example
+        out.append((path, i, code))
+  return out
+
+
+@pytest.fixture(scope='module')
+def trained_run(tmp_path_factory):
+  from symjax.train import trainer
+  workdir = str(tmp_path_factory.mktemp('docs') / 'run')
+  trainer.train_and_evaluate(tiny_config(total_steps=20), workdir)
+  return workdir
+
+
+def test_the_docs_have_examples_to_run():
+  found = {path for path, _, _ in examples()}
+  assert {'README.md', 'docs/reading.md', 'docs/architecture.md'} <= found
+
+
+@pytest.mark.parametrize('path, index, code', examples(), ids=lambda v: str(v)[:40] if isinstance(v, str) else None)
+def test_example_runs(path, index, code, trained_run, capsys):
+  code = code.replace("'runs/<dir>'", repr(trained_run)).replace("'runs/symbolic'", repr(trained_run))
+  exec(compile(code, f'{path} example {index}', 'exec'), {'__name__': '__docs__'})

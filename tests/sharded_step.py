@@ -42,12 +42,12 @@ def main(corpus_path):
       model = Transformer(model_config)
       tx = optim.make_optimizer(config)
       rng = jax.random.key(0)
-      run = train.compile_run(model, tx, config, rng, mesh, rules, task.seq_len)
+      run = train.compile_run(model, tx, train.StepOptions.of(config), rng, mesh, rules, task.seq_len)
       state = run.init(rng)
       table = state.params['embed']['embedding']
       share = table.addressable_shards[0].data.shape[0] / table.shape[0]
       on_mesh = mesh_lib.batch_putter(mesh)(batch)
-      loss = lambda p: train.token_stats(model, p, on_mesh, config)[0].mean()
+      loss = lambda p: train.token_stats(model, p, on_mesh, config.readout)[0].mean()
       grads = jax.jit(jax.grad(loss), out_shardings=run.shardings.params)(state.params)
       for step in range(3):  # step 0 has learning rate 0 (warmup), so take three
         state, metrics = run.train_step(state, mesh_lib.batch_putter(mesh)(task.batch('train', step, 8, 0)))

@@ -119,7 +119,7 @@ def test_recipes_resolve_by_name_and_by_path():
 
 def test_help_lists_the_recipes_and_the_sizes():
   from symjax import configs
-  out = subprocess.run([sys.executable, '-m', 'symjax.main', '--helpfull'], capture_output=True, text=True,
+  out = subprocess.run([sys.executable, '-m', 'symjax.main', '--help'], capture_output=True, text=True,
                        cwd=REPO).stdout
   text = ' '.join(out.split())
   for size, shape in configs.SIZES.items():
@@ -165,3 +165,21 @@ def test_code_comments_carry_no_pointer_into_the_readme():
         with open(os.path.join(root, name)) as f:
           for i, line in enumerate(f, 1):
             assert not re.search(r'README\s*,\s*"', line), f'{root}/{name}:{i}: {line.strip()}'
+
+
+# The layers of docs/code.md, lowest first: a module may import its own layer and those below it.
+LAYERS = (('symjax.system',), ('symjax.ops',), ('symjax.model',), ('symjax.tasks',),
+          ('symjax.configs', 'symjax.train.config', 'symjax.train.optim'), ('symjax.run',), ('symjax.train',),
+          ('symjax.interpret', 'symjax.proj'), ('symjax.cli', 'symjax.main', 'symjax.interpret.__main__', 'symjax'))
+
+
+def layer_of(module: str) -> int:
+  best = max((len(prefix), i) for i, prefixes in enumerate(LAYERS) for prefix in prefixes
+             if module == prefix or module.startswith(prefix + '.'))
+  return best[1]
+
+
+def test_every_import_goes_down_the_documented_layers():
+  assert layer_of('symjax.train.config') == 4 and layer_of('symjax.train.trainer') == 6
+  upward = [f'{a} -> {b}' for a, targets in import_graph().items() for b in targets if layer_of(b) > layer_of(a)]
+  assert not upward, upward

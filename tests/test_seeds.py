@@ -186,7 +186,7 @@ def test_unrolled_and_vmapped_seed_steps_agree():
   task = tasks.get_task(config)
   model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
   tx = optim.make_optimizer(config)
-  train_step, _ = train.make_steps(model, tx, config)
+  train_step, _ = train.make_steps(model, tx, train.StepOptions.of(config))
   keys = jnp.stack([jax.random.key(s) for s in (0, 1)])
   init = jax.jit(jax.vmap(lambda k: nn.meta.unbox(optim.init_state(model, tx, k, task.seq_len))))
   batch = jax.tree.map(lambda *xs: np.stack(xs), *[task.batch('train', 0, config.batch_size, s) for s in (0, 1)])

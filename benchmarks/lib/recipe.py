@@ -35,8 +35,8 @@ def compile_recipe_step(kind: str, vocab: int = 65) -> RecipeStep:
   mesh = jax.make_mesh((1, 1), ('data', 'vocab'), devices=jax.devices()[:1],
                        axis_types=(jax.sharding.AxisType.Auto,) * 2)
   with jax.set_mesh(mesh):
-    run = train.compile_run(Transformer(cfg), optim.make_optimizer(config), config, jax.random.key(0), mesh, (),
-                            seq_len)
+    run = train.compile_run(Transformer(cfg), optim.make_optimizer(config), train.StepOptions.of(config),
+                            jax.random.key(0), mesh, (), seq_len)
     tokens = jax.random.randint(jax.random.key(1), (batch, seq_len + 1), 0, vocab, jnp.int32)
     data = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:], 'weights': jnp.ones((batch, seq_len), jnp.float32),
             'key_mask': jnp.ones((batch, seq_len), bool)}

@@ -92,7 +92,7 @@ def measure_kind(name: str) -> dict:
   with jax.set_mesh(mesh):
     model = Transformer(cfg)
     rng = jax.random.key(0)
-    run = train.compile_run(model, optim.make_optimizer(config), config, rng, mesh, (), t)
+    run = train.compile_run(model, optim.make_optimizer(config), train.StepOptions.of(config), rng, mesh, (), t)
     tokens = jax.random.randint(jax.random.key(1), (b, t), 0, VOCAB, jnp.int32)
     batch = {'inputs': tokens, 'targets': jnp.roll(tokens, -1, axis=1), 'weights': jnp.ones((b, t), jnp.float32),
              'key_mask': jnp.ones((b, t), bool)}

@@ -40,7 +40,7 @@ def recipe_step(kind: str):
   config = config_lib.variant(kind, 'task=text,size=medium')
   model = model_lib.build(config_lib.model_config(config, 65, causal=True))
   tx = optim.make_optimizer(config)
-  train_step, _ = train.make_steps(model, tx, config)
+  train_step, _ = train.make_steps(model, tx, train.StepOptions.of(config))
   step = jax.jit(train_step, donate_argnums=0)
   rng = jax.random.key(0)
   state = jax.jit(lambda k: jax.tree.map(lambda x: x, optim.init_state(model, tx, k, config.seq_len)))(rng)
@@ -64,7 +64,7 @@ def seeds_step(num_seeds: int, how: str = 'vmap'):
   task = tasks.get_task(config)
   model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
   tx = optim.make_optimizer(config)
-  train_step, _ = train.make_steps(model, tx, config)
+  train_step, _ = train.make_steps(model, tx, train.StepOptions.of(config))
   init = lambda key: jax.tree.map(lambda x: getattr(x, 'value', x), optim.init_state(model, tx, key, task.seq_len),
                                   is_leaf=lambda x: hasattr(x, 'value'))
   keys = jnp.stack([jax.random.key(s) for s in range(num_seeds)])

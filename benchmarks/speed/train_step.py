@@ -48,7 +48,8 @@ def step_memory(kind: str, vocab_projection: str = 'direct', readout: str = 'str
   with jax.set_mesh(mesh):
     model = Transformer(model_config)
     rng = jax.random.key(0)
-    run = train.compile_run(model, optim.make_optimizer(config), config, rng, mesh, (), _TOKENS.value)
+    run = train.compile_run(model, optim.make_optimizer(config), train.StepOptions.of(config), rng, mesh, (),
+                            _TOKENS.value)
     tokens = jax.ShapeDtypeStruct((1, _TOKENS.value), jnp.int32)
     batch = {'inputs': tokens, 'targets': tokens, 'weights': jax.ShapeDtypeStruct(tokens.shape, jnp.float32),
              'key_mask': jax.ShapeDtypeStruct(tokens.shape, jnp.bool_)}

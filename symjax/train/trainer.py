@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from symjax import model as model_lib
 from symjax import tasks
 from symjax.model import ModelConfig, Transformer
-from symjax.ops import readout
+from symjax.ops import readout as readout_ops
 from symjax.run import workdir as rundir
 from symjax.system import files, host
 from symjax.system import mesh as mesh_lib
@@ -42,28 +42,41 @@ class TrainingDiverged(RuntimeError):
   """The loss became non-finite; the last good checkpoint is kept."""
 
 
-def token_stats(model: Transformer, params, batch, config, **apply_kw) -> tuple[jax.Array, ...]:
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+  """What the step functions read from the run config, built once: the readout ('direct' or 'streamed')
+  and the k of the top-k accuracies."""
+
+  readout: str = 'direct'
+  top_ks: tuple[int, ...] = (3,)
+
+  @classmethod
+  def of(cls, config: ml_collections.ConfigDict) -> 'StepOptions':
+    return cls(config.readout, tuple(config.top_ks))
+
+
+def token_stats(model: Transformer, params, batch, readout: str, **apply_kw) -> tuple[jax.Array, ...]:
   """Per-token (loss, prediction, #logits above the target's, #equal to it), each ``[batch, time]``.
 
-  ``config.readout='streamed'`` streams the readout over vocabulary chunks (sharded over the 'vocab' mesh
+  ``readout='streamed'`` streams the readout over vocabulary chunks (sharded over the 'vocab' mesh
   axis when there is one) and never forms the ``[tokens, vocabulary]`` logits.
   """
   h, table = model.apply({'params': params}, batch['inputs'], batch['key_mask'], return_hidden=True,
                          edges=batch.get('edges'), **apply_kw)
-  return hidden_stats(model, h, table, batch, config)
+  return hidden_stats(model, h, table, batch, readout)
 
 
-def hidden_stats(model: Transformer, h, table, batch, config) -> tuple[jax.Array, ...]:
+def hidden_stats(model: Transformer, h, table, batch, readout: str) -> tuple[jax.Array, ...]:
   """``token_stats`` from the final hidden state h ``[batch, time, d_model]`` and the readout table."""
   flat_h, flat_targets = h.reshape(-1, h.shape[-1]), batch['targets'].reshape(-1)
   # The readout runs in the compute dtype, as every readout does (``readout.logits``): a float32
   # table against a bfloat16 h would otherwise promote the largest product of the step to float32.
   table = table.astype(h.dtype)
   num_valid = model.config.num_valid_rows
-  if config.readout == 'streamed':
-    stats = readout.readout_stats(flat_h, table, flat_targets, model.config.vocab_chunk_size, num_valid)
+  if readout == 'streamed':
+    stats = readout_ops.readout_stats(flat_h, table, flat_targets, model.config.vocab_chunk_size, num_valid)
   else:
-    stats = readout.direct_readout_stats(flat_h, table, flat_targets, num_valid)
+    stats = readout_ops.direct_readout_stats(flat_h, table, flat_targets, num_valid)
   return tuple(x.reshape(batch['targets'].shape) for x in stats)
 
 
@@ -83,8 +96,7 @@ def training_dynamics(params, grads) -> dict[str, jax.Array]:
   return out
 
 
-def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_collections.ConfigDict,
-               objective=None):
+def make_steps(model: Transformer, tx: optax.GradientTransformation, options: StepOptions, objective=None):
   """The pure train and eval step functions (to be jitted with the run's shardings, or vmapped over
   seeds): ``train_step(state, batch, rng)`` with the run's key ``rng``, ``eval_step(params, batch)``.
 
@@ -95,16 +107,16 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
   def loss_fn(params, batch, dropout_key):
     kw = dict(deterministic=False, rngs={'dropout': dropout_key})
     if objective is None:
-      loss, _, above, tied = token_stats(model, params, batch, config, **kw)
+      loss, _, above, tied = token_stats(model, params, batch, options.readout, **kw)
     else:
       (h, table), state = model.apply({'params': params}, batch['inputs'], batch['key_mask'], return_hidden=True,
                                       edges=batch.get('edges'), mutable=['intermediates'], **kw)
-      loss, _, above, tied = hidden_stats(model, h, table, batch, config)
-    sums = metrics_lib.weighted_metrics(loss, above, tied, batch, config.top_ks)
+      loss, _, above, tied = hidden_stats(model, h, table, batch, options.readout)
+    sums = metrics_lib.weighted_metrics(loss, above, tied, batch, options.top_ks)
     ce = sums['loss'] / jnp.maximum(sums['weight'], 1.0)
     if objective is None:
       return ce, (ce, sums, {})
-    logits = readout.logits(h, table)[..., :model.config.vocab_size]
+    logits = readout_ops.logits(h, table)[..., :model.config.vocab_size]
     total, extra = objective(ce, logits, state['intermediates'], batch)
     return total, (ce, sums, {'objective': total, **extra})
 
@@ -118,8 +130,8 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, config: ml_
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   def eval_step(params, batch):
-    loss, _, above, tied = token_stats(model, params, batch, config)
-    return metrics_lib.weighted_metrics(loss, above, tied, batch, config.top_ks)
+    loss, _, above, tied = token_stats(model, params, batch, options.readout)
+    return metrics_lib.weighted_metrics(loss, above, tied, batch, options.top_ks)
 
   return train_step, eval_step
 
@@ -134,7 +146,8 @@ class CompiledRun:
   all_finite: Any             # pytree -> bool array
 
 
-def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int, objective=None) -> CompiledRun:
+def compile_run(model: Transformer, tx, options: StepOptions, rng, mesh, rules, seq_len: int, objective=None
+                ) -> CompiledRun:
   """State shapes from `jax.eval_shape`, shardings from the logical-axis rules, and the jitted steps with
   explicit in/out shardings (``objective``: see ``make_steps``). Call under `jax.set_mesh(mesh)`."""
   init = lambda key: init_state(model, tx, key, seq_len)
@@ -142,7 +155,7 @@ def compile_run(model: Transformer, tx, config, rng, mesh, rules, seq_len: int, 
   shardings = mesh_lib.state_shardings(abstract_boxed, mesh, rules)
   abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                 nn.meta.unbox(abstract_boxed), shardings)
-  train_step, eval_step = make_steps(model, tx, config, objective)
+  train_step, eval_step = make_steps(model, tx, options, objective)
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_sharding = NamedSharding(mesh, PartitionSpec(mesh_lib.DATA_AXIS))
   return CompiledRun(
@@ -261,7 +274,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     objective = None
     if teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.train.distill)
       objective = distill.make_objective(model_config, distill.teacher_on(mesh, teacher), config)
-    run = compile_run(model, tx, config, rng, mesh, rules, task.seq_len, objective)
+    run = compile_run(model, tx, StepOptions.of(config), rng, mesh, rules, task.seq_len, objective)
     num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
 
     # --- Checkpoints: resume from the latest valid one.

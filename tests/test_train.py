@@ -531,3 +531,36 @@ def test_the_cli_prints_input_errors_as_one_line_and_bugs_with_their_traceback(e
     assert lines == ['error: config.x must be > 0, got -1']
   else:
     assert 'Traceback (most recent call last)' in proc.stderr and lines[-1] == 'ValueError: an internal bug'
+
+
+def test_a_loaded_run_gives_its_batches_its_loss_on_text_and_decodes_one_id(shakespeare_run, finished_run):
+  """The data a researcher needs from a run, from the run itself: the batches it was evaluated on, the loss
+  on any text, and the tokenizer on a single id as on a list."""
+  from symjax import tasks
+  from symjax.system.errors import InputError
+  run = symjax.load(shakespeare_run)
+  assert run.tokenizer.decode(5) == run.tokenizer.decode([5]) == run.tokenizer.vocab.tokens[5]
+  with pytest.raises(InputError, match=r'token ids must be in \[0, 65\)'):
+    run.tokenizer.decode(65)
+  batches = run.batches('validation', 2, batch_size=3)
+  want = tasks.get_task(run.config).eval_batches('validation', 3, run.config.data_seed)
+  for got, expected in zip(batches, [next(want), next(want)]):
+    np.testing.assert_array_equal(got['inputs'], expected['inputs'])
+  assert len(batches) == 2 and batches[0]['inputs'].shape == (3, run.seq_len)
+  # The loss on a text is the mean cross-entropy of each next character, computed here from the logits.
+  text = 'First Citizen:\nBefore we proceed'
+  ids = run.tokenizer.encode(text)
+  logits = np.asarray(run.model.apply({'params': run.params}, ids[None, :-1])[0], np.float64)
+  logp = logits - logits.max(-1, keepdims=True)
+  logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+  want_loss = -logp[np.arange(len(ids) - 1), ids[1:]].mean()
+  assert run.loss(text) == pytest.approx(want_loss, rel=1e-5) and run.loss(list(ids)) == run.loss(text)
+  with pytest.raises(InputError, match='at least 2 tokens'):
+    run.loss('F')
+  with pytest.raises(InputError, match="split must be one of"):
+    run.batches('dev')
+  tagging = symjax.load(finished_run[0])
+  assert tagging.tokenizer.decode(3) == tagging.tokenizer.decode([3])
+  assert tagging.batches('train', 1)[0]['inputs'].shape[0] == tagging.config.batch_size
+  with pytest.raises(InputError, match='is a tagging task'):
+    tagging.loss([1, 2, 3])

@@ -32,6 +32,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
@@ -327,6 +328,38 @@ class Loaded:
   task: str
   seq_len: int                           # training sequence length
   language_model: bool                   # targets are next tokens: sampling makes sense
+  workdir: str = ''                      # where it was loaded from
+
+  def batches(self, split: str = 'validation', n: int = 1, batch_size: int | None = None) -> list[dict]:
+    """The first ``n`` batches of ``split`` exactly as the run evaluated them ('train': the first ``n``
+    training batches of the run's seed), each ``{'inputs', 'targets', 'weights', 'key_mask', ...}`` of
+    ``[batch_size, seq_len]``; ``batch_size`` defaults to the run's. A text run needs its corpus where it was
+    trained from (``config.text_path`` or ``config.token_path``)."""
+    import itertools
+    task = tasks.get_task(self.config, self.workdir or None)
+    if split not in ('train', 'validation', 'test', *task.eval_splits):
+      raise InputError(f"split must be one of {['train', 'validation', 'test', *task.eval_splits]}, got {split!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+      raise InputError(f'n must be an integer >= 1, got {n!r}')
+    size = batch_size or self.config.batch_size
+    if split == 'train':
+      return [task.batch('train', i, size, self.config.seed) for i in range(n)]
+    return list(itertools.islice(task.eval_batches(split, size, self.config.data_seed), n))
+
+  def loss(self, text_or_tokens) -> float:
+    """The mean next-token cross-entropy (nats) of a language model on a text or a sequence of token ids:
+    every token after the first, predicted from those before it."""
+    if not self.language_model:
+      raise InputError(f'task {self.task!r} is a tagging task: its targets are tags, not next tokens; score it with '
+                       f'batches() and the model instead')
+    ids = (self.tokenizer.encode(text_or_tokens) if isinstance(text_or_tokens, str)
+           else np.asarray(text_or_tokens, np.int32).reshape(-1))
+    if ids.size < 2:
+      raise InputError(f'the loss needs at least 2 tokens (one to predict from, one to predict), got {ids.size}')
+    model_lib.check_token_ids(ids, self.model_config.vocab_size)
+    logits = self.model.apply({'params': self.params}, jnp.asarray(ids[None, :-1]))
+    logp = jax.nn.log_softmax(logits[0].astype(jnp.float32), -1)
+    return float(-jnp.take_along_axis(logp, jnp.asarray(ids[1:, None]), -1).mean())
 
 
 def load(workdir: str, which: str | int = 'best') -> Loaded:
@@ -367,7 +400,7 @@ def load(workdir: str, which: str | int = 'best') -> Loaded:
   if state is None:
     raise RuntimeError(f'no checkpoint in {workdir!r} could be restored')
   return Loaded(model, state.params, config, model_config, tokenizer, int(state.step), run['task'],
-                run['seq_len'], run['language_model'])
+                run['seq_len'], run['language_model'], workdir)
 
 
 class TokenVocab:
@@ -382,4 +415,5 @@ class TokenVocab:
     return self.vocab.encode(text.split())
 
   def decode(self, ids) -> str:
+    """The tokens of ``ids`` (one id or a sequence of them), separated by spaces."""
     return ' '.join(self.vocab.decode(ids))

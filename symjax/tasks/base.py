@@ -46,8 +46,13 @@ class Vocab:
       raise InputError(f'tokens not in the vocabulary: {unknown[:5]}; vocabulary: {self.tokens[:20]}')
     return np.asarray([self.index[t] for t in tokens], np.int32)
 
-  def decode(self, ids: Sequence[int]) -> list[str]:
-    return [self.tokens[int(i)] for i in ids]
+  def decode(self, ids: int | Sequence[int]) -> list[str]:
+    """The tokens of ``ids``: one id or a sequence of them."""
+    ids = [int(i) for i in np.atleast_1d(np.asarray(ids)).ravel()]
+    bad = [i for i in ids if not 0 <= i < len(self.tokens)]
+    if bad:
+      raise InputError(f'token ids must be in [0, {len(self.tokens)}) (the vocabulary), got {bad[:5]}')
+    return [self.tokens[i] for i in ids]
 
   def id(self, token: str) -> int:
     return self.index[token]

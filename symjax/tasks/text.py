@@ -89,7 +89,10 @@ class BPETokenizer:
     return np.asarray(self.tokenizer.encode(text).ids, np.int32)
 
   def decode(self, ids) -> str:
-    return self.tokenizer.decode([int(i) for i in ids])
+    """The text of ``ids``: one id or a sequence of them."""
+    ids = [int(i) for i in np.atleast_1d(np.asarray(ids)).ravel()]
+    self.vocab.decode(ids)  # an id outside the vocabulary is an InputError, not a silent empty string
+    return self.tokenizer.decode(ids)
 
   def to_json(self) -> dict:
     return {'type': 'bpe', 'tokenizer': self.tokenizer.to_str()}

@@ -1,5 +1,6 @@
-"""Reading symjax models: traces and lenses, the exact mixture trace, interventions, attributions, head
-finding, the program view and an HTML report. ``python -m symjax.interpret --workdir=... --input=...``."""
+"""Reading symjax models: a named cache and hooks on every site, traces and lenses, the exact mixture trace,
+interventions, attributions, head finding, the program view and an HTML report.
+``python -m symjax.interpret --workdir=... --input=...`` writes the report."""
 
 from symjax.interpret.attribution import (
                                           evaluate_importance,
@@ -17,14 +18,16 @@ from symjax.interpret.circuits import (
                                           program,
 )
 from symjax.interpret.core import analysis_model, channel_lens, head_parameters, readout
+from symjax.interpret.hooks import Cache, run_with_cache, run_with_hooks, valid_names, zero_head
 from symjax.interpret.interventions import Ablation, capture, effect, run_with
 from symjax.interpret.mixtures import MixtureTrace, mixture_trace, reconstruction_error, reconstruction_errors
 from symjax.interpret.tracing import Trace, cone, trace
 
 __all__ = [
-    'Ablation', 'MixtureTrace', 'Trace', 'analysis_model', 'capture', 'channel_lens', 'cone', 'effect',
+    'Ablation', 'Cache', 'MixtureTrace', 'Trace', 'analysis_model', 'capture', 'channel_lens', 'cone', 'effect',
     'evaluate_importance', 'find_induction_circuit', 'format_program', 'gradient_importance',
     'group_attribution', 'head_parameters', 'induction_scores', 'mixture_trace', 'native_importance',
     'previous_token_scores', 'program', 'readout', 'reconstruction_error', 'reconstruction_errors',
-    'run_with', 'stream_ablations', 'stream_attribution', 'trace',
+    'run_with', 'run_with_cache', 'run_with_hooks', 'stream_ablations', 'stream_attribution', 'trace',
+    'valid_names', 'zero_head',
 ]

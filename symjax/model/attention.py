@@ -278,10 +278,13 @@ class Attention(nn.Module):
                                          kernel_init=named((EMBED, HEADS, HEAD_DIM)), name=name)
     q, k = dense('query')(x), dense('key')(x)
     v = dense('value')(x) if values is None else values.astype(self.dtype)
+    hooked = names.active()  # a hook session reads every site: the explicit path, dense weights
+    if hooked:
+      q, k, v = names.hook(self, 'attn.q', q), names.hook(self, 'attn.k', k), names.hook(self, 'attn.values', v)
     static = head_mask_matrix(self.mask, time, time)                          # [heads or 1, q, k]
     if static.shape[0] not in (1, self.num_heads):
       raise InputError(f'attention has {self.num_heads} heads but {static.shape[0]} per-head masks')
-    plan = block_plan(static, self.block_size) if self.block_size and edges is None else None
+    plan = block_plan(static, self.block_size) if self.block_size and edges is None and not hooked else None
     if plan is not None and plan.scored_fraction == 1.0:
       plan = None  # every block is needed: the dense computation does the same work in fewer steps
     alibi = ALiBi(self.num_heads, self.learned_slopes, name='alibi') if self.alibi and edges is None else None
@@ -294,18 +297,29 @@ class Attention(nn.Module):
       mask = jnp.asarray(static)[None]
       if key_mask is not None:
         mask = mask & key_mask[:, None, None, :].astype(bool)
-      fused = (self.impl != 'explicit' and not self.is_mutable_collection('intermediates')
+      fused = (self.impl != 'explicit' and not self.is_mutable_collection('intermediates') and not hooked
                and (self.dropout_rate == 0.0 or deterministic))
       if edges is None:
         bias = alibi(time, time) if alibi else None
         if fused:
           out, weights = fused_attention(q, k, v, bias, static, key_mask, self.impl), None
+        elif hooked:
+          logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+          logits = logits / jnp.sqrt(jnp.float32(q.shape[-1])) + (0.0 if bias is None else bias)
+          scores = names.hook(self, 'attn.scores', jnp.where(mask, logits, -jnp.inf))
+          weights = names.hook(self, 'attn.pattern', softmax_over_allowed(scores, mask))
+          out = self._read(weights, v, None)
         else:
           out, weights = dot_product_attention(q, k, v, bias, mask)
       else:
         e, onehot = edges.table.astype(self.dtype), edges.onehot
         logits = relational_logits(q, k, dense('edge_query')(e), dense('edge_key')(e), onehot)
-        weights = softmax_over_allowed(logits, mask & edges.mask[:, None])
+        allowed = mask & edges.mask[:, None]
+        if hooked:
+          logits = names.hook(self, 'attn.scores', jnp.where(allowed, logits, -jnp.inf))
+        weights = softmax_over_allowed(logits, allowed)
+        if hooked:
+          weights = names.hook(self, 'attn.pattern', weights)
         edge_values = (dense('edge_value')(e) if edges.values is None else edges.values.astype(self.dtype),
                        onehot)
         out = self._read(weights, v, edge_values)
@@ -321,10 +335,14 @@ class Attention(nn.Module):
       else:
         out = self._read(drop(weights, deterministic=False), v, edge_values)
 
+    if hooked:
+      out = names.hook(self, 'attn.z', out)
     if self.output_projection:
-      return nn.DenseGeneral(d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
-                             kernel_init=named((HEADS, HEAD_DIM, EMBED)), name='out')(out)
-    return out.reshape(batch, time, self.num_heads * self.head_dim)
+      result = nn.DenseGeneral(d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
+                               kernel_init=named((HEADS, HEAD_DIM, EMBED)), name='out')(out)
+    else:
+      result = out.reshape(batch, time, self.num_heads * self.head_dim)
+    return names.hook(self, 'attn.out', result)
 
   @staticmethod
   def _read(weights: Array, v: Array, edge_values: tuple[Array, Array] | None) -> Array:

@@ -17,6 +17,13 @@ state before block 0.
   ``layer_{l}/ffn/projection/mixture``   [batch, time, heads, vocab]  symbolic: α of the FFN update (eq. 19)
 """
 
+import contextlib
+import contextvars
+import dataclasses
+from typing import Callable, Iterator
+
+from symjax.system.errors import InputError
+
 COLLECTION = 'intermediates'
 
 # The input state (top level of the model).
@@ -75,3 +82,105 @@ def streams(kind: str, num_layers: int, inter) -> list[dict]:
   for s in out:
     s['x'] = s['x_t'] + s['x_e']
   return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Named sites for caches and hooks (``symjax.interpret.run_with_cache`` / ``run_with_hooks``). "Block l" and
+# "layer l" mean the same thing everywhere: l = 0 is the first block, and ``embed`` is the state before it.
+#
+#   embed                      [batch, time, d_model]      the input state (X_t⁰; X_e⁰ = 0)
+#   blocks.{l}.attn.v_mixture  [batch, time, heads, vocab]     symbolic: α of the values (eq. 27)
+#   blocks.{l}.attn.q, .k      [batch, time, heads, head_dim]
+#   blocks.{l}.attn.values     [batch, time, heads, head_dim]  what the heads move (two-stream: from X_t)
+#   blocks.{l}.attn.scores     [batch, heads, q_time, k_time]  q·k/√d + ALiBi bias, −inf where masked
+#   blocks.{l}.attn.pattern    [batch, heads, q_time, k_time]  attention weights
+#   blocks.{l}.attn.z          [batch, time, heads, head_dim]  each head's output
+#   blocks.{l}.attn.out        [batch, time, d_model]          the attention update (two-stream: ΔX_t)
+#   blocks.{l}.ffn.pre         [batch, time, d_model]          the FFN's normalised input
+#   blocks.{l}.ffn.hidden      [batch, time, ff] or [heads, batch·time, ff]  the FFN's hidden units
+#   blocks.{l}.ffn.mixture     [batch, time, heads, vocab]     symbolic: α of the FFN update (eq. 19)
+#   blocks.{l}.ffn.out         [batch, time, d_model]          the FFN update (two-stream: ΔX_e)
+#   blocks.{l}.x_t, .x_e       [batch, time, d_model]          two-stream models: the streams after block l
+#   blocks.{l}.resid           [batch, time, d_model]          the state after block l (X_t + X_e)
+#   final.norm                 [batch, time, d_model]          the final LayerNorm's output
+#   final.logits               [batch, time, vocab]
+# ----------------------------------------------------------------------------------------------------------
+HOOKS = 'hooks'
+SOWN_PREFIX = '@'
+ATTN_SITES = ('v_mixture', 'q', 'k', 'values', 'scores', 'pattern', 'z', 'out')  # the order a pass meets them
+FFN_SITES = ('pre', 'hidden', 'mixture', 'out')
+STREAM_SITES = ('x_t', 'x_e', 'resid')
+
+
+def site_names(kind: str, num_layers: int, symbolic_layers: tuple[int, ...] = ()) -> list[str]:
+  """Every named site of a model, in the order a forward pass meets them. Mixtures exist in the layers
+  listed in ``symbolic_layers`` only; X_t and X_e in the two-stream kinds only."""
+  names_ = ['embed']
+  for l in range(num_layers):
+    attn = [s for s in ATTN_SITES if s != 'v_mixture' or l in symbolic_layers]
+    ffn = [s for s in FFN_SITES if s != 'mixture' or l in symbolic_layers]
+    streams_ = STREAM_SITES if kind != 'standard' else ('resid',)
+    names_ += [f'blocks.{l}.attn.{s}' for s in attn] + [f'blocks.{l}.ffn.{s}' for s in ffn]
+    names_ += [f'blocks.{l}.{s}' for s in streams_]
+  return names_ + ['final.norm', 'final.logits']
+
+
+@dataclasses.dataclass
+class _Session:
+  fns: dict[str, Callable]               # site name -> fn(value, name) -> value
+  keep: Callable[[str], bool] | None     # which sites to sow into HOOKS (None: every one)
+
+
+_SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar('symjax_hooks', default=None)
+
+
+@contextlib.contextmanager
+def session(fns: dict[str, Callable] | None = None, keep: Callable[[str], bool] | None = None) -> Iterator[None]:
+  """Within it, every named site passes through ``fns`` (by name) and is sown into the ``hooks`` collection
+  when that collection is mutable and ``keep(name)``. Outside it the sites cost nothing: the model is the
+  one that trains."""
+  token = _SESSION.set(_Session(dict(fns or {}), keep))
+  try:
+    yield
+  finally:
+    _SESSION.reset(token)
+
+
+def active() -> bool:
+  """Whether a hook session is open (the modules then compute every named site explicitly)."""
+  return _SESSION.get() is not None
+
+
+def site(module, local: str) -> str:
+  """The public name of ``local`` (``attn.q``, ``ffn.mixture``, ``embed``...) inside ``module``."""
+  layer_ = next((p for p in module.path if p.startswith('layer_')), None)
+  return local if layer_ is None else f'blocks.{layer_[len("layer_"):]}.{local}'
+
+
+def hooked(name: str) -> bool:
+  """Whether a hook function is registered at ``name`` in the open session."""
+  s = _SESSION.get()
+  return s is not None and name in s.fns
+
+
+def hook(module, local: str, value, replaceable: bool = True):
+  """The value at a named site: ``value`` itself outside a hook session; inside one, what its hook function
+  returns, sown under its public name. ``replaceable=False`` marks a read-only site (a sum the model does
+  not use as such): a hook there is an error naming the sites to hook instead."""
+  s = _SESSION.get()
+  if s is None:
+    return value
+  name = site(module, local)
+  fn = s.fns.get(name)
+  if fn is not None:
+    if not replaceable:
+      raise InputError(f'{name} is read-only in a two-stream model (the sum X_t + X_e); hook its streams '
+                       f'{name[:-len("resid")]}x_t and {name[:-len("resid")]}x_e instead')
+    new = fn(value, name)
+    if getattr(new, 'shape', None) != value.shape:
+      raise InputError(f'the hook at {name} returned shape {getattr(new, "shape", None)}; the site has '
+                       f'{tuple(value.shape)}')
+    value = new.astype(value.dtype)
+  if s.keep is None or s.keep(name):
+    module.sow(HOOKS, SOWN_PREFIX + name, value)  # the prefix keeps 'embed' apart from the embed module
+  return value

@@ -129,6 +129,13 @@ class VocabProjection(nn.Module):
                                                 self.chunk_size, self.num_valid)
     if alpha is not None:
       self.sow(names.COLLECTION, names.MIXTURE, alpha)
+      if names.active():
+        local = 'ffn.mixture' if 'ffn' in self.path else 'attn.v_mixture'
+        replaced = names.hooked(names.site(self, local))
+        alpha = names.hook(self, local, alpha)
+        if replaced:  # the output is the mixture of the (new) weights: α E per channel
+          channels = jnp.swapaxes(split_channels(table, self.num_heads), 0, 1).astype(alpha.dtype)
+          out = tokens_major(jnp.einsum('hnv,hvd->hnd', heads_major(alpha), channels), z.shape[:-2])
     if self.gain:
       log_gain = self.param('log_gain', nn.initializers.zeros, (self.num_heads,))
       out = out * jnp.exp(log_gain)[:, None].astype(out.dtype)
@@ -171,7 +178,7 @@ class VocabFFN(nn.Module):
       w2 = self.param('w2', named(self.kernel_init, (MLP, EMBED)), (f, d))
       b2 = self.param('b2', named(nn.initializers.zeros, (EMBED,)), (d,))
       x = x.astype(self.dtype)
-      hidden = nn.gelu(x @ w1.astype(self.dtype) + b1.astype(self.dtype))
+      hidden = names.hook(self, 'ffn.hidden', nn.gelu(x @ w1.astype(self.dtype) + b1.astype(self.dtype)))
       z = split_channels(hidden @ w2.astype(self.dtype) + b2.astype(self.dtype), self.num_heads)
       out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,
                             self.gain, self.weights, name='projection')(z, table)
@@ -186,6 +193,7 @@ class VocabFFN(nn.Module):
     # Heads-major, as in direct_vocab_projection: the per-channel products are batched over the head axis.
     hidden = nn.gelu(jnp.einsum('hnd,hdf->hnf', heads_major(xh), w1.astype(self.dtype))
                      + b1[:, None].astype(self.dtype))
+    hidden = names.hook(self, 'ffn.hidden', hidden)  # [heads, batch·time, ff]
     z = jnp.einsum('hnf,hfd->hnd', hidden, w2.astype(self.dtype)) + b2[:, None].astype(self.dtype)
     z = tokens_major(z, xh.shape[:-2])
     out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,

@@ -57,6 +57,7 @@ class MLP(nn.Module):
   def __call__(self, x: Array) -> Array:
     init = lambda names: nn.with_logical_partitioning(nn.initializers.normal(0.02), names)
     h = nn.gelu(nn.Dense(self.ff_dim, dtype=self.dtype, kernel_init=init((EMBED, MLP_AXIS)), name='wi')(x))
+    h = names.hook(self, 'ffn.hidden', h)
     return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=init((MLP_AXIS, EMBED)), name='wo')(h)
 
 
@@ -82,9 +83,10 @@ class StandardBlock(nn.Module):
     x = x + drop(_attention(cfg, True, cfg.positions == 'alibi')(
         ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic, edges=edges))
     self.sow(names.COLLECTION, names.X_ATTN, x)
-    x = x + drop(MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(ln('norm_ffn')(x)))
+    pre = names.hook(self, 'ffn.pre', ln('norm_ffn')(x))
+    x = x + drop(names.hook(self, 'ffn.out', MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(pre)))
     self.sow(names.COLLECTION, names.X_FFN, x)
-    return x
+    return names.hook(self, 'resid', x)
 
 
 class FactoredBlock(nn.Module):
@@ -124,7 +126,8 @@ class FactoredBlock(nn.Module):
     if edges is not None:
       # Relational attention: the value node i reads from node j is v_j + ve_ij with ve_ij the same value
       # map of the edge's token embedding (computed once per vocabulary row, gathered per pair), so a value
-      # stays a combination of token embeddings. Symbolic values average the two projected mixtures, ½(α_j E + α_ij E), which is again a convex mixture.  # noqa: E501
+      # stays a combination of token embeddings. Symbolic values average the two projected mixtures,
+      # ½(α_j E + α_ij E), which is again a convex mixture.
       edge_values = value(edges.table)              # per edge token: [vocab, heads, head_dim]
       if project:
         values, edge_values = 0.5 * values, 0.5 * edge_values
@@ -142,7 +145,7 @@ class FactoredBlock(nn.Module):
     self.sow(names.COLLECTION, names.X_E_ATTN, x_e)
 
     # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
-    x_ffn = norm('norm_ffn')(x_t + x_e)
+    x_ffn = names.hook(self, 'ffn.pre', norm('norm_ffn')(x_t + x_e))
     if self.symbolic and cfg.symbolic_site('ffn'):
       width = cfg.ff_dim if cfg.vocab_ffn == 'dense' else cfg.ff_dim_per_head
       delta_e = symbolic.VocabFFN(cfg.num_heads, width, cfg.tau_init, cfg.vocab_projection,
@@ -151,9 +154,12 @@ class FactoredBlock(nn.Module):
                                   name='ffn')(x_ffn, table)
     else:
       delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
-    x_e = x_e + drop(delta_e)
+    x_e = x_e + drop(names.hook(self, 'ffn.out', delta_e))
     self.sow(names.COLLECTION, names.X_T_FFN, x_t)
     self.sow(names.COLLECTION, names.X_E_FFN, x_e)
+    if names.active():
+      x_t, x_e = names.hook(self, 'x_t', x_t), names.hook(self, 'x_e', x_e)
+      names.hook(self, 'resid', x_t + x_e, replaceable=False)
     return x_t, x_e
 
 
@@ -191,13 +197,14 @@ class Transformer(nn.Module):
       if cfg.positions == 'learned':
         pos = self.param('pos_embedding', nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model))
         x = x + pos[:time].astype(x.dtype)
+      x = names.hook(self, 'embed', x)
       self.sow(names.COLLECTION, names.X_0, x)
       block = _remat(StandardBlock, cfg, static_argnums=(3,))
       for l in range(cfg.num_layers):
         x = block(cfg, name=f'layer_{l}')(x, key_mask, deterministic, graph)
       h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
     else:
-      x_t, x_e = x, jnp.zeros_like(x)
+      x_t, x_e = names.hook(self, 'embed', x), jnp.zeros_like(x)
       self.sow(names.COLLECTION, names.X_T_0, x_t)
       self.sow(names.COLLECTION, names.X_E_0, x_e)
       block = _remat(FactoredBlock, cfg, static_argnums=(5,))
@@ -210,7 +217,7 @@ class Transformer(nn.Module):
       else:
         h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x_t + x_e)
 
-    return _readout(self, cfg, h, table, return_hidden)
+    return _readout(self, cfg, names.hook(self, 'final.norm', h), table, return_hidden)
 
 
 def check_token_ids(ids, vocab_size: int, what: str = 'token ids') -> None:
@@ -236,7 +243,7 @@ def _readout(module: nn.Module, cfg: ModelConfig, h: Array, table: Array, return
                          (cfg.padded_vocab_size, cfg.d_model))
   if return_hidden:
     return h, table
-  return readout.logits(h, table)[..., :cfg.vocab_size]
+  return names.hook(module, 'final.logits', readout.logits(h, table)[..., :cfg.vocab_size])
 
 
 class LSTM(nn.Module):

@@ -1,0 +1,225 @@
+"""A named cache of every site and hooks on any of them, as TransformerLens researchers know them.
+
+  logits, cache = run_with_cache(model, params, tokens)
+  cache['blocks.1.attn.pattern']            # [batch, heads, q_time, k_time]
+  cache.top_tokens('blocks.1.x_e', -1)      # the exact mixture of X_e after block 1, last position
+  logits = run_with_hooks(model, params, tokens, {'blocks.0.attn.z': zero_head(1)})
+
+The sites and their shapes are listed once, in ``symjax.model.intermediates``: ``embed``, then for each
+block l = 0..L−1 ``blocks.{l}.attn.{q,k,scores,pattern,values,v_mixture,z,out}``,
+``blocks.{l}.ffn.{pre,hidden,mixture,out}`` and ``blocks.{l}.{x_t,x_e,resid}`` (the state after block l), and
+``final.{norm,logits}``. Hooks run inside the model's own modules (no second implementation of the model):
+``fn(value, name) -> value`` of the same shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator, Sequence
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from symjax.interpret import core, mixtures
+from symjax.model import Transformer
+from symjax.model import intermediates as names
+from symjax.system.errors import InputError
+
+RETURN_TYPES = ('logits', 'loss')
+
+
+def valid_names(model: Transformer) -> list[str]:
+  cfg = model.config
+  symbolic_layers = tuple(l for l, kind in enumerate(cfg.layer_kinds()) if kind == 'symbolic')
+  sites = names.site_names(cfg.kind, cfg.num_layers, symbolic_layers)
+  has_mixture = {'values': cfg.symbolic_site('values'), 'ffn': cfg.symbolic_site('ffn')}
+  return [s for s in sites if not ((s.endswith('.v_mixture') and not has_mixture['values'])
+                                   or (s.endswith('.ffn.mixture') and not has_mixture['ffn']))]
+
+
+def check_names(model: Transformer, requested: Sequence[str], hooking: bool = False) -> None:
+  """InputError naming the valid sites when a name is unknown; when ``hooking``, also for ``resid`` of a
+  two-stream model, which is the sum X_t + X_e and not a value the model passes on."""
+  valid = valid_names(model)
+  unknown = [n for n in requested if n not in valid]
+  if unknown:
+    raise InputError(f'unknown site name {unknown[0]!r}; this {model.config.kind} model has {valid}')
+  resid = [n for n in requested if n.endswith('.resid')] if hooking and model.config.kind != 'standard' else []
+  if resid:
+    base = resid[0][:-len('resid')]
+    raise InputError(f'{resid[0]} is read-only in a two-stream model (the sum X_t + X_e); hook its streams '
+                     f'{base}x_t and {base}x_e instead')
+
+
+def _apply(model: Transformer, params, tokens, key_mask, fns: dict[str, Callable], keep, mutable: list[str]):
+  model = core.analysis_model(model)
+  tokens = core.as_batch(tokens, model.config.vocab_size)
+  km = None if key_mask is None else jnp.asarray(np.asarray(key_mask, bool).reshape(tokens.shape))
+  with names.session(fns, keep):
+    out = model.apply({'params': nn.meta.unbox(params)}, jnp.asarray(tokens), km, mutable=mutable or False)
+  logits, state = out if mutable else (out, {})
+  return model, tokens, logits, state
+
+
+def _flat_hooks(tree) -> dict[str, np.ndarray]:
+  """The ``hooks`` collection (nested by module, each value a 1-tuple) as {site name: array}."""
+  flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(tree))
+  return {path[-1].removeprefix(names.SOWN_PREFIX): np.asarray(value[0] if isinstance(value, tuple) else value)
+          for path, value in flat.items()}
+
+
+@dataclasses.dataclass
+class Cache(Mapping):
+  """Every cached site of one forward pass, by name (``symjax.model.intermediates`` lists them with their
+  shapes), as float32 NumPy arrays with the batch axis first (``ffn.hidden`` of symbolic channel FFNs is
+  heads-major, as the model computes it)."""
+
+  model: Transformer
+  params: Any
+  tokens: np.ndarray                 # [batch, time]
+  arrays: dict[str, np.ndarray]
+  intermediates: dict[str, Any]
+  decode: Callable | None = None
+
+  def __getitem__(self, name: str) -> np.ndarray:
+    if name not in self.arrays:
+      raise KeyError(f'{name!r} is not in this cache; it has {list(self.arrays)}')
+    return self.arrays[name]
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(self.arrays)
+
+  def __len__(self) -> int:
+    return len(self.arrays)
+
+  def _position(self, position: int) -> int:
+    t = self.tokens.shape[1]
+    if not -t <= position < t:
+      raise InputError(f'position {position} is outside the input of {t} tokens (allowed: {-t}..{t - 1})')
+    return position % t
+
+  def _head(self, head: int | None) -> None:
+    h = self.model.config.num_heads
+    if head is not None and not 0 <= head < h:
+      raise InputError(f'head {head} is out of range: the model has heads 0..{h - 1}')
+
+  def _ranked(self, weights: np.ndarray, k: int) -> list[tuple[str | int, float]]:
+    order = np.argsort(-weights, kind='stable')[:k]
+    label = (lambda i: self.decode([int(i)])) if self.decode else int
+    return [(label(i), float(weights[i])) for i in order]
+
+  @property
+  def trace(self) -> mixtures.MixtureTrace:
+    """The exact mixture trace of this pass (all-symbolic models)."""
+    return mixtures.from_intermediates(self.model.config, self.tokens, core._unwrap(self.intermediates))
+
+  def top_tokens(self, name: str, position: int, head: int | None = None, k: int = 5, batch: int = 0
+                 ) -> list | dict[int, list]:
+    """The k tokens of largest weight in the exact mixture at ``name`` and ``position``, with their weights:
+    of a mixture site (``attn.v_mixture``, ``ffn.mixture``: α itself) or of a stream (``embed``,
+    ``blocks.{l}.x_t``, ``.x_e``, ``.resid``: the exact trace, whose weights are the stream's own
+    coefficients). One head's list, or {head: list} for every head. For the softmax lens, which exists
+    for any model, see ``lens_top_tokens``."""
+    pos, b = self._position(position), batch
+    self._head(head)
+    if name.endswith(('.v_mixture', '.ffn.mixture')):
+      weights = self[name][b, pos]                                        # [heads, vocab]
+    else:
+      stream = {'x_t': 'x_t', 'x_e': 'x_e', 'resid': 'x'}
+      if name == 'embed':
+        layer, which = 0, 'x_t'
+      else:
+        parts = name.split('.')
+        if len(parts) != 3 or parts[0] != 'blocks' or parts[2] not in stream:
+          raise InputError(f'{name!r} has no exact mixture; top_tokens reads the mixture sites (attn.v_mixture, '
+                           f'ffn.mixture) and the streams (embed, blocks.L.x_t, .x_e, .resid); see lens_top_tokens')
+        layer, which = int(parts[1]) + 1, stream[parts[2]]
+      if not self.model.config.exact_mixtures:
+        raise InputError(f'{name!r}: this model\'s streams are not exact token mixtures (an all-symbolic model '
+                         f'with both sites projected is needed); use lens_top_tokens for the softmax lens')
+      weights = getattr(self.trace, which)[layer][b, pos]
+    weights = weights[:, :self.model.config.vocab_size]
+    if head is not None:
+      return self._ranked(weights[head], k)
+    return {h: self._ranked(weights[h], k) for h in range(weights.shape[0])}
+
+  def lens_top_tokens(self, name: str, position: int, head: int | None = None, k: int = 5, batch: int = 0
+                      ) -> list | dict[int, list]:
+    """The softmax lens (each channel read through its embedding slice) of a ``[batch, time, d_model]`` site:
+    a reading, not the model's own weights."""
+    pos = self._position(position)
+    self._head(head)
+    x = self[name]
+    if x.ndim != 3 or x.shape[-1] != self.model.config.d_model:
+      raise InputError(f'the lens reads [batch, time, d_model] sites; {name!r} has shape {x.shape}')
+    cfg = self.model.config
+    lens = core.channel_lens(x[batch:batch + 1, pos:pos + 1], core.embedding_table(self.params), cfg.num_heads,
+                             cfg.vocab_size)[0, 0]
+    return self._ranked(lens[head], k) if head is not None else {h: self._ranked(lens[h], k)
+                                                                  for h in range(cfg.num_heads)}
+
+  def decompose(self, position: int = -1) -> dict[str, np.ndarray]:
+    """The exact stream attribution of the logits at ``position``: the embedding and every block's attention
+    and FFN update, whose terms sum to the logits (``symjax.interpret.attribution.stream_attribution``)."""
+    from symjax.interpret import attribution
+    pos = self._position(position)
+    parts = attribution.stream_attribution(self.model, self.params, self.tokens)
+    return {k: v[:, pos] for k, v in parts.items()}
+
+  def to_str_tokens(self, batch: int = 0) -> list[str]:
+    if self.decode is None:
+      raise InputError('this cache has no tokenizer: pass decode= (e.g. run.tokenizer.decode) to run_with_cache')
+    return [self.decode([int(t)]) for t in self.tokens[batch]]
+
+
+def run_with_cache(model: Transformer, params, tokens, names_: Sequence[str] | Callable[[str], bool] | None = None,
+                   key_mask=None, decode: Callable | None = None, hooks: dict[str, Callable] | None = None
+                   ) -> tuple[np.ndarray, Cache]:
+  """Logits ``[batch, time, vocab]`` and a ``Cache`` of every named site (or of ``names_``: a list of names
+  or a predicate on them), with ``hooks`` (as ``run_with_hooks``) applied while caching."""
+  check_names(model, list(hooks or {}), hooking=True)
+  if names_ is not None and not callable(names_):
+    check_names(model, list(names_))
+    wanted = set(names_)
+    keep = wanted.__contains__
+  else:
+    keep = names_
+  analysis, tokens, logits, state = _apply(model, params, tokens, key_mask, hooks or {}, keep,
+                                           ['hooks', 'intermediates'])
+  cache = Cache(analysis, params, tokens, _flat_hooks(state.get('hooks', {})), state['intermediates'], decode)
+  return np.asarray(logits), cache
+
+
+def run_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable], key_mask=None,
+                   return_type: str = 'logits', targets=None, weights=None) -> np.ndarray | float:
+  """The model with ``hooks`` {site name: ``fn(value, name) -> value``} applied where the sites are met.
+  ``return_type='loss'``: the mean cross-entropy of ``targets`` (default: the next token of ``tokens``,
+  weighted by ``weights`` where given)."""
+  if return_type not in RETURN_TYPES:
+    raise InputError(f'return_type must be one of {list(RETURN_TYPES)}, got {return_type!r}')
+  check_names(model, list(hooks), hooking=True)
+  _, tokens, logits, _ = _apply(model, params, tokens, key_mask, hooks, lambda name: False, [])
+  if return_type == 'logits':
+    return np.asarray(logits)
+  logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), -1)
+  if targets is None:
+    logp, targets = logp[:, :-1], tokens[:, 1:]
+    weights = None if weights is None else np.asarray(weights)[:, 1:]
+  nll = -jnp.take_along_axis(logp, jnp.asarray(targets)[..., None], -1)[..., 0]
+  w = jnp.ones_like(nll) if weights is None else jnp.asarray(weights, jnp.float32)
+  return float((nll * w).sum() / jnp.maximum(w.sum(), 1e-9))
+
+
+def zero_head(head: int) -> Callable:
+  """A hook for a per-head site (``attn.q``, ``.k``, ``.values``, ``.z`` ``[..., heads, d]``; ``.scores``,
+  ``.pattern`` ``[batch, heads, ...]``) that sets one head to zero."""
+  def fn(value, name):
+    axis = 1 if name.endswith(('.scores', '.pattern')) else -2
+    index = [slice(None)] * value.ndim
+    index[axis] = head
+    return value.at[tuple(index)].set(0)
+  return fn

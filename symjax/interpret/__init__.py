@@ -21,6 +21,7 @@ from symjax.interpret.core import analysis_model, channel_lens, head_parameters,
 from symjax.interpret.hooks import Cache, run_with_cache, run_with_hooks, valid_names, zero_head
 from symjax.interpret.interventions import Ablation, capture, effect, run_with
 from symjax.interpret.mixtures import MixtureTrace, mixture_trace, reconstruction_error, reconstruction_errors
+from symjax.interpret.patching import Sweep, logit_difference, patch, sweep_heads, sweep_positions
 from symjax.interpret.tracing import Trace, cone, trace
 
 __all__ = [
@@ -29,5 +30,5 @@ __all__ = [
     'group_attribution', 'head_parameters', 'induction_scores', 'mixture_trace', 'native_importance',
     'previous_token_scores', 'program', 'readout', 'reconstruction_error', 'reconstruction_errors',
     'run_with', 'run_with_cache', 'run_with_hooks', 'stream_ablations', 'stream_attribution', 'trace',
-    'valid_names', 'zero_head',
+    'valid_names', 'zero_head', 'Sweep', 'logit_difference', 'patch', 'sweep_heads', 'sweep_positions',
 ]

@@ -1,0 +1,87 @@
+"""Activation patching against what it must give: the clean run where everything is patched, the existing
+patch interventions for one head, and exactly full recovery where the last position's final state is
+patched."""
+
+import jax
+import numpy as np
+import pytest
+from helpers import KINDS, randomize, small
+
+from symjax.interpret import hooks, interventions, patching
+from symjax.model import Transformer
+from symjax.system.errors import InputError
+
+
+def setup(kind):
+  cfg = small(kind=kind)
+  model = Transformer(cfg)
+  clean = np.asarray(jax.random.randint(jax.random.key(3), (1, 8), 0, cfg.vocab_size))
+  corrupt = clean.copy()
+  corrupt[0, 2] = (corrupt[0, 2] + 5) % cfg.vocab_size
+  params = randomize(model.init(jax.random.key(1), clean)['params'], 4)
+  return model, params, clean, corrupt
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_patching_a_whole_state_gives_the_clean_run_and_one_head_equals_the_patch_intervention(kind):
+  model, params, clean, corrupt = setup(kind)
+  clean_logits = hooks.run_with_hooks(model, params, clean, {})
+  last = ['blocks.1.resid'] if kind == 'standard' else ['blocks.1.x_t', 'blocks.1.x_e']
+  np.testing.assert_allclose(patching.patch(model, params, clean, corrupt, last), clean_logits, rtol=1e-5,
+                             atol=1e-5)
+  want, _ = interventions.run_with(model, params, corrupt, [interventions.Ablation('head', 0, 1, mode='patch')],
+                                   source=clean)
+  got = patching.patch(model, params, clean, corrupt, 'blocks.0.attn.z', heads=1)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  # Positions and heads together patch their product, and nothing else.
+  seen = {}
+  _, clean_cache = hooks.run_with_cache(model, params, clean, ['blocks.0.attn.pattern'])
+  _, corrupt_cache = hooks.run_with_cache(model, params, corrupt, ['blocks.0.attn.pattern'])
+  record = lambda v, n: (seen.setdefault('pattern', np.asarray(v)), v)[1]
+  original = hooks.run_with_hooks
+  hooks.run_with_hooks = lambda m, p, t, fns, **kw: original(
+      m, p, t, {n: (lambda v, n, f=f: record(f(v, n), n)) for n, f in fns.items()}, **kw)
+  try:
+    patching.patch(model, params, clean, corrupt, 'blocks.0.attn.pattern', positions=[5], heads=[0, 2])
+  finally:
+    hooks.run_with_hooks = original
+  want = corrupt_cache['blocks.0.attn.pattern'].copy()
+  want[:, [0, 2], 5] = clean_cache['blocks.0.attn.pattern'][:, [0, 2], 5]
+  np.testing.assert_array_equal(seen['pattern'], want)
+
+
+@pytest.mark.parametrize('kind', ['standard', 'symbolic'])
+def test_sweeps_measure_the_logit_difference_recovered(kind):
+  model, params, clean, corrupt = setup(kind)
+  logits = hooks.run_with_hooks(model, params, clean, {})
+  answer = int(np.argmax(logits[0, -1]))
+  target = dict(answer=answer, wrong=(answer + 1) % model.config.vocab_size)
+  by_position = patching.sweep_positions(model, params, clean, corrupt, **target)
+  assert by_position.values.shape == (model.config.num_layers, clean.shape[1])
+  # The last block's state at the last position decides the last logits: patched, all is recovered.
+  assert by_position.values[-1, -1] == pytest.approx(1.0, abs=1e-4)
+  # Before the corrupted token nothing differs between the runs, so patching there recovers nothing.
+  np.testing.assert_allclose(by_position.values[:, :2], 0.0, atol=1e-4)
+  by_head = patching.sweep_heads(model, params, clean, corrupt, **target)
+  assert by_head.values.shape == (model.config.num_layers, model.config.num_heads)
+  assert np.all(np.isfinite(by_head.values))
+  fig = by_head.figure()
+  assert fig.axes[0].get_title() == 'patching attn.z per head'
+  custom = patching.sweep_heads(model, params, clean, corrupt, metric=lambda logits: float(logits[0, -1, 0]))
+  assert custom.values.shape == by_head.values.shape
+
+
+def test_patching_errors_are_one_line():
+  model, params, clean, corrupt = setup('symbolic')
+  with pytest.raises(InputError, match=r'same shape to patch position by position: \(1, 8\) vs \(1, 7\)'):
+    patching.patch(model, params, clean, corrupt[:, :7], 'blocks.0.x_t')
+  with pytest.raises(InputError, match=r'heads \[3\] are out of range: the model has heads 0..2'):
+    patching.patch(model, params, clean, corrupt, 'blocks.0.attn.z', heads=3)
+  with pytest.raises(InputError, match=r'positions \[8\] are outside the input of 8 tokens'):
+    patching.patch(model, params, clean, corrupt, 'blocks.0.x_t', positions=8)
+  with pytest.raises(InputError, match='blocks.0.x_t has no head axis'):
+    patching.patch(model, params, clean, corrupt, 'blocks.0.x_t', heads=0)
+  with pytest.raises(InputError, match="unknown site name 'blocks.0.attn.zz'"):
+    patching.patch(model, params, clean, corrupt, 'blocks.0.attn.zz')
+  with pytest.raises(InputError, match='predict the same token'):
+    patching.sweep_heads(model, params, clean, clean)

@@ -209,8 +209,16 @@ def test_mean_and_patch_ablations_use_the_right_values(model_and_params, monkeyp
   km[1, -2:] = False
   site = interventions.Ablation('head', 1, 2, mode='mean')
   captured = interventions.capture(model, params, tokens, [site], km)[0]
-  after = _capture_after(monkeypatch, model, params, tokens, site, km)
+  after = _capture_after(monkeypatch, model, params, tokens, site, km, reference='prompt')
   np.testing.assert_allclose(after, np.broadcast_to(captured[km].mean(0), after.shape), atol=1e-5)
+  # By default the mean comes from a reference batch one gives, never silently from the prompt itself.
+  reference = (tokens + 3) % model.config.vocab_size
+  from_reference = interventions.capture(model, params, reference, [site])[0]
+  after = _capture_after(monkeypatch, model, params, tokens, site, km, reference=reference)
+  np.testing.assert_allclose(after, np.broadcast_to(from_reference.reshape(-1, from_reference.shape[-1]).mean(0),
+                                                    after.shape), atol=1e-5)
+  with pytest.raises(ValueError, match="a 'mean' ablation needs reference="):
+    interventions.run_with(model, params, tokens, [site])
   source = (tokens + 1) % model.config.vocab_size
   patch = interventions.Ablation('head', 1, 2, mode='patch')
   after = _capture_after(monkeypatch, model, params, tokens, patch, None, source=source)

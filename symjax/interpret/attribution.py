@@ -94,7 +94,7 @@ def stream_ablations(model: Transformer, params, batches: Sequence[dict[str, np.
     for stream, site in (('x_e', 'ffn'), ('x_t', 'attention')):
       variants[f'{stream}_mean'], _ = interventions.run_with(
           model, params, batch['inputs'], [interventions.Ablation(site, l, mode='mean') for l in range(L)],
-          batch['key_mask'])
+          batch['key_mask'], reference=batch['inputs'], reference_mask=batch['key_mask'])
     w = batch['weights']
     count += float(w.sum())
     for name, lg in variants.items():

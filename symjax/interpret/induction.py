@@ -69,7 +69,7 @@ def knockouts(model, params, batch, vocab, circuit: circuits.Circuit, mode: str 
   the batch: same distribution, none of its information), 'mean' (their mean over the batch) or 'zero'."""
   if mode not in KNOCKOUT_MODES:
     raise InputError(f'knockout mode must be one of {list(KNOCKOUT_MODES)}, got {mode!r}')
-  kw = {}
+  kw = {'reference': batch['inputs'], 'reference_mask': batch['key_mask']} if mode == 'mean' else {}
   if mode == 'resample':
     kw = {'source': np.roll(batch['inputs'], 1, axis=0), 'source_mask': np.roll(batch['key_mask'], 1, axis=0)}
   head = lambda lh: interventions.Ablation('head', lh[0], lh[1], mode='patch' if mode == 'resample' else mode)

@@ -120,8 +120,10 @@ def run_with(model: Transformer, params, tokens, ablations: Sequence[Ablation], 
              reference=None, reference_mask=None, source=None, source_mask=None):
   """Logits ``[batch, time, vocab]`` and intermediates of ``tokens`` with every ablation applied.
 
-  ``reference`` (default: ``tokens``): the batch whose mean a 'mean' ablation uses, over its valid
-  positions. ``source``: the input a 'patch' ablation takes its values from (same shape as ``tokens``).
+  ``reference``: the batch whose mean a 'mean' ablation uses, over its valid positions — a batch of the
+  run's data (``run.batches('validation')[0]['inputs']``, with its ``key_mask`` as ``reference_mask``), or
+  ``'prompt'`` for the prompt's own positions (a mean over one prompt is a weak baseline, so it is never
+  the default). ``source``: the input a 'patch' ablation takes its values from (same shape as ``tokens``).
   """
   model = core.analysis_model(model)
   cfg = model.config
@@ -132,8 +134,15 @@ def run_with(model: Transformer, params, tokens, ablations: Sequence[Ablation], 
   patches = [a for a in ablations if a.mode == 'patch']
   values: dict[Ablation, np.ndarray] = {}
   if means:
-    ref = tokens if reference is None else core.as_batch(reference, cfg.vocab_size)
-    ref_mask = (key_mask if reference is None else reference_mask)
+    if reference is None:
+      raise InputError("a 'mean' ablation needs reference=: a batch of the run's data to average over (e.g. "
+                       "run.batches('validation')[0]['inputs']), or reference='prompt' for the prompt's own "
+                       "positions")
+    own = isinstance(reference, str) and reference == 'prompt'
+    if isinstance(reference, str) and not own:
+      raise InputError(f"reference must be a batch of token ids or 'prompt', got {reference!r}")
+    ref = tokens if own else core.as_batch(reference, cfg.vocab_size)
+    ref_mask = key_mask if own else reference_mask
     valid = np.ones(ref.shape, bool) if ref_mask is None else np.asarray(ref_mask, bool).reshape(ref.shape)
     for a, v in zip(means, capture(model, params, ref, means, ref_mask)):
       values[a] = v[valid].mean(0)

@@ -169,8 +169,11 @@ def effect(model: Transformer, params, batch: dict[str, np.ndarray], ablations: 
            weights: np.ndarray | None = None, **kw) -> dict[str, float]:
   """Loss and accuracy of ``batch`` (task format: inputs, targets, weights, key_mask) without and with
   the ablations, their changes, and the mean absolute change of the logits. ``weights`` overrides the
-  batch's (e.g. to score only the positions that need a circuit)."""
+  batch's (e.g. to score only the positions that need a circuit). A 'mean' ablation averages over this
+  batch of data unless ``reference=`` says otherwise."""
   w = batch['weights'] if weights is None else weights
+  if 'reference' not in kw:
+    kw.update(reference=batch['inputs'], reference_mask=batch.get('key_mask'))
   clean_logits, _ = core.run(core.analysis_model(model), params, batch['inputs'], batch.get('key_mask'))
   logits, _ = run_with(model, params, batch['inputs'], ablations, batch.get('key_mask'), **kw)
   clean = metrics.token_metrics(clean_logits, batch['targets'], w)

@@ -483,3 +483,27 @@ def test_report_is_not_written_over_a_folder_and_leaves_no_temporary_file(tmp_pa
     report.write_report(str(tmp_path / 'old.html'), None)
   assert (tmp_path / 'old.html').read_text() == 'kept'
   assert sorted(p.name for p in tmp_path.iterdir()) == ['old.html', 'reports']
+
+
+def test_the_report_shows_invisible_tokens_exact_mixtures_and_names_heads_only_on_evidence():
+  """A space or a line end is a token: the report shows it (␣, ⏎), never a blank cell; its mixtures are the
+  exact weights; with no repeated token it names no induction head; and a channel whose embeddings span its
+  space is said to make the cone check uninformative."""
+  from symjax.interpret import report
+  chars = ['a', 'b', ' ', '\n', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k']
+  cfg = small(kind='symbolic')
+  model = Transformer(cfg)
+  tokens = np.array([0, 2, 1, 3, 4, 5, 6])                    # 'a b⏎cde': no token repeats
+  params = randomize(model.init(jax.random.key(0), tokens[None])['params'], 5)
+  decode = lambda ids: ''.join(chars[int(i)] for i in ids)
+  text = report.build_report(model, params, tokens, decode, ig_steps=4)
+  assert '␣' in text and '⏎' in text
+  assert not re.search(r'<td>\s*</td>', text)
+  assert '<h2>Exact mixtures at position 6:' in text and 'not a lens' in text
+  assert 'No head is named' in text and 'induction head L' not in text
+  assert 'after block 1, x_e' in text and '<h3>layer 0' not in text  # block l, not the stream index
+  assert report.induction_evidence(np.array([0, 1, 2, 0])) == 1 and report.induction_evidence(tokens) == 0
+  wide = np.concatenate([np.eye(4), -np.eye(4)])               # ±e_i positively span R^4
+  narrow = np.abs(wide)                                        # the positive orthant only
+  one_channel = dataclasses.replace(cfg, num_heads=1, head_dim=4, vocab_size=8)
+  assert report.spanning_channels(wide, one_channel) == [0] and report.spanning_channels(narrow, one_channel) == []

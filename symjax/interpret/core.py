@@ -209,3 +209,18 @@ def head_parameters(cfg: ModelConfig, params) -> HeadParameters:
     w_head = np.stack([np.asarray(p[f'layer_{l}']['value_map']['w_head'], np.float64)
                        if cfg.value_map != 'none' else np.eye(H) for l in range(L)])
   return HeadParameters(slopes, tau_v, tau_f, w_head)
+
+
+# Characters that print as nothing, shown as visible signs in tables and figures.
+VISIBLE = {' ': '␣', '\n': '⏎', '\t': '⇥', '\r': '␍'}
+
+
+def show_token(text: str) -> str:
+  """A token as a person can see it: spaces, line ends and tabs as ␣ ⏎ ⇥, the empty string as ∅."""
+  return ''.join(VISIBLE.get(c, c) for c in text) if text else '∅'
+
+
+def visible(decode):
+  """``decode`` whose output is shown with ``show_token``."""
+  return lambda ids: show_token(decode(ids))
+

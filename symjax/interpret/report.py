@@ -128,6 +128,7 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
     raise InputError('the report reads one sequence')
   model = core.analysis_model(model)
   cfg = model.config
+  decode = core.visible(decode)  # a space or a line end is a token too: never a blank cell
   t = tokens.shape[1]
   pos = position % t
   labels = [f'{i}:{decode([int(v)])}' for i, v in enumerate(tokens[0])]
@@ -140,34 +141,62 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
       ['position', 'token', 'prediction', 'p'],
       [[i, decode([int(tokens[0, i])]), decode([int(pred[i])]), f'{probs[i, pred[i]]:.3f}'] for i in range(t)]))
 
+  evidence = induction_evidence(tokens[0], ignore) if circuit is None else None
   if circuit is None:
     circuit = circuits.find_induction_circuit(model, params, tokens, ignore=ignore)
-  highlight = {circuit.previous_token_head, circuit.induction_head}
-  parts.append('<h2>Heads</h2><p>' + html.escape(circuit.describe()) + f' — scored on {html.escape(circuit_source)}; '
-               'starred in the heatmaps.</p>' + _table(
+  named = circuit_source != 'this input' or (evidence > 0 and cfg.num_layers > 1 and circuit.induction_head[0] > 0)
+  highlight = {circuit.previous_token_head, circuit.induction_head} if named else set()
+  if named:
+    on = (f'{html.escape(circuit_source)}' if evidence is None else
+          f'this input: {evidence} position(s) repeat an earlier token that has a successor')
+    heads_text = html.escape(circuit.describe()) + f' — scored on {on}; starred in the heatmaps.'
+  else:
+    heads_text = ('No head is named: an induction head needs a token repeated after an earlier occurrence with a '
+                  'successor, read in a block after the first (a previous-token head must come before it); '
+                  f'this input has {evidence} such position(s) and the model {cfg.num_layers} block(s). The scores '
+                  'below are what each head does on this input, not a label.')
+  parts.append('<h2>Heads</h2><p>' + heads_text + '</p>' + _table(
                    ['layer.head', 'previous-token score', 'induction score'],
                    [[f'L{l}.H{h}', f'{circuit.previous_token_scores[l, h]:.2f}',
                      f'{circuit.induction_scores[l, h]:.2f}']
                     for l in range(cfg.num_layers) for h in range(cfg.num_heads)]))
-  (pl, ph), (il, ih) = circuit.previous_token_head, circuit.induction_head
-  pair = np.stack([tr.attention[pl, 0, ph], tr.attention[il, 0, ih]])[None]
-  pair_titles = [[f'previous-token head L{pl}.H{ph}', f'induction head L{il}.H{ih}']]
-  parts.append(f'<img src="{figure_to_uri(attention_figure(pair, labels, titles=pair_titles))}">')
+  if named:
+    (pl, ph), (il, ih) = circuit.previous_token_head, circuit.induction_head
+    pair = np.stack([tr.attention[pl, 0, ph], tr.attention[il, 0, ih]])[None]
+    pair_titles = [[f'previous-token head L{pl}.H{ph}', f'induction head L{il}.H{ih}']]
+    parts.append(f'<img src="{figure_to_uri(attention_figure(pair, labels, titles=pair_titles))}">')
   figure = figure_to_uri(attention_figure(tr.attention[:, 0], labels, highlight))
   parts.append(f'<h2>Attention</h2><img src="{figure}">')
   parts.append('<h2>Program view</h2><pre>' + html.escape(
       circuits.format_program(circuits.program(model, params, tokens), tokens, decode)) + '</pre>')
   parts.append(f'<h2>Per-head parameters</h2><img src="{figure_to_uri(head_parameter_figure(tr.heads))}">')
 
+  if tr.mixture is not None:
+    mix_html = []
+    for l in range(len(tr.streams)):
+      where = 'embed (the input)' if l == 0 else f'after block {l - 1}'
+      for name in ('x_t', 'x_e'):
+        if l == 0 and name == 'x_e':
+          continue  # X_e⁰ = 0: no mixture to show
+        weights = getattr(tr.mixture, name)[l][0, pos, :, :cfg.vocab_size]      # [heads, vocab]
+        cells = [' / '.join(f'{decode([int(v)])} {weights[h, v]:.2f}' for v in np.argsort(-weights[h])[:3])
+                 for h in range(cfg.num_heads)]
+        mix_html.append([f'{where}, {name}'] + cells)
+    parts.append(f'<h2>Exact mixtures at position {html.escape(labels[pos])}</h2><p>The weights w of each head '
+                 'channel of X_t and X_e written exactly as Σ_v w_v E^(h)_v (the top three tokens): the model\'s own '
+                 'coefficients, not a lens.</p>' + _table(['state'] + [f'head {h}' for h in range(cfg.num_heads)],
+                                                          mix_html))
   lens_html = []
   for l in range(len(tr.streams)):
     for name in core.stream_names(cfg):
       rows = tr.lens_table(l, name, decode)
-      lens_html.append(f'<h3>layer {l}, {name}</h3>' + _table(
+      where = 'embed (the input)' if l == 0 else f'after block {l - 1}'
+      lens_html.append(f'<h3>{where}, {name}</h3>' + _table(
           ['position'] + [f'head {h}' for h in range(cfg.num_heads)],
           [[labels[i]] + r for i, r in enumerate(rows)]))
-  parts.append('<h2>Channel lens</h2><p>Each head channel decoded through its embedding slice, '
-               'softmax(x_h · E^(h) / τ_h): the top two tokens and their probabilities.</p>' + ''.join(lens_html))
+  parts.append('<h2>Channel lens</h2><p>A reading, not the model\'s weights: each head channel decoded through '
+               'its embedding slice, softmax(x_h · E^(h) / τ_h), the top two tokens and their probabilities.</p>'
+               + ''.join(lens_html))
 
   if tr.mixture is not None:
     errs = mixtures.reconstruction_errors(tr.mixture, core.embedding_table(params),
@@ -177,9 +206,14 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
                      ', '.join(f'{k}: {max(v):.1e}' for k, v in errs.items())) + '.</p>')
   if tr.cone_cosine is not None:
     rows = [[l] + [f'{c[name][0].mean():.2f}' for name in ('x_t', 'x_e', 'x')] for l, c in enumerate(tr.cone_cosine)]
+    spans = spanning_channels(core.embedding_table(params), cfg)
+    note = (f' The {cfg.vocab_size} token embeddings of channel(s) {spans} positively span their {cfg.head_dim}-'
+            'dimensional space: every vector there is a non-negative token combination, so this check cannot '
+            'tell a token mixture from anything else in those channels.' if spans else '')
     parts.append('<h2>Distance from the vocabulary cone</h2><p>Mean cosine between each channel state and its '
-                 'nearest non-negative combination of the channel\'s token embeddings (1: a token mixture).</p>'
-                 + _table(['layer', 'X_t', 'X_e', 'X'], rows))
+                 'nearest non-negative combination of the channel\'s token embeddings (1: a token mixture); '
+                 'row 0 is the input, row l the state after block l − 1.' + note + '</p>'
+                 + _table(['state', 'X_t', 'X_e', 'X'], rows))
 
   parts_attr = attribution.group_attribution(attribution.stream_attribution(model, params, tokens),
                                             cfg.kind != 'standard')
@@ -211,6 +245,35 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
   return (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
           f'<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1><p>{html.escape(summary)}</p>'
           + '\n'.join(parts) + '</body></html>')
+
+
+def induction_evidence(tokens: np.ndarray, ignore=frozenset()) -> int:
+  """How many positions of ``tokens`` repeat an earlier token that has a successor: the positions where an
+  induction head can show itself (attend to that successor)."""
+  count = 0
+  for i in range(1, len(tokens)):
+    if int(tokens[i]) not in ignore and any(tokens[j] == tokens[i] for j in range(i - 1)):
+      count += 1
+  return count
+
+
+def spanning_channels(table: np.ndarray, cfg) -> list[int]:
+  """The head channels whose token embeddings positively span the channel's space (the cone is everything):
+  the origin is strictly inside their convex hull, found as a strictly positive combination summing to 0 with
+  full rank."""
+  from scipy.optimize import linprog
+  out = []
+  for h in range(cfg.num_heads):
+    e = np.asarray(table, np.float64)[:cfg.vocab_size, h * cfg.head_dim:(h + 1) * cfg.head_dim]
+    if np.linalg.matrix_rank(e) < cfg.head_dim:
+      continue
+    v = e.shape[0]  # maximise the smallest weight s of Σ w_v e_v = 0, Σ w_v = 1, w_v >= s
+    res = linprog(np.r_[np.zeros(v), -1.0], A_eq=np.c_[np.r_[e.T, np.ones((1, v))], np.r_[np.zeros(e.shape[1]), 0]],
+                  b_eq=np.r_[np.zeros(e.shape[1]), 1.0], A_ub=np.c_[-np.eye(v), np.ones(v)], b_ub=np.zeros(v),
+                  bounds=[(0, None)] * v + [(None, None)])
+    if res.success and -res.fun > 1e-9:
+      out.append(h)
+  return out
 
 
 def check_report_path(path: str) -> None:

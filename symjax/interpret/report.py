@@ -240,11 +240,111 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
                f'of log p(target); integrated gradients from the mean-embedding baseline in {ig_steps} steps '
                f'(completeness gap {gap:+.2e}).</p>' + f'<img src="{figure_to_uri(fig)}">')
 
+  parts.insert(0, explorer(tr, tokens[0], decode, cfg))
+
   summary = (f'{cfg.kind} model, {cfg.num_layers} layers × {cfg.num_heads} heads of {cfg.head_dim}, '
              f'vocabulary {cfg.vocab_size}')
   return (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-          f'<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1><p>{html.escape(summary)}</p>'
+          f'<style>{STYLE}{EXPLORER_STYLE}</style></head><body><h1>{html.escape(title)}</h1><p>{html.escape(summary)}</p>'
           + '\n'.join(parts) + '</body></html>')
+
+
+EXPLORER_STYLE = """
+#tokens{display:flex;flex-wrap:wrap;line-height:2em;font-family:ui-monospace,monospace;font-size:13px}
+.tok{padding:2px 4px;margin:1px;border:1px solid #ccc;border-radius:3px;cursor:pointer;white-space:pre}
+.tok.on{background:#ffe08a;border-color:#c90}
+#detail{display:flex;flex-wrap:wrap;gap:10px;margin:0.6em 0}.state{border:1px solid #ddd;padding:4px 6px}
+.state h4{margin:0 0 4px 0;font-size:12px}.head{display:inline-block;vertical-align:top;margin-right:8px;width:170px}
+.bar{font:11px ui-monospace,monospace;display:flex;align-items:center;gap:4px;height:15px}
+.bar span.w{display:inline-block;height:10px;background:#4a7bd0}.bar.lens span.w{background:#aaa}
+#attn{overflow:auto;max-height:640px;max-width:100%;border:1px solid #ddd}
+#attn table{font:10px ui-monospace,monospace}#attn td{width:14px;height:14px;padding:0;border:0}
+#attn th{font-weight:normal;white-space:pre;padding:0 3px}#attn thead th{writing-mode:vertical-rl;height:60px}
+"""
+
+EXPLORER_SCRIPT = """
+const D = JSON.parse(document.getElementById('explorer-data').textContent);
+function bars(list, lens) {
+  return list.map(([tok, w]) => `<div class="bar${lens ? ' lens' : ''}">` +
+    `<span class="w" style="width:${Math.round(60 * w)}px"></span><span class="t">${tok}</span> ${w.toFixed(2)}</div>`
+  ).join('');
+}
+function show(pos) {
+  document.querySelectorAll('.tok').forEach(el => el.classList.toggle('on', +el.dataset.pos === pos));
+  let html = '';
+  for (const s of D.states) {
+    html += `<div class="state" data-state="${s.name}"><h4>${s.name} — position ${pos} ${D.labels[pos]}</h4>`;
+    s.heads[pos].forEach((h, i) => {
+      const exact = h.exact ? '<div class="exact">' + bars(h.exact, false) + '</div>' : '';
+      const lens = `<div class="lens"><i>lens</i>${bars(h.lens, true)}</div>`;
+      html += `<div class="head"><b>head ${i}</b>${exact}${lens}</div>`;
+    });
+    html += '</div>';
+  }
+  document.getElementById('detail').innerHTML = html;
+}
+function attention(which) {
+  const A = D.attention[which], n = D.labels.length;
+  let html = '<table><thead><tr><th></th>' + D.labels.map(l => `<th>${l}</th>`).join('') + '</tr></thead><tbody>';
+  for (let q = 0; q < n; q++) {
+    html += `<tr><th>${D.labels[q]}</th>` + A[q].map((w, k) => `<td title="${D.labels[q]} → ${D.labels[k]}: ` +
+      `${w.toFixed(3)}" style="background:rgba(200,40,40,${w})"></td>`).join('') + '</tr>';
+  }
+  document.getElementById('attn').innerHTML = html + '</tbody></table>';
+}
+document.querySelectorAll('.tok').forEach(el => {
+  el.addEventListener('mouseenter', () => show(+el.dataset.pos));
+  el.addEventListener('click', () => show(+el.dataset.pos));
+});
+document.getElementById('head').addEventListener('change', e => attention(e.target.value));
+show(D.labels.length - 1);
+attention(document.getElementById('head').value);
+"""
+
+
+def explorer(tr, tokens: np.ndarray, decode: Callable, cfg, k: int = 6) -> str:
+  """The interactive part of the report: hover or click a token to see, after each block, the exact mixture
+  of each head channel of X_t and X_e as ranked bars (the lens beside it, labelled), and every head's
+  attention pattern as a scrollable grid with the tokens on both axes. Self-contained: data and script are
+  in the page."""
+  import json
+  labels = [f'{i}:{decode([int(v)])}' for i, v in enumerate(tokens)]
+  show = lambda ids: html.escape(decode([int(i) for i in ids]))  # the page inserts these as HTML: escaped
+  t = len(tokens)
+  states = []
+  for l in range(len(tr.streams)):
+    where = 'embed' if l == 0 else f'after block {l - 1}'
+    for name in (('x_t', 'x_e') if cfg.kind != 'standard' else ('x',)):
+      if l == 0 and name == 'x_e':
+        continue
+      lens_ids, lens_w = tr.top_tokens(l, name, k)
+      exact = None if tr.mixture is None else getattr(tr.mixture, name)[l][0, :, :, :cfg.vocab_size]
+      heads = []
+      for i in range(t):
+        row = []
+        for h in range(cfg.num_heads):
+          cell = {'lens': [[show([v]), round(float(w), 4)] for v, w in zip(lens_ids[0, i, h], lens_w[0, i, h])]}
+          if exact is not None:
+            top = np.argsort(-exact[i, h], kind='stable')[:k]
+            cell['exact'] = [[show([v]), round(float(exact[i, h, v]), 4)] for v in top]
+          row.append(cell)
+        heads.append(row)
+      states.append({'name': f'{where}, {name}', 'heads': heads})
+  attention = {f'{l}.{h}': np.round(tr.attention[l, 0, h], 3).tolist()
+               for l in range(cfg.num_layers) for h in range(cfg.num_heads)}
+  data = json.dumps({'labels': [html.escape(label) for label in labels], 'states': states, 'attention': attention})
+  data = data.replace('</', '<\\/')  # no '</script>' inside the script element
+  options = ''.join(f'<option value="{l}.{h}">block {l}, head {h}</option>'
+                    for l in range(cfg.num_layers) for h in range(cfg.num_heads))
+  tokens_html = ''.join(f'<span class="tok" data-pos="{i}">{html.escape(label)}</span>'
+                        for i, label in enumerate(labels))
+  what = ('the exact mixture of each head channel (the model\'s own weights, blue) and the lens beside it (grey)'
+          if tr.mixture is not None else 'the channel lens (a reading; this model has no exact mixtures)')
+  return (f'<h2>Explore</h2><p>Hover or click a token: {what}, after each block. Below, any head\'s attention '
+          'pattern (scroll; hover a cell for its weight).</p>'
+          f'<div id="tokens">{tokens_html}</div><div id="detail"></div>'
+          f'<p><label>attention of <select id="head">{options}</select></label></p><div id="attn"></div>'
+          f'<script type="application/json" id="explorer-data">{data}</script><script>{EXPLORER_SCRIPT}</script>')
 
 
 def induction_evidence(tokens: np.ndarray, ignore=frozenset()) -> int:

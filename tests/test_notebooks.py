@@ -17,6 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {
     'quickstart': "RUNLOCAL = True\n",
     'interpretability': "RUNLOCAL = True\nTEST_SEQUENCES = 64\nIG_STEPS = 8\n",
+    'language_model': "RUNLOCAL = True\n",
 }
 
 
@@ -56,7 +57,16 @@ def test_interpretability_notebook_finds_heads_intervenes_and_writes_the_report(
   assert os.path.isfile(tmp_path / 'work' / 'interpret' / 'report.html')
 
 
-NOTEBOOKS = ('quickstart', 'interpretability')
+def test_language_model_notebook_caches_ablates_patches_and_samples(tmp_path):
+  nb = execute('language_model', tmp_path)
+  text = text_of(nb)
+  assert 'validation loss' in text and 'next token:' in text and 'X_e after block 1, head 0:' in text
+  assert 'zeroing block 1 head 0: validation loss' in text and '--- greedy' in text
+  assert any('image/png' in o.get('data', {}) for c in nb.cells for o in c.get('outputs', []))  # the heatmap
+  assert os.path.isfile(tmp_path / 'work' / 'lm' / 'run.json')
+
+
+NOTEBOOKS = ('quickstart', 'interpretability', 'language_model')
 
 
 def install_cell(name: str) -> str:

@@ -51,6 +51,7 @@ def test_interpretability_notebook_finds_heads_intervenes_and_writes_the_report(
   assert 'induction head L' in text and 'previous-token head L' in text
   assert 'exact mixture trace, largest relative error' in text
   assert 'all induction heads' in text and 'integrated_gradients' in text
+  assert 'X_e after block 1, last position:' in text and 'with each head patched from the clean prompt' in text
   assert 'JAX ' in text and 'on cpu' in text  # the first cell names the backend and devices
   figures = [c for c in nb.cells if any('image/png' in o.get('data', {}) for o in c.get('outputs', []))]
   assert any('attention_figure' in c.source for c in figures)

@@ -32,9 +32,7 @@ def _modules() -> dict[str, str]:
 def import_graph() -> dict[str, set[str]]:
   """Module -> the symjax modules it imports, at any depth of its code (lazy imports inside functions too).
   ``from symjax.x import y`` counts as an import of ``symjax.x.y`` when that is a module, else of
-  ``symjax.x``; a package's ``__init__`` is a module like any other. Edges to the root ``symjax`` are left
-  out: Python imports it before any of its modules whatever they say, and its one lazy import (``load``)
-  runs only when called."""
+  ``symjax.x``; a package's ``__init__`` is a module like any other, the root ``symjax`` included."""
   modules = _modules()
   graph = {}
   for name, path in modules.items():
@@ -49,7 +47,7 @@ def import_graph() -> dict[str, set[str]]:
                    for a in node.names]
       else:
         continue
-      edges |= {t for t in targets if t in modules and t not in (name, 'symjax')}
+      edges |= {t for t in targets if t in modules and t != name}
     graph[name] = edges
   return graph
 

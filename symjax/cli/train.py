@@ -17,7 +17,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from symjax import configs
+import symjax.configs as configs  # configs/ at the top of the repository, shipped as symjax.configs
 from symjax.system.errors import InputError
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -17,7 +17,8 @@ from typing import Any
 import ml_collections
 from ml_collections import config_dict
 
-from symjax import configs, tasks
+import symjax.configs as configs  # configs/ at the top of the repository, shipped as symjax.configs
+from symjax import tasks
 from symjax.model import ModelConfig
 from symjax.system import mesh
 from symjax.system.errors import InputError

@@ -15,6 +15,7 @@ block l = 0..L−1 ``blocks.{l}.attn.{q,k,scores,pattern,values,v_mixture,z,out}
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Sequence
 
@@ -112,9 +113,9 @@ class Cache(Mapping):
     label = (lambda i: self.decode([int(i)])) if self.decode else int
     return [(label(i), float(weights[i])) for i in order]
 
-  @property
+  @functools.cached_property
   def trace(self) -> mixtures.MixtureTrace:
-    """The exact mixture trace of this pass (all-symbolic models)."""
+    """The exact mixture trace of this pass (all-symbolic models), computed once."""
     return mixtures.from_intermediates(self.model.config, self.tokens, core._unwrap(self.intermediates))
 
   def top_tokens(self, name: str, position: int, head: int | None = None, k: int = 5, batch: int = 0

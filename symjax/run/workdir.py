@@ -18,6 +18,7 @@ Run files are written when the first checkpoint of an invocation is saved, so a 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -26,6 +27,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 from typing import Any, Callable, Iterator, Sequence
 
 import flax.linen as nn
@@ -233,12 +235,58 @@ def best_step(workdir: str, best_metric: str) -> int | None:
     manager.close()
 
 
+def is_closed_loop_report(unraisable) -> bool:
+  """Whether an unraisable-exception report is the one a failed Orbax restore leaves behind: TensorStore
+  reads still in flight complete after Orbax has closed the restore's event loop, and each completion's
+  ``loop.call_soon_threadsafe`` raises RuntimeError('Event loop is closed') in a TensorStore thread, reported
+  once per read (dozens per damaged checkpoint). Nothing is lost: the restore has already failed and been
+  reported in one line."""
+  exc = unraisable.exc_value
+  if not (isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'):
+    return False
+  return any(frame.name == 'call_soon_threadsafe' for frame in traceback.extract_tb(unraisable.exc_traceback))
+
+
+_DROPPED = {'count': 0, 'last': 0.0}
+
+
+def drop_closed_loop_reports() -> None:
+  """From now on, drop exactly the reports ``is_closed_loop_report`` recognises; every other unraisable
+  exception still reaches the previous hook. Installed once, after a restore has failed. At exit, before
+  the interpreter drops the hook, the reads still in flight are given time to finish (until none has
+  reported for a quarter of a second, at most 3 s): reads of local files finish in milliseconds."""
+  previous = sys.unraisablehook
+  if getattr(previous, 'drops_closed_loop_reports', False):
+    return
+
+  def hook(unraisable):
+    if is_closed_loop_report(unraisable):
+      _DROPPED['count'] += 1
+      _DROPPED['last'] = time.monotonic()
+    else:
+      previous(unraisable)
+  hook.drops_closed_loop_reports = True
+  sys.unraisablehook = hook
+  atexit.register(_let_failed_reads_finish)
+
+
+def _let_failed_reads_finish(quiet: float = 0.25, limit: float = 3.0) -> None:
+  if not _DROPPED['count']:
+    return  # no restore failed: nothing is in flight
+  start = time.monotonic()
+  while time.monotonic() - _DROPPED['last'] < quiet and time.monotonic() - start < limit:
+    time.sleep(0.02)
+
+
 def restore_first_valid(restore: Callable[[int], Any], steps: Sequence[int], workdir: str,
                         quarantine_failed: bool = True):
   """``restore(step)`` for the first of ``steps`` that succeeds, or None. Each one that fails is reported
   in one line on stderr and, with ``quarantine_failed`` (the trainer, process 0), moved to
   ``checkpoints_corrupt/``; Orbax's own tracebacks are not printed."""
   steps = list(steps)
+  # A restore that fails leaves reads in flight that report a closed event loop, one each, even while the
+  # exception is still on its way up: the filter is in place before the first attempt.
+  drop_closed_loop_reports()
   for i, step in enumerate(steps):
     try:
       with quiet_orbax():

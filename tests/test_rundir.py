@@ -390,3 +390,8 @@ def test_only_the_closed_loop_reports_are_dropped(monkeypatch):
   for report in (closed, other, real):
     sys.unraisablehook(report)
   assert seen == [other, real]  # only the report from call_soon_threadsafe on a closed loop is dropped
+  import logging
+  kept = lambda message, exc: rundir._AbandonedReads().filter(logging.LogRecord(
+      'asyncio', logging.ERROR, __file__, 1, message, None, (type(exc), exc, None) if exc else None))
+  assert not kept('Task exception was never retrieved', ValueError('DATA_LOSS: Error opening "zarr" driver'))
+  assert kept('Task exception was never retrieved', KeyError('a bug elsewhere')) and kept('other news', None)

@@ -267,7 +267,25 @@ def drop_closed_loop_reports() -> None:
       previous(unraisable)
   hook.drops_closed_loop_reports = True
   sys.unraisablehook = hook
+  py_logging.getLogger('asyncio').addFilter(_AbandonedReads())
   atexit.register(_let_failed_reads_finish)
+
+
+class _AbandonedReads(py_logging.Filter):
+  """Drops asyncio's "exception was never retrieved" logs for the reads a failed restore abandoned: a
+  TensorStore open error ('Error opening ...' ValueError) that Orbax no longer awaits. Anything else that
+  asyncio logs still shows."""
+
+  def filter(self, record: py_logging.LogRecord) -> bool:
+    message = record.getMessage()
+    if not message.startswith(('Task exception was never retrieved', 'Future exception was never retrieved')):
+      return True
+    exc = record.exc_info[1] if record.exc_info else None
+    abandoned = isinstance(exc, ValueError) and 'Error opening' in str(exc)
+    if abandoned:
+      _DROPPED['count'] += 1
+      _DROPPED['last'] = time.monotonic()
+    return not abandoned
 
 
 def _let_failed_reads_finish(quiet: float = 0.25, limit: float = 3.0) -> None:

@@ -2,6 +2,7 @@
 comparisons. Test files import from here (never from each other); fixtures live in ``conftest.py``."""
 
 import dataclasses
+import glob
 import os
 
 import flax.linen as nn
@@ -70,3 +71,40 @@ def assert_trees_equal(a, b):
     else:
       np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7,
                                  err_msg=jax.tree_util.keystr(path))
+
+
+# Ways a checkpoint's files get damaged on disk, each of which once left Orbax reads in flight after the
+# failed restore (a flood of "Event loop is closed" tracebacks).
+DAMAGE = ('short', 'half', 'zero', 'garbage', 'manifest', 'array_metadatas', 'metadata')
+
+
+def damage(checkpoint: str, kind: str) -> int:
+  """Damages the checkpoint folder ``checkpoint`` (``.../checkpoints/<step>``) in the way ``kind`` names;
+  returns how many files it changed. ``short``: every stored file overwritten with a short string;
+  ``half``/``zero``/``garbage``: every array data file truncated to half, zeroed, or overwritten with random
+  bytes of the same size; ``manifest``: the OCDBT manifests deleted; ``array_metadatas``/``metadata``: those
+  JSON files overwritten."""
+  if kind not in DAMAGE:
+    raise ValueError(f'unknown damage {kind!r}; kinds: {DAMAGE}')
+  root = os.path.join(checkpoint, 'default')
+  if kind == 'short':
+    paths = [p for p in glob.glob(os.path.join(root, '**', '*'), recursive=True) if os.path.isfile(p)]
+  elif kind in ('half', 'zero', 'garbage'):
+    paths = glob.glob(os.path.join(root, '**', 'd', '*'), recursive=True)
+  elif kind == 'manifest':
+    paths = glob.glob(os.path.join(root, '**', 'manifest.ocdbt'), recursive=True)
+  else:
+    paths = glob.glob(os.path.join(root, 'array_metadatas', '*')) if kind == 'array_metadatas' else [
+        os.path.join(root, '_METADATA')]
+  rng = np.random.default_rng(0)
+  for path in paths:
+    size = os.path.getsize(path)
+    if kind == 'half':
+      os.truncate(path, size // 2)
+    elif kind == 'manifest':
+      os.remove(path)
+    else:
+      data = {'zero': bytes(size), 'garbage': rng.bytes(size)}.get(kind, b'not a checkpoint')
+      with open(path, 'wb') as f:
+        f.write(data)
+  return len(paths)

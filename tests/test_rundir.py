@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from helpers import REPO, TOTAL_STEPS, tiny_config
+from helpers import DAMAGE, REPO, TOTAL_STEPS, damage, tiny_config
 
 import symjax
 from symjax.run import workdir as rundir
@@ -317,26 +317,26 @@ def test_a_resume_on_changed_data_is_refused_and_a_token_folder_of_the_same_text
   assert rundir.checkpoint_steps(workdir)[-1] == 30
 
 
-def test_only_the_closed_loop_reports_are_dropped(monkeypatch):
-  import types
-  seen = []
-  monkeypatch.setattr(sys, 'unraisablehook', seen.append)
-  rundir.drop_closed_loop_reports()
-  rundir.drop_closed_loop_reports()  # installed once
-  import asyncio
-  loop = asyncio.new_event_loop()
-  loop.close()
-  try:
-    loop.call_soon_threadsafe(print)
-  except RuntimeError as e:
-    closed = types.SimpleNamespace(exc_value=e, exc_traceback=e.__traceback__)
-  other = types.SimpleNamespace(exc_value=RuntimeError('Event loop is closed'), exc_traceback=None)
-  real = types.SimpleNamespace(exc_value=ValueError('a real error'), exc_traceback=None)
-  for report in (closed, other, real):
-    sys.unraisablehook(report)
-  assert seen == [other, real]  # only the report from call_soon_threadsafe on a closed loop is dropped
-  import logging
-  kept = lambda message, exc: rundir._AbandonedReads().filter(logging.LogRecord(
-      'asyncio', logging.ERROR, __file__, 1, message, None, (type(exc), exc, None) if exc else None))
-  assert not kept('Task exception was never retrieved', ValueError('DATA_LOSS: Error opening "zarr" driver'))
-  assert kept('Task exception was never retrieved', KeyError('a bug elsewhere')) and kept('other news', None)
+def test_each_kind_of_damage_is_found_before_orbax_and_load_says_it_in_one_line(half_run, tmp_path):
+  """``read_every_array`` fails on every kind of damage (so Orbax is never handed a damaged checkpoint and
+  leaves no reads in flight) and passes an intact checkpoint; ``symjax.load`` of each damaged folder, all in
+  one process, prints one warning line per folder and nothing else, and loads the step before."""
+  assert rundir.checkpoint_steps(half_run) == [10, 20]
+  rundir.read_every_array(half_run, 20)  # intact: no error
+  workdirs = []
+  for kind in DAMAGE:
+    workdir = str(tmp_path / kind)
+    shutil.copytree(half_run, workdir)
+    assert damage(os.path.join(workdir, rundir.CHECKPOINT_DIR, '20'), kind) > 0
+    with pytest.raises(ValueError, match=r'does not read'):
+      rundir.read_every_array(workdir, 20)
+    rundir.read_every_array(workdir, 10)
+    workdirs.append(workdir)
+  script = f'import symjax\nfor w in {workdirs!r}:\n  print(symjax.load(w, "latest").step)'
+  proc = subprocess.run([sys.executable, '-c', script], cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.split() == ['10'] * len(DAMAGE)
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == len(DAMAGE), proc.stderr[-3000:]
+  assert all(l.startswith('WARNING: checkpoint at step 20 is corrupt or partial') and l.endswith('trying step 10')
+             for l in lines), proc.stderr[-3000:]

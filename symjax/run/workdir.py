@@ -18,7 +18,6 @@ Run files are written when the first checkpoint of an invocation is saved, so a 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import json
@@ -27,7 +26,6 @@ import os
 import shutil
 import sys
 import time
-import traceback
 from typing import Any, Callable, Iterator, Sequence
 
 import flax.linen as nn
@@ -36,6 +34,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
+import tensorstore as ts
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
 from symjax import model as model_lib
@@ -235,78 +234,67 @@ def best_step(workdir: str, best_metric: str) -> int | None:
     manager.close()
 
 
-def is_closed_loop_report(unraisable) -> bool:
-  """Whether an unraisable-exception report is the one a failed Orbax restore leaves behind: TensorStore
-  reads still in flight complete after Orbax has closed the restore's event loop, and each completion's
-  ``loop.call_soon_threadsafe`` raises RuntimeError('Event loop is closed') in a TensorStore thread, reported
-  once per read (dozens per damaged checkpoint). Nothing is lost: the restore has already failed and been
-  reported in one line."""
-  exc = unraisable.exc_value
-  if not (isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'):
-    return False
-  return any(frame.name == 'call_soon_threadsafe' for frame in traceback.extract_tb(unraisable.exc_traceback))
+def read_every_array(workdir: str, step: int) -> None:
+  """Reads and decodes every array that checkpoint ``step`` of ``workdir`` lists in its ``_METADATA``, with
+  TensorStore directly, waiting for every read, and raises ``ValueError`` naming the first array that does
+  not read. Why: Orbax's restore stops at the first read that fails and closes its event loop while the
+  other reads are in flight; each then reports "Event loop is closed" from a TensorStore thread, dozens per
+  damaged checkpoint. A checkpoint that passes this check gives Orbax nothing to fail on, so a damaged one
+  is found here and never handed to Orbax. Local reads of a checkpoint are fast next to the restore."""
+  root = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR, str(step), 'default'))
+  try:
+    with open(os.path.join(root, '_METADATA')) as f:
+      tree = json.load(f)['tree_metadata']
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f'its _METADATA does not read ({type(e).__name__})') from None
+  # Orbax reads these beside the arrays, so one that fails also leaves reads in flight.
+  listed = os.path.join(root, 'array_metadatas')
+  for name in sorted(os.listdir(listed)) if os.path.isdir(listed) else []:
+    try:
+      with open(os.path.join(listed, name)) as f:
+        json.load(f)['array_metadatas']
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      raise ValueError(f'its array_metadatas/{name} does not read ({type(e).__name__})') from None
+  names = ['.'.join(str(k['key']) for k in entry['key_metadata']) for entry in tree.values()
+           if not entry['value_metadata'].get('skip_deserialize')]
+  ocdbt = os.path.exists(os.path.join(root, 'manifest.ocdbt')) or any(
+      n.startswith('ocdbt.process_') for n in os.listdir(root))
 
+  def spec(name):
+    kvstore = {'driver': 'ocdbt', 'base': f'file://{root}', 'path': f'{name}/'} if ocdbt else {
+        'driver': 'file', 'path': os.path.join(root, name) + '/'}
+    zarr3 = not ocdbt and os.path.exists(os.path.join(root, name, 'zarr.json'))
+    return {'driver': 'zarr3' if zarr3 else 'zarr', 'kvstore': kvstore, 'open': True}
 
-_DROPPED = {'count': 0, 'last': 0.0}
-
-
-def drop_closed_loop_reports() -> None:
-  """From now on, drop exactly the reports ``is_closed_loop_report`` recognises; every other unraisable
-  exception still reaches the previous hook. Installed once, after a restore has failed. At exit, before
-  the interpreter drops the hook, the reads still in flight are given time to finish (until none has
-  reported for a quarter of a second, at most 3 s): reads of local files finish in milliseconds."""
-  previous = sys.unraisablehook
-  if getattr(previous, 'drops_closed_loop_reports', False):
-    return
-
-  def hook(unraisable):
-    if is_closed_loop_report(unraisable):
-      _DROPPED['count'] += 1
-      _DROPPED['last'] = time.monotonic()
-    else:
-      previous(unraisable)
-  hook.drops_closed_loop_reports = True
-  sys.unraisablehook = hook
-  py_logging.getLogger('asyncio').addFilter(_AbandonedReads())
-  atexit.register(_let_failed_reads_finish)
-
-
-class _AbandonedReads(py_logging.Filter):
-  """Drops asyncio's "exception was never retrieved" logs for the reads a failed restore abandoned: a
-  TensorStore open error ('Error opening ...' ValueError) that Orbax no longer awaits. Anything else that
-  asyncio logs still shows."""
-
-  def filter(self, record: py_logging.LogRecord) -> bool:
-    message = record.getMessage()
-    if not message.startswith(('Task exception was never retrieved', 'Future exception was never retrieved')):
-      return True
-    exc = record.exc_info[1] if record.exc_info else None
-    abandoned = isinstance(exc, ValueError) and 'Error opening' in str(exc)
-    if abandoned:
-      _DROPPED['count'] += 1
-      _DROPPED['last'] = time.monotonic()
-    return not abandoned
-
-
-def _let_failed_reads_finish(quiet: float = 0.25, limit: float = 3.0) -> None:
-  if not _DROPPED['count']:
-    return  # no restore failed: nothing is in flight
-  start = time.monotonic()
-  while time.monotonic() - _DROPPED['last'] < quiet and time.monotonic() - start < limit:
-    time.sleep(0.02)
+  reads = []
+  for name in names:
+    try:
+      reads.append((name, ts.open(spec(name)).result().read()))
+    except Exception as e:  # pylint: disable=broad-except
+      reads.append((name, e))
+  failed = None
+  for name, read in reads:  # every read is waited for, so none is left in flight
+    try:
+      if isinstance(read, Exception):
+        raise read
+      read.result()
+    except Exception as e:  # pylint: disable=broad-except
+      failed = failed or f'array {name} does not read: {" ".join(str(e).split())[:120]}'
+  if failed:
+    raise ValueError(failed)
 
 
 def restore_first_valid(restore: Callable[[int], Any], steps: Sequence[int], workdir: str,
-                        quarantine_failed: bool = True):
-  """``restore(step)`` for the first of ``steps`` that succeeds, or None. Each one that fails is reported
-  in one line on stderr and, with ``quarantine_failed`` (the trainer, process 0), moved to
-  ``checkpoints_corrupt/``; Orbax's own tracebacks are not printed."""
+                        quarantine_failed: bool = True, check: Callable[[int], None] | None = None):
+  """``restore(step)`` for the first of ``steps`` that succeeds, or None. Before each, ``check(step)`` (by
+  default ``read_every_array`` of ``workdir``) reads the checkpoint, so a damaged one fails there and never
+  reaches Orbax. Each step that fails is reported in one line on stderr and, with ``quarantine_failed`` (the
+  trainer, process 0), moved to ``checkpoints_corrupt/``; Orbax's own log records are not printed."""
+  check = check or (lambda step: read_every_array(workdir, step))
   steps = list(steps)
-  # A restore that fails leaves reads in flight that report a closed event loop, one each, even while the
-  # exception is still on its way up: the filter is in place before the first attempt.
-  drop_closed_loop_reports()
   for i, step in enumerate(steps):
     try:
+      check(step)
       with quiet_orbax():
         return restore(step)
     except Exception as e:  # pylint: disable=broad-except
@@ -464,7 +452,8 @@ def load(workdir: str, which: str | int = 'best') -> Loaded:
   state = restore_first_valid(lambda step: restore_without_manager(workdir, step, abstract), steps,
                                      workdir, quarantine_failed=False)
   if state is None:
-    raise RuntimeError(f'no checkpoint in {workdir!r} could be restored')
+    raise InputError(f'no checkpoint in {workdir!r} could be restored (each is named above); its '
+                     f'{CHECKPOINT_DIR}/ folder is as it was')
   return Loaded(model, state.params, config, model_config, tokenizer, int(state.step), run['task'],
                 run['seq_len'], run['language_model'], workdir)
 

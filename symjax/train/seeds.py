@@ -77,13 +77,15 @@ def _restore_common(managers, abstract_state, workdirs) -> tuple[int, list | Non
     states = []
     for manager, workdir in zip(managers, workdirs):
       try:
+        rundir.read_every_array(workdir, step)
         states.append(manager.restore(step, args=ocp.args.StandardRestore(abstract_state)))
       except Exception as e:  # pylint: disable=broad-except
         where = rundir.quarantine(workdir, step) if jax.process_index() == 0 else workdir
         raise RuntimeError(f'{type(e).__name__} in {workdir}, moved to {where}') from None
     return step, states
 
-  restored = rundir.restore_first_valid(restore_every_seed, common, workdirs[0], quarantine_failed=False)
+  restored = rundir.restore_first_valid(restore_every_seed, common, workdirs[0], quarantine_failed=False,
+                                         check=lambda step: None)  # each seed's is read in restore_every_seed
   with rundir.quiet_orbax():
     for manager in managers:
       manager.reload()  # forget what was moved aside

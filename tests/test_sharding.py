@@ -65,15 +65,19 @@ def _free_port():
     return s.getsockname()[1]
 
 
-TRAIN_ARGS = ['--config=configs/symbolic.py:size=tiny', '--config.total_steps=6', '--config.warmup_steps=2',
-              '--config.eval_every_steps=3', '--config.log_every_steps=3', '--config.batch_size=16',
+# The default recipe (a 2 × 2 mesh, the streamed projection sharded over the vocab axis): where, unlike the tiny
+# config, the collectives' sums round differently in two processes than in one.
+TRAIN_ARGS = ['--config=symbolic', '--config.total_steps=10', '--config.warmup_steps=2',
+              '--config.eval_every_steps=5', '--config.log_every_steps=5',
               '--config.mesh.data=2', '--config.mesh.vocab=2', '--config.model.vocab_projection=streamed',
               '--config.model.vocab_chunk_size=4', '--config.readout=streamed']
 
 
 def test_two_processes_train_like_one(tmp_path):
-  """Two processes with 2 CPU devices each form one data=2 × vocab=2 mesh; the result equals one
-  process driving 4 devices with the same mesh."""
+  """Two processes with 2 CPU devices each form one data=2 × vocab=2 mesh; the result equals one process
+  driving 4 devices with the same mesh to float32 rounding: XLA's in-process collectives and gloo sum the
+  gradients' shards in different orders, so parameters agree within 1e-5 relative after 10 steps (the
+  promise docs/scaling.md makes; measured 4.7e-7) and every logged loss within 1e-5."""
   single = str(tmp_path / 'single')
   proc = subprocess.run([sys.executable, '-m', 'symjax.main', *TRAIN_ARGS, f'--workdir={single}'],
                         env=env_with_devices(4), capture_output=True, text=True, cwd=REPO, timeout=600)
@@ -94,7 +98,7 @@ def test_two_processes_train_like_one(tmp_path):
   assert 'final metrics' in outputs[0][0] and 'final metrics' not in outputs[1][0]  # process 0 logs
 
   a, b = symjax.load(multi, 'latest'), symjax.load(single, 'latest')
-  assert a.step == b.step == 6
+  assert a.step == b.step == 10
   for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a.params)[0], jax.tree.leaves(b.params)):
     assert rel_err(x, y) <= TOL, jax.tree_util.keystr(path)
   single_metrics = [json.loads(l) for l in open(os.path.join(single, 'metrics.jsonl'))]

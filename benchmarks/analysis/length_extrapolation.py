@@ -1,0 +1,123 @@
+"""Length extrapolation of the default induction models: trained on 10-token sequences, scored on 1×, 2×
+and 4× that length, over seeds.
+
+  python -m benchmarks.analysis.length_extrapolation [--kinds=token_factored,symbolic] [--seeds=0,1,2]
+      [--runs=/tmp/symjax_extrapolation] [--json=benchmarks/results/induction_length_extrapolation.json]
+
+Each (kind, seed) is trained by the command a user types (``python -m symjax.main --config=<kind>
+--config.seed=<seed>``, the recipe's default task, induction) unless its work directory already holds a
+finished run; the checkpoint scored is the one ``symjax.load`` picks (best on validation). The longer
+sequences follow the task's own rule (``symjax.tasks.induction``: ``<s>``, letter-number pairs under one
+map, then a query letter), with n pairs for length 2n + 2, drawn from a generator of their own; 1× is the
+task's test split. Scored: the letters whose tag is a number (the induction copy) and every tagged letter
+(``<unk>`` included). Positions enter only through ALiBi biases, so nothing in the model is sized by the
+training length; the standard model's learned position table stops at ``model.max_len`` and is not scored.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+from absl import app, flags
+
+import symjax
+from benchmarks.lib import results as result_files
+from symjax import tasks
+from symjax.tasks import base, induction
+from symjax.train import sweep
+
+_KINDS = flags.DEFINE_list('kinds', ['token_factored', 'symbolic'], 'Model kinds (ALiBi-positioned ones).')
+_SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds (config.seed).')
+_FACTORS = flags.DEFINE_list('factors', ['1', '2', '4'], 'Lengths scored, as multiples of the training length.')
+_SEQUENCES = flags.DEFINE_integer('sequences', 4000, 'Sequences drawn per longer length.')
+_RUNS = flags.DEFINE_string('runs', '/tmp/symjax_extrapolation', 'Where the runs are trained (or found).')
+_JSON = flags.DEFINE_string('json', 'benchmarks/results/induction_length_extrapolation.json', 'Output ("" prints).')
+
+
+def long_sequences(length: int, count: int, seed: int = 1234) -> tuple[np.ndarray, np.ndarray]:
+  """``count`` induction sequences of ``length`` tokens (even, ≥ 4): ``<s>``, (length - 2) / 2 pairs under
+  one letter -> number map, a query letter; inputs and tags as ids of the task's vocabulary."""
+  if length % 2 or length < 4:
+    raise ValueError(f'length must be even and at least 4, got {length}')
+  vocab = induction.vocab()
+  rng = base.rng_for(seed, 'lengths', length)
+  inputs, targets = [], []
+  for _ in range(count):
+    mapping = {letter: induction.NUMBERS[rng.integers(len(induction.NUMBERS))] for letter in induction.LETTERS}
+    letters = [induction.LETTERS[i] for i in rng.integers(len(induction.LETTERS), size=(length - 2) // 2)]
+    tokens = [base.BOS, *[t for letter in letters for t in (letter, mapping[letter])],
+              induction.LETTERS[rng.integers(len(induction.LETTERS))]]
+    inputs.append(vocab.encode(tokens))
+    targets.append(vocab.encode(induction.tag_sequence(tokens)))
+  return np.asarray(inputs, np.int32), np.asarray(targets, np.int32)
+
+
+def score(run, inputs: np.ndarray, targets: np.ndarray, batch: int = 500) -> dict[str, float]:
+  """Accuracy (%) on the letters tagged with a number and on every tagged position."""
+  vocab = induction.vocab()
+  numbers = np.isin(targets, [vocab.id(n) for n in induction.NUMBERS])
+  tagged = targets != vocab.id(base.PAD)
+  predictions = np.concatenate([
+      np.asarray(run.model.apply({'params': run.params}, inputs[i:i + batch])).argmax(-1)
+      for i in range(0, len(inputs), batch)])
+  correct = predictions == targets
+  return {'number_tags': float(100 * correct[numbers].mean()), 'all_tags': float(100 * correct[tagged].mean()),
+          'number_positions': int(numbers.sum()), 'tagged_positions': int(tagged.sum())}
+
+
+def train(kind: str, seed: int, workdir: str) -> list[str]:
+  command = [sys.executable, '-m', 'symjax.main', f'--config={kind}', f'--config.seed={seed}',
+             '--config.progress_bar=false', f'--workdir={workdir}']
+  if not os.path.exists(os.path.join(workdir, 'final_metrics.json')):
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode:
+      raise RuntimeError(f'training {kind} seed {seed} failed:\n{proc.stderr[-2000:]}')
+  return ['python', *command[1:]]
+
+
+def main(_):
+  factors = [int(f) for f in _FACTORS.value]
+  per_run, commands = {}, {}
+  for kind in _KINDS.value:
+    for seed in map(int, _SEEDS.value):
+      workdir = os.path.join(_RUNS.value, f'{kind}_seed{seed}')
+      commands[f'{kind}/{seed}'] = ' '.join(train(kind, seed, workdir))
+      run = symjax.load(workdir)
+      if run.task != 'induction':
+        raise ValueError(f'{workdir} trained task {run.task!r}, not induction')
+      rows = {}
+      for factor in factors:
+        if factor == 1:
+          data = tasks.get_task(run.config).data
+          inputs, targets = data.inputs['test'], data.targets['test']
+        else:
+          inputs, targets = long_sequences(factor * run.seq_len, _SEQUENCES.value)
+        rows[f'{factor}x'] = {'length': int(inputs.shape[1]), **score(run, inputs, targets)}
+      per_run.setdefault(kind, {})[str(seed)] = {'step': run.step, **rows}
+      print(kind, seed, {k: round(v['number_tags'], 2) for k, v in rows.items() if isinstance(v, dict)}, flush=True)
+
+  summary = {}
+  print('\n| kind | length | number tags (%) | every tag (%) |\n|---|---:|---:|---:|')
+  for kind, seeds in per_run.items():
+    for factor in factors:
+      key = f'{factor}x'
+      number = sweep.stat([s[key]['number_tags'] for s in seeds.values()])
+      every = sweep.stat([s[key]['all_tags'] for s in seeds.values()])
+      summary.setdefault(kind, {})[key] = {'number_tags': number, 'all_tags': every}
+      length = next(iter(seeds.values()))[key]['length']
+      print(f"| {kind} | {length} ({key}) | {number['mean']:.2f} ± {number['ci95']:.2f} | "
+            f"{every['mean']:.2f} ± {every['ci95']:.2f} |")
+  if _JSON.value:
+    result_files.write(_JSON.value, {
+        'what': 'induction accuracy at 1x, 2x and 4x the training length (10 tokens), default recipes, '
+                'mean and 95% t-interval over seeds; 1x is the test split',
+        'train_commands': commands, 'sequences_per_longer_length': _SEQUENCES.value,
+        'summary': summary, 'per_seed': per_run})
+    print(f'wrote {_JSON.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -10,7 +10,8 @@ finished run; the checkpoint scored is the one ``symjax.load`` picks (best on va
 sequences follow the task's own rule (``symjax.tasks.induction``: ``<s>``, letter-number pairs under one
 map, then a query letter), with n pairs for length 2n + 2, drawn from a generator of their own; 1× is the
 task's test split. Scored: the letters whose tag is a number (the induction copy) and every tagged letter
-(``<unk>`` included). Positions enter only through ALiBi biases, so nothing in the model is sized by the
+(``<unk>`` included), and the number tags by the query's position and by how far back the copied number
+is. Positions enter only through ALiBi biases, so nothing in the model is sized by the
 training length; the standard model's learned position table stops at ``model.max_len`` and is not scored.
 """
 
@@ -64,8 +65,15 @@ def score(run, inputs: np.ndarray, targets: np.ndarray, batch: int = 500) -> dic
       np.asarray(run.model.apply({'params': run.params}, inputs[i:i + batch])).argmax(-1)
       for i in range(0, len(inputs), batch)])
   correct = predictions == targets
+  # Where the errors are: by the query's position (bands of the training length) and by how far back the
+  # number it copies is.
+  query = np.broadcast_to(np.arange(inputs.shape[1]), inputs.shape)
+  distance = query - induction.source_positions(inputs, vocab).argmax(-1)
+  bands = lambda x: {f'{lo}-{hi - 1}': float(100 * correct[numbers & (x >= lo) & (x < hi)].mean())
+                     for lo, hi in ((0, 10), (10, 20), (20, 40)) if (numbers & (x >= lo) & (x < hi)).any()}
   return {'number_tags': float(100 * correct[numbers].mean()), 'all_tags': float(100 * correct[tagged].mean()),
-          'number_positions': int(numbers.sum()), 'tagged_positions': int(tagged.sum())}
+          'number_positions': int(numbers.sum()), 'tagged_positions': int(tagged.sum()),
+          'number_tags_by_query_position': bands(query), 'number_tags_by_source_distance': bands(distance)}
 
 
 def train(kind: str, seed: int, workdir: str) -> list[str]:
@@ -116,7 +124,6 @@ def main(_):
                 'mean and 95% t-interval over seeds; 1x is the test split',
         'train_commands': commands, 'sequences_per_longer_length': _SEQUENCES.value,
         'summary': summary, 'per_seed': per_run})
-    print(f'wrote {_JSON.value}')
 
 
 if __name__ == '__main__':

@@ -54,8 +54,20 @@ def device() -> str:
   return cpu if jax.default_backend() == 'cpu' else f'{kind} (host CPU: {cpu})'
 
 
+def command() -> str:
+  """The command line as it was typed: a script of this repository run with ``python -m`` is named by
+  its module (``sys.argv[0]`` holds its file path then)."""
+  argv = list(sys.argv)
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  script = os.path.abspath(argv[0]) if argv and argv[0].endswith('.py') else ''
+  if script.startswith(root + os.sep):
+    module = os.path.relpath(script, root)[:-len('.py')].replace(os.sep, '.')
+    argv = ['-m', module, *argv[1:]]
+  return 'python ' + ' '.join(shlex.quote(a) for a in argv)
+
+
 def provenance() -> dict[str, Any]:
-  return {'command': 'python ' + ' '.join(shlex.quote(a) for a in sys.argv), 'commit': commit(),
+  return {'command': command(), 'commit': commit(),
           'device': device(), 'cpu': cpu_model(), 'cores': os.cpu_count(),
           'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d')}
 

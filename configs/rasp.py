@@ -4,9 +4,10 @@ dyck2) at the published setting: vocabulary 8, length 8 (Dyck 16), 16,200/1,800/
   python -m symjax.main --config=rasp:task=sort,model=symbolic     # or configs/rasp.py:... from a clone
 
 Arguments after ':': task (one of the seven), model=standard|token_factored|symbolic,
-size=tiny|small|medium, runlocal=true (20 steps, tiny). The test table includes token accuracy on
-sequences of length 12 and 16 (splits length_12, length_16; not for Dyck). Every kind trains on the same
-budget; results per kind and longer budgets: the docs' "Results" pages.
+size=tiny|small|medium, runlocal=true (20 steps, tiny), program=true (symbolic only: program training,
+one-hot mixtures and attention, so the run decompiles exactly with ``python -m symjax.decompile``). The test
+table includes token accuracy on sequences of length 12 and 16 (splits length_12, length_16; not for Dyck).
+Every kind trains on the same budget; results per kind and longer budgets: the docs' "Results" pages.
 """
 
 from symjax.tasks import rasp
@@ -18,9 +19,11 @@ UNTIED_READOUT = ('symbolic',)
 
 
 def get_config(arg=None):
-  a = config_lib.parse_arg(arg, task='reverse', model='symbolic', size='small', runlocal=False)
+  a = config_lib.parse_arg(arg, task='reverse', model='symbolic', size='small', runlocal=False, program=False)
   if a.task not in rasp.TASKS:
     raise ValueError(f'task must be one of {list(rasp.TASKS)}, got {a.task!r}')
+  if a.program and a.model != 'symbolic':
+    raise ValueError(f'program=true trains a symbolic model toward its program; got model={a.model!r}')
   config = config_lib.default_config(kind=a.model, size='tiny' if a.runlocal else a.size)
   config.task = a.task
   config.model.num_layers = 3          # the depth "Learning Transformer Programs" trains these tasks with
@@ -32,4 +35,7 @@ def get_config(arg=None):
   config.learning_rate = 3e-3
   config.eval_every_steps = 1000
   config.best_metric = 'accuracy'      # the paper reports token accuracy
+  # Program training: the forward pass takes every mixture and attention pattern as its argmax (gradients
+  # straight through), so the decompiled program is the model.
+  config.model.hard = a.program
   return config_lib.runlocal(config) if a.runlocal else config

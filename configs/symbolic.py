@@ -5,7 +5,9 @@ so that every update of every channel is a convex mixture of that channel's toke
   python -m symjax.main --config=symbolic                          # or configs/symbolic.py from a clone
   python -m symjax.main --config=symbolic:task=text,size=medium --config.text_path=input.txt
 
-Arguments after ':': task=induction|text, size=tiny|small|medium|paper, runlocal=true (20 steps, tiny).
+Arguments after ':': task=induction|text, size=tiny|small|medium|paper, runlocal=true (20 steps, tiny),
+program=true (program training: one-hot mixtures and attention, so the run decompiles exactly with
+``python -m symjax.decompile``).
 This is the paper's model. Opt-in variants (each documented in ``symjax/model/config.py``):
 --config.model.symbolic_sites=values|ffn and --config.model.projection_gain=true trade readability for
 accuracy; --config.model.vocab_ffn=dense and --config.model.qk_positions=true keep every stream a token
@@ -19,7 +21,7 @@ KIND = 'symbolic'
 
 
 def get_config(arg=None):
-  config, a = common.base(KIND, arg)
+  config, a = common.base(KIND, arg, program=False)
   # The projections score z_h·E^(h) / τ_h: with GPT's 0.02 every mixture α starts uniform and learning
   # stalls, so the embeddings start larger.
   config.model.embed_init_std = 0.25
@@ -32,4 +34,7 @@ def get_config(arg=None):
     # A readout table of its own, chosen on validation by the same sweep. It changes no stream: every update
     # is still a mixture of the input embedding table's rows.
     config.model.tie_embeddings = False
+  # Program training ("Learning Transformer Programs" §3): the forward pass takes every mixture and every
+  # attention pattern as its argmax, gradients pass straight through, and the model is its program.
+  config.model.hard = a.program
   return common.finish(config, a)

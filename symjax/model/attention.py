@@ -38,6 +38,13 @@ from symjax.ops.attention import (  # noqa: F401
 from symjax.system.errors import InputError
 from symjax.system.mesh import EMBED, HEAD_DIM, HEADS
 
+
+def straight_through(weights: Array) -> Array:
+  """One-hot at the argmax of ``weights`` over the last axis in the forward pass, with the gradient of
+  ``weights`` (the straight-through estimator). Ties go to the first index, as NumPy's argmax does."""
+  hard = jax.nn.one_hot(jnp.argmax(weights, -1), weights.shape[-1], dtype=weights.dtype)
+  return weights + jax.lax.stop_gradient(hard - weights)
+
 Array = jax.Array
 
 
@@ -263,6 +270,7 @@ class Attention(nn.Module):
   impl: str = 'explicit'
   dtype: jnp.dtype = jnp.float32
   kernel_init: Callable = nn.initializers.normal(0.02)
+  hard: bool = False  # program training: each query reads only its argmax key (straight-through)
 
   @nn.compact
   def __call__(self, x: Array, values: Array | None = None, key_mask: Array | None = None,
@@ -290,6 +298,8 @@ class Attention(nn.Module):
     alibi = ALiBi(self.num_heads, self.learned_slopes, name='alibi') if self.alibi and edges is None else None
     edge_values = None
 
+    if self.hard and (plan is not None or edges is not None or self.impl != 'explicit'):
+      raise InputError('hard attention (model.hard) is computed by the explicit dense attention only')
     if plan is not None:
       out, blocked = blocked_attention(q, k, v, alibi.slopes() if alibi else None, plan, key_mask)
       weights = scatter_weights(blocked, plan, time) if self.is_mutable_collection('intermediates') else None
@@ -307,10 +317,14 @@ class Attention(nn.Module):
           logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
           logits = logits / jnp.sqrt(jnp.float32(q.shape[-1])) + (0.0 if bias is None else bias)
           scores = names.hook(self, 'attn.scores', jnp.where(mask, logits, -jnp.inf))
-          weights = names.hook(self, 'attn.pattern', softmax_over_allowed(scores, mask))
+          weights = softmax_over_allowed(scores, mask)
+          weights = names.hook(self, 'attn.pattern', straight_through(weights) if self.hard else weights)
           out = self._read(weights, v, None)
         else:
           out, weights = dot_product_attention(q, k, v, bias, mask)
+          if self.hard:
+            weights = straight_through(weights)
+            out = self._read(weights, v, None)
       else:
         e, onehot = edges.table.astype(self.dtype), edges.onehot
         logits = relational_logits(q, k, dense('edge_query')(e), dense('edge_key')(e), onehot)

@@ -78,6 +78,11 @@ class ModelConfig:
   # added to the input of every factored layer's queries and keys — never to the streams or the values, so
   # a symbolic model's streams stay exact token mixtures. Factored kinds only; lengths up to max_len.
   qk_positions: bool = False
+  # Program training (opt-in, symbolic only; "Learning Transformer Programs" trains its categorical model
+  # toward the same end): the forward pass takes every vocabulary mixture and every attention pattern as its
+  # argmax, one-hot, so the model computes exactly what its decompiled program computes
+  # (symjax.proj.decompile); gradients flow through the softmaxes (straight-through).
+  hard: bool = False
   tau_init: float = 1.0                # initial vocabulary-projection temperature τ_h
   vocab_projection: str = 'direct'     # 'direct' or 'streamed' (memory O(tokens·heads·chunk)), see symbolic
   vocab_chunk_size: int = 1024         # vocabulary rows per step of the streamed projection
@@ -186,6 +191,16 @@ class ModelConfig:
     if self.qk_positions and self.kind not in ('token_factored', 'symbolic'):
       raise InputError(f"model.qk_positions is for the factored kinds 'token_factored' and 'symbolic' (the "
                        f"standard model has model.positions='learned'), got kind {self.kind!r}")
+    if self.hard:
+      wrong = [f'{name} = {got!r} (needs {want!r})' for name, want, got in (
+          ('kind', 'symbolic', self.kind), ('symbolic_sites', 'both', self.symbolic_sites),
+          ('projection_gain', False, self.projection_gain), ('ffn_mixture', 'convex', self.ffn_mixture),
+          ('vocab_projection', 'direct', self.vocab_projection), ('attention_impl', 'explicit', self.attention_impl),
+          ('attention_block', 0, self.attention_block), ('relational', False, self.relational),
+          ('symbolic_layers', None, self.symbolic_layers)) if got != want]
+      if wrong:
+        raise InputError(f'model.hard (program training) needs the paper\'s symbolic model with the direct '
+                         f'projection and explicit attention: {"; ".join("model." + w for w in wrong)}')
     if self.symbolic_layers is not None:
       if self.kind != 'symbolic':
         raise InputError(f"model.symbolic_layers is only for kind 'symbolic', got kind {self.kind!r}")

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from symjax.model import intermediates as names
+from symjax.model.attention import straight_through
 from symjax.ops.channels import heads_major, merge_channels, split_channels, tokens_major  # noqa: F401
 from symjax.ops.projection import (  # noqa: F401
   VOCAB_PROJECTIONS,
@@ -107,6 +108,7 @@ class VocabProjection(nn.Module):
   num_valid: int | None = None  # rows of the table from this index on are padding
   gain: bool = False  # opt-in: scale channel h by a learned g_h = exp(log_gain_h) > 0 (starts at 1)
   weights: str = 'convex'  # 'convex' (eq. 22) or 'nonnegative' (opt-in: nonnegative_vocab_projection)
+  hard: bool = False  # program training: the forward pass mixes one token, the argmax (straight-through)
 
   @nn.compact
   def __call__(self, z: Array, table: Array) -> Array:
@@ -127,6 +129,12 @@ class VocabProjection(nn.Module):
     else:
       out, alpha = VOCAB_PROJECTIONS[self.impl](z, split_channels(table, self.num_heads), jnp.exp(log_tau),
                                                 self.chunk_size, self.num_valid)
+    if self.hard:
+      if alpha is None:
+        raise InputError(f"model.hard needs model.vocab_projection='direct', got {self.impl!r}")
+      alpha = straight_through(alpha)
+      channels = jnp.swapaxes(split_channels(table, self.num_heads), 0, 1).astype(alpha.dtype)
+      out = tokens_major(jnp.einsum('hnv,hvd->hnd', heads_major(alpha), channels), z.shape[:-2])
     if alpha is not None:
       self.sow(names.COLLECTION, names.MIXTURE, alpha)
       if names.active():
@@ -165,6 +173,7 @@ class VocabFFN(nn.Module):
   kernel_init: Callable = nn.initializers.normal(0.02)
   mixing: str = 'channel'  # 'channel' (eq. 20: FFN_h reads x_h) or 'dense' (every FFN_h reads all of x)
   weights: str = 'convex'  # the projection's weights: 'convex' (eq. 22) or 'nonnegative' (opt-in)
+  hard: bool = False
 
   @nn.compact
   def __call__(self, x: Array, table: Array) -> Array:
@@ -181,7 +190,7 @@ class VocabFFN(nn.Module):
       hidden = names.hook(self, 'ffn.hidden', nn.gelu(x @ w1.astype(self.dtype) + b1.astype(self.dtype)))
       z = split_channels(hidden @ w2.astype(self.dtype) + b2.astype(self.dtype), self.num_heads)
       out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,
-                            self.gain, self.weights, name='projection')(z, table)
+                            self.gain, self.weights, self.hard, name='projection')(z, table)
       return merge_channels(out)
     xh = split_channels(x, self.num_heads).astype(self.dtype)
     head_dim = xh.shape[-1]
@@ -197,5 +206,5 @@ class VocabFFN(nn.Module):
     z = jnp.einsum('hnf,hfd->hnd', hidden, w2.astype(self.dtype)) + b2[:, None].astype(self.dtype)
     z = tokens_major(z, xh.shape[:-2])
     out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,
-                          self.gain, self.weights, name='projection')(z, table)
+                          self.gain, self.weights, self.hard, name='projection')(z, table)
     return merge_channels(out)

@@ -66,7 +66,8 @@ def _attention(config: ModelConfig, output_projection: bool, alibi: bool) -> att
   return attn.Attention(config.num_heads, config.head_dim, mask=masks[0] if len(masks) == 1 else masks,
                         alibi=alibi, learned_slopes=config.learned_slopes, output_projection=output_projection,
                         dropout_rate=config.attention_dropout_rate, block_size=config.attention_block,
-                        impl=config.attention_impl, dtype=config.compute_dtype, name='attention')
+                        impl=config.attention_impl, dtype=config.compute_dtype, hard=config.hard,
+                        name='attention')
 
 
 class StandardBlock(nn.Module):
@@ -120,7 +121,7 @@ class FactoredBlock(nn.Module):
     if project:
       projection = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
                                             cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.projection_gain,
-                                            name='value_projection')
+                                            hard=cfg.hard, name='value_projection')
     value = lambda x: projection(value_map(x), table) if project else value_map(x)
     values = value(x_t)
     if edges is not None:
@@ -151,7 +152,7 @@ class FactoredBlock(nn.Module):
       delta_e = symbolic.VocabFFN(cfg.num_heads, width, cfg.tau_init, cfg.vocab_projection,
                                   cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
                                   gain=cfg.projection_gain, mixing=cfg.vocab_ffn, weights=cfg.ffn_mixture,
-                                  name='ffn')(x_ffn, table)
+                                  hard=cfg.hard, name='ffn')(x_ffn, table)
     else:
       delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
     x_e = x_e + drop(names.hook(self, 'ffn.out', delta_e))

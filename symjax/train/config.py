@@ -96,6 +96,9 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   c.adam_b1 = 0.9
   c.adam_b2 = 0.98
   c.grad_clip_norm = 1.0       # global-norm clipping; 0 disables it
+  # With model.hard (program training): the first soft_steps train the soft model (the paper's mixtures and
+  # attention), the rest the hard one; evaluation and checkpoints always score the hard model (the program).
+  c.soft_steps = 0
   # --- Evaluation, logging and checkpoints ------------------------------------------------------------
   c.log_every_steps = 50       # train metrics to metrics.jsonl and TensorBoard
   c.eval_every_steps = 500     # validation metrics; a checkpoint is saved at each evaluation
@@ -198,6 +201,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for name in ('warmup_steps', 'weight_decay', 'grad_clip_norm'):
     if config[name] < 0:
       raise InputError(f'config.{name} must be >= 0, got {config[name]!r}')
+  if config.get('soft_steps', 0):
+    if not config.model.get('hard', False):
+      raise InputError(f'config.soft_steps = {config.soft_steps} is for program training: set '
+                       f'config.model.hard = True too, or soft_steps = 0')
+    if not 0 < config.soft_steps < config.total_steps:
+      raise InputError(f'config.soft_steps must be in [0, config.total_steps = {config.total_steps}), got '
+                       f'{config.soft_steps!r}')
   if not 0 <= config.stop_at_accuracy <= 1:
     raise InputError(f'config.stop_at_accuracy must be in [0, 1] (0 disables early stopping), got '
                      f'{config.stop_at_accuracy!r}')

@@ -275,6 +275,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     if teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.train.distill)
       objective = distill.make_objective(model_config, distill.teacher_on(mesh, teacher), config)
     run = compile_run(model, tx, StepOptions.of(config), rng, mesh, rules, task.seq_len, objective)
+    # Program training's soft phase: the same parameters through the soft model (model.hard off).
+    soft_step = compile_run(model_lib.build(dataclasses.replace(model_config, hard=False)), tx,
+                            StepOptions.of(config), rng, mesh, rules, task.seq_len,
+                            objective).train_step if config.get('soft_steps', 0) else None
     num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
 
     # --- Checkpoints: resume from the latest valid one.
@@ -313,7 +317,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     step = start_step
     try:
       while step < config.total_steps:
-        state, metrics = train_step(state, put(task.batch('train', step, config.batch_size, config.seed)))
+        step_fn = soft_step if soft_step is not None and step < config.soft_steps else train_step
+        state, metrics = step_fn(state, put(task.batch('train', step, config.batch_size, config.seed)))
         step += 1
         if step % config.log_every_steps == 0 or step == config.total_steps:
           metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}

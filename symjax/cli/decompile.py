@@ -1,0 +1,64 @@
+"""The decompile command: a trained Symbolic Transformer as a program one can run, with its fidelity.
+
+  python -m symjax.decompile --workdir=W --output=program.py [--which=best] [--split=test]
+
+Writes ``program.py`` (standard library and NumPy only) and its tables beside it (``program.npz``), then
+prints on the task's split the program's fidelity to the model (the share of tagged positions where both
+predict the same tag), the program's accuracy, the model's accuracy and the program's size. Without
+``--output`` the program goes to ``<workdir>/program/program.py``, and never over an existing file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+
+from symjax.system.errors import InputError
+
+
+def define_flags() -> None:
+  """The CLI's flags, defined only when it runs as a program (importing this module defines none)."""
+  flags.DEFINE_string('workdir', None, 'Work directory of a trained symbolic run.', required=True)
+  flags.DEFINE_string('output', '', 'The program file to write (default: <workdir>/program/program.py).')
+  flags.DEFINE_string('which', 'best', "Which checkpoint to decompile: 'best', 'latest' or a step number.")
+  flags.DEFINE_string('split', 'test', 'The split fidelity and accuracy are measured on.')
+  flags.DEFINE_string('json', '', 'Also write the measurements to this JSON file.')
+
+
+def main(argv):
+  del argv
+  f = flags.FLAGS
+  if not f['verbosity'].present:  # Orbax logs every restore at INFO
+    logging.set_verbosity(logging.ERROR)
+  from symjax.proj import decompile
+  from symjax.run import workdir as rundir
+  from symjax.system import files
+  path = os.path.abspath(f.output or os.path.join(f.workdir, 'program', 'program.py'))
+  decompile.check_output(path, named=bool(f.output))  # before the work, not after
+  if f.split not in ('train', 'validation', 'test'):
+    raise InputError(f"--split must be one of ['train', 'validation', 'test'], got {f.split!r}")
+  loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
+  decompile.check_supported(loaded.model_config, loaded.task)
+  program = decompile.decompile(loaded, os.path.basename(decompile.data_path(path)))
+  source, data = decompile.write(program, path)
+  measured = decompile.evaluate(loaded, decompile.load_program(source), f.split)
+  measured.update(lines=program.lines, table_entries=program.entries, program=source, tables=data,
+                  workdir=os.path.abspath(f.workdir), step=loaded.step, task=loaded.task)
+  print(f'program: {source} ({program.lines} lines; tables {data}, {program.entries:,} entries)')
+  print(f"{f.split} split, {measured['positions']:,} tagged positions of {measured['sequences']:,} sequences: "
+        f"fidelity {measured['fidelity']:.2f}%, program accuracy {measured['program_accuracy']:.2f}%, "
+        f"model accuracy {measured['model_accuracy']:.2f}%")
+  if f.json:
+    files.write_atomically(f.json, json.dumps(measured, indent=1))
+
+
+def run():
+  define_flags()
+  try:
+    app.run(main)
+  except (InputError, FileNotFoundError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)

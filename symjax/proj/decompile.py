@@ -1,0 +1,411 @@
+"""From a trained Symbolic Transformer to a program one can run ("Learning Transformer Programs", Friedman et
+al. 2023, §3.4: a transformer whose modules read and write categorical variables decompiles into code).
+
+In a Symbolic Transformer ("Symbolic Transformers", Kerce & Fox 2025, Algorithm 1) every update of channel h is
+a convex mixture of that channel's token embeddings (eq. 23). Where each mixture and each attention
+pattern is one-hot, every head writes one token into its channel and every channel's FFN writes one token,
+so the state of a position is a set of categorical variables:
+
+  tok          the input token (every channel of X_t⁰ holds its embedding)
+  attn{l}.{h}  the token head h of layer l writes into channel h of X_t
+  ffn{l}.{c}   the token channel c's FFN of layer l writes into channel c of X_e
+
+and channel c of the state is the sum of the embeddings of the variables it holds. The program computes
+exactly what such a model computes, from tables of the trained parameters:
+
+- a channel's LayerNorm (eq. 18) of a sum of embeddings needs its spread σ, and σ² is a sum over pairs of
+  the tokens it holds of a ``gram`` table; anything linear in the normalised channel is then a sum of
+  per-token rows divided by σ + ε, plus a bias;
+- a head's query and key (eq. 7) are such sums over the channels; its score adds the ALiBi term
+  −slope·|i − j|, and the head attends to the key with the highest score (its mask as code);
+- the token a head writes (eq. 27) is the argmax of a vote: every token of X_t's channels (through
+  W_head, eq. 10) adds a row of a ``vote`` table;
+- a channel's FFN (eqs. 19-22) reads only its own channel, a multiset of tokens, so it is a lookup table from
+  multisets to the token written;
+- the readout is again a per-token sum over channels; the prediction is its argmax.
+
+On a model whose mixtures and attention are not one-hot (the paper's continuous model), the program takes
+each argmax where the model takes a weighted mean: their disagreement is measured as **fidelity** (the
+share of tagged positions where program and model predict the same tag).
+
+``decompile(loaded)`` returns the program's source and tables; ``write`` puts them in a ``.py`` file
+(standard library and NumPy only) with its tables in a ``.npz`` beside it; ``load_program`` imports a written
+one; ``evaluate`` scores it and the model on a task's split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import itertools
+import math
+import os
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from symjax.system.errors import InputError
+
+# Tasks whose targets are tags of each position, which the program predicts.
+TASK_FAMILIES = ('rasp', 'induction')
+# Above this many entries a table is not printed in the program, only kept in its data file.
+READABLE_ENTRIES = 64
+
+
+def check_supported(model_config, task: str) -> None:
+  """A one-line InputError naming what decompilation supports when ``model_config`` or ``task`` is outside
+  it: the paper's Symbolic Transformer (both sites projected, per-channel FFN, convex mixtures, no gain,
+  no position table) with a causal or full mask, on the tagging tasks of "Learning Transformer Programs"."""
+  from symjax.tasks import rasp
+  supported_tasks = [*rasp.TASKS, 'induction']
+  if task not in supported_tasks:
+    raise InputError(f'decompilation supports the tagging tasks {supported_tasks}; this run trained {task!r}')
+  c = model_config
+  wanted = {'kind': ('symbolic', c.kind), 'symbolic_sites': ('both', c.symbolic_sites),
+            'vocab_ffn': ('channel', c.vocab_ffn), 'ffn_mixture': ('convex', c.ffn_mixture),
+            'projection_gain': (False, c.projection_gain), 'qk_positions': (False, c.qk_positions),
+            'relational': (False, c.relational), 'mask': ('', c.mask), 'window': (0, c.window)}
+  if c.symbolic_layers is not None and set(c.symbolic_layers) != set(range(c.num_layers)):
+    wanted['symbolic_layers'] = (None, c.symbolic_layers)
+  wrong = [f'model.{k} = {got!r} (supported: {want!r})' for k, (want, got) in wanted.items() if got != want]
+  if wrong:
+    raise InputError(f'decompilation reads the paper\'s Symbolic Transformer only: {"; ".join(wrong)}')
+  if c.value_map not in ('none', 'kronecker_identity', 'kronecker_normal'):
+    raise InputError(f"decompilation supports model.value_map 'none' or 'kronecker_*', got {c.value_map!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Multisets of tokens: a channel holds one token per variable, and its sum of embeddings does not depend on
+# their order, so a table over a channel's contents is indexed by the sorted tokens (combinatorial rank).
+# ---------------------------------------------------------------------------------------------------------
+def multiset_count(vocab: int, k: int) -> int:
+  return math.comb(vocab + k - 1, k)
+
+
+def multiset_rank(tokens: np.ndarray) -> np.ndarray:
+  """The rank of each row of ``tokens`` ``[..., k]`` as a multiset: sort, make strictly increasing
+  (c_i = t_i + i), and sum C(c_i, i + 1) (colexicographic order of k-combinations). Ranks run over
+  ``range(multiset_count(vocab, k))`` exactly; the program computes the same sum from its COMB table."""
+  tokens = np.asarray(tokens, np.int64)
+  k = tokens.shape[-1]
+  c = np.sort(tokens, axis=-1) + np.arange(k)
+  comb = _comb_table(int(tokens.max(initial=0)) + 1, k)
+  return sum(comb[c[..., i], i + 1] for i in range(k)) if k else np.zeros(tokens.shape[:-1], np.int64)
+
+
+def all_multisets(vocab: int, k: int) -> np.ndarray:
+  """Every multiset of k tokens out of ``vocab``, one per row, in rank order."""
+  rows = np.asarray(list(itertools.combinations_with_replacement(range(vocab), k)), np.int64).reshape(-1, k)
+  out = np.empty_like(rows)
+  out[multiset_rank(rows)] = rows
+  return out
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:  # the tanh approximation, as flax.linen.gelu
+  return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tables from the parameters (float64).
+# ---------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Program:
+  """A decompiled program: its source (``program.py``) and its tables (``program.npz``)."""
+
+  source: str
+  tables: dict[str, np.ndarray]
+  entries: int          # table entries in all
+  lines: int            # lines of source
+
+
+def _norm(params, heads: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+  gamma = np.broadcast_to(np.asarray(params['scale'], np.float64), (heads, d))
+  beta = np.broadcast_to(np.asarray(params['bias'], np.float64), (heads, d))
+  return gamma, beta
+
+
+def tables_of(params, model_config) -> dict[str, np.ndarray]:
+  """Every table the program reads, computed from the parameters (float64)."""
+  from symjax.model import attention as attn
+  c = model_config
+  V, H, d, L = c.vocab_size, c.num_heads, c.head_dim, c.num_layers
+  f64 = lambda x: np.asarray(x, np.float64)
+  E = f64(params['embed']['embedding'])[:V].reshape(V, H, d).transpose(1, 0, 2)   # [channel, token, d]
+  centred = E - E.mean(-1, keepdims=True)
+  t = {'gram': np.einsum('cvd,cud->cvu', centred, centred) / d}
+  for l in range(L):
+    p = params[f'layer_{l}']
+    gamma, beta = _norm(p['norm_attn'], H, d)
+    a = p['attention']
+    slopes = np.exp(f64(a['alibi']['log_slope'])) if 'alibi' in a else attn.alibi_slopes(H)
+    t[f'l{l}.slopes'] = f64(slopes)
+    for name in ('query', 'key'):
+      w = f64(a[name]['kernel']).reshape(H, d, H, d)          # [channel, d_in, head, d_out]
+      scale = 1.0 / math.sqrt(d) if name == 'query' else 1.0   # q·k/√d folded into the query
+      t[f'l{l}.{name}'] = scale * np.einsum('cd,cvd,cdhe->hcve', gamma, centred, w)   # [head, channel, token, d]
+      t[f'l{l}.{name}_bias'] = scale * np.einsum('cd,cdhe->he', beta, w)             # [head, d]
+    w_head = f64(p['value_map']['w_head']) if 'value_map' in p else np.eye(H)
+    tau = np.exp(f64(p['value_projection']['log_tau']))
+    # vote[h, g, t, v] = W_head[h, g] E_g[t]·E_h[v] / τ_h: what token t in channel g of X_t adds to head h's
+    # score for writing token v.
+    t[f'l{l}.vote'] = np.einsum('hg,gtd,hvd->hgtv', w_head, E, E) / tau[:, None, None, None]
+    gamma_f, beta_f = _norm(p['norm_ffn'], H, d)
+    ffn, tau_f, k = p['ffn'], np.exp(f64(p['ffn']['projection']['log_tau'])), 2 + 2 * l
+    sets = all_multisets(V, k)
+    writes = np.empty((H, len(sets)), np.int16 if V > 127 else np.int8)
+    for ch in range(H):
+      for start in range(0, len(sets), 65536):
+        x = E[ch][sets[start:start + 65536]].sum(1)                         # [n, d]
+        xc = x - x.mean(-1, keepdims=True)
+        y = gamma_f[ch] * xc / (np.sqrt((xc ** 2).mean(-1, keepdims=True)) + c.layer_norm_epsilon) + beta_f[ch]
+        z = _gelu(y @ f64(ffn['w1'])[ch] + f64(ffn['b1'])[ch]) @ f64(ffn['w2'])[ch] + f64(ffn['b2'])[ch]
+        writes[ch, start:start + 65536] = (z @ E[ch].T / tau_f[ch]).argmax(-1)
+    t[f'l{l}.ffn'] = writes
+  gamma, beta = _norm(params['norm_final'], H, d)
+  R = (f64(params['embed']['embedding']) if c.tie_embeddings else f64(params['readout']))[:V]
+  R = R.reshape(V, H, d).transpose(1, 0, 2)
+  t['readout'] = np.einsum('cd,ctd,cvd->ctv', gamma, centred, R)   # [channel, token, tag]
+  t['readout_bias'] = np.einsum('cd,cvd->v', beta, R)
+  return t
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The program's source.
+# ---------------------------------------------------------------------------------------------------------
+RUNTIME = '''
+TABLES = dict(np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), DATA_FILE)))
+
+
+def spread(channel, held):
+  """σ + ε of the channel's LayerNorm, for the sum of the embeddings of the tokens ``held`` (a list of
+  [n] token arrays): σ² is the sum over every pair of held tokens of the channel's gram table."""
+  gram = TABLES['gram'][channel]
+  return np.sqrt(sum(gram[a, b] for a in held for b in held)) + EPSILON
+
+
+def normed(rows, bias, held_by_channel):
+  """Σ_c (Σ_t rows[c][t]) / spread_c + bias: a linear map of the LayerNorm'd channels, token by token."""
+  return bias + sum(sum(rows[c][t] for t in held) / spread(c, held)[:, None]
+                    for c, held in enumerate(held_by_channel))
+
+
+def allowed(n):
+  """The attention mask as code: which key j a query i may read."""
+  i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+  return j <= i if CAUSAL else np.ones((n, n), bool)
+
+
+def attend(layer, head, state, reads):
+  """The key position each query reads: the highest query·key score minus slope·|i − j| (ALiBi) among
+  the keys the mask allows."""
+  held = [[state[name] for name in names] for names in reads]
+  q = normed(TABLES[f'l{layer}.query'][head], TABLES[f'l{layer}.query_bias'][head], held)
+  k = normed(TABLES[f'l{layer}.key'][head], TABLES[f'l{layer}.key_bias'][head], held)
+  n = len(q)
+  distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+  scores = q @ k.T - TABLES[f'l{layer}.slopes'][head] * distance
+  return np.where(allowed(n), scores, -np.inf).argmax(1)
+
+
+def write(layer, head, state, values):
+  """The token head ``head`` writes at every key position: the argmax of the votes of X_t's tokens."""
+  vote = TABLES[f'l{layer}.vote'][head]
+  return sum(vote[g][state[name]] for g, names in enumerate(values) for name in names).argmax(-1)
+
+
+def ffn(layer, channel, state, names):
+  """The token the channel's FFN writes: a lookup table indexed by the multiset of tokens it holds."""
+  held = np.sort(np.stack([state[name] for name in names], -1), -1) + np.arange(len(names))
+  rank = sum(COMB[held[:, i], i + 1] for i in range(len(names)))
+  return TABLES[f'l{layer}.ffn'][channel][rank]
+
+
+def readout(state, reads):
+  held = [[state[name] for name in names] for names in reads]
+  return normed(TABLES['readout'], TABLES['readout_bias'], held).argmax(-1)
+'''
+
+
+def _comb_table(vocab: int, k: int) -> np.ndarray:
+  n = vocab + k
+  return np.asarray([[math.comb(a, b) for b in range(k + 1)] for a in range(n)], np.int64)
+
+
+def _table_text(name: str, table: np.ndarray, tokens: list[str], keys: list[str]) -> list[str]:
+  """A small lookup table as a readable comment: one 'key -> token' per line."""
+  return [f'#   {k} -> {tokens[int(v)]}' for k, v in zip(keys, table)]
+
+
+def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], data_file: str, header: str,
+              causal: bool) -> str:
+  c = model_config
+  H, L = c.num_heads, c.num_layers
+  k_max = 2 + 2 * (L - 1)
+  lines = [f'"""{header}"""', '', 'import os', '', 'import numpy as np', '',
+           f'TOKENS = {tokens!r}', f'DATA_FILE = {data_file!r}', f'CAUSAL = {causal!r}',
+           f'EPSILON = {c.layer_norm_epsilon!r}',
+           f'COMB = np.array({_comb_table(c.vocab_size, k_max).tolist()!r})  # COMB[n, r] = n choose r',
+           RUNTIME]
+  xt = {ch: ['tok'] for ch in range(H)}   # what channel ch of X_t holds
+  xe = {ch: [] for ch in range(H)}        # ... and of X_e
+  for l in range(L):
+    lines += ['', f'def block_{l}(state):',
+              f'  """Layer {l}: {H} heads, each writing one token into its channel of X_t, then each channel\'s FFN '
+              f'writing one token into X_e."""']
+    reads = [xt[ch] + xe[ch] for ch in range(H)]
+    values = [list(xt[ch]) for ch in range(H)]
+    lines.append(f'  reads = {reads!r}  # channel c of X_t + X_e: what queries and keys are made of')
+    lines.append(f'  values = {values!r}  # channel g of X_t: what a value is made of')
+    for h in range(H):
+      lines.append(f"  state['attn{l}.{h}'] = write({l}, {h}, state, values)[attend({l}, {h}, state, reads)]")
+    for h in range(H):
+      xt[h] = xt[h] + [f'attn{l}.{h}']
+    for ch in range(H):
+      names = xt[ch] + xe[ch]
+      table = tables[f'l{l}.ffn'][ch]
+      if len(table) <= READABLE_ENTRIES:
+        keys = [' '.join(tokens[t] for t in row) for row in all_multisets(c.vocab_size, len(names))]
+        lines.append(f'  # ffn{l}.{ch} reads {{{", ".join(names)}}}:')
+        lines += ['  ' + s for s in _table_text(f'l{l}.ffn', table, tokens, keys)]
+      else:
+        lines.append(f'  # ffn{l}.{ch}: a table of {len(table):,} entries (every multiset of {{{", ".join(names)}}}), '
+                     f'in {data_file} as l{l}.ffn[{ch}]')
+      lines.append(f"  state['ffn{l}.{ch}'] = ffn({l}, {ch}, state, {names!r})")
+    for ch in range(H):
+      xe[ch] = xe[ch] + [f'ffn{l}.{ch}']
+  final = [xt[ch] + xe[ch] for ch in range(H)]
+  lines += ['', '', 'def predict_ids(ids):',
+            '  """Tag ids for a sequence of token ids (a list or a 1-D array)."""',
+            "  state = {'tok': np.asarray(ids, np.int64).reshape(-1)}",
+            "  if not len(state['tok']):",
+            "    return state['tok']"]
+  lines += [f'  block_{l}(state)' for l in range(L)]
+  lines += [f'  return readout(state, {final!r})', '', '',
+            'def predict(tokens):',
+            '  """Tags (token names) for a sequence of token names, e.g. predict([\'<s>\', \'3\', \'1\'])."""',
+            '  ids = [TOKENS.index(t) for t in tokens]',
+            '  return [TOKENS[i] for i in predict_ids(ids)]', '']
+  return '\n'.join(lines)
+
+
+def build(params, model_config, tokens: list[str], data_file: str = 'program.npz', origin: str = 'memory'
+          ) -> Program:
+  """The program of a Symbolic Transformer's ``params`` under ``model_config``, whose vocabulary is
+  ``tokens``; its source names ``data_file`` (the tables, beside it) and ``origin`` (where the model came
+  from)."""
+  tables = tables_of(params, model_config)
+  header = (f'Program decompiled by symjax from the Symbolic Transformer {origin}.\n\npredict(tokens) -> tags '
+            f'runs it; it needs only NumPy and its tables in {data_file} beside this file.\nEach state variable '
+            f'is a token: tok (the input), attn<l>.<h> (what head h of layer l writes into channel h),\n'
+            f'ffn<l>.<c> (what channel c\'s FFN of layer l writes). See symjax.proj.decompile for how each table '
+            f'is made.\n')
+  source = source_of(model_config, list(tokens), tables, data_file, header, model_config.causal)
+  return Program(source, tables, int(sum(v.size for v in tables.values())), source.count('\n') + 1)
+
+
+def decompile(loaded, data_file: str = 'program.npz') -> Program:
+  """The program of a loaded run (``symjax.load``) of a supported model and task (``check_supported``)."""
+  check_supported(loaded.model_config, loaded.task)
+  origin = f'in {loaded.workdir or "memory"} (step {loaded.step}, task {loaded.task})'
+  return build(loaded.params, loaded.model_config, list(loaded.tokenizer.vocab.tokens), data_file, origin)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Writing and loading.
+# ---------------------------------------------------------------------------------------------------------
+def data_path(program_path: str) -> str:
+  return os.path.splitext(program_path)[0] + '.npz'
+
+
+def check_output(path: str, named: bool) -> None:
+  """A one-line InputError unless ``path`` may be written: a ``.py`` file name; a path the user did not
+  name (the default) must not exist yet; and a table file of the same name (``.npz``) must not exist
+  without its program, since replacing it would overwrite a file the user did not name."""
+  if not path.endswith('.py'):
+    raise InputError(f'--output must name a .py file (the program; its tables go beside it as .npz), got {path!r}')
+  data = data_path(path)
+  if os.path.isdir(path) or os.path.isdir(data):
+    raise InputError(f'--output {path!r}: {path if os.path.isdir(path) else data!r} is a folder')
+  if os.path.exists(data) and not os.path.exists(path):
+    raise InputError(f'{data!r} exists without the program {os.path.basename(path)!r} beside it; it would be '
+                     f'overwritten, so choose another --output')
+  if not named and os.path.exists(path):
+    raise InputError(f'{path!r} already exists and was not named; pass --output={path} to replace it, or '
+                     f'another --output')
+
+
+def write(program: Program, path: str) -> tuple[str, str]:
+  """Writes ``path`` and its tables beside it (``<name>.npz``), each atomically (a temporary file, then a
+  rename). Returns both paths."""
+  path = os.path.abspath(path)
+  data = data_path(path)
+  folder = os.path.dirname(path)
+  os.makedirs(folder, exist_ok=True)
+  for target, save in ((data, lambda f: np.savez_compressed(f, **program.tables)),
+                       (path, lambda f: f.write(program.source.encode()))):
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.' + os.path.basename(target), suffix='.tmp')
+    try:
+      with os.fdopen(fd, 'wb') as f:
+        save(f)
+      os.replace(tmp, target)
+    except BaseException:
+      if os.path.exists(tmp):
+        os.remove(tmp)
+      raise
+  return path, data
+
+
+def load_program(path: str):
+  """Imports a written program file as a module (it reads its tables from beside it)."""
+  if not os.path.isfile(path):
+    raise InputError(f'no program file at {path!r}')
+  name = f'symjax_program_{abs(hash(os.path.abspath(path)))}'
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fidelity and accuracy.
+# ---------------------------------------------------------------------------------------------------------
+def model_predictions(loaded, inputs: np.ndarray, key_mask: np.ndarray, batch: int = 500) -> np.ndarray:
+  import jax.numpy as jnp
+  out = []
+  for i in range(0, len(inputs), batch):
+    logits = loaded.model.apply({'params': loaded.params}, jnp.asarray(inputs[i:i + batch]),
+                                jnp.asarray(key_mask[i:i + batch]))
+    out.append(np.asarray(logits)[..., :loaded.model_config.vocab_size].argmax(-1))
+  return np.concatenate(out)
+
+
+def program_predictions(program, inputs: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
+  """The program on each sequence, up to its last real token (padding never enters a program)."""
+  out = np.zeros_like(inputs)
+  for r, (row, mask) in enumerate(zip(inputs, key_mask)):
+    n = int(mask.sum())
+    if n:  # evaluation batches are filled up with empty rows
+      out[r, :n] = program.predict_ids(row[:n])
+  return out
+
+
+def evaluate(loaded, program, split: str = 'test') -> dict[str, Any]:
+  """On ``split`` of the run's task: fidelity (% of tagged positions where program and model agree), the
+  program's and the model's accuracy (% of tagged positions right), and the share of sequences the program
+  gets entirely right."""
+  from symjax import tasks
+  task = tasks.get_task(loaded.config)
+  batches = list(task.eval_batches(split, 500, loaded.config.data_seed))
+  inputs = np.concatenate([b['inputs'] for b in batches])
+  targets = np.concatenate([b['targets'] for b in batches])
+  weights = np.concatenate([b['weights'] for b in batches]) > 0
+  key_mask = np.concatenate([b['key_mask'] for b in batches])
+  model = model_predictions(loaded, inputs, key_mask)
+  prog = program_predictions(program, inputs, key_mask)
+  pct = lambda x: float(100 * x[weights].mean())
+  return {'split': split, 'positions': int(weights.sum()), 'sequences': int(len(inputs)),
+          'fidelity': pct(model == prog), 'program_accuracy': pct(prog == targets),
+          'model_accuracy': pct(model == targets)}

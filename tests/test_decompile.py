@@ -1,0 +1,158 @@
+"""Decompilation: a Symbolic Transformer as a program, exact where the model's mixtures and attention are
+one-hot (program training, ``model.hard``), measurably unfaithful where they are spread."""
+
+import dataclasses
+import itertools
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import REPO, randomize
+
+from symjax import model as model_lib
+from symjax.model import intermediates as names
+from symjax.proj import decompile
+from symjax.system.errors import InputError
+
+TOKENS = ['<pad>', '<s>', 'a', 'b', 'c', 'd']
+CONFIG = model_lib.ModelConfig(kind='symbolic', vocab_size=len(TOKENS), num_layers=2, num_heads=3, head_dim=4,
+                               ff_dim_per_head=8, max_len=8, tie_embeddings=False)
+
+
+def every_sequence(n):
+  """Every sequence of n tokens (the padding token excluded) as ids ``[count, n]``."""
+  return np.asarray(list(itertools.product(range(1, len(TOKENS)), repeat=n)), np.int32)
+
+
+@pytest.fixture(scope='module', params=[True, False], ids=['causal', 'bidirectional'])
+def setting(request, tmp_path_factory):
+  """Random parameters (every one away from its init), the program written from them, and the model in
+  its hard (one-hot) and its soft (the paper's) form."""
+  config = dataclasses.replace(CONFIG, causal=request.param)
+  hard = dataclasses.replace(config, hard=True)
+  params = randomize(model_lib.build(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))['params'], 1)
+  path = str(tmp_path_factory.mktemp('program') / 'program.py')
+  decompile.write(decompile.build(params, config, TOKENS), path)
+  apply = lambda cfg: jax.jit(lambda x: model_lib.build(cfg).apply({'params': params}, x).argmax(-1))
+  return decompile.load_program(path), apply(hard), apply(config), params, hard
+
+
+def agreement(program, model, lengths=range(1, 6)):
+  same = total = 0
+  for n in lengths:
+    x = every_sequence(n)
+    predicted = np.asarray(model(x))
+    same += sum(int((program.predict_ids(row) == p).sum()) for row, p in zip(x, predicted))
+    total += predicted.size
+  return same / total
+
+
+def test_the_program_of_a_one_hot_model_agrees_with_it_on_every_input(setting):
+  program, hard, _, _, _ = setting
+  assert agreement(program, hard) == 1.0  # every sequence of 1 to 5 tokens: 3,905 sequences
+
+
+def test_the_program_of_a_spread_model_disagrees_with_it(setting):
+  program, hard, soft, _, _ = setting
+  fidelity = agreement(program, soft, lengths=[5])
+  assert 0.0 < fidelity < 0.99, fidelity
+
+
+def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow(setting):
+  _, _, _, params, hard = setting
+  model, x = model_lib.build(hard), jnp.asarray(every_sequence(3)[:50])
+  _, state = model.apply({'params': params}, x, mutable=[names.COLLECTION])
+  sown = [np.asarray(v) for path, v in jax.tree_util.tree_flatten_with_path(state[names.COLLECTION])[0]
+          if any(getattr(k, 'key', None) in (names.MIXTURE, names.WEIGHTS) for k in path)]
+  assert len(sown) == 3 * hard.num_layers  # value and FFN mixtures, attention weights, per layer
+  for s in sown:
+    np.testing.assert_array_equal(np.sort(s, -1)[..., -1], 1.0)
+    np.testing.assert_array_equal(s.sum(-1), 1.0)
+  grads = jax.grad(lambda p: model.apply({'params': p}, x).astype(jnp.float32).sum())(params)
+  for layer in ('layer_0', 'layer_1'):  # straight-through: the softmaxes' parameters still learn
+    for leaf in (grads[layer]['attention']['query']['kernel'], grads[layer]['value_projection']['log_tau'],
+                 grads[layer]['ffn']['projection']['log_tau']):
+      assert np.abs(np.asarray(leaf)).max() > 0
+
+
+def test_a_written_program_runs_with_numpy_alone(setting, tmp_path):
+  program, hard, _, _, _ = setting
+  folder = os.path.dirname(program.__file__)
+  script = ('import sys, importlib.util\n'
+            f'spec = importlib.util.spec_from_file_location("p", {program.__file__!r})\n'
+            'm = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n'
+            "print(' '.join(m.predict(['<s>', 'a', 'b', 'a'])))\n"
+            "assert not [n for n in sys.modules if n.split('.')[0] in ('jax', 'symjax', 'flax')]\n")
+  proc = subprocess.run([sys.executable, '-c', script], cwd=str(tmp_path), capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  expected = np.asarray(hard(np.asarray([[1, 2, 3, 2]], np.int32)))[0]
+  assert proc.stdout.split() == [TOKENS[i] for i in expected]
+  assert sorted(os.listdir(folder)) == ['program.npz', 'program.py']
+
+
+def test_multiset_ranks_number_every_multiset_once():
+  for vocab, k in ((5, 3), (9, 2), (12, 4), (3, 1)):
+    sets = decompile.all_multisets(vocab, k)
+    assert len(sets) == decompile.multiset_count(vocab, k) == len({tuple(r) for r in sets})
+    np.testing.assert_array_equal(decompile.multiset_rank(sets), np.arange(len(sets)))
+    np.testing.assert_array_equal(decompile.multiset_rank(sets[:, ::-1]), np.arange(len(sets)))  # order-free
+
+
+def test_unsupported_models_and_tasks_are_named():
+  with pytest.raises(InputError, match=r"model.kind = 'token_factored' \(supported: 'symbolic'\)"):
+    decompile.check_supported(dataclasses.replace(CONFIG, kind='token_factored'), 'sort')
+  with pytest.raises(InputError, match=r"model.vocab_ffn = 'dense'"):
+    decompile.check_supported(dataclasses.replace(CONFIG, vocab_ffn='dense'), 'sort')
+  with pytest.raises(InputError, match=r"tagging tasks \['reverse', .*'induction'\]; this run trained 'text'"):
+    decompile.check_supported(CONFIG, 'text')
+  with pytest.raises(InputError, match=r"model.hard .* model.vocab_projection = 'streamed' \(needs 'direct'\)"):
+    dataclasses.replace(CONFIG, hard=True, vocab_projection='streamed').validate()
+
+
+def test_program_files_are_never_written_over_unless_named(tmp_path):
+  path = str(tmp_path / 'program.py')
+  decompile.check_output(path, named=False)  # nothing there yet
+  (tmp_path / 'program.npz').write_bytes(b'a file of the user')
+  for named in (False, True):
+    with pytest.raises(InputError, match='program.npz'):
+      decompile.check_output(path, named=named)
+  (tmp_path / 'program.py').write_text('# a program')
+  with pytest.raises(InputError, match=r'already exists and was not named; pass --output='):
+    decompile.check_output(path, named=False)
+  decompile.check_output(path, named=True)  # the user named it: the pair is replaced
+  with pytest.raises(InputError, match=r'must name a \.py file'):
+    decompile.check_output(str(tmp_path / 'program.txt'), named=True)
+
+
+@pytest.mark.slow
+def test_the_command_on_a_program_trained_run_and_on_a_token_factored_one(tmp_path):
+  """End to end: a few steps of program training on sort, then the command; the program equals its model
+  on the whole test split. A token_factored run gets a one-line error and nothing is written."""
+  hard = str(tmp_path / 'hard')
+  train = [sys.executable, '-m', 'symjax.main', '--config.progress_bar=false', '--config.total_steps=30',
+           '--config.eval_every_steps=30']
+  proc = subprocess.run([*train[:3], '--config=rasp:task=sort,model=symbolic,runlocal=true', *train[3:],
+                         '--config.model.hard=true', f'--workdir={hard}'], cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  output = str(tmp_path / 'out' / 'sort.py')
+  proc = subprocess.run([sys.executable, '-m', 'symjax.decompile', f'--workdir={hard}', f'--output={output}'],
+                        cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert 'fidelity 100.00%' in proc.stdout, proc.stdout
+  assert os.path.isfile(output) and os.path.isfile(output[:-3] + '.npz')
+
+  factored = str(tmp_path / 'factored')
+  proc = subprocess.run([*train[:3], '--config=rasp:task=sort,model=token_factored,runlocal=true', *train[3:],
+                         f'--workdir={factored}'], cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  proc = subprocess.run([sys.executable, '-m', 'symjax.decompile', f'--workdir={factored}'], cwd=REPO,
+                        capture_output=True, text=True)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: decompilation reads the paper's Symbolic Transformer only: model.kind = 'token_factored' "
+      "(supported: 'symbolic')")
+  assert not os.path.exists(os.path.join(factored, 'program'))

@@ -198,7 +198,7 @@ def test_every_checkpoint_corrupt_is_said_once_in_lines_of_its_own(tmp_path):
      r'config.distributed.coordinator_address'),
     (['--config=configs/symbolic.py:size=huge'], 2,
      r"--config=configs/symbolic.py:size=huge: size must be one of \['tiny', 'small', 'medium', 'paper'\], got 'huge'"),
-    (['--config=configs/symbolic.py:sise=tiny'], 2, r"unknown config argument 'sise'; known keys: \['runlocal', 'size', 'task'\]"),  # noqa: E501
+    (['--config=configs/symbolic.py:sise=tiny'], 2, r"unknown config argument 'sise'; known keys: \['program', 'runlocal', 'size', 'task'\]"),  # noqa: E501
     (['--config=configs/symbolic.py', '--config.total_steps=abc'], 2, r'--config.total_steps=abc: invalid literal'),
     (['--config={syntax}'], 2, r"has a syntax error at line 1: invalid syntax"),
 ])

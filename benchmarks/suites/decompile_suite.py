@@ -29,6 +29,9 @@ _MODES = flags.DEFINE_list('modes', ['continuous', 'program'], 'continuous (the 
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds.')
 _RUNS = flags.DEFINE_string('runs', '/tmp/symjax_decompile', 'Where runs are trained (or found).')
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/decompile.json', 'Output.')
+_TABLE = flags.DEFINE_string('table', '', 'Only write the docs table from the result files to this path '
+                             '(docs/results/programs_table.md).')
+RESULTS = ('benchmarks/results/decompile_continuous.json', 'benchmarks/results/decompile_program.json')
 
 # "Learning Transformer Programs", Table 1: test token accuracy of the decompiled programs (%).
 PUBLISHED = {'reverse': 99.79, 'hist': 100.0, 'double_hist': 98.40, 'sort': 99.83, 'most_freq': 75.69,
@@ -59,7 +62,38 @@ def one(task: str, mode: str, seed: int) -> tuple[dict, list[str]]:
   return row, [' '.join(['python', *train[1:]]), ' '.join(['python', *decompile[1:]])]
 
 
+def table(paths=RESULTS) -> str:
+  """The docs' results table from the suite's result files."""
+  summary, provenance = {}, []
+  for path in paths:
+    with open(path) as f:
+      record = json.load(f)
+    summary.update(record['summary'])
+    provenance.append(f"`{path}` ({record['device']}, {record['date']}, commit {record['commit'][:7]})")
+  cell = lambda s: f"{s['mean']:.2f} ± {s['ci95']:.2f}"
+  lines = ['| task | Transformer Programs | program-trained: program | fidelity | continuous: model | program '
+           '| fidelity | program size (lines, entries) |', '|---|---:|---:|---:|---:|---:|---:|---:|']
+  for task in PUBLISHED:
+    hard, soft = summary.get(f'{task}/program'), summary.get(f'{task}/continuous')
+    if not (hard and soft):
+      continue
+    mark = '' if hard['program_accuracy']['mean'] >= PUBLISHED[task] else ' ▼'
+    lines.append(f"| {task} | {PUBLISHED[task]:.2f} | {cell(hard['program_accuracy'])}{mark} | "
+                 f"{cell(hard['fidelity'])} | {cell(soft['model_accuracy'])} | {cell(soft['program_accuracy'])} | "
+                 f"{cell(soft['fidelity'])} | {hard['lines']['mean']:.0f}, {hard['table_entries']['mean']:,.0f} |")
+  return '\n'.join([
+      'Test token accuracy and fidelity (%), mean ± half-width of the 95% t-interval over 3 seeds; ▼ marks a '
+      'program below the published figure ("Learning Transformer Programs", Table 1). Written by '
+      '`python -m benchmarks.suites.decompile_suite --table=docs/results/programs_table.md` from '
+      + ' and '.join(provenance) + ', which hold the per-seed values and the commands.', '', *lines, ''])
+
+
 def main(_):
+  if _TABLE.value:
+    with open(_TABLE.value, 'w') as f:
+      f.write(table())
+    print(f'wrote {_TABLE.value}')
+    return
   per_seed, commands, summary = {}, {}, {}
   for task in _TASKS.value:
     for mode in _MODES.value:

@@ -238,6 +238,21 @@ def _table_text(name: str, table: np.ndarray, tokens: list[str], keys: list[str]
   return [f'#   {k} -> {tokens[int(v)]}' for k, v in zip(keys, table)]
 
 
+def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str], epsilon: float) -> list[str]:
+  """Comments that read a first-layer head whole: where every channel holds only the input token, its
+  score is a table over (query token, key token) and its written token a table over the key token."""
+  spread = np.sqrt(np.einsum('ctt->ct', tables['gram'])) + epsilon                       # [channel, token]
+  q = (tables['l0.query'][head] / spread[..., None]).sum(0) + tables['l0.query_bias'][head]  # [token, d]
+  k = (tables['l0.key'][head] / spread[..., None]).sum(0) + tables['l0.key_bias'][head]
+  score = q @ k.T
+  written = tables['l0.vote'][head].sum(0).argmax(-1)                                     # [key token]
+  slope = float(tables['l0.slopes'][head])
+  prefers = ', '.join(f'{tokens[a]}→{tokens[int(b)]}' for a, b in enumerate(score.argmax(1)))
+  writes = ', '.join(f'{tokens[a]}→{tokens[int(b)]}' for a, b in enumerate(written))
+  return [f'# head 0.{head}: a query token prefers the key token (before ALiBi, −{slope:.3g}·|i − j|): {prefers}',
+          f'# head 0.{head}: at a key holding token t it writes: {writes}']
+
+
 def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], data_file: str, header: str,
               causal: bool) -> str:
   c = model_config
@@ -259,7 +274,10 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
     lines.append(f'  reads = {reads!r}  # channel c of X_t + X_e: what queries and keys are made of')
     lines.append(f'  values = {values!r}  # channel g of X_t: what a value is made of')
     for h in range(H):
-      lines.append(f"  state['attn{l}.{h}'] = write({l}, {h}, state, values)[attend({l}, {h}, state, reads)]")
+      if l == 0:  # every channel holds the input token alone: the head is two tables over tokens
+        lines += ['  ' + line for line in _first_layer_head(tables, h, tokens, c.layer_norm_epsilon)]
+      lines.append(f"  state['@attn{l}.{h}'] = attend({l}, {h}, state, reads)  # the key each position reads")
+      lines.append(f"  state['attn{l}.{h}'] = write({l}, {h}, state, values)[state['@attn{l}.{h}']]")
     for h in range(H):
       xt[h] = xt[h] + [f'attn{l}.{h}']
     for ch in range(H):
@@ -283,6 +301,13 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
             "    return state['tok']"]
   lines += [f'  block_{l}(state)' for l in range(L)]
   lines += [f'  return readout(state, {final!r})', '', '',
+            'def trace(tokens):',
+            '  """Every state variable of a sequence of token names, position by position: the tokens each head',
+            '  and FFN writes, and (as @attn<l>.<h>) the position each head reads."""',
+            "  state = {'tok': np.asarray([TOKENS.index(t) for t in tokens], np.int64)}",
+            *[f'  block_{l}(state)' for l in range(L)],
+            "  return {name: [int(x) if name.startswith('@') else TOKENS[x] for x in value]",
+            '          for name, value in state.items()}', '', '',
             'def predict(tokens):',
             '  """Tags (token names) for a sequence of token names, e.g. predict([\'<s>\', \'3\', \'1\'])."""',
             '  ids = [TOKENS.index(t) for t in tokens]',

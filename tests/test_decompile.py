@@ -156,3 +156,39 @@ def test_the_command_on_a_program_trained_run_and_on_a_token_factored_one(tmp_pa
       "error: decompilation reads the paper's Symbolic Transformer only: model.kind = 'token_factored' "
       "(supported: 'symbolic')")
   assert not os.path.exists(os.path.join(factored, 'program'))
+
+
+@pytest.mark.slow
+def test_soft_steps_train_the_soft_model_first_then_the_hard_one(tmp_path):
+  """config.soft_steps = 10 of 20: at step 10 the parameters equal a soft run's; by step 20 they differ."""
+  from helpers import params_of, tiny_config
+
+  from symjax.train import trainer
+
+  def run(name, **model):
+    config = tiny_config(total_steps=20, eval_every_steps=10, task='induction')
+    for k, v in model.items():
+      config.model[k] = v
+    if model.get('hard'):
+      config.soft_steps = 10
+    trainer.train_and_evaluate(config, str(tmp_path / name))
+    return str(tmp_path / name)
+
+  soft, staged = run('soft'), run('staged', hard=True)
+  for which, equal in ((10, True), (20, False)):
+    same = [np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params_of(soft, which)),
+                                                  jax.tree.leaves(params_of(staged, which)))]
+    assert all(same) if equal else not all(same), which
+
+
+def test_soft_steps_need_program_training_and_fit_in_the_run():
+  from helpers import tiny_config
+
+  from symjax.train import config as config_lib
+  config = tiny_config(soft_steps=5)
+  with pytest.raises(InputError, match=r'config.soft_steps = 5 is for program training: set config.model.hard'):
+    config_lib.validate(config)
+  config.model.hard = True
+  config.soft_steps = config.total_steps
+  with pytest.raises(InputError, match=r'config.soft_steps must be in \[0, config.total_steps = 40\)'):
+    config_lib.validate(config)

@@ -28,11 +28,13 @@ def every_sequence(n):
   return np.asarray(list(itertools.product(range(1, len(TOKENS)), repeat=n)), np.int32)
 
 
-@pytest.fixture(scope='module', params=[True, False], ids=['causal', 'bidirectional'])
+@pytest.fixture(scope='module', params=[(True, False), (False, False), (False, True)],
+                ids=['causal', 'bidirectional', 'bidirectional-qk_positions'])
 def setting(request, tmp_path_factory):
   """Random parameters (every one away from its init), the program written from them, and the model in
   its hard (one-hot) and its soft (the paper's) form."""
-  config = dataclasses.replace(CONFIG, causal=request.param)
+  causal, positions = request.param
+  config = dataclasses.replace(CONFIG, causal=causal, qk_positions=positions)
   hard = dataclasses.replace(config, hard=True)
   params = randomize(model_lib.build(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))['params'], 1)
   path = str(tmp_path_factory.mktemp('program') / 'program.py')
@@ -54,6 +56,8 @@ def agreement(program, model, lengths=range(1, 6)):
 def test_the_program_of_a_one_hot_model_agrees_with_it_on_every_input(setting):
   program, hard, _, _, _ = setting
   assert agreement(program, hard) == 1.0  # every sequence of 1 to 5 tokens: 3,905 sequences
+  with pytest.raises(ValueError, match=r'9 tokens; the model reads at most 8'):
+    program.predict_ids(np.ones(9, np.int64))
 
 
 def test_the_program_of_a_spread_model_disagrees_with_it(setting):

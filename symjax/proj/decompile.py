@@ -56,8 +56,9 @@ READABLE_ENTRIES = 64
 
 def check_supported(model_config, task: str) -> None:
   """A one-line InputError naming what decompilation supports when ``model_config`` or ``task`` is outside
-  it: the paper's Symbolic Transformer (both sites projected, per-channel FFN, convex mixtures, no gain,
-  no position table) with a causal or full mask, on the tagging tasks of "Learning Transformer Programs"."""
+  it: the paper's Symbolic Transformer (both sites projected, per-channel FFN, convex mixtures, no gain;
+  the opt-in ``qk_positions`` too) with a causal or full mask, on the tagging tasks of "Learning Transformer
+  Programs"."""
   from symjax.tasks import rasp
   supported_tasks = [*rasp.TASKS, 'induction']
   if task not in supported_tasks:
@@ -65,8 +66,8 @@ def check_supported(model_config, task: str) -> None:
   c = model_config
   wanted = {'kind': ('symbolic', c.kind), 'symbolic_sites': ('both', c.symbolic_sites),
             'vocab_ffn': ('channel', c.vocab_ffn), 'ffn_mixture': ('convex', c.ffn_mixture),
-            'projection_gain': (False, c.projection_gain), 'qk_positions': (False, c.qk_positions),
-            'relational': (False, c.relational), 'mask': ('', c.mask), 'window': (0, c.window)}
+            'projection_gain': (False, c.projection_gain), 'relational': (False, c.relational),
+            'mask': ('', c.mask), 'window': (0, c.window)}
   if c.symbolic_layers is not None and set(c.symbolic_layers) != set(range(c.num_layers)):
     wanted['symbolic_layers'] = (None, c.symbolic_layers)
   wrong = [f'model.{k} = {got!r} (supported: {want!r})' for k, (want, got) in wanted.items() if got != want]
@@ -146,6 +147,8 @@ def tables_of(params, model_config) -> dict[str, np.ndarray]:
       scale = 1.0 / math.sqrt(d) if name == 'query' else 1.0   # q·k/√d folded into the query
       t[f'l{l}.{name}'] = scale * np.einsum('cd,cvd,cdhe->hcve', gamma, centred, w)   # [head, channel, token, d]
       t[f'l{l}.{name}_bias'] = scale * np.einsum('cd,cdhe->he', beta, w)             # [head, d]
+      if c.qk_positions:  # a learned row per position, added after the LayerNorm: a table over positions
+        t[f'l{l}.{name}_position'] = scale * np.einsum('pcd,cdhe->hpe', f64(p['qk_position']).reshape(-1, H, d), w)
     w_head = f64(p['value_map']['w_head']) if 'value_map' in p else np.eye(H)
     tau = np.exp(f64(p['value_projection']['log_tau']))
     # vote[h, g, t, v] = W_head[h, g] E_g[t]·E_h[v] / τ_h: what token t in channel g of X_t adds to head h's
@@ -204,6 +207,8 @@ def attend(layer, head, state, reads):
   q = normed(TABLES[f'l{layer}.query'][head], TABLES[f'l{layer}.query_bias'][head], held)
   k = normed(TABLES[f'l{layer}.key'][head], TABLES[f'l{layer}.key_bias'][head], held)
   n = len(q)
+  if f'l{layer}.query_position' in TABLES:  # the model's learned positions: one row per position
+    q, k = q + TABLES[f'l{layer}.query_position'][head][:n], k + TABLES[f'l{layer}.key_position'][head][:n]
   distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
   scores = q @ k.T - TABLES[f'l{layer}.slopes'][head] * distance
   return np.where(allowed(n), scores, -np.inf).argmax(1)
@@ -249,7 +254,9 @@ def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str
   slope = float(tables['l0.slopes'][head])
   prefers = ', '.join(f'{tokens[a]}→{tokens[int(b)]}' for a, b in enumerate(score.argmax(1)))
   writes = ', '.join(f'{tokens[a]}→{tokens[int(b)]}' for a, b in enumerate(written))
-  return [f'# head 0.{head}: a query token prefers the key token (before ALiBi, −{slope:.3g}·|i − j|): {prefers}',
+  extra = ' and the position rows' if 'l0.query_position' in tables else ''
+  return [f'# head 0.{head}: a query token prefers the key token (before ALiBi, −{slope:.3g}·|i − j|{extra}): '
+          f'{prefers}',
           f'# head 0.{head}: at a key holding token t it writes: {writes}']
 
 
@@ -260,7 +267,7 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
   k_max = 2 + 2 * (L - 1)
   lines = [f'"""{header}"""', '', 'import os', '', 'import numpy as np', '',
            f'TOKENS = {tokens!r}', f'DATA_FILE = {data_file!r}', f'CAUSAL = {causal!r}',
-           f'EPSILON = {c.layer_norm_epsilon!r}',
+           f'EPSILON = {c.layer_norm_epsilon!r}', f'MAX_LEN = {c.max_len!r}',
            f'COMB = np.array({_comb_table(c.vocab_size, k_max).tolist()!r})  # COMB[n, r] = n choose r',
            RUNTIME]
   xt = {ch: ['tok'] for ch in range(H)}   # what channel ch of X_t holds
@@ -297,6 +304,8 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
   lines += ['', '', 'def predict_ids(ids):',
             '  """Tag ids for a sequence of token ids (a list or a 1-D array)."""',
             "  state = {'tok': np.asarray(ids, np.int64).reshape(-1)}",
+            "  if len(state['tok']) > MAX_LEN:",
+            "    raise ValueError(f'{len(state[\"tok\"])} tokens; the model reads at most {MAX_LEN}')",
             "  if not len(state['tok']):",
             "    return state['tok']"]
   lines += [f'  block_{l}(state)' for l in range(L)]

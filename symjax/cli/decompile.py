@@ -41,7 +41,6 @@ def main(argv):
   if f.split not in ('train', 'validation', 'test'):
     raise InputError(f"--split must be one of ['train', 'validation', 'test'], got {f.split!r}")
   loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
-  decompile.check_supported(loaded.model_config, loaded.task)
   program = decompile.decompile(loaded, os.path.basename(decompile.data_path(path)))
   source, data = decompile.write(program, path)
   measured = decompile.evaluate(loaded, decompile.load_program(source), f.split)

@@ -38,14 +38,14 @@ from symjax.ops.attention import (  # noqa: F401
 from symjax.system.errors import InputError
 from symjax.system.mesh import EMBED, HEAD_DIM, HEADS
 
+Array = jax.Array
+
 
 def straight_through(weights: Array) -> Array:
   """One-hot at the argmax of ``weights`` over the last axis in the forward pass, with the gradient of
   ``weights`` (the straight-through estimator). Ties go to the first index, as NumPy's argmax does."""
   hard = jax.nn.one_hot(jnp.argmax(weights, -1), weights.shape[-1], dtype=weights.dtype)
   return weights + jax.lax.stop_gradient(hard - weights)
-
-Array = jax.Array
 
 
 # --------------------------------------------------------------------------------------------------------

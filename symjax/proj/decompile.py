@@ -48,8 +48,6 @@ import numpy as np
 
 from symjax.system.errors import InputError
 
-# Tasks whose targets are tags of each position, which the program predicts.
-TASK_FAMILIES = ('rasp', 'induction')
 # Above this many entries a table is not printed in the program, only kept in its data file.
 READABLE_ENTRIES = 64
 
@@ -238,7 +236,7 @@ def _comb_table(vocab: int, k: int) -> np.ndarray:
   return np.asarray([[math.comb(a, b) for b in range(k + 1)] for a in range(n)], np.int64)
 
 
-def _table_text(name: str, table: np.ndarray, tokens: list[str], keys: list[str]) -> list[str]:
+def _table_text(table: np.ndarray, tokens: list[str], keys: list[str]) -> list[str]:
   """A small lookup table as a readable comment: one 'key -> token' per line."""
   return [f'#   {k} -> {tokens[int(v)]}' for k, v in zip(keys, table)]
 
@@ -293,7 +291,7 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
       if len(table) <= READABLE_ENTRIES:
         keys = [' '.join(tokens[t] for t in row) for row in all_multisets(c.vocab_size, len(names))]
         lines.append(f'  # ffn{l}.{ch} reads {{{", ".join(names)}}}:')
-        lines += ['  ' + s for s in _table_text(f'l{l}.ffn', table, tokens, keys)]
+        lines += ['  ' + s for s in _table_text(table, tokens, keys)]
       else:
         lines.append(f'  # ffn{l}.{ch}: a table of {len(table):,} entries (every multiset of {{{", ".join(names)}}}), '
                      f'in {data_file} as l{l}.ffn[{ch}]')

@@ -28,7 +28,7 @@ class RecipeStep:
 
 
 def compile_recipe_step(kind: str, vocab: int = 65) -> RecipeStep:
-  config = config_lib.variant(kind, 'task=text,size=medium')
+  config = config_lib.from_file(f'{kind}:task=text,size=medium')
   config.data_seed = 0
   cfg = config_lib.model_config(config, vocab, causal=True)
   batch, seq_len = config.batch_size, config.seq_len

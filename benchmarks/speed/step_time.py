@@ -37,7 +37,7 @@ KINDS = ('standard', 'token_factored', 'symbolic')
 
 def recipe_step(kind: str):
   """A closure running one training step of ``kind`` at the recipe's shape, and the parameter count."""
-  config = config_lib.variant(kind, 'task=text,size=medium')
+  config = config_lib.from_file(f'{kind}:task=text,size=medium')
   model = model_lib.build(config_lib.model_config(config, 65, causal=True))
   tx = optim.make_optimizer(config)
   train_step, _ = train.make_steps(model, tx, train.StepOptions.of(config))
@@ -60,7 +60,7 @@ def recipe_step(kind: str):
 def seeds_step(num_seeds: int, how: str = 'vmap'):
   """One training step of ``num_seeds`` seeds of the default induction config, batches built on the host,
   the seeds combined as ``symjax.train.seeds.combined_step(..., how)`` does."""
-  config = config_lib.variant('symbolic', None)
+  config = config_lib.from_file('symbolic')
   task = tasks.get_task(config)
   model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
   tx = optim.make_optimizer(config)

@@ -48,7 +48,7 @@ def main(_):
   start = time.perf_counter()
   meta = text.write_token_file(_TEXT.value, os.path.join(tmp, 'tokens'))
   tokenize_s = time.perf_counter() - start
-  config = config_lib.variant(_KIND.value, 'task=text,size=medium')
+  config = config_lib.from_file(f'{_KIND.value}:task=text,size=medium')
   config.total_steps, config.warmup_steps = _STEPS.value, 10
   config.eval_every_steps = config.log_every_steps = max(_STEPS.value // 10, 1)
   config.eval_windows, config.progress_bar = 24, False

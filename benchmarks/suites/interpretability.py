@@ -68,7 +68,7 @@ def main(_):
 
   runs = {}
   for kind in KINDS:
-    runs[('induction', kind)] = ensure(_INDUCTION.value.format(kind=kind), lambda: config_lib.variant(kind, None))
+    runs[('induction', kind)] = ensure(_INDUCTION.value.format(kind=kind), lambda: config_lib.from_file(kind))
     for task in sorted(set(_RASP_TASKS.value) | {'reverse'}):
       if task == 'reverse' or kind != 'standard':
         runs[(task, kind)] = ensure(_RASP.value.format(task=task, kind=kind),

@@ -340,3 +340,22 @@ def test_each_kind_of_damage_is_found_before_orbax_and_load_says_it_in_one_line(
   assert len(lines) == len(DAMAGE), proc.stderr[-3000:]
   assert all(l.startswith('WARNING: checkpoint at step 20 is corrupt or partial') and l.endswith('trying step 10')
              for l in lines), proc.stderr[-3000:]
+
+
+def test_the_metric_writer_does_not_import_pytorch(tmp_path):
+  """tensorboardX imports PyTorch wherever it is installed; the trainer's writer must not pay for it. A
+  stand-in `torch` package on the path fails loudly if anything imports it."""
+  fake = tmp_path / 'site' / 'torch'
+  fake.mkdir(parents=True)
+  (fake / '__init__.py').write_text('raise RuntimeError("torch was imported")\n')
+  (tmp_path / 'w').mkdir()
+  code = ("import sys; from symjax.run import workdir as rundir\n"
+          f"w = rundir.MetricWriter({str(tmp_path / 'w')!r}, resume_step=0)\n"
+          "w.write(1, 'train', {'loss': 1.0}); w.close()\n"
+          "assert 'torch' not in sys.modules\n"
+          "print(len(open(w.jsonl.name).readlines()))\n")
+  env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(tmp_path / 'site'), os.environ.get('PYTHONPATH', '')])}
+  proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env, cwd=REPO)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.strip() == '1'
+  assert glob.glob(str(tmp_path / 'w' / 'tensorboard' / 'events.out.tfevents.*'))

@@ -349,9 +349,8 @@ class MetricWriter:
         print(f'WARNING: {len(unreadable)} line(s) of {path} are not metric records; moved to '
               f'{path + UNREADABLE_SUFFIX}', file=sys.stderr)
       files.write_atomically(path, ''.join(kept))
-    from tensorboardX import SummaryWriter
     self.jsonl = open(path, 'a')
-    self.tb = SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=resume_step + 1)
+    self.tb = summary_writer_class()(os.path.join(workdir, 'tensorboard'), purge_step=resume_step + 1)
 
   def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
     if not self.active:
@@ -366,6 +365,25 @@ class MetricWriter:
     if self.active:
       self.jsonl.close()
       self.tb.close()
+
+
+def summary_writer_class():
+  """tensorboardX's ``SummaryWriter``, imported without PyTorch.
+
+  tensorboardX imports PyTorch whenever it is installed, only to accept PyTorch tensors; a run logs floats, and
+  would pay PyTorch's import on every start (about a second, and a fifth of the trainer's peak resident memory
+  on the CPU benchmark's machine: the docs' "Performance" page). Unless PyTorch is already imported, the
+  import is hidden from tensorboardX for that one import.
+  """
+  if 'torch' in sys.modules or 'tensorboardX' in sys.modules:
+    from tensorboardX import SummaryWriter
+    return SummaryWriter
+  sys.modules['torch'] = None  # `import torch` raises ImportError, which tensorboardX expects without PyTorch
+  try:
+    from tensorboardX import SummaryWriter
+  finally:
+    del sys.modules['torch']
+  return SummaryWriter
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ the docs is typed by hand from a JSON file.
 
 Each page starts with the file's provenance (command, commit, device, date) and renders the rest
 generically: scalars as a field table, lists of records and maps of records as tables (a mean ± 95%
-interval record as one cell), anything deeper under a heading of its key. CI runs ``--check``.
+interval record as one cell), anything deeper under a heading of its key. It also rewrites the README's
+generated tables (``README_BLOCKS``, between ``<!-- results:NAME start/end -->`` markers). CI runs ``--check``.
 """
 
 from __future__ import annotations
@@ -145,14 +146,56 @@ def pages() -> dict[str, str]:
   return out
 
 
+README = 'README.md'
+
+
+def vs_pytorch_table(data: dict) -> str:
+  """The README's performance table, from ``vs_pytorch_cpu.json`` (``benchmarks/speed/vs_pytorch.py``)."""
+  s = data['summary']
+  ratio = lambda name, key: f"{s[name]['vs_pytorch'][key]['median']:.2f}×" if 'vs_pytorch' in s[name] else '1'
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}, commit `{data['commit'][:7]}`; the whole "
+           f"{data['steps']}-step command, median of {data['rounds_run']} interleaved rounds, ratios to PyTorch "
+           f"within a round ([all figures](docs/results/data/vs_pytorch_cpu.md)):", '',
+           '| program | tokens/s | vs PyTorch | wall time | vs PyTorch | first step, warm cache | peak memory '
+           '| vs PyTorch |',
+           '|---|---:|---:|---:|---:|---:|---:|---:|']
+  for name, row in s.items():
+    warm = row['seconds_to_first_step_warm']
+    lines.append(f"| {'PyTorch (eager, same model)' if name == 'pytorch' else 'symjax ' + name} | "
+                 f"{row['tokens_per_s']:,.0f} | {ratio(name, 'tokens_per_s')} | {row['wall_s']:.0f} s | "
+                 f"{ratio(name, 'wall_time')} | {'–' if warm is None else f'{warm:.1f} s'} | "
+                 f"{row['peak_resident_mib']:.0f} MiB | {ratio(name, 'peak_resident_memory')} |")
+  return '\n'.join(lines) + '\n'
+
+
+# README blocks written from result files: (marker name, JSON file, renderer).
+README_BLOCKS = (('vs-pytorch', 'vs_pytorch_cpu', vs_pytorch_table),)
+
+
+def readme(text: str) -> str:
+  """``text`` with every generated block rewritten from its JSON file."""
+  for marker, name, render_block in README_BLOCKS:
+    start, end = f'<!-- results:{marker} start -->\n', f'<!-- results:{marker} end -->'
+    path = os.path.join(RESULTS, name + '.json')
+    if start not in text or not os.path.isfile(path):
+      continue
+    with open(path) as f:
+      block = render_block(json.load(f))
+    head, rest = text.split(start, 1)
+    text = head + start + block + end + rest.split(end, 1)[1]
+  return text
+
+
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--check', action='store_true', help='compare instead of writing; exit 1 on a difference')
   args = parser.parse_args(argv)
   wanted = pages()
+  with open(README) as f:
+    wanted[README] = readme(f.read())
   if args.check:
     stale = [p for p, text in wanted.items() if not os.path.isfile(p) or open(p).read() != text]
-    extra = sorted(set(glob.glob(os.path.join(PAGES, '*.md'))) - set(wanted))
+    extra = sorted(set(glob.glob(os.path.join(PAGES, '*.md'))) - set(wanted) - {README})
     for p in stale + extra:
       print(f'{p} differs from its JSON: run python -m benchmarks.results_pages', file=sys.stderr)
     return 1 if stale or extra else 0
@@ -160,7 +203,7 @@ def main(argv: list[str]) -> int:
   for p, text in wanted.items():
     with open(p, 'w') as f:
       f.write(text)
-  print(f'wrote {len(wanted)} pages under {PAGES}')
+  print(f'wrote {len(wanted) - 1} pages under {PAGES}, and {README}\'s generated tables')
   return 0
 
 

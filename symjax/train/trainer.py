@@ -320,6 +320,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         step_fn = soft_step if soft_step is not None and step < config.soft_steps else train_step
         state, metrics = step_fn(state, put(task.batch('train', step, config.batch_size, config.seed)))
         step += 1
+        if step == start_step + 1 and lead:  # how long compilation (or the cache) held the user up
+          jax.block_until_ready(metrics['loss'])
+          say(f'first step done after {time.time() - started:.1f} s (compilation included)')
         if step % config.log_every_steps == 0 or step == config.total_steps:
           metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
           if not all(math.isfinite(v) for v in metrics.values()):

@@ -66,11 +66,20 @@ def test_setting_reuses_freed_memory_and_applies_once(default_faults):
 
 @glibc_only
 @pytest.mark.parametrize('env', [{host.KEEP_MALLOC_ENV: '1'}, {'MALLOC_TRIM_THRESHOLD_': '131072'},
-                                 {'GLIBC_TUNABLES': 'glibc.malloc.trim_threshold=131072'}])
+                                 {'MALLOC_ARENA_MAX': '4'}, {'GLIBC_TUNABLES': 'glibc.malloc.trim_threshold=131072'}])
 def test_user_settings_are_left_alone(env, default_faults):
   applied, faults = run(1, **env)
   assert applied == [False]
   assert faults * 2 > default_faults, (faults, default_faults)
+
+
+@pytest.mark.skipif(not hasattr(os, 'sched_setaffinity'), reason='CPU affinity is a Linux call')
+def test_one_malloc_arena_per_core_the_process_may_run_on():
+  code = ('import os, sys; sys.path.insert(0, os.path.dirname(sys.argv[1])); import host; '
+          'os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); print(host.arena_setting())')
+  pinned = subprocess.run([sys.executable, '-c', code, host.__file__], capture_output=True, text=True, check=True)
+  assert pinned.stdout.strip() == f'({host.M_ARENA_MAX}, 1)'
+  assert host.arena_setting() == (host.M_ARENA_MAX, len(os.sched_getaffinity(0)))
 
 
 def test_cpu_compiler_defaults_turn_ynn_fusions_off_unless_the_user_chose(monkeypatch):

@@ -13,7 +13,7 @@ their wall times compare: the same model, optimiser, schedule, data, evaluation 
   ``warmup_cosine_decay_schedule``: the first update has learning rate 0).
 - Data: one token per character; the first 90% of the corpus trains (12 random windows of 64 tokens a
   step), the next 5% validates, the last 5% tests. Every 250 steps: the validation loss on 516 fixed windows
-  and a checkpoint; at the end, the loss on each split.
+  and a checkpoint, which it writes to ``--workdir``; at the end, the loss on each split.
 - It prints the same lines as ``python -m symjax.main`` (``step N/T: loss L, R tokens/s, S s``, a line after
   the first step, a line per evaluation), which the benchmark reads.
 
@@ -25,12 +25,17 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import time
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
+
+try:
+  import torch
+  import torch.nn.functional as F
+  from torch import nn
+except ImportError:
+  sys.exit(__doc__ + "\nPyTorch is not installed: pip install -e '.[bench]' --extra-index-url https://download.pytorch.org/whl/cpu")
 
 
 def alibi_slopes(num_heads: int) -> list[float]:
@@ -91,7 +96,7 @@ def learning_rate(step: int, peak: float, warmup: int, total: int, end_fraction:
 
 
 def main():
-  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument('--text_path', required=True)
   p.add_argument('--workdir', required=True)
   p.add_argument('--steps', type=int, default=2000)

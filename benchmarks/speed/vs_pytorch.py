@@ -17,7 +17,8 @@ should be otherwise idle. Per command:
 symjax runs keep their compiled steps in a compilation cache made fresh for this benchmark: the first round
 compiles (a cold cache), later rounds read it (a warm one, as a rerun or resume on the user's machine does).
 The ratios against PyTorch are taken within each round and their median reported. Tests time nothing; the
-docs' performance page is generated from the JSON.
+README's table and ``docs/results/data/vs_pytorch_cpu.md`` are generated from the JSON
+(``python -m benchmarks.results_pages``).
 """
 
 from __future__ import annotations
@@ -132,9 +133,8 @@ def main(_):
     values = [rd['runs'][name][key] for i, rd in enumerate(rounds) if not (warm_only and i == 0)]
     return statistics.median(values) if values else None
 
-  def ratio(name, key, invert=False):
+  def ratio(name, key):
     per_round = [rd['runs'][name][key] / rd['runs'][PEER][key] for rd in rounds]
-    per_round = [1 / x for x in per_round] if invert else per_round
     return {'median': statistics.median(per_round), 'per_round': per_round}
 
   summary = {}

@@ -56,7 +56,6 @@ SETTINGS = (
 )
 
 
-
 def arena_setting() -> tuple[int, int]:
   """(M_ARENA_MAX, the cores this process may run on): one malloc arena per core, chosen from the machine
   at run time. glibc's default is eight per core; since freed memory is kept, every arena keeps its own

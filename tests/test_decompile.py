@@ -28,15 +28,20 @@ def every_sequence(n):
   return np.asarray(list(itertools.product(range(1, len(TOKENS)), repeat=n)), np.int32)
 
 
-@pytest.fixture(scope='module', params=[(True, False), (False, False), (False, True)],
-                ids=['causal', 'bidirectional', 'bidirectional-qk_positions'])
+@pytest.fixture(scope='module', params=[(True, False, 0), (False, False, 0), (False, True, 0), (True, False, 1),
+                                        (False, True, 2)],
+                ids=['causal', 'bidirectional', 'bidirectional-qk_positions', 'causal-numerical',
+                     'bidirectional-qk_positions-numerical'])
 def setting(request, tmp_path_factory):
   """Random parameters (every one away from its init), the program written from them, and the model in
   its hard (one-hot) and its soft (the paper's) form."""
-  causal, positions = request.param
-  config = dataclasses.replace(CONFIG, causal=causal, qk_positions=positions)
+  causal, positions, numerical = request.param
+  config = dataclasses.replace(CONFIG, causal=causal, qk_positions=positions, numerical_heads=numerical)
   hard = dataclasses.replace(config, hard=True)
   params = randomize(model_lib.build(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))['params'], 1)
+  if numerical:  # gentle ALiBi slopes, so that the numerical heads read several keys as often as one or none
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, x: x.at[-numerical:].set(-3.0) if 'log_slope' in jax.tree_util.keystr(path) else x, params)
   path = str(tmp_path_factory.mktemp('program') / 'program.py')
   decompile.write(decompile.build(params, config, TOKENS), path)
   apply = lambda cfg: jax.jit(lambda x: model_lib.build(cfg).apply({'params': params}, x).argmax(-1))
@@ -73,13 +78,22 @@ def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow
   sown = [np.asarray(v) for path, v in jax.tree_util.tree_flatten_with_path(state[names.COLLECTION])[0]
           if any(getattr(k, 'key', None) in (names.MIXTURE, names.WEIGHTS) for k in path)]
   assert len(sown) == 3 * hard.num_layers  # value and FFN mixtures, attention weights, per layer
+  first = hard.num_heads - hard.numerical_heads
   for s in sown:
+    if s.shape[-1] == s.shape[-2] == x.shape[1] and hard.numerical_heads:  # attention [b, heads, q, k]
+      s, numerical = s[:, :first], s[:, first:]
+      n = (numerical > 0).sum(-1, keepdims=True)  # a numerical head reads its n keys with weight 1/n each
+      np.testing.assert_allclose(numerical, np.where(numerical > 0, 1 / np.maximum(n, 1), 0.0), rtol=1e-6)
+      assert (n == 0).any() and (n > 1).any()  # random parameters: some queries read none, some several
     np.testing.assert_array_equal(np.sort(s, -1)[..., -1], 1.0)
     np.testing.assert_array_equal(s.sum(-1), 1.0)
   grads = jax.grad(lambda p: model.apply({'params': p}, x).astype(jnp.float32).sum())(params)
   for layer in ('layer_0', 'layer_1'):  # straight-through: the softmaxes' parameters still learn
-    for leaf in (grads[layer]['attention']['query']['kernel'], grads[layer]['value_projection']['log_tau'],
-                 grads[layer]['ffn']['projection']['log_tau']):
+    leaves = [grads[layer]['attention']['query']['kernel'], grads[layer]['value_projection']['log_tau'],
+              grads[layer]['ffn']['projection']['log_tau']]
+    if hard.numerical_heads:
+      leaves.append(grads[layer]['numerical_projection']['log_tau'])
+    for leaf in leaves:
       assert np.abs(np.asarray(leaf)).max() > 0
 
 

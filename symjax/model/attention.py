@@ -48,6 +48,22 @@ def straight_through(weights: Array) -> Array:
   return weights + jax.lax.stop_gradient(hard - weights)
 
 
+def predicate_weights(scores: Array, allowed: Array, hard: bool) -> Array:
+  """The weights of a numerical head: every allowed key whose score is above 0 (a learned predicate), read
+  with equal weight — 1/n for n such keys, none if there is none ("Learning Transformer Programs"' numerical
+  attention, as a mean). ``hard=False`` gives the soft version, sigmoid(score) in place of the 0/1 predicate
+  and divided by max(1, Σ); ``hard=True`` the 0/1 one in the forward pass with the soft one's gradient.
+  scores, allowed: ``[..., q_time, k_time]`` (allowed broadcastable)."""
+  allowed = jnp.broadcast_to(allowed, scores.shape)
+  soft = jnp.where(allowed, jax.nn.sigmoid(jnp.where(allowed, scores, 0.0)), 0.0)
+  soft = soft / jnp.maximum(soft.sum(-1, keepdims=True), 1.0)
+  if not hard:
+    return soft
+  chosen = (allowed & (scores > 0)).astype(soft.dtype)
+  chosen = chosen / jnp.maximum(chosen.sum(-1, keepdims=True), 1.0)
+  return soft + jax.lax.stop_gradient(chosen - soft)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Masks as predicates on (query position i, key position j).
 #
@@ -271,6 +287,7 @@ class Attention(nn.Module):
   dtype: jnp.dtype = jnp.float32
   kernel_init: Callable = nn.initializers.normal(0.02)
   hard: bool = False  # program training: each query reads only its argmax key (straight-through)
+  numerical_heads: int = 0  # the last heads read every key with score > 0, equally (predicate_weights)
 
   @nn.compact
   def __call__(self, x: Array, values: Array | None = None, key_mask: Array | None = None,
@@ -298,8 +315,9 @@ class Attention(nn.Module):
     alibi = ALiBi(self.num_heads, self.learned_slopes, name='alibi') if self.alibi and edges is None else None
     edge_values = None
 
-    if self.hard and (plan is not None or edges is not None or self.impl != 'explicit'):
-      raise InputError('hard attention (model.hard) is computed by the explicit dense attention only')
+    if (self.hard or self.numerical_heads) and (plan is not None or edges is not None or self.impl != 'explicit'):
+      raise InputError('hard attention (model.hard) and numerical heads are computed by the explicit dense '
+                       'attention only')
     if plan is not None:
       out, blocked = blocked_attention(q, k, v, alibi.slopes() if alibi else None, plan, key_mask)
       weights = scatter_weights(blocked, plan, time) if self.is_mutable_collection('intermediates') else None
@@ -313,12 +331,18 @@ class Attention(nn.Module):
         bias = alibi(time, time) if alibi else None
         if fused:
           out, weights = fused_attention(q, k, v, bias, static, key_mask, self.impl), None
-        elif hooked:
+        elif hooked or self.numerical_heads:
           logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
           logits = logits / jnp.sqrt(jnp.float32(q.shape[-1])) + (0.0 if bias is None else bias)
           scores = names.hook(self, 'attn.scores', jnp.where(mask, logits, -jnp.inf))
           weights = softmax_over_allowed(scores, mask)
-          weights = names.hook(self, 'attn.pattern', straight_through(weights) if self.hard else weights)
+          weights = straight_through(weights) if self.hard else weights
+          if self.numerical_heads:
+            first = self.num_heads - self.numerical_heads
+            allowed = jnp.broadcast_to(mask, scores.shape)[:, first:]
+            weights = jnp.concatenate(
+                [weights[:, :first], predicate_weights(scores[:, first:], allowed, self.hard)], axis=1)
+          weights = names.hook(self, 'attn.pattern', weights)
           out = self._read(weights, v, None)
         else:
           out, weights = dot_product_attention(q, k, v, bias, mask)

@@ -83,6 +83,12 @@ class ModelConfig:
   # argmax, one-hot, so the model computes exactly what its decompiled program computes
   # (symjax.proj.decompile); gradients flow through the softmaxes (straight-through).
   hard: bool = False
+  # Numerical heads (opt-in, symbolic only; the numerical attention of "Learning Transformer Programs",
+  # §3.2, which its programs count with): the last numerical_heads heads of every layer read every key whose
+  # score is above 0 (a learned predicate; sigmoid weights in the soft model) and write the vocabulary
+  # projection of the mean of those keys' values. A categorical (softmax) head reads one key when hard, so
+  # it cannot count; the projection of a mean can (what it writes depends on how many keys hold each token).
+  numerical_heads: int = 0
   tau_init: float = 1.0                # initial vocabulary-projection temperature τ_h
   vocab_projection: str = 'direct'     # 'direct' or 'streamed' (memory O(tokens·heads·chunk)), see symbolic
   vocab_chunk_size: int = 1024         # vocabulary rows per step of the streamed projection
@@ -201,6 +207,18 @@ class ModelConfig:
       if wrong:
         raise InputError(f'model.hard (program training) needs the paper\'s symbolic model with the direct '
                          f'projection and explicit attention: {"; ".join("model." + w for w in wrong)}')
+    if self.numerical_heads:
+      if not 0 <= self.numerical_heads <= self.num_heads:
+        raise InputError(f'model.numerical_heads must be in [0, model.num_heads = {self.num_heads}], got '
+                         f'{self.numerical_heads!r}')
+      wrong = [f'{name} = {got!r} (needs {want!r})' for name, want, got in (
+          ('kind', 'symbolic', self.kind), ('symbolic_sites', 'both', self.symbolic_sites),
+          ('vocab_projection', 'direct', self.vocab_projection), ('attention_impl', 'explicit', self.attention_impl),
+          ('attention_block', 0, self.attention_block), ('relational', False, self.relational),
+          ('symbolic_layers', None, self.symbolic_layers)) if got != want]
+      if wrong:
+        raise InputError(f'model.numerical_heads needs the symbolic model with the direct projection and '
+                         f'explicit attention: {"; ".join("model." + w for w in wrong)}')
     if self.symbolic_layers is not None:
       if self.kind != 'symbolic':
         raise InputError(f"model.symbolic_layers is only for kind 'symbolic', got kind {self.kind!r}")
@@ -234,7 +252,8 @@ class ModelConfig:
   def paper_symbolic(self) -> bool:
     """Algorithm 1 exactly: exact mixtures, each channel's FFN reads its own channel (eq. 20), and positions
     enter only through ALiBi."""
-    return self.exact_mixtures and self.vocab_ffn == 'channel' and not self.qk_positions
+    return (self.exact_mixtures and self.vocab_ffn == 'channel' and not self.qk_positions
+            and not self.numerical_heads)
 
   def mask_predicates(self) -> tuple[attn.Mask, ...]:
     """The attention mask of every head (one entry when all heads share it)."""

@@ -150,6 +150,33 @@ class VocabProjection(nn.Module):
     return out.astype(z.dtype)
 
 
+class NumericalProjection(nn.Module):
+  """What a numerical head writes: the vocabulary projection (eqs. 21-22, its own τ) of the mean of the
+  values it read, for the heads ``first..num_heads-1``; the others pass through. The mean of several
+  one-hot tokens is a mixture of them; its projection is again one token when ``hard``, and which one
+  depends on how many of the read keys hold each token (counting, as "Learning Transformer Programs"'
+  numerical attention does). A head that read no key has the mean 0, whose projection is uniform (token 0
+  when hard). z: ``[..., heads, head_dim]``; table: ``[vocab, d_model]``."""
+
+  num_heads: int
+  first: int
+  tau_init: float = 1.0
+  num_valid: int | None = None
+  hard: bool = False
+
+  @nn.compact
+  def __call__(self, z: Array, table: Array) -> Array:
+    log_tau = self.param('log_tau', nn.initializers.constant(math.log(self.tau_init)),
+                         (self.num_heads - self.first,))
+    channels = split_channels(table, self.num_heads)[:, self.first:]        # [vocab, numerical heads, d]
+    out, alpha = direct_vocab_projection(z[..., self.first:, :], channels, jnp.exp(log_tau), 0, self.num_valid)
+    if self.hard:
+      alpha = straight_through(alpha)
+      out = tokens_major(jnp.einsum('hnv,hvd->hnd', heads_major(alpha), jnp.swapaxes(channels, 0, 1)
+                                    .astype(alpha.dtype)), z.shape[:-2])
+    return jnp.concatenate([z[..., :self.first, :], out.astype(z.dtype)], axis=-2)
+
+
 class VocabFFN(nn.Module):
   """VocabFFN(x) = ⊕_h VocabProj_h(FFN_h(x_h)) (eqs. 19-20).
 

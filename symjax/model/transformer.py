@@ -67,7 +67,7 @@ def _attention(config: ModelConfig, output_projection: bool, alibi: bool) -> att
                         alibi=alibi, learned_slopes=config.learned_slopes, output_projection=output_projection,
                         dropout_rate=config.attention_dropout_rate, block_size=config.attention_block,
                         impl=config.attention_impl, dtype=config.compute_dtype, hard=config.hard,
-                        name='attention')
+                        numerical_heads=config.numerical_heads, name='attention')
 
 
 class StandardBlock(nn.Module):
@@ -141,6 +141,11 @@ class FactoredBlock(nn.Module):
       x_attn = x_attn + pos[:x_t.shape[-2]].astype(x_attn.dtype)
     delta_t = _attention(cfg, False, True)(x_attn, values=values,
                                            key_mask=key_mask, deterministic=deterministic, edges=edges)
+    if cfg.numerical_heads:  # a numerical head's mean of several tokens goes back to one mixture (or token)
+      first = cfg.num_heads - cfg.numerical_heads
+      delta_t = symbolic.merge_channels(symbolic.NumericalProjection(
+          cfg.num_heads, first, cfg.tau_init, cfg.num_valid_rows, cfg.hard, name='numerical_projection')(
+              symbolic.split_channels(delta_t, cfg.num_heads), table))
     x_t = x_t + drop(delta_t)
     self.sow(names.COLLECTION, names.X_T_ATTN, x_t)
     self.sow(names.COLLECTION, names.X_E_ATTN, x_e)

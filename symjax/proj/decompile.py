@@ -152,6 +152,12 @@ def tables_of(params, model_config) -> dict[str, np.ndarray]:
     # vote[h, g, t, v] = W_head[h, g] E_g[t]·E_h[v] / τ_h: what token t in channel g of X_t adds to head h's
     # score for writing token v.
     t[f'l{l}.vote'] = np.einsum('hg,gtd,hvd->hgtv', w_head, E, E) / tau[:, None, None, None]
+    if c.numerical_heads:
+      # mix[h, t, v] = E_h[t]·E_h[v] / τ_h: what a read key holding token t adds to numerical head h's score
+      # for writing token v (the projection of the mean of the read keys' tokens; the 1/n does not change
+      # the argmax).
+      first, tau_n = H - c.numerical_heads, np.exp(f64(p['numerical_projection']['log_tau']))
+      t[f'l{l}.mix'] = np.einsum('htd,hvd->htv', E[first:], E[first:]) / tau_n[:, None, None]
     gamma_f, beta_f = _norm(p['norm_ffn'], H, d)
     ffn, tau_f, k = p['ffn'], np.exp(f64(p['ffn']['projection']['log_tau'])), 2 + 2 * l
     sets = all_multisets(V, k)
@@ -198,9 +204,8 @@ def allowed(n):
   return j <= i if CAUSAL else np.ones((n, n), bool)
 
 
-def attend(layer, head, state, reads):
-  """The key position each query reads: the highest query·key score minus slope·|i − j| (ALiBi) among
-  the keys the mask allows."""
+def scores(layer, head, state, reads):
+  """Every query·key score minus slope·|i − j| (ALiBi); −inf where the mask forbids the key."""
   held = [[state[name] for name in names] for names in reads]
   q = normed(TABLES[f'l{layer}.query'][head], TABLES[f'l{layer}.query_bias'][head], held)
   k = normed(TABLES[f'l{layer}.key'][head], TABLES[f'l{layer}.key_bias'][head], held)
@@ -208,8 +213,25 @@ def attend(layer, head, state, reads):
   if f'l{layer}.query_position' in TABLES:  # the model's learned positions: one row per position
     q, k = q + TABLES[f'l{layer}.query_position'][head][:n], k + TABLES[f'l{layer}.key_position'][head][:n]
   distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
-  scores = q @ k.T - TABLES[f'l{layer}.slopes'][head] * distance
-  return np.where(allowed(n), scores, -np.inf).argmax(1)
+  score = q @ k.T - TABLES[f'l{layer}.slopes'][head] * distance
+  return np.where(allowed(n), score, -np.inf)
+
+
+def attend(layer, head, state, reads):
+  """The key position each query reads: the highest score among the keys the mask allows."""
+  return scores(layer, head, state, reads).argmax(1)
+
+
+def select(layer, head, state, reads):
+  """The keys a numerical head reads, [query, key]: every allowed key whose score is above 0."""
+  return scores(layer, head, state, reads) > 0
+
+
+def count(layer, head, written, selected):
+  """The token a numerical head writes: the argmax of the mix rows of the tokens its selected keys hold,
+  summed (the vocabulary projection of their mean); token 0 where it selected none."""
+  first = len(TABLES[f'l{layer}.vote']) - len(TABLES[f'l{layer}.mix'])
+  return (selected.astype(np.float64) @ TABLES[f'l{layer}.mix'][head - first][written]).argmax(-1)
 
 
 def write(layer, head, state, values):
@@ -241,7 +263,8 @@ def _table_text(table: np.ndarray, tokens: list[str], keys: list[str]) -> list[s
   return [f'#   {k} -> {tokens[int(v)]}' for k, v in zip(keys, table)]
 
 
-def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str], epsilon: float) -> list[str]:
+def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str], epsilon: float,
+                      numerical: bool = False) -> list[str]:
   """Comments that read a first-layer head whole: where every channel holds only the input token, its
   score is a table over (query token, key token) and its written token a table over the key token."""
   spread = np.sqrt(np.einsum('ctt->ct', tables['gram'])) + epsilon                       # [channel, token]
@@ -253,6 +276,13 @@ def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str
   prefers = ', '.join(f'{tokens[a]}→{tokens[int(b)]}' for a, b in enumerate(score.argmax(1)))
   writes = ', '.join(f'{tokens[a]}→{tokens[int(b)]}' for a, b in enumerate(written))
   extra = ' and the position rows' if 'l0.query_position' in tables else ''
+  if numerical:
+    selects = '; '.join(f'{tokens[a]}→{{{",".join(tokens[b] for b in np.flatnonzero(row > 0))}}}'
+                        for a, row in enumerate(score))
+    return [f'# head 0.{head} (numerical): a query token selects the key tokens scoring above 0 (before ALiBi, '
+            f'−{slope:.3g}·|i − j|{extra}): {selects}',
+            f'# head 0.{head}: at a key holding token t its value is: {writes}; it writes the projection of '
+            f'their mean']
   return [f'# head 0.{head}: a query token prefers the key token (before ALiBi, −{slope:.3g}·|i − j|{extra}): '
           f'{prefers}',
           f'# head 0.{head}: at a key holding token t it writes: {writes}']
@@ -279,10 +309,16 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
     lines.append(f'  reads = {reads!r}  # channel c of X_t + X_e: what queries and keys are made of')
     lines.append(f'  values = {values!r}  # channel g of X_t: what a value is made of')
     for h in range(H):
+      numerical = h >= H - c.numerical_heads
       if l == 0:  # every channel holds the input token alone: the head is two tables over tokens
-        lines += ['  ' + line for line in _first_layer_head(tables, h, tokens, c.layer_norm_epsilon)]
-      lines.append(f"  state['@attn{l}.{h}'] = attend({l}, {h}, state, reads)  # the key each position reads")
-      lines.append(f"  state['attn{l}.{h}'] = write({l}, {h}, state, values)[state['@attn{l}.{h}']]")
+        lines += ['  ' + line for line in _first_layer_head(tables, h, tokens, c.layer_norm_epsilon, numerical)]
+      if numerical:
+        lines.append(f"  state['@attn{l}.{h}'] = select({l}, {h}, state, reads)  # the keys each position reads")
+        lines.append(f"  state['attn{l}.{h}'] = count({l}, {h}, write({l}, {h}, state, values), "
+                     f"state['@attn{l}.{h}'])")
+      else:
+        lines.append(f"  state['@attn{l}.{h}'] = attend({l}, {h}, state, reads)  # the key each position reads")
+        lines.append(f"  state['attn{l}.{h}'] = write({l}, {h}, state, values)[state['@attn{l}.{h}']]")
     for h in range(H):
       xt[h] = xt[h] + [f'attn{l}.{h}']
     for ch in range(H):
@@ -310,10 +346,12 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
   lines += [f'  return readout(state, {final!r})', '', '',
             'def trace(tokens):',
             '  """Every state variable of a sequence of token names, position by position: the tokens each head',
-            '  and FFN writes, and (as @attn<l>.<h>) the position each head reads."""',
+            '  and FFN writes, and (as @attn<l>.<h>) the position each head reads (a numerical head: the list',
+            '  of positions)."""',
             "  state = {'tok': np.asarray([TOKENS.index(t) for t in tokens], np.int64)}",
             *[f'  block_{l}(state)' for l in range(L)],
-            "  return {name: [int(x) if name.startswith('@') else TOKENS[x] for x in value]",
+            "  read = lambda x: [int(j) for j in np.flatnonzero(x)] if np.ndim(x) else int(x)",
+            "  return {name: [read(x) if name.startswith('@') else TOKENS[x] for x in value]",
             '          for name, value in state.items()}', '', '',
             'def predict(tokens):',
             '  """Tags (token names) for a sequence of token names, e.g. predict([\'<s>\', \'3\', \'1\'])."""',

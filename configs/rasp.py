@@ -42,4 +42,9 @@ def get_config(arg=None):
   # 31%, sort 81% (the docs' "Programs" page).
   config.model.hard = a.program
   config.model.qk_positions = a.program
+  if a.program:
+    # One-hot forward passes learn slower than the soft model: the program budget, chosen on validation
+    # accuracy (benchmarks/results/program_budget.json; Transformer Programs train 250 epochs).
+    config.total_steps = 20000
+    config.eval_every_steps = 2000
   return config_lib.runlocal(config) if a.runlocal else config

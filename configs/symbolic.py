@@ -37,4 +37,10 @@ def get_config(arg=None):
   # Program training ("Learning Transformer Programs" §3): the forward pass takes every mixture and every
   # attention pattern as its argmax, gradients pass straight through, and the model is its program.
   config.model.hard = a.program
+  if a.program and a.task == 'induction':
+    # One-hot forward passes learn slower than the soft model: a longer schedule, stopped once validation
+    # is exact (chosen on validation: benchmarks/results/program_budget.json).
+    config.total_steps = 20000
+    config.eval_every_steps = 2000
+    config.stop_at_accuracy = 1.0
   return common.finish(config, a)

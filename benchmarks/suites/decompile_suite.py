@@ -38,7 +38,7 @@ _JOBS = flags.DEFINE_integer('jobs', 1, 'Runs trained and decompiled at once.', 
 _TABLE = flags.DEFINE_string('table', '', 'Only write the docs table from the result files to this path '
                              '(docs/results/programs_table.md).')
 RESULTS = ('benchmarks/results/decompile_continuous.json', 'benchmarks/results/decompile_program.json',
-           'benchmarks/results/decompile_program_alibi.json')
+           'benchmarks/results/decompile_program_induction.json', 'benchmarks/results/decompile_program_alibi.json')
 
 # "Learning Transformer Programs", Table 1: test token accuracy of the decompiled programs (%).
 PUBLISHED = {'reverse': 99.79, 'hist': 100.0, 'double_hist': 98.40, 'sort': 99.83, 'most_freq': 75.69,
@@ -81,7 +81,7 @@ def table(paths=RESULTS) -> str:
     summary.update(record['summary'])
     provenance.append(f"`{path}` ({record['device']}, {record['date']}, commit {record['commit'][:7]})")
   cell = lambda s: f"{s['mean']:.2f} ± {s['ci95']:.2f}"
-  lines = ['| task | Transformer Programs | program-trained: program | fidelity | without positions: program '
+  lines = ['| task | Transformer Programs | program-trained: program | fidelity | without positions (3,000 steps): program '
            '| continuous: model | its program | fidelity | program size (lines, entries) |',
            '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
   for task in PUBLISHED:

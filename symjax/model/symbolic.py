@@ -156,7 +156,8 @@ class NumericalProjection(nn.Module):
   one-hot tokens is a mixture of them; its projection is again one token when ``hard``, and which one
   depends on how many of the read keys hold each token (counting, as "Learning Transformer Programs"'
   numerical attention does). A head that read no key has the mean 0, whose projection is uniform (token 0
-  when hard). z: ``[..., heads, head_dim]``; table: ``[vocab, d_model]``."""
+  when hard). It sows nothing: the stream after it (``x_t_attn``) holds what it wrote.
+  z: ``[..., heads, head_dim]``; table: ``[vocab, d_model]``."""
 
   num_heads: int
   first: int

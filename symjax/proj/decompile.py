@@ -20,6 +20,8 @@ exactly what such a model computes, from tables of the trained parameters:
   −slope·|i − j|, and the head attends to the key with the highest score (its mask as code);
 - the token a head writes (eq. 27) is the argmax of a vote: every token of X_t's channels (through
   W_head, eq. 10) adds a row of a ``vote`` table;
+- a numerical head (``model.numerical_heads``) reads every key whose score is above 0 and writes the
+  projection of the mean of their tokens: the argmax of the sum of their rows of a ``mix`` table;
 - a channel's FFN (eqs. 19-22) reads only its own channel, a multiset of tokens, so it is a lookup table from
   multisets to the token written;
 - the readout is again a per-token sum over channels; the prediction is its argmax.

@@ -81,8 +81,9 @@ def table(paths=RESULTS) -> str:
     summary.update(record['summary'])
     provenance.append(f"`{path}` ({record['device']}, {record['date']}, commit {record['commit'][:7]})")
   cell = lambda s: f"{s['mean']:.2f} ± {s['ci95']:.2f}"
-  lines = ['| task | Transformer Programs | program-trained: program | fidelity | without positions (3,000 steps): program '
-           '| continuous: model | its program | fidelity | program size (lines, entries) |',
+  lines = ['| task | Transformer Programs | program-trained: program | fidelity '
+           '| without positions (3,000 steps): program | continuous: model | its program | fidelity '
+           '| program size (lines, entries) |',
            '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
   for task in PUBLISHED:
     hard, soft = summary.get(f'{task}/program'), summary.get(f'{task}/continuous')

@@ -129,6 +129,10 @@ def test_unsupported_models_and_tasks_are_named():
     decompile.check_supported(CONFIG, 'text')
   with pytest.raises(InputError, match=r"model.hard .* model.vocab_projection = 'streamed' \(needs 'direct'\)"):
     dataclasses.replace(CONFIG, hard=True, vocab_projection='streamed').validate()
+  with pytest.raises(InputError, match=r'model.numerical_heads must be in \[0, model.num_heads = 3\], got 4'):
+    dataclasses.replace(CONFIG, numerical_heads=4).validate()
+  with pytest.raises(InputError, match=r"numerical_heads needs .*model.attention_impl = 'xla' \(needs 'explicit'\)"):
+    dataclasses.replace(CONFIG, numerical_heads=1, attention_impl='xla').validate()
 
 
 def test_program_files_are_never_written_over_unless_named(tmp_path):

@@ -197,28 +197,28 @@ class ModelConfig:
     if self.qk_positions and self.kind not in ('token_factored', 'symbolic'):
       raise InputError(f"model.qk_positions is for the factored kinds 'token_factored' and 'symbolic' (the "
                        f"standard model has model.positions='learned'), got kind {self.kind!r}")
+    # What program training and numerical heads both need: the explicit, dense, one-piece computations that
+    # the forward pass takes its argmaxes and predicates from.
+    needs = (('kind', 'symbolic', self.kind), ('symbolic_sites', 'both', self.symbolic_sites),
+             ('vocab_projection', 'direct', self.vocab_projection), ('attention_impl', 'explicit', self.attention_impl),
+             ('attention_block', 0, self.attention_block), ('relational', False, self.relational),
+             ('symbolic_layers', None, self.symbolic_layers))
+    unmet = lambda pairs: '; '.join(f'model.{name} = {got!r} (needs {want!r})' for name, want, got in pairs
+                                    if got != want)
     if self.hard:
-      wrong = [f'{name} = {got!r} (needs {want!r})' for name, want, got in (
-          ('kind', 'symbolic', self.kind), ('symbolic_sites', 'both', self.symbolic_sites),
-          ('projection_gain', False, self.projection_gain), ('ffn_mixture', 'convex', self.ffn_mixture),
-          ('vocab_projection', 'direct', self.vocab_projection), ('attention_impl', 'explicit', self.attention_impl),
-          ('attention_block', 0, self.attention_block), ('relational', False, self.relational),
-          ('symbolic_layers', None, self.symbolic_layers)) if got != want]
+      wrong = unmet(needs + (('projection_gain', False, self.projection_gain),
+                             ('ffn_mixture', 'convex', self.ffn_mixture)))
       if wrong:
         raise InputError(f'model.hard (program training) needs the paper\'s symbolic model with the direct '
-                         f'projection and explicit attention: {"; ".join("model." + w for w in wrong)}')
+                         f'projection and explicit attention: {wrong}')
     if self.numerical_heads:
       if not 0 <= self.numerical_heads <= self.num_heads:
         raise InputError(f'model.numerical_heads must be in [0, model.num_heads = {self.num_heads}], got '
                          f'{self.numerical_heads!r}')
-      wrong = [f'{name} = {got!r} (needs {want!r})' for name, want, got in (
-          ('kind', 'symbolic', self.kind), ('symbolic_sites', 'both', self.symbolic_sites),
-          ('vocab_projection', 'direct', self.vocab_projection), ('attention_impl', 'explicit', self.attention_impl),
-          ('attention_block', 0, self.attention_block), ('relational', False, self.relational),
-          ('symbolic_layers', None, self.symbolic_layers)) if got != want]
+      wrong = unmet(needs)
       if wrong:
         raise InputError(f'model.numerical_heads needs the symbolic model with the direct projection and '
-                         f'explicit attention: {"; ".join("model." + w for w in wrong)}')
+                         f'explicit attention: {wrong}')
     if self.symbolic_layers is not None:
       if self.kind != 'symbolic':
         raise InputError(f"model.symbolic_layers is only for kind 'symbolic', got kind {self.kind!r}")

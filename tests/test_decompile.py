@@ -82,9 +82,9 @@ def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow
   for s in sown:
     if s.shape[-1] == s.shape[-2] == x.shape[1] and hard.numerical_heads:  # attention [b, heads, q, k]
       s, numerical = s[:, :first], s[:, first:]
-      n = (numerical > 0).sum(-1, keepdims=True)  # a numerical head reads its n keys with weight 1/n each
-      np.testing.assert_allclose(numerical, np.where(numerical > 0, 1 / np.maximum(n, 1), 0.0), rtol=1e-6)
-      assert (n == 0).any() and (n > 1).any()  # random parameters: some queries read none, some several
+      assert set(np.unique(numerical)) <= {0.0, 1.0}  # a numerical head selects keys: S_ij is 0 or 1
+      n = numerical.sum(-1)
+      assert (n == 0).any() and (n == 1).any() and (n > 1).any()  # random parameters: none, one, several
     np.testing.assert_array_equal(np.sort(s, -1)[..., -1], 1.0)
     np.testing.assert_array_equal(s.sum(-1), 1.0)
   grads = jax.grad(lambda p: model.apply({'params': p}, x).astype(jnp.float32).sum())(params)
@@ -92,7 +92,9 @@ def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow
     leaves = [grads[layer]['attention']['query']['kernel'], grads[layer]['value_projection']['log_tau'],
               grads[layer]['ffn']['projection']['log_tau']]
     if hard.numerical_heads:
-      leaves.append(grads[layer]['numerical_projection']['log_tau'])
+      leaves.append(grads[layer]['count_projection']['count_logits'])
+    if hard.numerical_heads:  # the count's gradient reaches the numerical heads' predicate
+      leaves.append(grads[layer]['attention']['query']['kernel'][:, first:])
     for leaf in leaves:
       assert np.abs(np.asarray(leaf)).max() > 0
 

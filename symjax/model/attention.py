@@ -49,18 +49,16 @@ def straight_through(weights: Array) -> Array:
 
 
 def predicate_weights(scores: Array, allowed: Array, hard: bool) -> Array:
-  """The weights of a numerical head: every allowed key whose score is above 0 (a learned predicate), read
-  with equal weight — 1/n for n such keys, none if there is none ("Learning Transformer Programs"' numerical
-  attention, as a mean). ``hard=False`` gives the soft version, sigmoid(score) in place of the 0/1 predicate
-  and divided by max(1, Σ); ``hard=True`` the 0/1 one in the forward pass with the soft one's gradient.
+  """The weights of a numerical head, S_ij: 1 for every allowed key whose score is above 0 (a learned
+  predicate), 0 elsewhere ("Learning Transformer Programs"' numerical attention, which sums where softmax
+  attention averages). ``hard=False`` gives the soft version, sigmoid(score) in place of the 0/1 predicate;
+  ``hard=True`` the 0/1 one in the forward pass with the soft one's gradient.
   scores, allowed: ``[..., q_time, k_time]`` (allowed broadcastable)."""
   allowed = jnp.broadcast_to(allowed, scores.shape)
   soft = jnp.where(allowed, jax.nn.sigmoid(jnp.where(allowed, scores, 0.0)), 0.0)
-  soft = soft / jnp.maximum(soft.sum(-1, keepdims=True), 1.0)
   if not hard:
     return soft
   chosen = (allowed & (scores > 0)).astype(soft.dtype)
-  chosen = chosen / jnp.maximum(chosen.sum(-1, keepdims=True), 1.0)
   return soft + jax.lax.stop_gradient(chosen - soft)
 
 
@@ -287,7 +285,7 @@ class Attention(nn.Module):
   dtype: jnp.dtype = jnp.float32
   kernel_init: Callable = nn.initializers.normal(0.02)
   hard: bool = False  # program training: each query reads only its argmax key (straight-through)
-  numerical_heads: int = 0  # the last heads read every key with score > 0, equally (predicate_weights)
+  numerical_heads: int = 0  # the last heads count the keys with score > 0 (predicate_weights)
 
   @nn.compact
   def __call__(self, x: Array, values: Array | None = None, key_mask: Array | None = None,
@@ -342,6 +340,9 @@ class Attention(nn.Module):
             allowed = jnp.broadcast_to(mask, scores.shape)[:, first:]
             weights = jnp.concatenate(
                 [weights[:, :first], predicate_weights(scores[:, first:], allowed, self.hard)], axis=1)
+            # A numerical head's value is the constant 1 (the "ones" variable): it outputs n = Σ_j S_ij,
+            # the number of keys it selects (RASP's selector_width), on every one of its dimensions.
+            v = v.at[:, :, first:].set(1.0)
           weights = names.hook(self, 'attn.pattern', weights)
           out = self._read(weights, v, None)
         else:

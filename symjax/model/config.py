@@ -84,10 +84,10 @@ class ModelConfig:
   # (symjax.proj.decompile); gradients flow through the softmaxes (straight-through).
   hard: bool = False
   # Numerical heads (opt-in, symbolic only; the numerical attention of "Learning Transformer Programs",
-  # §3.2, which its programs count with): the last numerical_heads heads of every layer read every key whose
-  # score is above 0 (a learned predicate; sigmoid weights in the soft model) and write the vocabulary
-  # projection of the mean of those keys' values. A categorical (softmax) head reads one key when hard, so
-  # it cannot count; the projection of a mean can (what it writes depends on how many keys hold each token).
+  # §3.2, which its programs count with): the last numerical_heads heads of every layer count the keys whose
+  # score is above 0 (a learned predicate; sigmoid weights in the soft model) and write a token chosen by
+  # that count from a learned table (symbolic.CountProjection). A categorical (softmax) head reads one key
+  # when hard, so it cannot count.
   numerical_heads: int = 0
   tau_init: float = 1.0                # initial vocabulary-projection temperature τ_h
   vocab_projection: str = 'direct'     # 'direct' or 'streamed' (memory O(tokens·heads·chunk)), see symbolic

@@ -150,31 +150,40 @@ class VocabProjection(nn.Module):
     return out.astype(z.dtype)
 
 
-class NumericalProjection(nn.Module):
-  """What a numerical head writes: the vocabulary projection (eqs. 21-22, its own τ) of the mean of the
-  values it read, for the heads ``first..num_heads-1``; the others pass through. The mean of several
-  one-hot tokens is a mixture of them; its projection is again one token when ``hard``, and which one
-  depends on how many of the read keys hold each token (counting, as "Learning Transformer Programs"'
-  numerical attention does). A head that read no key has the mean 0, whose projection is uniform (token 0
-  when hard). It sows nothing: the stream after it (``x_t_attn``) holds what it wrote.
-  z: ``[..., heads, head_dim]``; table: ``[vocab, d_model]``."""
+class CountProjection(nn.Module):
+  """What a numerical head writes: a token chosen by the number n of keys it selected (``attention``'s
+  numerical heads output n), from a learned table of logits over the vocabulary, one row per n = 0..max_len
+  ("Learning Transformer Programs" count with numerical attention and map the count to a categorical
+  variable with a lookup-table MLP; here the table is the head's own). It writes the mixture
+  softmax(row_n) of channel h's embeddings (eq. 23's form), the argmax token when ``hard``. The soft n is
+  not an integer: the row is interpolated between its neighbours, which is also how the hard model's
+  gradient reaches the predicate (forward at the integer n, gradient row_{n+1} − row_n). Heads
+  ``first..num_heads-1`` are numerical; the others pass through. It sows nothing: the stream after it
+  (``x_t_attn``) holds what it wrote. z: ``[..., heads, head_dim]`` (a numerical head's n on every
+  dimension); table: ``[vocab, d_model]``."""
 
   num_heads: int
   first: int
-  tau_init: float = 1.0
+  max_len: int
   num_valid: int | None = None
   hard: bool = False
 
   @nn.compact
   def __call__(self, z: Array, table: Array) -> Array:
-    log_tau = self.param('log_tau', nn.initializers.constant(math.log(self.tau_init)),
-                         (self.num_heads - self.first,))
-    channels = split_channels(table, self.num_heads)[:, self.first:]        # [vocab, numerical heads, d]
-    out, alpha = direct_vocab_projection(z[..., self.first:, :], channels, jnp.exp(log_tau), 0, self.num_valid)
-    if self.hard:
-      alpha = straight_through(alpha)
-      out = tokens_major(jnp.einsum('hnv,hvd->hnd', heads_major(alpha), jnp.swapaxes(channels, 0, 1)
-                                    .astype(alpha.dtype)), z.shape[:-2])
+    vocab = table.shape[0]
+    logits = self.param('count_logits', nn.initializers.normal(1.0),
+                        (self.num_heads - self.first, self.max_len + 1, vocab))
+    n = jnp.clip(z[..., self.first:, 0].astype(jnp.float32), 0, self.max_len)              # [..., k]
+    low = jax.lax.stop_gradient(jnp.minimum(jnp.floor(n), self.max_len - 1)).astype(jnp.int32)
+    at = lambda i: jax.nn.one_hot(i, self.max_len + 1)
+    rows = at(low) + (n - low)[..., None] * (at(low + 1) - at(low))
+    scores = jnp.einsum('...hn,hnv->...hv', rows, logits)
+    if self.num_valid is not None and self.num_valid < vocab:
+      scores = jnp.where(jnp.arange(vocab) < self.num_valid, scores, -jnp.inf)
+    alpha = jax.nn.softmax(scores, -1)
+    alpha = straight_through(alpha) if self.hard else alpha
+    channels = split_channels(table, self.num_heads)[:, self.first:]                      # [vocab, k, d]
+    out = jnp.einsum('...hv,vhd->...hd', alpha, channels.astype(alpha.dtype))
     return jnp.concatenate([z[..., :self.first, :], out.astype(z.dtype)], axis=-2)
 
 

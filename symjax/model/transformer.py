@@ -141,10 +141,10 @@ class FactoredBlock(nn.Module):
       x_attn = x_attn + pos[:x_t.shape[-2]].astype(x_attn.dtype)
     delta_t = _attention(cfg, False, True)(x_attn, values=values,
                                            key_mask=key_mask, deterministic=deterministic, edges=edges)
-    if cfg.numerical_heads:  # a numerical head's mean of several tokens goes back to one mixture (or token)
+    if cfg.numerical_heads:  # a numerical head's count becomes a token of its channel (a mixture when soft)
       first = cfg.num_heads - cfg.numerical_heads
-      delta_t = symbolic.merge_channels(symbolic.NumericalProjection(
-          cfg.num_heads, first, cfg.tau_init, cfg.num_valid_rows, cfg.hard, name='numerical_projection')(
+      delta_t = symbolic.merge_channels(symbolic.CountProjection(
+          cfg.num_heads, first, cfg.max_len, cfg.num_valid_rows, cfg.hard, name='count_projection')(
               symbolic.split_channels(delta_t, cfg.num_heads), table))
     x_t = x_t + drop(delta_t)
     self.sow(names.COLLECTION, names.X_T_ATTN, x_t)

@@ -20,8 +20,8 @@ exactly what such a model computes, from tables of the trained parameters:
   −slope·|i − j|, and the head attends to the key with the highest score (its mask as code);
 - the token a head writes (eq. 27) is the argmax of a vote: every token of X_t's channels (through
   W_head, eq. 10) adds a row of a ``vote`` table;
-- a numerical head (``model.numerical_heads``) reads every key whose score is above 0 and writes the
-  projection of the mean of their tokens: the argmax of the sum of their rows of a ``mix`` table;
+- a numerical head (``model.numerical_heads``) counts the keys whose score is above 0 and writes the token
+  its ``count`` table holds for that number;
 - a channel's FFN (eqs. 19-22) reads only its own channel, a multiset of tokens, so it is a lookup table from
   multisets to the token written;
 - the readout is again a per-token sum over channels; the prediction is its argmax.
@@ -154,12 +154,8 @@ def tables_of(params, model_config) -> dict[str, np.ndarray]:
     # vote[h, g, t, v] = W_head[h, g] E_g[t]·E_h[v] / τ_h: what token t in channel g of X_t adds to head h's
     # score for writing token v.
     t[f'l{l}.vote'] = np.einsum('hg,gtd,hvd->hgtv', w_head, E, E) / tau[:, None, None, None]
-    if c.numerical_heads:
-      # mix[h, t, v] = E_h[t]·E_h[v] / τ_h: what a read key holding token t adds to numerical head h's score
-      # for writing token v (the projection of the mean of the read keys' tokens; the 1/n does not change
-      # the argmax).
-      first, tau_n = H - c.numerical_heads, np.exp(f64(p['numerical_projection']['log_tau']))
-      t[f'l{l}.mix'] = np.einsum('htd,hvd->htv', E[first:], E[first:]) / tau_n[:, None, None]
+    if c.numerical_heads:  # count[h, n]: the token numerical head h writes when it selected n keys
+      t[f'l{l}.count'] = f64(p['count_projection']['count_logits'])[..., :V].argmax(-1)
     gamma_f, beta_f = _norm(p['norm_ffn'], H, d)
     ffn, tau_f, k = p['ffn'], np.exp(f64(p['ffn']['projection']['log_tau'])), 2 + 2 * l
     sets = all_multisets(V, k)
@@ -229,11 +225,10 @@ def select(layer, head, state, reads):
   return scores(layer, head, state, reads) > 0
 
 
-def count(layer, head, written, selected):
-  """The token a numerical head writes: the argmax of the mix rows of the tokens its selected keys hold,
-  summed (the vocabulary projection of their mean); token 0 where it selected none."""
-  first = len(TABLES[f'l{layer}.vote']) - len(TABLES[f'l{layer}.mix'])
-  return (selected.astype(np.float64) @ TABLES[f'l{layer}.mix'][head - first][written]).argmax(-1)
+def count(layer, head, selected):
+  """The token a numerical head writes: its count table at the number of keys each query selected."""
+  first = len(TABLES[f'l{layer}.vote']) - len(TABLES[f'l{layer}.count'])
+  return TABLES[f'l{layer}.count'][head - first][selected.sum(1)]
 
 
 def write(layer, head, state, values):
@@ -282,9 +277,7 @@ def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str
     selects = '; '.join(f'{tokens[a]}→{{{",".join(tokens[b] for b in np.flatnonzero(row > 0))}}}'
                         for a, row in enumerate(score))
     return [f'# head 0.{head} (numerical): a query token selects the key tokens scoring above 0 (before ALiBi, '
-            f'−{slope:.3g}·|i − j|{extra}): {selects}',
-            f'# head 0.{head}: at a key holding token t its value is: {writes}; it writes the projection of '
-            f'their mean']
+            f'−{slope:.3g}·|i − j|{extra}): {selects}']
   return [f'# head 0.{head}: a query token prefers the key token (before ALiBi, −{slope:.3g}·|i − j|{extra}): '
           f'{prefers}',
           f'# head 0.{head}: at a key holding token t it writes: {writes}']
@@ -316,8 +309,10 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
         lines += ['  ' + line for line in _first_layer_head(tables, h, tokens, c.layer_norm_epsilon, numerical)]
       if numerical:
         lines.append(f"  state['@attn{l}.{h}'] = select({l}, {h}, state, reads)  # the keys each position reads")
-        lines.append(f"  state['attn{l}.{h}'] = count({l}, {h}, write({l}, {h}, state, values), "
-                     f"state['@attn{l}.{h}'])")
+        counts = ', '.join(f'{n}→{tokens[int(v)]}' for n, v in enumerate(
+            tables[f'l{l}.count'][h - (H - c.numerical_heads)]))
+        lines.append(f'  # head {l}.{h} writes, for n selected keys: {counts}')
+        lines.append(f"  state['attn{l}.{h}'] = count({l}, {h}, state['@attn{l}.{h}'])")
       else:
         lines.append(f"  state['@attn{l}.{h}'] = attend({l}, {h}, state, reads)  # the key each position reads")
         lines.append(f"  state['attn{l}.{h}'] = write({l}, {h}, state, values)[state['@attn{l}.{h}']]")

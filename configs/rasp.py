@@ -5,8 +5,9 @@ dyck2) at the published setting: vocabulary 8, length 8 (Dyck 16), 16,200/1,800/
 
 Arguments after ':': task (one of the seven), model=standard|token_factored|symbolic,
 size=tiny|small|medium, runlocal=true (20 steps, tiny), program=true (symbolic only: program training,
-one-hot mixtures and attention, so the run decompiles exactly with ``python -m symjax.decompile``). The test
-table includes token accuracy on sequences of length 12 and 16 (splits length_12, length_16; not for Dyck).
+one-hot mixtures and attention, numerical heads on the counting tasks, so the run decompiles exactly with
+``python -m symjax.decompile``). The test table includes token accuracy on sequences of length 12 and 16
+(splits length_12, length_16; not for Dyck).
 Every kind trains on the same budget; results per kind and longer budgets: the docs' "Results" pages.
 """
 
@@ -16,6 +17,10 @@ from symjax.train import config as config_lib
 # Kinds whose readout has a table of its own: chosen on validation loss, for every kind, from the same
 # grid (learning rate × tied or untied readout, 3 seeds). The mixtures stay those of the input table.
 UNTIED_READOUT = ('symbolic',)
+# Program training on the counting tasks: 2 of the 4 heads are numerical (they count the keys they select),
+# chosen per task on validation accuracy (benchmarks/results/program_budget.json), as Transformer Programs
+# choose their heads per task.
+NUMERICAL_HEADS = {'hist': 2, 'sort': 2, 'double_hist': 2}
 
 
 def get_config(arg=None):
@@ -47,4 +52,5 @@ def get_config(arg=None):
     # accuracy (benchmarks/results/program_budget.json; Transformer Programs train 250 epochs).
     config.total_steps = 20000
     config.eval_every_steps = 2000
+    config.model.numerical_heads = NUMERICAL_HEADS.get(a.task, 0)
   return config_lib.runlocal(config) if a.runlocal else config

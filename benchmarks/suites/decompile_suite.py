@@ -38,6 +38,7 @@ _JOBS = flags.DEFINE_integer('jobs', 1, 'Runs trained and decompiled at once.', 
 _TABLE = flags.DEFINE_string('table', '', 'Only write the docs table from the result files to this path '
                              '(docs/results/programs_table.md).')
 RESULTS = ('benchmarks/results/decompile_continuous.json', 'benchmarks/results/decompile_program.json',
+           'benchmarks/results/decompile_program_counting.json',
            'benchmarks/results/decompile_program_induction.json', 'benchmarks/results/decompile_program_alibi.json')
 
 # "Learning Transformer Programs", Table 1: test token accuracy of the decompiled programs (%).

@@ -17,10 +17,10 @@ from symjax.train import config as config_lib
 # Kinds whose readout has a table of its own: chosen on validation loss, for every kind, from the same
 # grid (learning rate × tied or untied readout, 3 seeds). The mixtures stay those of the input table.
 UNTIED_READOUT = ('symbolic',)
-# Program training on the counting tasks: 2 of the 4 heads are numerical (they count the keys they select),
-# chosen per task on validation accuracy (benchmarks/results/program_budget.json), as Transformer Programs
-# choose their heads per task.
-NUMERICAL_HEADS = {'hist': 2, 'sort': 2, 'double_hist': 2}
+# Program training on the counting tasks: half the heads are numerical (they count the keys they select), as
+# Transformer Programs split theirs; chosen per task on validation accuracy (benchmarks/results/
+# program_budget.json: 2 of 4 heads at size small).
+COUNTING_TASKS = ('hist', 'sort', 'double_hist')
 
 
 def get_config(arg=None):
@@ -52,5 +52,5 @@ def get_config(arg=None):
     # accuracy (benchmarks/results/program_budget.json; Transformer Programs train 250 epochs).
     config.total_steps = 20000
     config.eval_every_steps = 2000
-    config.model.numerical_heads = NUMERICAL_HEADS.get(a.task, 0)
+    config.model.numerical_heads = config.model.num_heads // 2 if a.task in COUNTING_TASKS else 0
   return config_lib.runlocal(config) if a.runlocal else config

@@ -216,3 +216,48 @@ def test_soft_steps_need_program_training_and_fit_in_the_run():
   config.soft_steps = config.total_steps
   with pytest.raises(InputError, match=r'config.soft_steps must be in \[0, config.total_steps = 40\)'):
     config_lib.validate(config)
+
+
+def test_gumbel_noise_samples_the_weights_and_keeps_zeros_and_gradients_finite():
+  """The argmax of gumbel_perturbed at scale 1 is a sample from the weights (Gumbel-max); a zero weight is
+  never drawn and passes no NaN back, nor does a row with no weight at all (a padding query)."""
+  from symjax.model import attention
+  weights = jnp.asarray([0.5, 0.3, 0.2, 0.0])
+  keys = jax.random.split(jax.random.key(0), 20_000)
+  drawn = jax.vmap(lambda k: attention.gumbel_perturbed(weights, k, 1.0).argmax())(keys)
+  counts = np.bincount(np.asarray(drawn), minlength=4) / len(keys)
+  np.testing.assert_allclose(counts, [0.5, 0.3, 0.2, 0.0], atol=0.015)  # ~4 standard errors
+  sharp = jax.vmap(lambda k: attention.gumbel_perturbed(weights, k, 0.05).argmax())(keys[:2000])
+  assert (np.asarray(sharp) == 0).mean() > 0.99  # a small scale takes the mode
+  rows = jnp.asarray([[0.7, 0.3, 0.0], [0.0, 0.0, 0.0]])
+  grad = jax.grad(lambda w: (attention.straight_through(attention.gumbel_perturbed(w, keys[0], 1.0))
+                             * jnp.arange(3.0)).sum())(rows)
+  assert np.isfinite(np.asarray(grad)).all() and np.abs(np.asarray(grad[0, :2])).max() > 0
+  # A numerical head's predicate under logistic noise of scale s selects a key with probability sigmoid(score/s).
+  scores, allowed = jnp.asarray([[-1.0, 0.0, 2.0]]), jnp.ones((1, 3), bool)
+  picked = jax.vmap(lambda k: attention.predicate_weights(scores, allowed, True, k, 1.0))(keys)
+  np.testing.assert_allclose(np.asarray(picked).mean(0)[0], jax.nn.sigmoid(scores[0]), atol=0.015)
+
+
+def test_gumbel_noise_samples_while_training_only():
+  """With model.gumbel_scale, the hard model given the noise stream samples its keys, tokens and counts
+  (different streams, different one-hot outputs); without the stream (evaluation, the program) it is the
+  noiseless hard model exactly. It is for program training only."""
+  from symjax.model.attention import GUMBEL_RNG
+  config = dataclasses.replace(CONFIG, hard=True, numerical_heads=1)
+  params = randomize(model_lib.build(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))['params'], 1)
+  noisy = model_lib.build(dataclasses.replace(config, gumbel_scale=1.0))
+  x = jnp.asarray(every_sequence(4)[:64])
+  run = lambda model, **kw: np.asarray(model.apply({'params': params}, x, **kw))
+  np.testing.assert_array_equal(run(noisy), run(model_lib.build(config)))
+  a, b = (run(noisy, rngs={GUMBEL_RNG: jax.random.key(i)}) for i in (1, 2))
+  assert not np.array_equal(a, b) and not np.array_equal(a, run(noisy))
+  _, state = noisy.apply({'params': params}, x, rngs={GUMBEL_RNG: jax.random.key(1)}, mutable=[names.COLLECTION])
+  mixtures = [np.asarray(v) for path, v in jax.tree_util.tree_flatten_with_path(state[names.COLLECTION])[0]
+              if any(getattr(k, 'key', None) == names.MIXTURE for k in path)]
+  for m in mixtures:  # a sample is still one token
+    np.testing.assert_array_equal(m.max(-1), 1.0)
+  with pytest.raises(InputError, match=r'model.gumbel_scale .* needs model.hard = True, got model.hard = False'):
+    dataclasses.replace(CONFIG, gumbel_scale=1.0).validate()
+  with pytest.raises(InputError, match=r'model.gumbel_scale must be a finite number >= 0 \(0 = off\), got -1.0'):
+    dataclasses.replace(config, gumbel_scale=-1.0).validate()

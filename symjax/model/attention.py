@@ -48,13 +48,36 @@ def straight_through(weights: Array) -> Array:
   return weights + jax.lax.stop_gradient(hard - weights)
 
 
-def predicate_weights(scores: Array, allowed: Array, hard: bool) -> Array:
+# The random stream of program training's Gumbel noise (``model.gumbel_scale``): the train step passes it,
+# evaluation does not, so evaluation and the decompiled program take the noiseless argmax.
+GUMBEL_RNG = 'gumbel'
+
+
+def gumbel_perturbed(weights: Array, key: Array, scale: float) -> Array:
+  """softmax(log weights + scale·g), g standard Gumbel noise: its argmax is a sample from ``weights``
+  sharpened to temperature ``scale`` (the Gumbel-max trick; scale 1 samples ``weights`` itself), and it is
+  the soft weights whose gradient the straight-through estimate takes ("Learning Transformer Programs" §3.2,
+  after Jang et al.'s Gumbel-softmax). Zero weights (masked keys, padding rows) stay zero."""
+  live = weights > 0
+  # log of 1 where a weight is 0, so that no gradient passes through log 0; a finite floor where -inf would
+  # make a row with no live weight (a padding query) NaN.
+  logits = jnp.log(jnp.where(live, weights, 1.0))
+  noisy = logits + scale * jax.random.gumbel(key, weights.shape, logits.dtype)
+  return jax.nn.softmax(jnp.where(live, noisy, jnp.finfo(logits.dtype).min), -1)
+
+
+def predicate_weights(scores: Array, allowed: Array, hard: bool, key: Array | None = None,
+                      scale: float = 0.0) -> Array:
   """The weights of a numerical head, S_ij: 1 for every allowed key whose score is above 0 (a learned
   predicate), 0 elsewhere ("Learning Transformer Programs"' numerical attention, which sums where softmax
   attention averages). ``hard=False`` gives the soft version, sigmoid(score) in place of the 0/1 predicate;
-  ``hard=True`` the 0/1 one in the forward pass with the soft one's gradient.
+  ``hard=True`` the 0/1 one in the forward pass with the soft one's gradient. With ``key``, the score is
+  perturbed by ``scale`` times logistic noise first (the difference of two Gumbels: an entry-wise
+  Gumbel-sigmoid, the form that paper names for predicates with several keys per query).
   scores, allowed: ``[..., q_time, k_time]`` (allowed broadcastable)."""
   allowed = jnp.broadcast_to(allowed, scores.shape)
+  if key is not None:
+    scores = scores + scale * jax.random.logistic(key, scores.shape, scores.dtype)
   soft = jnp.where(allowed, jax.nn.sigmoid(jnp.where(allowed, scores, 0.0)), 0.0)
   if not hard:
     return soft
@@ -286,6 +309,7 @@ class Attention(nn.Module):
   kernel_init: Callable = nn.initializers.normal(0.02)
   hard: bool = False  # program training: each query reads only its argmax key (straight-through)
   numerical_heads: int = 0  # the last heads count the keys with score > 0 (predicate_weights)
+  gumbel_scale: float = 0.0  # hard only: sample the argmax while training (gumbel_perturbed; GUMBEL_RNG)
 
   @nn.compact
   def __call__(self, x: Array, values: Array | None = None, key_mask: Array | None = None,
@@ -334,12 +358,17 @@ class Attention(nn.Module):
           logits = logits / jnp.sqrt(jnp.float32(q.shape[-1])) + (0.0 if bias is None else bias)
           scores = names.hook(self, 'attn.scores', jnp.where(mask, logits, -jnp.inf))
           weights = softmax_over_allowed(scores, mask)
+          noise = self.hard and self.gumbel_scale > 0 and self.has_rng(GUMBEL_RNG)
+          keys = jax.random.split(self.make_rng(GUMBEL_RNG)) if noise else (None, None)
+          if noise:
+            weights = gumbel_perturbed(weights, keys[0], self.gumbel_scale)
           weights = straight_through(weights) if self.hard else weights
           if self.numerical_heads:
             first = self.num_heads - self.numerical_heads
             allowed = jnp.broadcast_to(mask, scores.shape)[:, first:]
             weights = jnp.concatenate(
-                [weights[:, :first], predicate_weights(scores[:, first:], allowed, self.hard)], axis=1)
+                [weights[:, :first], predicate_weights(scores[:, first:], allowed, self.hard, keys[1],
+                                                       self.gumbel_scale)], axis=1)
             # A numerical head's value is the constant 1 (the "ones" variable): it outputs n = Σ_j S_ij,
             # the number of keys it selects (RASP's selector_width), on every one of its dimensions.
             v = v.at[:, :, first:].set(1.0)
@@ -348,6 +377,8 @@ class Attention(nn.Module):
         else:
           out, weights = dot_product_attention(q, k, v, bias, mask)
           if self.hard:
+            if self.gumbel_scale > 0 and self.has_rng(GUMBEL_RNG):
+              weights = gumbel_perturbed(weights, self.make_rng(GUMBEL_RNG), self.gumbel_scale)
             weights = straight_through(weights)
             out = self._read(weights, v, None)
       else:

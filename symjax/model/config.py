@@ -83,6 +83,12 @@ class ModelConfig:
   # argmax, one-hot, so the model computes exactly what its decompiled program computes
   # (symjax.proj.decompile); gradients flow through the softmaxes (straight-through).
   hard: bool = False
+  # Program training's Gumbel noise (opt-in, with hard): while training, every argmax above (attention keys,
+  # tokens of the vocabulary projections and count tables) is taken of the log-weights plus gumbel_scale ×
+  # Gumbel noise, a sample rather than the mode, and numerical predicates' scores get gumbel_scale × logistic
+  # noise ("Learning Transformer Programs" train theirs on Gumbel-softmax samples). Evaluation and the
+  # decompiled program take the noiseless argmax. 0 = off.
+  gumbel_scale: float = 0.0
   # Numerical heads (opt-in, symbolic only; the numerical attention of "Learning Transformer Programs",
   # §3.2, which its programs count with): the last numerical_heads heads of every layer count the keys whose
   # score is above 0 (a learned predicate; sigmoid weights in the soft model) and write a token chosen by
@@ -211,6 +217,11 @@ class ModelConfig:
       if wrong:
         raise InputError(f'model.hard (program training) needs the paper\'s symbolic model with the direct '
                          f'projection and explicit attention: {wrong}')
+    if not (math.isfinite(self.gumbel_scale) and self.gumbel_scale >= 0):
+      raise InputError(f'model.gumbel_scale must be a finite number >= 0 (0 = off), got {self.gumbel_scale!r}')
+    if self.gumbel_scale and not self.hard:
+      raise InputError(f'model.gumbel_scale samples the argmaxes of program training: it needs model.hard = '
+                       f'True, got model.hard = {self.hard!r}')
     if self.numerical_heads:
       if not 0 <= self.numerical_heads <= self.num_heads:
         raise InputError(f'model.numerical_heads must be in [0, model.num_heads = {self.num_heads}], got '

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from symjax.model import intermediates as names
-from symjax.model.attention import straight_through
+from symjax.model.attention import GUMBEL_RNG, gumbel_perturbed, straight_through
 from symjax.ops.channels import heads_major, merge_channels, split_channels, tokens_major  # noqa: F401
 from symjax.ops.projection import (  # noqa: F401
   VOCAB_PROJECTIONS,
@@ -109,6 +109,7 @@ class VocabProjection(nn.Module):
   gain: bool = False  # opt-in: scale channel h by a learned g_h = exp(log_gain_h) > 0 (starts at 1)
   weights: str = 'convex'  # 'convex' (eq. 22) or 'nonnegative' (opt-in: nonnegative_vocab_projection)
   hard: bool = False  # program training: the forward pass mixes one token, the argmax (straight-through)
+  gumbel_scale: float = 0.0  # hard only: sample the token while training (attention.gumbel_perturbed)
 
   @nn.compact
   def __call__(self, z: Array, table: Array) -> Array:
@@ -132,7 +133,7 @@ class VocabProjection(nn.Module):
     if self.hard:
       if alpha is None:
         raise InputError(f"model.hard needs model.vocab_projection='direct', got {self.impl!r}")
-      alpha = straight_through(alpha)
+      alpha = straight_through(_sampled(self, alpha))
       channels = jnp.swapaxes(split_channels(table, self.num_heads), 0, 1).astype(alpha.dtype)
       out = tokens_major(jnp.einsum('hnv,hvd->hnd', heads_major(alpha), channels), z.shape[:-2])
     if alpha is not None:
@@ -148,6 +149,14 @@ class VocabProjection(nn.Module):
       log_gain = self.param('log_gain', nn.initializers.zeros, (self.num_heads,))
       out = out * jnp.exp(log_gain)[:, None].astype(out.dtype)
     return out.astype(z.dtype)
+
+
+def _sampled(module: nn.Module, alpha: Array) -> Array:
+  """``alpha`` perturbed by the module's Gumbel noise while training (``model.gumbel_scale``, passed the
+  GUMBEL_RNG stream), ``alpha`` itself otherwise."""
+  if module.gumbel_scale > 0 and module.has_rng(GUMBEL_RNG):
+    return gumbel_perturbed(alpha, module.make_rng(GUMBEL_RNG), module.gumbel_scale)
+  return alpha
 
 
 class CountProjection(nn.Module):
@@ -167,6 +176,7 @@ class CountProjection(nn.Module):
   max_len: int
   num_valid: int | None = None
   hard: bool = False
+  gumbel_scale: float = 0.0
 
   @nn.compact
   def __call__(self, z: Array, table: Array) -> Array:
@@ -181,7 +191,7 @@ class CountProjection(nn.Module):
     if self.num_valid is not None and self.num_valid < vocab:
       scores = jnp.where(jnp.arange(vocab) < self.num_valid, scores, -jnp.inf)
     alpha = jax.nn.softmax(scores, -1)
-    alpha = straight_through(alpha) if self.hard else alpha
+    alpha = straight_through(_sampled(self, alpha)) if self.hard else alpha
     channels = split_channels(table, self.num_heads)[:, self.first:]                      # [vocab, k, d]
     out = jnp.einsum('...hv,vhd->...hd', alpha, channels.astype(alpha.dtype))
     return jnp.concatenate([z[..., :self.first, :], out.astype(z.dtype)], axis=-2)
@@ -211,6 +221,7 @@ class VocabFFN(nn.Module):
   mixing: str = 'channel'  # 'channel' (eq. 20: FFN_h reads x_h) or 'dense' (every FFN_h reads all of x)
   weights: str = 'convex'  # the projection's weights: 'convex' (eq. 22) or 'nonnegative' (opt-in)
   hard: bool = False
+  gumbel_scale: float = 0.0
 
   @nn.compact
   def __call__(self, x: Array, table: Array) -> Array:
@@ -227,7 +238,7 @@ class VocabFFN(nn.Module):
       hidden = names.hook(self, 'ffn.hidden', nn.gelu(x @ w1.astype(self.dtype) + b1.astype(self.dtype)))
       z = split_channels(hidden @ w2.astype(self.dtype) + b2.astype(self.dtype), self.num_heads)
       out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,
-                            self.gain, self.weights, self.hard, name='projection')(z, table)
+                            self.gain, self.weights, self.hard, self.gumbel_scale, name='projection')(z, table)
       return merge_channels(out)
     xh = split_channels(x, self.num_heads).astype(self.dtype)
     head_dim = xh.shape[-1]
@@ -243,5 +254,5 @@ class VocabFFN(nn.Module):
     z = jnp.einsum('hnf,hfd->hnd', hidden, w2.astype(self.dtype)) + b2[:, None].astype(self.dtype)
     z = tokens_major(z, xh.shape[:-2])
     out = VocabProjection(self.num_heads, self.tau_init, self.impl, self.chunk_size, self.num_valid,
-                          self.gain, self.weights, self.hard, name='projection')(z, table)
+                          self.gain, self.weights, self.hard, self.gumbel_scale, name='projection')(z, table)
     return merge_channels(out)

@@ -67,7 +67,8 @@ def _attention(config: ModelConfig, output_projection: bool, alibi: bool) -> att
                         alibi=alibi, learned_slopes=config.learned_slopes, output_projection=output_projection,
                         dropout_rate=config.attention_dropout_rate, block_size=config.attention_block,
                         impl=config.attention_impl, dtype=config.compute_dtype, hard=config.hard,
-                        numerical_heads=config.numerical_heads, name='attention')
+                        numerical_heads=config.numerical_heads, gumbel_scale=config.gumbel_scale,
+                        name='attention')
 
 
 class StandardBlock(nn.Module):
@@ -121,7 +122,8 @@ class FactoredBlock(nn.Module):
     if project:
       projection = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
                                             cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.projection_gain,
-                                            hard=cfg.hard, name='value_projection')
+                                            hard=cfg.hard, gumbel_scale=cfg.gumbel_scale,
+                                            name='value_projection')
     value = lambda x: projection(value_map(x), table) if project else value_map(x)
     values = value(x_t)
     if edges is not None:
@@ -144,7 +146,8 @@ class FactoredBlock(nn.Module):
     if cfg.numerical_heads:  # a numerical head's count becomes a token of its channel (a mixture when soft)
       first = cfg.num_heads - cfg.numerical_heads
       delta_t = symbolic.merge_channels(symbolic.CountProjection(
-          cfg.num_heads, first, cfg.max_len, cfg.num_valid_rows, cfg.hard, name='count_projection')(
+          cfg.num_heads, first, cfg.max_len, cfg.num_valid_rows, cfg.hard, cfg.gumbel_scale,
+          name='count_projection')(
               symbolic.split_channels(delta_t, cfg.num_heads), table))
     x_t = x_t + drop(delta_t)
     self.sow(names.COLLECTION, names.X_T_ATTN, x_t)
@@ -157,7 +160,7 @@ class FactoredBlock(nn.Module):
       delta_e = symbolic.VocabFFN(cfg.num_heads, width, cfg.tau_init, cfg.vocab_projection,
                                   cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
                                   gain=cfg.projection_gain, mixing=cfg.vocab_ffn, weights=cfg.ffn_mixture,
-                                  hard=cfg.hard, name='ffn')(x_ffn, table)
+                                  hard=cfg.hard, gumbel_scale=cfg.gumbel_scale, name='ffn')(x_ffn, table)
     else:
       delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
     x_e = x_e + drop(names.hook(self, 'ffn.out', delta_e))

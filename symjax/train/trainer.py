@@ -27,6 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from symjax import model as model_lib
 from symjax import tasks
 from symjax.model import ModelConfig, Transformer
+from symjax.model.attention import GUMBEL_RNG
 from symjax.ops import readout as readout_ops
 from symjax.run import workdir as rundir
 from symjax.system import files, host
@@ -105,7 +106,9 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
   ``loss`` stays the cross-entropy and its metrics are logged beside it."""
 
   def loss_fn(params, batch, dropout_key):
-    kw = dict(deterministic=False, rngs={'dropout': dropout_key})
+    # The noise key is passed to every model: only program training with model.gumbel_scale > 0 draws it.
+    kw = dict(deterministic=False, rngs={'dropout': dropout_key,
+                                         GUMBEL_RNG: jax.random.fold_in(dropout_key, 1)})
     if objective is None:
       loss, _, above, tied = token_stats(model, params, batch, options.readout, **kw)
     else:
@@ -276,7 +279,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       objective = distill.make_objective(model_config, distill.teacher_on(mesh, teacher), config)
     run = compile_run(model, tx, StepOptions.of(config), rng, mesh, rules, task.seq_len, objective)
     # Program training's soft phase: the same parameters through the soft model (model.hard off).
-    soft_step = compile_run(model_lib.build(dataclasses.replace(model_config, hard=False)), tx,
+    soft_step = compile_run(model_lib.build(dataclasses.replace(model_config, hard=False, gumbel_scale=0.0)), tx,
                             StepOptions.of(config), rng, mesh, rules, task.seq_len,
                             objective).train_step if config.get('soft_steps', 0) else None
     num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))

@@ -261,3 +261,30 @@ def test_gumbel_noise_samples_while_training_only():
     dataclasses.replace(CONFIG, gumbel_scale=1.0).validate()
   with pytest.raises(InputError, match=r'model.gumbel_scale must be a finite number >= 0 \(0 = off\), got -1.0'):
     dataclasses.replace(config, gumbel_scale=-1.0).validate()
+
+
+def test_gumbel_noise_anneals_geometrically_and_changes_what_program_training_learns(tmp_path):
+  """The scale goes from model.gumbel_scale to model.gumbel_scale_end geometrically over the run (constant
+  without an end); a program-training run with it learns other parameters than one without."""
+  from helpers import params_of, tiny_config
+
+  from symjax.train import trainer
+  config = dataclasses.replace(CONFIG, hard=True, gumbel_scale=3.0, gumbel_scale_end=0.01)
+  schedule = trainer.gumbel_schedule(config, 101)
+  np.testing.assert_allclose([schedule(0), schedule(50), schedule(100)], [3.0, np.sqrt(0.03), 0.01], rtol=1e-5)
+  constant = trainer.gumbel_schedule(dataclasses.replace(config, gumbel_scale_end=None), 101)
+  np.testing.assert_allclose([constant(0), constant(100)], [3.0, 3.0])
+  with pytest.raises(InputError, match=r'model.gumbel_scale_end must be a finite number > 0 with '
+                                       r'model.gumbel_scale > 0 \(or None: constant\), got 0.0'):
+    dataclasses.replace(config, gumbel_scale_end=0.0).validate()
+
+  def run(name, **model):
+    config = tiny_config(total_steps=10, eval_every_steps=10, task='induction')
+    for k, v in dict(hard=True, **model).items():
+      config.model[k] = v
+    trainer.train_and_evaluate(config, str(tmp_path / name))
+    return jax.tree.leaves(params_of(str(tmp_path / name), 10))
+
+  plain, sampled = run('plain'), run('sampled', gumbel_scale=3.0, gumbel_scale_end=0.01)
+  assert all(np.isfinite(x).all() for x in sampled)
+  assert not all(np.array_equal(a, b) for a, b in zip(plain, sampled))

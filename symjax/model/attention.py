@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import flax.linen as nn
 import flax.struct
@@ -53,7 +53,7 @@ def straight_through(weights: Array) -> Array:
 GUMBEL_RNG = 'gumbel'
 
 
-def gumbel_perturbed(weights: Array, key: Array, scale: float) -> Array:
+def gumbel_perturbed(weights: Array, key: Array, scale: Any) -> Array:
   """softmax(log weights + scale·g), g standard Gumbel noise: its argmax is a sample from ``weights``
   sharpened to temperature ``scale`` (the Gumbel-max trick; scale 1 samples ``weights`` itself), and it is
   the soft weights whose gradient the straight-through estimate takes ("Learning Transformer Programs" §3.2,
@@ -66,8 +66,14 @@ def gumbel_perturbed(weights: Array, key: Array, scale: float) -> Array:
   return jax.nn.softmax(jnp.where(live, noisy, jnp.finfo(logits.dtype).min), -1)
 
 
+def sampling(module: nn.Module) -> bool:
+  """Whether a hard module samples its argmaxes in this call: it has a Gumbel scale (a float, or the
+  trainer's annealed value, traced) and the GUMBEL_RNG stream (passed by the train step only)."""
+  return module.hard and module.gumbel_scale is not None and module.has_rng(GUMBEL_RNG)
+
+
 def predicate_weights(scores: Array, allowed: Array, hard: bool, key: Array | None = None,
-                      scale: float = 0.0) -> Array:
+                      scale: Any = 0.0) -> Array:
   """The weights of a numerical head, S_ij: 1 for every allowed key whose score is above 0 (a learned
   predicate), 0 elsewhere ("Learning Transformer Programs"' numerical attention, which sums where softmax
   attention averages). ``hard=False`` gives the soft version, sigmoid(score) in place of the 0/1 predicate;
@@ -309,7 +315,7 @@ class Attention(nn.Module):
   kernel_init: Callable = nn.initializers.normal(0.02)
   hard: bool = False  # program training: each query reads only its argmax key (straight-through)
   numerical_heads: int = 0  # the last heads count the keys with score > 0 (predicate_weights)
-  gumbel_scale: float = 0.0  # hard only: sample the argmax while training (gumbel_perturbed; GUMBEL_RNG)
+  gumbel_scale: Any = None  # hard only: sample the argmax at this scale while training (gumbel_perturbed)
 
   @nn.compact
   def __call__(self, x: Array, values: Array | None = None, key_mask: Array | None = None,
@@ -358,7 +364,7 @@ class Attention(nn.Module):
           logits = logits / jnp.sqrt(jnp.float32(q.shape[-1])) + (0.0 if bias is None else bias)
           scores = names.hook(self, 'attn.scores', jnp.where(mask, logits, -jnp.inf))
           weights = softmax_over_allowed(scores, mask)
-          noise = self.hard and self.gumbel_scale > 0 and self.has_rng(GUMBEL_RNG)
+          noise = sampling(self)
           keys = jax.random.split(self.make_rng(GUMBEL_RNG)) if noise else (None, None)
           if noise:
             weights = gumbel_perturbed(weights, keys[0], self.gumbel_scale)
@@ -377,7 +383,7 @@ class Attention(nn.Module):
         else:
           out, weights = dot_product_attention(q, k, v, bias, mask)
           if self.hard:
-            if self.gumbel_scale > 0 and self.has_rng(GUMBEL_RNG):
+            if sampling(self):
               weights = gumbel_perturbed(weights, self.make_rng(GUMBEL_RNG), self.gumbel_scale)
             weights = straight_through(weights)
             out = self._read(weights, v, None)

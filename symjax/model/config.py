@@ -84,11 +84,13 @@ class ModelConfig:
   # (symjax.proj.decompile); gradients flow through the softmaxes (straight-through).
   hard: bool = False
   # Program training's Gumbel noise (opt-in, with hard): while training, every argmax above (attention keys,
-  # tokens of the vocabulary projections and count tables) is taken of the log-weights plus gumbel_scale ×
-  # Gumbel noise, a sample rather than the mode, and numerical predicates' scores get gumbel_scale × logistic
-  # noise ("Learning Transformer Programs" train theirs on Gumbel-softmax samples). Evaluation and the
-  # decompiled program take the noiseless argmax. 0 = off.
+  # tokens of the vocabulary projections and count tables) is taken of the log-weights plus s × Gumbel
+  # noise, a sample rather than the mode, and numerical predicates' scores get s × logistic noise
+  # ("Learning Transformer Programs" train theirs on Gumbel-softmax samples, annealed geometrically from 3 to
+  # 0.01). s goes geometrically from gumbel_scale at the first step to gumbel_scale_end at the last (None:
+  # constant). Evaluation and the decompiled program take the noiseless argmax. 0 = off.
   gumbel_scale: float = 0.0
+  gumbel_scale_end: float | None = None
   # Numerical heads (opt-in, symbolic only; the numerical attention of "Learning Transformer Programs",
   # §3.2, which its programs count with): the last numerical_heads heads of every layer count the keys whose
   # score is above 0 (a learned predicate; sigmoid weights in the soft model) and write a token chosen by
@@ -219,6 +221,10 @@ class ModelConfig:
                          f'projection and explicit attention: {wrong}')
     if not (math.isfinite(self.gumbel_scale) and self.gumbel_scale >= 0):
       raise InputError(f'model.gumbel_scale must be a finite number >= 0 (0 = off), got {self.gumbel_scale!r}')
+    end = self.gumbel_scale_end
+    if end is not None and not (self.gumbel_scale > 0 and math.isfinite(end) and end > 0):
+      raise InputError(f'model.gumbel_scale_end must be a finite number > 0 with model.gumbel_scale > 0 (or None: '
+                       f'constant), got {end!r} with model.gumbel_scale = {self.gumbel_scale!r}')
     if self.gumbel_scale and not self.hard:
       raise InputError(f'model.gumbel_scale samples the argmaxes of program training: it needs model.hard = '
                        f'True, got model.hard = {self.hard!r}')

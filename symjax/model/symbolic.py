@@ -15,14 +15,14 @@ A hidden vector ``[..., d_model]`` is read as ``[..., heads, head_dim]``: channe
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from symjax.model import intermediates as names
-from symjax.model.attention import GUMBEL_RNG, gumbel_perturbed, straight_through
+from symjax.model.attention import GUMBEL_RNG, gumbel_perturbed, sampling, straight_through
 from symjax.ops.channels import heads_major, merge_channels, split_channels, tokens_major  # noqa: F401
 from symjax.ops.projection import (  # noqa: F401
   VOCAB_PROJECTIONS,
@@ -109,7 +109,7 @@ class VocabProjection(nn.Module):
   gain: bool = False  # opt-in: scale channel h by a learned g_h = exp(log_gain_h) > 0 (starts at 1)
   weights: str = 'convex'  # 'convex' (eq. 22) or 'nonnegative' (opt-in: nonnegative_vocab_projection)
   hard: bool = False  # program training: the forward pass mixes one token, the argmax (straight-through)
-  gumbel_scale: float = 0.0  # hard only: sample the token while training (attention.gumbel_perturbed)
+  gumbel_scale: Any = None  # hard only: sample the token at this scale while training (attention.sampling)
 
   @nn.compact
   def __call__(self, z: Array, table: Array) -> Array:
@@ -154,7 +154,7 @@ class VocabProjection(nn.Module):
 def _sampled(module: nn.Module, alpha: Array) -> Array:
   """``alpha`` perturbed by the module's Gumbel noise while training (``model.gumbel_scale``, passed the
   GUMBEL_RNG stream), ``alpha`` itself otherwise."""
-  if module.gumbel_scale > 0 and module.has_rng(GUMBEL_RNG):
+  if sampling(module):
     return gumbel_perturbed(alpha, module.make_rng(GUMBEL_RNG), module.gumbel_scale)
   return alpha
 
@@ -176,7 +176,7 @@ class CountProjection(nn.Module):
   max_len: int
   num_valid: int | None = None
   hard: bool = False
-  gumbel_scale: float = 0.0
+  gumbel_scale: Any = None
 
   @nn.compact
   def __call__(self, z: Array, table: Array) -> Array:
@@ -221,7 +221,7 @@ class VocabFFN(nn.Module):
   mixing: str = 'channel'  # 'channel' (eq. 20: FFN_h reads x_h) or 'dense' (every FFN_h reads all of x)
   weights: str = 'convex'  # the projection's weights: 'convex' (eq. 22) or 'nonnegative' (opt-in)
   hard: bool = False
-  gumbel_scale: float = 0.0
+  gumbel_scale: Any = None
 
   @nn.compact
   def __call__(self, x: Array, table: Array) -> Array:

@@ -61,13 +61,13 @@ class MLP(nn.Module):
     return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=init((MLP_AXIS, EMBED)), name='wo')(h)
 
 
-def _attention(config: ModelConfig, output_projection: bool, alibi: bool) -> attn.Attention:
+def _attention(config: ModelConfig, output_projection: bool, alibi: bool, gumbel_scale=None) -> attn.Attention:
   masks = config.mask_predicates()
   return attn.Attention(config.num_heads, config.head_dim, mask=masks[0] if len(masks) == 1 else masks,
                         alibi=alibi, learned_slopes=config.learned_slopes, output_projection=output_projection,
                         dropout_rate=config.attention_dropout_rate, block_size=config.attention_block,
                         impl=config.attention_impl, dtype=config.compute_dtype, hard=config.hard,
-                        numerical_heads=config.numerical_heads, gumbel_scale=config.gumbel_scale,
+                        numerical_heads=config.numerical_heads, gumbel_scale=gumbel_scale,
                         name='attention')
 
 
@@ -100,6 +100,7 @@ class FactoredBlock(nn.Module):
 
   config: ModelConfig
   symbolic: bool = False
+  gumbel_scale: Any = None  # program training's noise scale in this call (Transformer's gumbel_scale)
 
   @nn.compact
   def __call__(self, x_t: Array, x_e: Array, table: Array, key_mask: Array | None = None,
@@ -122,7 +123,7 @@ class FactoredBlock(nn.Module):
     if project:
       projection = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
                                             cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.projection_gain,
-                                            hard=cfg.hard, gumbel_scale=cfg.gumbel_scale,
+                                            hard=cfg.hard, gumbel_scale=self.gumbel_scale,
                                             name='value_projection')
     value = lambda x: projection(value_map(x), table) if project else value_map(x)
     values = value(x_t)
@@ -141,12 +142,12 @@ class FactoredBlock(nn.Module):
       pos = self.param('qk_position', nn.with_logical_partitioning(nn.initializers.normal(0.5), (None, EMBED)),
                        (cfg.max_len, cfg.d_model))
       x_attn = x_attn + pos[:x_t.shape[-2]].astype(x_attn.dtype)
-    delta_t = _attention(cfg, False, True)(x_attn, values=values,
+    delta_t = _attention(cfg, False, True, self.gumbel_scale)(x_attn, values=values,
                                            key_mask=key_mask, deterministic=deterministic, edges=edges)
     if cfg.numerical_heads:  # a numerical head's count becomes a token of its channel (a mixture when soft)
       first = cfg.num_heads - cfg.numerical_heads
       delta_t = symbolic.merge_channels(symbolic.CountProjection(
-          cfg.num_heads, first, cfg.max_len, cfg.num_valid_rows, cfg.hard, cfg.gumbel_scale,
+          cfg.num_heads, first, cfg.max_len, cfg.num_valid_rows, cfg.hard, self.gumbel_scale,
           name='count_projection')(
               symbolic.split_channels(delta_t, cfg.num_heads), table))
     x_t = x_t + drop(delta_t)
@@ -160,7 +161,7 @@ class FactoredBlock(nn.Module):
       delta_e = symbolic.VocabFFN(cfg.num_heads, width, cfg.tau_init, cfg.vocab_projection,
                                   cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
                                   gain=cfg.projection_gain, mixing=cfg.vocab_ffn, weights=cfg.ffn_mixture,
-                                  hard=cfg.hard, gumbel_scale=cfg.gumbel_scale, name='ffn')(x_ffn, table)
+                                  hard=cfg.hard, gumbel_scale=self.gumbel_scale, name='ffn')(x_ffn, table)
     else:
       delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
     x_e = x_e + drop(names.hook(self, 'ffn.out', delta_e))
@@ -184,10 +185,14 @@ class Transformer(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: Array, key_mask: Array | None = None, deterministic: bool = True,
-               return_hidden: bool = False, edges: Array | None = None):
+               return_hidden: bool = False, edges: Array | None = None, gumbel_scale: Any = None):
     """tokens: ``[batch, time]`` ints; key_mask: ``[batch, time]``, False for padding keys; edges (with
-    ``relational``): ``[batch, time, time]`` token ids of the edge i -> j, -1 where there is none."""
+    ``relational``): ``[batch, time, time]`` token ids of the edge i -> j, -1 where there is none.
+    gumbel_scale: program training's noise scale for this call (the trainer's annealed value; default
+    ``model.gumbel_scale``); it is drawn only when the call is given the ``attention.GUMBEL_RNG`` stream."""
     cfg = self.config
+    if gumbel_scale is None and cfg.gumbel_scale > 0:
+      gumbel_scale = cfg.gumbel_scale
     time = tokens.shape[-1]
     if time > cfg.max_len:
       raise InputError(f'sequence length {time} exceeds model.max_len = {cfg.max_len}; '
@@ -218,8 +223,8 @@ class Transformer(nn.Module):
       self.sow(names.COLLECTION, names.X_E_0, x_e)
       block = _remat(FactoredBlock, cfg, static_argnums=(5,))
       for l, kind in enumerate(cfg.layer_kinds()):
-        x_t, x_e = block(cfg, kind == 'symbolic', name=f'layer_{l}')(x_t, x_e, table, key_mask, deterministic,
-                                                                     graph)
+        x_t, x_e = block(cfg, kind == 'symbolic', gumbel_scale, name=f'layer_{l}')(x_t, x_e, table, key_mask,
+                                                                                   deterministic, graph)
       if cfg.kind == 'symbolic':
         h = symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale, cfg.layer_norm_epsilon,
                                       name='norm_final')(x_t + x_e)

@@ -64,6 +64,7 @@ def model_defaults(kind: str, size: str) -> ml_collections.ConfigDict:
   model = ml_collections.ConfigDict(fields)
   # None-valued fields need a typed placeholder so that command-line overrides type-check.
   model.symbolic_layers = config_dict.placeholder(tuple)
+  model.gumbel_scale_end = config_dict.placeholder(float)
   return model
 
 

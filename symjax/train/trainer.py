@@ -45,15 +45,16 @@ class TrainingDiverged(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class StepOptions:
-  """What the step functions read from the run config, built once: the readout ('direct' or 'streamed')
-  and the k of the top-k accuracies."""
+  """What the step functions read from the run config, built once: the readout ('direct' or 'streamed'),
+  the k of the top-k accuracies and the number of steps (over which program training's noise anneals)."""
 
   readout: str = 'direct'
   top_ks: tuple[int, ...] = (3,)
+  total_steps: int = 1
 
   @classmethod
   def of(cls, config: ml_collections.ConfigDict) -> 'StepOptions':
-    return cls(config.readout, tuple(config.top_ks))
+    return cls(config.readout, tuple(config.top_ks), config.total_steps)
 
 
 def token_stats(model: Transformer, params, batch, readout: str, **apply_kw) -> tuple[jax.Array, ...]:
@@ -97,6 +98,15 @@ def training_dynamics(params, grads) -> dict[str, jax.Array]:
   return out
 
 
+def gumbel_schedule(model_config: ModelConfig, total_steps: int) -> optax.Schedule:
+  """Program training's noise scale at each step: geometric from ``model.gumbel_scale`` at step 0 to
+  ``model.gumbel_scale_end`` at the last step (constant without an end)."""
+  start = model_config.gumbel_scale
+  end = start if model_config.gumbel_scale_end is None else model_config.gumbel_scale_end
+  return optax.exponential_decay(start, max(total_steps - 1, 1), end / start,
+                                 end_value=end if end < start else None)
+
+
 def make_steps(model: Transformer, tx: optax.GradientTransformation, options: StepOptions, objective=None):
   """The pure train and eval step functions (to be jitted with the run's shardings, or vmapped over
   seeds): ``train_step(state, batch, rng)`` with the run's key ``rng``, ``eval_step(params, batch)``.
@@ -105,10 +115,13 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
   cross-entropy as the loss minimised (distillation, ``symjax.train.distill.make_objective``); the logged
   ``loss`` stays the cross-entropy and its metrics are logged beside it."""
 
-  def loss_fn(params, batch, dropout_key):
-    # The noise key is passed to every model: only program training with model.gumbel_scale > 0 draws it.
-    kw = dict(deterministic=False, rngs={'dropout': dropout_key,
-                                         GUMBEL_RNG: jax.random.fold_in(dropout_key, 1)})
+  sampled = model.config.hard and model.config.gumbel_scale > 0
+
+  def loss_fn(params, batch, dropout_key, step):
+    kw = dict(deterministic=False, rngs={'dropout': dropout_key})
+    if sampled:  # program training's Gumbel noise at this step's scale
+      kw['rngs'][GUMBEL_RNG] = jax.random.fold_in(dropout_key, 1)
+      kw['gumbel_scale'] = gumbel_schedule(model.config, options.total_steps)(step)
     if objective is None:
       loss, _, above, tied = token_stats(model, params, batch, options.readout, **kw)
     else:
@@ -125,7 +138,8 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
 
   def train_step(state: TrainState, batch, rng):
     dropout_key = jax.random.fold_in(jax.random.fold_in(rng, 1), state.step)
-    (_, (loss, sums, extra)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, dropout_key)
+    (_, (loss, sums, extra)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, dropout_key,
+                                                                                state.step)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {'loss': loss, 'accuracy': sums['correct'] / jnp.maximum(sums['weight'], 1.0),
@@ -279,8 +293,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       objective = distill.make_objective(model_config, distill.teacher_on(mesh, teacher), config)
     run = compile_run(model, tx, StepOptions.of(config), rng, mesh, rules, task.seq_len, objective)
     # Program training's soft phase: the same parameters through the soft model (model.hard off).
-    soft_step = compile_run(model_lib.build(dataclasses.replace(model_config, hard=False, gumbel_scale=0.0)), tx,
-                            StepOptions.of(config), rng, mesh, rules, task.seq_len,
+    soft = dataclasses.replace(model_config, hard=False, gumbel_scale=0.0, gumbel_scale_end=None)
+    soft_step = compile_run(model_lib.build(soft), tx, StepOptions.of(config), rng, mesh, rules, task.seq_len,
                             objective).train_step if config.get('soft_steps', 0) else None
     num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
 

@@ -288,3 +288,13 @@ def test_gumbel_noise_anneals_geometrically_and_changes_what_program_training_le
   plain, sampled = run('plain'), run('sampled', gumbel_scale=3.0, gumbel_scale_end=0.01)
   assert all(np.isfinite(x).all() for x in sampled)
   assert not all(np.array_equal(a, b) for a, b in zip(plain, sampled))
+
+
+def test_the_program_chosen_on_validation_is_the_best_seed_there_the_first_on_a_tie():
+  from benchmarks.suites.decompile_suite import chosen_on_validation
+  runs = {'0': {'validation_accuracy': 99.5, 'program_accuracy': 99.9},
+          '1': {'validation_accuracy': 99.8, 'program_accuracy': 99.1},
+          '2': {'validation_accuracy': 99.8, 'program_accuracy': 99.7}}
+  assert chosen_on_validation(runs) == ('1', runs['1'])  # by validation, not by the test figure
+  assert chosen_on_validation({'10': runs['1'], '9': runs['2']}) == ('9', runs['2'])  # seeds compare as numbers
+  assert chosen_on_validation({'0': {'program_accuracy': 99.0}}) is None  # a file without validation

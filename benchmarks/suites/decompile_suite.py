@@ -36,9 +36,9 @@ _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds.')
 _RUNS = flags.DEFINE_string('runs', '/tmp/symjax_decompile', 'Where runs are trained (or found).')
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/decompile.json', 'Output.')
 _JOBS = flags.DEFINE_integer('jobs', 1, 'Runs trained and decompiled at once.', lower_bound=1)
-_ADD_VALIDATION = flags.DEFINE_bool('add_validation', False, 'Only add the validation accuracy of each run\'s decompiled checkpoint to '
-                                    'the result files (RESULTS) that lack it, from the run folders their commands '
-                                    'name; their other fields are kept as measured.')
+_ADD_VALIDATION = flags.DEFINE_bool('add_validation', False, 'Only add the validation accuracy of each run\'s '
+                                    'decompiled checkpoint to the result files (RESULTS) that lack it, from the run '
+                                    'folders their commands name; their other fields are kept as measured.')
 _TABLE = flags.DEFINE_string('table', '', 'Only write the docs table from the result files to this path '
                              '(docs/results/programs_table.md).')
 RESULTS = ('benchmarks/results/decompile_continuous.json', 'benchmarks/results/decompile_program.json',
@@ -153,8 +153,9 @@ def add_validation(paths=RESULTS) -> None:
           [r['validation_accuracy'] for r in seeds.values()])
     if changed:
       record['validation_accuracy_added'] = (
-          f'{datetime.date.today()}: the validation accuracy of each run\'s decompiled checkpoint, read from its metrics.jsonl by '
-          f'python -m benchmarks.suites.decompile_suite --add_validation; the test measurements are unchanged')
+          f"{datetime.date.today()}: the validation accuracy of each run's decompiled checkpoint, read from its "
+          f'metrics.jsonl by python -m benchmarks.suites.decompile_suite --add_validation; the test measurements '
+          f'are unchanged')
       files.write_atomically(path, json.dumps(record, indent=1))
       print(f'added validation accuracy to {path}')
 

@@ -28,17 +28,21 @@ def every_sequence(n):
   return np.asarray(list(itertools.product(range(1, len(TOKENS)), repeat=n)), np.int32)
 
 
-@pytest.fixture(scope='module', params=[(True, False, 0), (False, False, 0), (False, True, 0), (True, False, 1),
-                                        (False, True, 2)],
+@pytest.fixture(scope='module', params=[(True, False, 0, True), (False, False, 0, True), (False, True, 0, True),
+                                        (True, False, 1, True), (False, True, 2, True), (False, True, 2, False)],
                 ids=['causal', 'bidirectional', 'bidirectional-qk_positions', 'causal-numerical',
-                     'bidirectional-qk_positions-numerical'])
+                     'bidirectional-qk_positions-numerical', 'bidirectional-qk_positions-numerical_without'])
 def setting(request, tmp_path_factory):
   """Random parameters (every one away from its init), the program written from them, and the model in
   its hard (one-hot) and its soft (the paper's) form."""
-  causal, positions, numerical = request.param
-  config = dataclasses.replace(CONFIG, causal=causal, qk_positions=positions, numerical_heads=numerical)
+  causal, positions, numerical, numerical_positions = request.param
+  config = dataclasses.replace(CONFIG, causal=causal, qk_positions=positions, numerical_heads=numerical,
+                               numerical_positions=numerical_positions)
   hard = dataclasses.replace(config, hard=True)
-  params = randomize(model_lib.build(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))['params'], 1)
+  # Without positions a numerical head's choice is a table over token pairs, and the first draw selects
+  # exactly one key nowhere in layer 0; draw 4 selects none, one and several keys in both layers.
+  draw = 1 if numerical_positions else 4
+  params = randomize(model_lib.build(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))['params'], draw)
   if numerical:  # gentle ALiBi slopes, so that the numerical heads read several keys as often as one or none
     params = jax.tree_util.tree_map_with_path(
         lambda path, x: x.at[-numerical:].set(-3.0) if 'log_slope' in jax.tree_util.keystr(path) else x, params)
@@ -99,6 +103,24 @@ def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow
       assert np.abs(np.asarray(leaf)).max() > 0
 
 
+def test_numerical_heads_without_positions_select_by_tokens_alone(setting):
+  _, _, _, params, hard = setting
+  if not hard.numerical_heads or hard.causal:
+    pytest.skip('numerical heads with a full mask: a permuted sequence is the same multiset of keys')
+  x = jnp.asarray(every_sequence(5)[::37])
+  order = np.asarray([3, 0, 4, 1, 2])
+
+  def numerical_weights(tokens):  # layer 0's numerical heads: [batch, heads, q, k]
+    _, state = model_lib.build(hard).apply({'params': params}, tokens, mutable=[names.COLLECTION])
+    return np.asarray(state[names.COLLECTION]['layer_0']['attention'][names.WEIGHTS][0])[:, -hard.numerical_heads:]
+
+  moved, permuted = numerical_weights(x)[:, :, order][..., order], numerical_weights(x[:, order])
+  if hard.numerical_positions:  # ALiBi and the position rows: where a key is changes what is selected
+    assert (moved != permuted).any()
+  else:
+    np.testing.assert_array_equal(moved, permuted)
+
+
 def test_a_written_program_runs_with_numpy_alone(setting, tmp_path):
   program, hard, _, _, _ = setting
   folder = os.path.dirname(program.__file__)
@@ -131,6 +153,8 @@ def test_unsupported_models_and_tasks_are_named():
     decompile.check_supported(CONFIG, 'text')
   with pytest.raises(InputError, match=r"model.hard .* model.vocab_projection = 'streamed' \(needs 'direct'\)"):
     dataclasses.replace(CONFIG, hard=True, vocab_projection='streamed').validate()
+  with pytest.raises(InputError, match=r'model.numerical_positions = False .* needs model.numerical_heads >= 1, got 0'):
+    dataclasses.replace(CONFIG, numerical_positions=False).validate()
   with pytest.raises(InputError, match=r'model.numerical_heads must be in \[0, model.num_heads = 3\], got 4'):
     dataclasses.replace(CONFIG, numerical_heads=4).validate()
   with pytest.raises(InputError, match=r"numerical_heads needs .*model.attention_impl = 'xla' \(needs 'explicit'\)"):
@@ -298,3 +322,26 @@ def test_the_program_chosen_on_validation_is_the_best_seed_there_the_first_on_a_
   assert chosen_on_validation(runs) == ('1', runs['1'])  # by validation, not by the test figure
   assert chosen_on_validation({'10': runs['1'], '9': runs['2']}) == ('9', runs['2'])  # seeds compare as numbers
   assert chosen_on_validation({'0': {'program_accuracy': 99.0}}) is None  # a file without validation
+
+
+def test_a_recipe_trial_is_recorded_from_validation_alone_with_the_settings_it_names(tmp_path):
+  import json
+
+  from benchmarks.analysis.collect_validation import run_record
+  run = tmp_path / 'hist_seed1'
+  run.mkdir()
+  (run / 'config.json').write_text(json.dumps({'task': 'hist', 'seed': 1, 'total_steps': 4, 'learning_rate': 1e-3,
+                                               'model': {'num_heads': 8}}))
+  rows = [{'step': 2, 'split': 'validation', 'accuracy': 0.5}, {'step': 2, 'split': 'test', 'accuracy': 1.0},
+          {'step': 4, 'split': 'validation', 'accuracy': 0.75}]
+  (run / 'metrics.jsonl').write_text('\n'.join(json.dumps(r) for r in rows))
+  record = run_record(str(run), ['num_heads', 'numerical_positions', 'learning_rate'])
+  # a model field as run, one from before it existed at its default, and a field of the config itself
+  assert record['setting'] == {'num_heads': 8, 'numerical_positions': True, 'learning_rate': 1e-3}
+  assert record['validation_accuracy_by_step'] == {'2': 50.0, '4': 75.0}
+  assert record['best_validation_accuracy'] == 75.0  # the test row is never read
+  with pytest.raises(InputError, match=r"'warmup' is neither a config.model field nor a config field"):
+    run_record(str(run), ['warmup'])
+  (run / 'metrics.jsonl').unlink()
+  with pytest.raises(InputError, match=r'not a finished training run: metrics.jsonl is missing'):
+    run_record(str(run), ['num_heads'])

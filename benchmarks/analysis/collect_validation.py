@@ -28,7 +28,18 @@ _JSON = flags.DEFINE_string('json', None, 'Output.', required=True)
 _WHAT = flags.DEFINE_string('what', '', 'What the runs compare (written to the JSON).')
 _COMMAND = flags.DEFINE_string('command', '', 'The training command of the runs, RUN for the run folder.')
 _FIELDS = flags.DEFINE_list('fields', ['gumbel_scale', 'gumbel_scale_end', 'numerical_heads'],
-                            'config.model fields that tell the settings apart.')
+                            'config.model fields that tell the settings apart (or, not a model field, a '
+                            'field of the config itself: learning_rate, weight_decay, eval_every_steps).')
+
+
+def setting(config: dict, name: str):
+  """A model field of a run's config (its default for a run from before the field existed), else a field
+  of the config itself."""
+  if name in config['model'] or name in DEFAULTS:
+    return config['model'].get(name, DEFAULTS.get(name))
+  if name not in config:
+    raise InputError(f'{name!r} is neither a config.model field nor a config field')
+  return config[name]
 
 
 def run_record(path: str, fields: list[str]) -> dict:
@@ -47,7 +58,7 @@ def run_record(path: str, fields: list[str]) -> dict:
   if not by_step:
     raise InputError(f'{path} has no validation evaluation in metrics.jsonl')
   return {'run': os.path.basename(os.path.normpath(path)), 'task': config['task'], 'seed': config['seed'],
-          'setting': {name: config['model'].get(name, DEFAULTS.get(name)) for name in fields},
+          'setting': {name: setting(config, name) for name in fields},
           'steps': config['total_steps'], 'validation_accuracy_by_step': by_step,
           'best_validation_accuracy': max(by_step.values())}
 

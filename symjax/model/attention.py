@@ -316,11 +316,14 @@ class Attention(nn.Module):
   hard: bool = False  # program training: each query reads only its argmax key (straight-through)
   numerical_heads: int = 0  # the last heads count the keys with score > 0 (predicate_weights)
   gumbel_scale: Any = None  # hard only: sample the argmax at this scale while training (gumbel_perturbed)
+  numerical_positions: bool = True  # False: no ALiBi bias on the numerical heads (and positions go to the rest)
 
   @nn.compact
   def __call__(self, x: Array, values: Array | None = None, key_mask: Array | None = None,
-               deterministic: bool = True, edges: Edges | None = None) -> Array:
-    """x: ``[batch, time, d_model]``; values: ``[batch, time, heads, head_dim]``; key_mask: ``[batch, time]``.
+               deterministic: bool = True, edges: Edges | None = None, positions: Array | None = None) -> Array:
+    """x: ``[batch, time, d_model]``; values: ``[batch, time, heads, head_dim]``; key_mask: ``[batch, time]``;
+    positions: ``[time, d_model]`` rows added to the queries' and keys' input of the categorical heads only
+    (the numerical heads read ``x`` alone; ``numerical_positions=False``).
 
     Returns ``[batch, time, d_model]``.
     """
@@ -329,7 +332,15 @@ class Attention(nn.Module):
     named = lambda names: nn.with_logical_partitioning(self.kernel_init, names)
     dense = lambda name: nn.DenseGeneral(heads, use_bias=False, dtype=self.dtype,
                                          kernel_init=named((EMBED, HEADS, HEAD_DIM)), name=name)
-    q, k = dense('query')(x), dense('key')(x)
+    query, key = dense('query'), dense('key')
+    q, k = query(x), key(x)
+    if positions is not None:
+      if not self.numerical_heads or self.numerical_positions:
+        raise InputError('attention positions apart from x are for numerical heads without positions '
+                         '(model.numerical_positions = False)')
+      # The maps are linear: W(x + p) = Wx + Wp, so the categorical heads read what they would with p added.
+      categorical = (jnp.arange(self.num_heads) < self.num_heads - self.numerical_heads)[:, None]
+      q, k = q + jnp.where(categorical, query(positions), 0), k + jnp.where(categorical, key(positions), 0)
     v = dense('value')(x) if values is None else values.astype(self.dtype)
     hooked = names.active()  # a hook session reads every site: the explicit path, dense weights
     if hooked:
@@ -357,6 +368,8 @@ class Attention(nn.Module):
                and (self.dropout_rate == 0.0 or deterministic))
       if edges is None:
         bias = alibi(time, time) if alibi else None
+        if bias is not None and self.numerical_heads and not self.numerical_positions:
+          bias = bias.at[self.num_heads - self.numerical_heads:].set(0.0)  # a predicate on tokens alone
         if fused:
           out, weights = fused_attention(q, k, v, bias, static, key_mask, self.impl), None
         elif hooked or self.numerical_heads:

@@ -97,6 +97,11 @@ class ModelConfig:
   # that count from a learned table (symbolic.CountProjection). A categorical (softmax) head reads one key
   # when hard, so it cannot count.
   numerical_heads: int = 0
+  # Whether numerical heads see positions (the ALiBi bias and, with qk_positions, the position rows) like the
+  # other heads. False: their predicate is over the tokens a position holds alone, so a count such as
+  # "keys holding my token" cannot depend on where the keys are (opt-in, per task; the categorical heads keep
+  # their positions).
+  numerical_positions: bool = True
   tau_init: float = 1.0                # initial vocabulary-projection temperature τ_h
   vocab_projection: str = 'direct'     # 'direct' or 'streamed' (memory O(tokens·heads·chunk)), see symbolic
   vocab_chunk_size: int = 1024         # vocabulary rows per step of the streamed projection
@@ -236,6 +241,9 @@ class ModelConfig:
       if wrong:
         raise InputError(f'model.numerical_heads needs the symbolic model with the direct projection and '
                          f'explicit attention: {wrong}')
+    if not self.numerical_positions and not self.numerical_heads:
+      raise InputError('model.numerical_positions = False removes positions from numerical heads: it needs '
+                       f'model.numerical_heads >= 1, got {self.numerical_heads!r}')
     if self.symbolic_layers is not None:
       if self.kind != 'symbolic':
         raise InputError(f"model.symbolic_layers is only for kind 'symbolic', got kind {self.kind!r}")

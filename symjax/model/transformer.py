@@ -68,7 +68,7 @@ def _attention(config: ModelConfig, output_projection: bool, alibi: bool, gumbel
                         dropout_rate=config.attention_dropout_rate, block_size=config.attention_block,
                         impl=config.attention_impl, dtype=config.compute_dtype, hard=config.hard,
                         numerical_heads=config.numerical_heads, gumbel_scale=gumbel_scale,
-                        name='attention')
+                        numerical_positions=config.numerical_positions, name='attention')
 
 
 class StandardBlock(nn.Module):
@@ -141,9 +141,15 @@ class FactoredBlock(nn.Module):
       # Scale comparable to the unit-variance LayerNorm output it is added to (std 0.5 is what was measured).
       pos = self.param('qk_position', nn.with_logical_partitioning(nn.initializers.normal(0.5), (None, EMBED)),
                        (cfg.max_len, cfg.d_model))
-      x_attn = x_attn + pos[:x_t.shape[-2]].astype(x_attn.dtype)
-    delta_t = _attention(cfg, False, True, self.gumbel_scale)(x_attn, values=values,
-                                           key_mask=key_mask, deterministic=deterministic, edges=edges)
+      positions = pos[:x_t.shape[-2]].astype(x_attn.dtype)
+    else:
+      positions = None
+    if positions is not None and cfg.numerical_positions:
+      x_attn, positions = x_attn + positions, None
+    # Without numerical_positions the rows go to the attention apart, for the categorical heads alone.
+    delta_t = _attention(cfg, False, True, self.gumbel_scale)(x_attn, values=values, key_mask=key_mask,
+                                                               deterministic=deterministic, edges=edges,
+                                                               positions=positions)
     if cfg.numerical_heads:  # a numerical head's count becomes a token of its channel (a mixture when soft)
       first = cfg.num_heads - cfg.numerical_heads
       delta_t = symbolic.merge_channels(symbolic.CountProjection(

@@ -141,14 +141,17 @@ def tables_of(params, model_config) -> dict[str, np.ndarray]:
     gamma, beta = _norm(p['norm_attn'], H, d)
     a = p['attention']
     slopes = np.exp(f64(a['alibi']['log_slope'])) if 'alibi' in a else attn.alibi_slopes(H)
-    t[f'l{l}.slopes'] = f64(slopes)
+    # Numerical heads without positions (model.numerical_positions = False): no slope, no position rows.
+    positional = np.arange(H) < (H if c.numerical_positions else H - c.numerical_heads)
+    t[f'l{l}.slopes'] = np.where(positional, f64(slopes), 0.0)
     for name in ('query', 'key'):
       w = f64(a[name]['kernel']).reshape(H, d, H, d)          # [channel, d_in, head, d_out]
       scale = 1.0 / math.sqrt(d) if name == 'query' else 1.0   # q·k/√d folded into the query
       t[f'l{l}.{name}'] = scale * np.einsum('cd,cvd,cdhe->hcve', gamma, centred, w)   # [head, channel, token, d]
       t[f'l{l}.{name}_bias'] = scale * np.einsum('cd,cdhe->he', beta, w)             # [head, d]
       if c.qk_positions:  # a learned row per position, added after the LayerNorm: a table over positions
-        t[f'l{l}.{name}_position'] = scale * np.einsum('pcd,cdhe->hpe', f64(p['qk_position']).reshape(-1, H, d), w)
+        rows = scale * np.einsum('pcd,cdhe->hpe', f64(p['qk_position']).reshape(-1, H, d), w)
+        t[f'l{l}.{name}_position'] = np.where(positional[:, None, None], rows, 0.0)
     w_head = f64(p['value_map']['w_head']) if 'value_map' in p else np.eye(H)
     tau = np.exp(f64(p['value_projection']['log_tau']))
     # vote[h, g, t, v] = W_head[h, g] E_g[t]·E_h[v] / τ_h: what token t in channel g of X_t adds to head h's
@@ -273,6 +276,11 @@ def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str
   prefers = ', '.join(f'{tokens[a]}→{tokens[int(b)]}' for a, b in enumerate(score.argmax(1)))
   writes = ', '.join(f'{tokens[a]}→{tokens[int(b)]}' for a, b in enumerate(written))
   extra = ' and the position rows' if 'l0.query_position' in tables else ''
+  if numerical and not slope and not np.any(tables.get('l0.query_position', np.zeros(1))[head]):
+    selects = '; '.join(f'{tokens[a]}→{{{",".join(tokens[b] for b in np.flatnonzero(row > 0))}}}'
+                        for a, row in enumerate(score))
+    return [f'# head 0.{head} (numerical, no positions): a query token selects the key tokens scoring above 0, '
+            f'wherever they are: {selects}']
   if numerical:
     selects = '; '.join(f'{tokens[a]}→{{{",".join(tokens[b] for b in np.flatnonzero(row > 0))}}}'
                         for a, row in enumerate(score))

@@ -43,6 +43,7 @@ _TABLE = flags.DEFINE_string('table', '', 'Only write the docs table from the re
                              '(docs/results/programs_table.md).')
 RESULTS = ('benchmarks/results/decompile_continuous.json', 'benchmarks/results/decompile_program.json',
            'benchmarks/results/decompile_program_counting.json', 'benchmarks/results/decompile_program_gumbel.json',
+           'benchmarks/results/decompile_program_heads.json',
            'benchmarks/results/decompile_program_induction.json', 'benchmarks/results/decompile_program_alibi.json')
 
 # "Learning Transformer Programs", Table 1: test token accuracy of the decompiled programs (%).

@@ -104,7 +104,7 @@ def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow
 
 
 def test_numerical_heads_without_positions_select_by_tokens_alone(setting):
-  _, _, _, params, hard = setting
+  program, _, _, params, hard = setting
   if not hard.numerical_heads or hard.causal:
     pytest.skip('numerical heads with a full mask: a permuted sequence is the same multiset of keys')
   x = jnp.asarray(every_sequence(5)[::37])
@@ -119,6 +119,8 @@ def test_numerical_heads_without_positions_select_by_tokens_alone(setting):
     assert (moved != permuted).any()
   else:
     np.testing.assert_array_equal(moved, permuted)
+  with open(program.__file__) as f:  # and the program says which kind of predicate it is
+    assert ('(numerical, no positions)' in f.read()) == (not hard.numerical_positions)
 
 
 def test_a_written_program_runs_with_numpy_alone(setting, tmp_path):

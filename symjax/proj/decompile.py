@@ -276,14 +276,13 @@ def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str
   prefers = ', '.join(f'{tokens[a]}→{tokens[int(b)]}' for a, b in enumerate(score.argmax(1)))
   writes = ', '.join(f'{tokens[a]}→{tokens[int(b)]}' for a, b in enumerate(written))
   extra = ' and the position rows' if 'l0.query_position' in tables else ''
-  if numerical and not slope and not np.any(tables.get('l0.query_position', np.zeros(1))[head]):
-    selects = '; '.join(f'{tokens[a]}→{{{",".join(tokens[b] for b in np.flatnonzero(row > 0))}}}'
-                        for a, row in enumerate(score))
-    return [f'# head 0.{head} (numerical, no positions): a query token selects the key tokens scoring above 0, '
-            f'wherever they are: {selects}']
   if numerical:
     selects = '; '.join(f'{tokens[a]}→{{{",".join(tokens[b] for b in np.flatnonzero(row > 0))}}}'
                         for a, row in enumerate(score))
+    rows = tables.get('l0.query_position')
+    if not slope and (rows is None or not rows[head].any()):  # model.numerical_positions = False
+      return [f'# head 0.{head} (numerical, no positions): a query token selects the key tokens scoring above 0, '
+              f'wherever they are: {selects}']
     return [f'# head 0.{head} (numerical): a query token selects the key tokens scoring above 0 (before ALiBi, '
             f'−{slope:.3g}·|i − j|{extra}): {selects}']
   return [f'# head 0.{head}: a query token prefers the key token (before ALiBi, −{slope:.3g}·|i − j|{extra}): '

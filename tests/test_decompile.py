@@ -329,7 +329,7 @@ def test_the_program_chosen_on_validation_is_the_best_seed_there_the_first_on_a_
 def test_a_recipe_trial_is_recorded_from_validation_alone_with_the_settings_it_names(tmp_path):
   import json
 
-  from benchmarks.analysis.collect_validation import run_record
+  from benchmarks.lib.collect import run_record
   run = tmp_path / 'hist_seed1'
   run.mkdir()
   (run / 'config.json').write_text(json.dumps({'task': 'hist', 'seed': 1, 'total_steps': 4, 'learning_rate': 1e-3,

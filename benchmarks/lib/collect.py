@@ -1,7 +1,13 @@
-"""What the collect_*.py scripts share: their command line and how a mean ± interval is printed."""
+"""What the collect_*.py scripts share: their command line, how a mean ± interval is printed, and the record
+of one finished run's validation accuracy (collect_validation)."""
 
+import dataclasses
+import json
+import os
 import sys
 
+from symjax.model import ModelConfig
+from symjax.system.errors import InputError
 from symjax.tasks import rasp
 
 RASP = rasp.TASKS
@@ -28,3 +34,38 @@ def cell(stat: dict | None, scale: float = 1.0, digits: int = 4) -> str:
   if stat is None:
     return 'not run'
   return f"{scale * stat['mean']:.{digits}f} ± {scale * stat['ci95']:.{digits}f}"
+
+
+# A run from before a field existed trained with its default.
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+
+
+def setting(config: dict, name: str):
+  """A model field of a run's config (its default for a run from before the field existed), else a field
+  of the config itself."""
+  if name in config['model'] or name in DEFAULTS:
+    return config['model'].get(name, DEFAULTS.get(name))
+  if name not in config:
+    raise InputError(f'{name!r} is neither a config.model field nor a config field')
+  return config[name]
+
+
+def run_record(path: str, fields: list[str]) -> dict:
+  config_path, metrics_path = os.path.join(path, 'config.json'), os.path.join(path, 'metrics.jsonl')
+  for p in (config_path, metrics_path):
+    if not os.path.isfile(p):
+      raise InputError(f'{path} is not a finished training run: {os.path.basename(p)} is missing')
+  with open(config_path) as f:
+    config = json.load(f)
+  by_step = {}
+  with open(metrics_path) as f:
+    for line in f:
+      row = json.loads(line)
+      if row.get('split') == 'validation':
+        by_step[str(row['step'])] = 100 * row['accuracy']
+  if not by_step:
+    raise InputError(f'{path} has no validation evaluation in metrics.jsonl')
+  return {'run': os.path.basename(os.path.normpath(path)), 'task': config['task'], 'seed': config['seed'],
+          'setting': {name: setting(config, name) for name in fields},
+          'steps': config['total_steps'], 'validation_accuracy_by_step': by_step,
+          'best_validation_accuracy': max(by_step.values())}

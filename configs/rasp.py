@@ -5,9 +5,9 @@ dyck2) at the published setting: vocabulary 8, length 8 (Dyck 16), 16,200/1,800/
 
 Arguments after ':': task (one of the seven), model=standard|token_factored|symbolic,
 size=tiny|small|medium, runlocal=true (20 steps, tiny), program=true (symbolic only: program training,
-one-hot mixtures and attention, numerical heads on the counting tasks, sampled argmaxes and 8 heads on sort,
-so the run decompiles exactly with ``python -m symjax.decompile``). The test table includes token accuracy on sequences
-of length 12 and 16 (splits length_12, length_16; not for Dyck).
+one-hot mixtures and attention, numerical heads on the counting tasks, 8 heads on sort and double_hist,
+sampled argmaxes on sort, so the run decompiles exactly with ``python -m symjax.decompile``). The test table
+includes token accuracy on sequences of length 12 and 16 (splits length_12, length_16; not for Dyck).
 Every kind trains on the same budget; results per kind and longer budgets: the docs' "Results" pages.
 """
 

@@ -264,9 +264,10 @@ def _table_text(table: np.ndarray, tokens: list[str], keys: list[str]) -> list[s
 
 
 def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str], epsilon: float,
-                      numerical: bool = False) -> list[str]:
+                      numerical: bool = False, positional: bool = True) -> list[str]:
   """Comments that read a first-layer head whole: where every channel holds only the input token, its
-  score is a table over (query token, key token) and its written token a table over the key token."""
+  score is a table over (query token, key token) and its written token a table over the key token.
+  ``positional=False``: a numerical head without positions (model.numerical_positions = False)."""
   spread = np.sqrt(np.einsum('ctt->ct', tables['gram'])) + epsilon                       # [channel, token]
   q = (tables['l0.query'][head] / spread[..., None]).sum(0) + tables['l0.query_bias'][head]  # [token, d]
   k = (tables['l0.key'][head] / spread[..., None]).sum(0) + tables['l0.key_bias'][head]
@@ -279,8 +280,7 @@ def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str
   if numerical:
     selects = '; '.join(f'{tokens[a]}→{{{",".join(tokens[b] for b in np.flatnonzero(row > 0))}}}'
                         for a, row in enumerate(score))
-    rows = tables.get('l0.query_position')
-    if not slope and (rows is None or not rows[head].any()):  # model.numerical_positions = False
+    if not positional:
       return [f'# head 0.{head} (numerical, no positions): a query token selects the key tokens scoring above 0, '
               f'wherever they are: {selects}']
     return [f'# head 0.{head} (numerical): a query token selects the key tokens scoring above 0 (before ALiBi, '
@@ -313,7 +313,8 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
     for h in range(H):
       numerical = h >= H - c.numerical_heads
       if l == 0:  # every channel holds the input token alone: the head is two tables over tokens
-        lines += ['  ' + line for line in _first_layer_head(tables, h, tokens, c.layer_norm_epsilon, numerical)]
+        lines += ['  ' + line for line in _first_layer_head(tables, h, tokens, c.layer_norm_epsilon, numerical,
+                                                                     c.numerical_positions)]
       if numerical:
         lines.append(f"  state['@attn{l}.{h}'] = select({l}, {h}, state, reads)  # the keys each position reads")
         counts = ', '.join(f'{n}→{tokens[int(v)]}' for n, v in enumerate(

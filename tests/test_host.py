@@ -97,3 +97,36 @@ def test_cpu_compiler_defaults_turn_ynn_fusions_off_unless_the_user_chose(monkey
   monkeypatch.setenv(host.KEEP_XLA_FLAGS_ENV, '1')          # opt-out keeps XLA's defaults
   assert not host.set_cpu_compiler_defaults()
   assert 'XLA_FLAGS' not in os.environ
+
+
+# Applies the setting (unless told not to), writes and frees a 64 MiB buffer, then asks for the freed memory
+# to be released; prints the resident growth (MiB) after the free and after the release.
+_RELEASE_SCRIPT = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location('host', sys.argv[1])
+host = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(host)
+applied = host.retain_freed_memory() if sys.argv[2] == '1' else False
+resident = lambda: int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
+start = resident()
+b = bytearray(b'\\x01') * (64 << 20)  # every page written
+del b
+freed = resident() - start
+released = host.release_freed_memory()
+print(json.dumps([applied, released, freed, resident() - start]))
+"""
+
+
+@glibc_only
+@pytest.mark.parametrize('apply', [True, False])
+def test_release_hands_back_what_the_setting_kept(apply):
+  clean = {k: v for k, v in os.environ.items() if k != host.KEEP_MALLOC_ENV
+           and k not in host.MALLOC_ENVS and k != 'GLIBC_TUNABLES'}
+  out = subprocess.run([sys.executable, '-c', _RELEASE_SCRIPT, host.__file__, str(int(apply))], env=clean,
+                       capture_output=True, text=True, check=True).stdout
+  applied, released, freed, after = json.loads(out)
+  assert applied == released == apply
+  if apply:
+    assert freed > 48 and after < 16, (freed, after)   # kept after the free, handed back by the release
+  else:
+    assert freed < 16 and after < 16, (freed, after)   # glibc's defaults unmap it at once; nothing to do

@@ -88,6 +88,17 @@ def retain_freed_memory() -> bool:
   return True
 
 
+def release_freed_memory() -> bool:
+  """Hands the heap's free memory back to the kernel once (glibc's ``malloc_trim``), where
+  ``retain_freed_memory`` applied: compiling a program frees far more than a step ever uses again, and the
+  setting would otherwise keep it resident for the whole run. Called after each compilation, not between
+  steps: the next step faults its buffers in once and then keeps them. Returns whether it ran."""
+  if not _applied:
+    return False
+  ctypes.CDLL(None).malloc_trim(0)
+  return True
+
+
 def set_defaults() -> None:
   """Both settings: the compiler flags (before the process's first JAX computation) and the allocator."""
   set_cpu_compiler_defaults()

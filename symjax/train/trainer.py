@@ -311,6 +311,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         print(f'WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0',
               file=sys.stderr)
       state = task_init(run.init(rng), task, model_config, run.shardings)
+    run.init.clear_cache()  # used once: its compiled program (a large one: every initialiser) is freed
+    host.release_freed_memory()
     start_step = int(state.step)
     train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite
 
@@ -340,6 +342,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         if step == start_step + 1 and lead:  # how long compilation (or the cache) held the user up
           jax.block_until_ready(metrics['loss'])
           say(f'first step done after {time.time() - started:.1f} s (compilation included)')
+          host.release_freed_memory()  # what the compiler freed
         if step % config.log_every_steps == 0 or step == config.total_steps:
           metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
           if not all(math.isfinite(v) for v in metrics.values()):
@@ -362,10 +365,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
           validation = metrics_lib.evaluate(eval_step, state.params, metrics_lib.split_batches(
               task, 'validation', config.batch_size, config.data_seed), config.top_ks, put)
           writer.write(step, 'validation', validation)
+          first_evaluation = not run_files_written
           if not run_files_written:  # the folder now holds checkpoints this config trained
             rundir.save_run_files(workdir, config, task, model_config, start_step)
             run_files_written = True
           manager.save(step, args=ocp.args.StandardSave(state), metrics=validation)
+          if first_evaluation:
+            host.release_freed_memory()  # what compiling the evaluation freed
           if lead:
             say(f'step {step}: validation ' + ' '.join(
                 f'{k}={v:.4f}' for k, v in validation.items()))

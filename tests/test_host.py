@@ -94,6 +94,12 @@ def test_cpu_compiler_defaults_turn_ynn_fusions_off_unless_the_user_chose(monkey
   assert not host.set_cpu_compiler_defaults()
   assert os.environ['XLA_FLAGS'] == f'{flag}=reduce'
   monkeypatch.delenv('XLA_FLAGS')
+  for kind in host.YNN_FASTER_KINDS:                          # a kind they speed up keeps them
+    assert not host.set_cpu_compiler_defaults(kind)
+    assert 'XLA_FLAGS' not in os.environ
+  assert host.set_cpu_compiler_defaults('symbolic')
+  assert os.environ['XLA_FLAGS'] == f'{flag}='
+  monkeypatch.delenv('XLA_FLAGS')
   monkeypatch.setenv(host.KEEP_XLA_FLAGS_ENV, '1')          # opt-out keeps XLA's defaults
   assert not host.set_cpu_compiler_defaults()
   assert 'XLA_FLAGS' not in os.environ

@@ -23,21 +23,25 @@ import platform
 
 # XLA:CPU's YNNPACK library fusions (on by default in recent jaxlib) run the symbolic model's small
 # per-channel products and their broadcasts slower than XLA's own fusions, and the seed-vmapped step slower
-# still (the docs' "Performance" page has the measurements). They do not touch GPU or TPU compilation.
+# still; the standard and token-factored steps, whose batched attention products they speed up, run faster
+# with them (the docs' "Performance" page has the measurements). They do not touch GPU or TPU compilation.
 YNN_FUSION_FLAG = '--xla_cpu_experimental_ynn_fusion_type'
+YNN_FASTER_KINDS = ('standard', 'token_factored')
 KEEP_XLA_FLAGS_ENV = 'SYMJAX_KEEP_XLA_FLAGS'
 
 
-def set_cpu_compiler_defaults() -> bool:
+def set_cpu_compiler_defaults(kind: str | None = None) -> bool:
   """Turns XLA:CPU's YNNPACK fusions off by appending ``--xla_cpu_experimental_ynn_fusion_type=`` to
-  ``XLA_FLAGS``, unless the user already sets that flag or ``SYMJAX_KEEP_XLA_FLAGS=1``. Returns whether it
+  ``XLA_FLAGS``, unless the process trains one model of a kind they were measured to speed up (``kind`` in
+  ``YNN_FASTER_KINDS``), the user already sets that flag, or ``SYMJAX_KEEP_XLA_FLAGS=1``. Returns whether it
   changed anything.
 
   XLA reads ``XLA_FLAGS`` when its first backend starts, so this acts only if called before the first JAX
   computation of the process (``set_defaults`` is called first thing).
   """
   flags = os.environ.get('XLA_FLAGS', '')
-  if os.environ.get(KEEP_XLA_FLAGS_ENV, '') not in ('', '0') or YNN_FUSION_FLAG in flags:
+  if (kind in YNN_FASTER_KINDS or os.environ.get(KEEP_XLA_FLAGS_ENV, '') not in ('', '0')
+      or YNN_FUSION_FLAG in flags):
     return False
   os.environ['XLA_FLAGS'] = f'{flags} {YNN_FUSION_FLAG}='.strip()
   return True
@@ -99,7 +103,8 @@ def release_freed_memory() -> bool:
   return True
 
 
-def set_defaults() -> None:
-  """Both settings: the compiler flags (before the process's first JAX computation) and the allocator."""
-  set_cpu_compiler_defaults()
+def set_defaults(kind: str | None = None) -> None:
+  """Both settings: the compiler flags (before the process's first JAX computation; ``kind``: the one model
+  kind the process trains, if it trains one) and the allocator."""
+  set_cpu_compiler_defaults(kind)
   retain_freed_memory()

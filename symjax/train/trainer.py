@@ -272,7 +272,7 @@ def interactive_output() -> bool:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict[str, float]]:
   """Trains (or resumes) in ``workdir``; returns the final metrics per split."""
   # --- Config, processes and mesh.
-  host.set_defaults()
+  host.set_defaults(config.get('model', {}).get('kind'))
   config_lib.validate(config)
   use_compilation_cache(config)
   mesh_lib.maybe_initialize_distributed(config.distributed)

@@ -35,10 +35,14 @@ print(json.dumps([applied, faults() - start]))
 """
 
 
+def clean_env() -> dict[str, str]:
+  """This process's environment without any of the user's malloc settings."""
+  return {k: v for k, v in os.environ.items() if k != host.KEEP_MALLOC_ENV
+          and k not in host.MALLOC_ENVS and k != 'GLIBC_TUNABLES'}
+
+
 def run(calls: int, **env) -> tuple[list[bool], int]:
-  clean = {k: v for k, v in os.environ.items() if k != host.KEEP_MALLOC_ENV
-           and k not in host.MALLOC_ENVS and k != 'GLIBC_TUNABLES'}
-  out = subprocess.run([sys.executable, '-c', _SCRIPT, host.__file__, str(calls)], env={**clean, **env},
+  out = subprocess.run([sys.executable, '-c', _SCRIPT, host.__file__, str(calls)], env={**clean_env(), **env},
                        capture_output=True, text=True, check=True).stdout
   applied, faults = json.loads(out)
   return applied, faults
@@ -126,9 +130,7 @@ print(json.dumps([applied, released, freed, resident() - start]))
 @glibc_only
 @pytest.mark.parametrize('apply', [True, False])
 def test_release_hands_back_what_the_setting_kept(apply):
-  clean = {k: v for k, v in os.environ.items() if k != host.KEEP_MALLOC_ENV
-           and k not in host.MALLOC_ENVS and k != 'GLIBC_TUNABLES'}
-  out = subprocess.run([sys.executable, '-c', _RELEASE_SCRIPT, host.__file__, str(int(apply))], env=clean,
+  out = subprocess.run([sys.executable, '-c', _RELEASE_SCRIPT, host.__file__, str(int(apply))], env=clean_env(),
                        capture_output=True, text=True, check=True).stdout
   applied, released, freed, after = json.loads(out)
   assert applied == released == apply

@@ -342,6 +342,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         if step == start_step + 1 and lead:  # how long compilation (or the cache) held the user up
           jax.block_until_ready(metrics['loss'])
           say(f'first step done after {time.time() - started:.1f} s (compilation included)')
+        if step == start_step + 1:  # compiled by now on every process (dispatch compiles)
           host.release_freed_memory()  # what the compiler freed
         if step % config.log_every_steps == 0 or step == config.total_steps:
           metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}

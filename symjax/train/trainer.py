@@ -241,9 +241,11 @@ def setup(config: ml_collections.ConfigDict, runs: list[tuple[str, ml_collection
 
 def use_compilation_cache(config: ml_collections.ConfigDict) -> None:
   """Keeps compiled steps on disk (``config.compilation_cache_dir``), so a rerun or resume of the same
-  config skips compilation. A directory already chosen through JAX (JAX_COMPILATION_CACHE_DIR) wins. A
-  folder that cannot be made or written turns the cache off with one warning line (the run does not need
-  it), instead of JAX's warning at every compilation."""
+  config skips compilation. A directory already chosen through JAX (JAX_COMPILATION_CACHE_DIR) wins. Every
+  program is kept, not only those JAX finds slow to compile (over 1 s): the evaluation step compiles in less,
+  and recompiling it stalled every rerun's first evaluation (the docs' "Performance" page); the user's own
+  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS wins. A folder that cannot be made or written turns the cache
+  off with one warning line (the run does not need it), instead of JAX's warning at every compilation."""
   if config.get('compilation_cache_dir') and not jax.config.jax_compilation_cache_dir:
     folder = os.path.expanduser(config.compilation_cache_dir)
     try:
@@ -255,6 +257,8 @@ def use_compilation_cache(config: ml_collections.ConfigDict) -> None:
               f"folder, or '' to turn it off)", file=sys.stderr)
       return
     jax.config.update('jax_compilation_cache_dir', folder)
+    if 'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS' not in os.environ:
+      jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
 
 
 def interactive_output() -> bool:

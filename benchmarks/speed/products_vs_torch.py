@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from absl import app, flags
 
@@ -42,6 +41,7 @@ def main(_):
              "https://download.pytorch.org/whl/cpu")
   from benchmarks.lib import results as result_files
   from benchmarks.lib.flops import products
+  from benchmarks.lib.timing import median_seconds
   from symjax.train import config as config_lib
 
   threads = _THREADS.value or len(os.sched_getaffinity(0))
@@ -57,14 +57,8 @@ def main(_):
     shape = (b * batch, m, k, n) if per_sequence else (b, m * batch, k, n)
     counts[(names[(b, m, k, n)], shape)] = counts.get((names[(b, m, k, n)], shape), 0) + 1
 
-  def median_us(fn) -> float:
-    fn(), fn()
-    times = []
-    for _ in range(_CALLS.value):
-      start = time.perf_counter()
-      fn()
-      times.append(time.perf_counter() - start)
-    return 1e6 * float(np.median(times)) / _COPIES.value
+  def median_us(fn) -> float:  # one product: the median call over the copies it runs
+    return 1e6 * median_seconds(fn, steps=1, repeats=_CALLS.value) / _COPIES.value
 
   rng = np.random.default_rng(0)
   forms = {'forward': (lambda a, w, g: a @ w, lambda a, w, g: a @ w),

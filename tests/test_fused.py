@@ -16,7 +16,7 @@ import pytest
 from helpers import randomize
 
 from symjax.model import ModelConfig, Transformer, symbolic
-from symjax.ops import readout
+from symjax.ops import attention, readout
 
 TOL = 1e-5
 CFG = ModelConfig(vocab_size=13, num_layers=2, num_heads=3, head_dim=4, ff_dim=10, ff_dim_per_head=5,
@@ -62,6 +62,75 @@ def test_fused_attention_equals_explicit_with_gradients(kind, change):
   assert ref.rel_err(np.asarray(fused_logits)[real], np.asarray(logits)[real]) <= TOL
   for g, f in zip(jax.tree.leaves(grads), jax.tree.leaves(fused_grads)):
     assert ref.rel_err(f, g) <= TOL
+
+
+def _alibi_fused(q, k, v, slopes, dtype=jnp.float32):
+  causal = np.tril(np.ones((1, q.shape[1], q.shape[1]), bool))
+  cast = lambda x: x.astype(dtype)
+  return attention.fused_attention(cast(q), cast(k), cast(v), None, causal, None, 'xla', slopes
+                                   ).astype(jnp.float32)
+
+
+def test_alibi_in_the_products_is_the_papers_attention():
+  """Causal ALiBi carried by widened queries and keys (no bias tensor) against the paper's eq. 11, with
+  key positions past one base-32 digit."""
+  t, heads, d = 70, 2, 4
+  q, k, v = (jax.random.normal(key, (1, t, heads, d)) for key in jax.random.split(jax.random.key(7), 3))
+  slopes = jnp.array([0.5, 0.03])
+  wide = attention.alibi_in_products(q, k, v, slopes)
+  assert [x.shape[-1] for x in wide] == [attention.alibi_head_dim(d)] * 3 == [8] * 3
+  want, _ = ref.attention(*(np.asarray(x[0], np.float64).reshape(t, heads * d) for x in (q, k, v)),
+                          np.asarray(slopes, np.float64), heads, causal=True)
+  got = _alibi_fused(q, k, v, slopes)
+  assert got.shape == q.shape
+  assert ref.rel_err(np.asarray(got[0]).reshape(t, heads * d), want) <= TOL
+
+
+def test_alibi_in_the_products_gives_the_slopes_the_bias_gradient_of_any_score_gradient():
+  """A fused kernel hands back dq' = dS k' / sqrt(d) from its score gradient dS, which it may have rounded
+  (flash kernels round dS to 16 bits before that product), so a row of dS need not sum to zero. Through
+  the widened queries the slopes must still get the bias's gradient -Σ_ij dS_ij |i - j|, not Σ_ij dS_ij j:
+  with the row dimension's -m_h i they do, for any dS."""
+  b, t, heads, d = 2, 300, 2, 8
+  keys = jax.random.split(jax.random.key(9), 4)
+  q, k, v = (jax.random.normal(key, (b, t, heads, d)) for key in keys[:3])
+  ds = jnp.tril(jax.random.normal(keys[3], (b, heads, t, t)))  # rows far from summing to zero
+  slopes = jnp.array([0.3, 0.01])
+  wide_q, vjp = jax.vjp(lambda s: attention.alibi_in_products(q, k, v, s)[0], slopes)
+  wide_k = attention.alibi_in_products(q, k, v, slopes)[1]
+  assert wide_q.shape == wide_k.shape == (b, t, heads, attention.alibi_head_dim(d))
+  (got,) = vjp(jnp.einsum('bhij,bjhe->bihe', ds, wide_k) / np.sqrt(d))
+  distance = np.abs(np.arange(t)[:, None] - np.arange(t)[None, :])
+  want = -np.einsum('bhij,ij->h', np.asarray(ds, np.float64), distance)
+  assert ref.rel_err(got, want) <= TOL
+
+
+@pytest.mark.slow
+def test_alibi_in_the_products_is_as_close_as_a_bias_in_bfloat16():
+  """Over 1024 positions (two base-32 digits) in bfloat16, the outputs and every gradient through the
+  widened products are as close to float32 as through the bfloat16 bias."""
+  t, heads, d = 1024, 2, 64
+  keys = jax.random.split(jax.random.key(8), 4)
+  q, k, v, cot = (jax.random.normal(key, (1, t, heads, d)) for key in keys)
+  slopes = jnp.array([0.5, 0.02])
+  causal = np.tril(np.ones((1, t, t), bool))
+  distance = jnp.abs(jnp.arange(t)[:, None] - jnp.arange(t)[None, :]).astype(jnp.float32)
+
+  def with_bias(q, k, v, slopes, dtype=jnp.float32):
+    bias = -slopes[:, None, None] * distance[None]
+    cast = lambda x: x.astype(dtype)
+    return attention.fused_attention(cast(q), cast(k), cast(v), bias, causal, None, 'xla').astype(jnp.float32)
+
+  def outputs_and_grads(f, **kw):
+    out, vjp = jax.vjp(lambda *x: f(*x, **kw), q, k, v, slopes)
+    return (out, *vjp(cot))
+
+  want = outputs_and_grads(with_bias)
+  assert ref.rel_err(outputs_and_grads(_alibi_fused)[4], want[4]) <= 1e-4  # a float32 sum over 1024² pairs
+  biased, folded = outputs_and_grads(with_bias, dtype=jnp.bfloat16), outputs_and_grads(_alibi_fused,
+                                                                                        dtype=jnp.bfloat16)
+  for name, w, b, f in zip(('out', 'q', 'k', 'v', 'slopes'), want, biased, folded):
+    assert ref.rel_err(f, w) <= max(1e-2, 2 * ref.rel_err(b, w)), name
 
 
 def test_weights_are_read_explicitly_whatever_the_setting():
@@ -180,6 +249,31 @@ def test_readout_logits_gradient_is_autodiff_in_float32_and_close_in_bfloat16():
     assert ref.rel_err(c, p) <= TOL
   for p, c in zip(plain, custom(h.astype(jnp.bfloat16), table.astype(jnp.bfloat16))):
     assert c.dtype == jnp.bfloat16 and ref.rel_err(c.astype(jnp.float32), p) <= 3e-2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('num_valid', [None, 37])
+def test_direct_loss_gradient_is_written_in_the_compute_dtype(num_valid):
+  """The direct readout's own backward pass: autodiff's gradient of the textbook cross-entropy in
+  float32, and in bfloat16 gradients of the compute dtype as close to it as bfloat16 allows."""
+  keys = jax.random.split(jax.random.key(4), 4)
+  h, table = jax.random.normal(keys[0], (24, 16)), jax.random.normal(keys[1], (40, 16))
+  targets = jax.random.randint(keys[2], (24,), 0, num_valid or 40)
+  weights = jax.random.uniform(keys[3], (24,))
+
+  def textbook(h, table):
+    logits = (h @ table.T)[:, :num_valid or 40]
+    return jnp.sum((jax.nn.logsumexp(logits, -1) - logits[jnp.arange(24), targets]) * weights)
+
+  custom = jax.grad(lambda h, t: jnp.sum(readout.direct_readout_stats(h, t, targets, num_valid)[0] * weights),
+                    argnums=(0, 1))
+  want = jax.grad(textbook, argnums=(0, 1))(h, table)
+  for w, c in zip(want, custom(h, table)):
+    assert ref.rel_err(c, w) <= TOL
+  for w, c in zip(want, custom(h.astype(jnp.bfloat16), table.astype(jnp.bfloat16))):
+    assert c.dtype == jnp.bfloat16 and ref.rel_err(c.astype(jnp.float32), w) <= BF16_TOL
+  if num_valid is not None:  # padding rows: no probability, so no gradient
+    np.testing.assert_array_equal(np.asarray(custom(h, table)[1])[num_valid:], 0.0)
 
 
 @on_gpu

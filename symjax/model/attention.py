@@ -371,7 +371,9 @@ class Attention(nn.Module):
         if bias is not None and self.numerical_heads and not self.numerical_positions:
           bias = bias.at[self.num_heads - self.numerical_heads:].set(0.0)  # a predicate on tokens alone
         if fused:
-          out, weights = fused_attention(q, k, v, bias, static, key_mask, self.impl), None
+          # The bias is ALiBi's alone here (numerical heads are explicit): the kernel gets the slopes.
+          out = fused_attention(q, k, v, None, static, key_mask, self.impl, alibi.slopes() if alibi else None)
+          weights = None
         elif hooked or self.numerical_heads:
           logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
           logits = logits / jnp.sqrt(jnp.float32(q.shape[-1])) + (0.0 if bias is None else bias)

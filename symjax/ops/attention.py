@@ -74,17 +74,21 @@ def require_gpu(field: str, value: str, portable: tuple[str, ...]) -> None:
 
 
 def fused_attention(q: Array, k: Array, v: Array, bias: Array | None, static: np.ndarray,
-                    key_mask: Array | None, implementation: str) -> Array:
+                    key_mask: Array | None, implementation: str, slopes: Array | None = None) -> Array:
   """``dot_product_attention``'s output through ``jax.nn.dot_product_attention`` (no weights kept).
 
   ``static`` is the ``[heads or 1, q_time, k_time]`` mask matrix: a plain causal one becomes
   ``is_causal`` (cuDNN then skips the blocks above the diagonal), any other is passed as a mask.
+  ``slopes`` ``[heads]`` adds the ALiBi bias ``-slopes_h |i - j|`` (with ``bias`` None); under a mask that
+  allows no key after its query it goes into the products instead (``alibi_in_products``).
   The scale is 1/sqrt(head_dim), as in ``dot_product_attention``. A query with no allowed key (a padding
   row) gets an unspecified output here instead of zeros; no other position reads it.
   """
   if implementation == 'cudnn':
     require_gpu('model.attention_impl', implementation, ('explicit', 'xla'))
-  time = q.shape[1]
+  if bias is not None and slopes is not None:
+    raise ValueError('fused_attention takes a bias or ALiBi slopes, not both')
+  time, head_dim = q.shape[1], q.shape[-1]
   is_causal = bool(np.array_equal(static, np.tril(np.ones((1, time, k.shape[1]), bool))))
   mask = None if is_causal else jnp.asarray(static)[None]
   if key_mask is not None:
@@ -92,10 +96,63 @@ def fused_attention(q: Array, k: Array, v: Array, bias: Array | None, static: np
     mask = keys if mask is None else mask & keys
     # cuDNN adds the mask as a bias, which must span the whole [q_time, k_time] block.
     mask = jnp.broadcast_to(mask, (q.shape[0], mask.shape[1], time, k.shape[1]))
+  if slopes is not None:
+    past_only = not np.triu(static, 1).any()
+    fits = k.shape[1] <= ALIBI_MAX_TIME and (implementation != 'cudnn'
+                                             or alibi_head_dim(head_dim) <= CUDNN_MAX_HEAD_DIM)
+    if past_only and fits:
+      q, k, v = alibi_in_products(q, k, v, slopes)
+    else:
+      distance = np.abs(np.arange(time)[:, None] - np.arange(k.shape[1])[None, :]).astype(np.float32)
+      bias = -slopes[:, None, None] * distance[None]
   if bias is not None:
     bias = bias[None].astype(q.dtype)  # [1, heads, q_time, k_time]
-  return jax.nn.dot_product_attention(q, k, v.astype(q.dtype), bias=bias, mask=mask, is_causal=is_causal,
-                                      implementation=implementation)
+  out = jax.nn.dot_product_attention(q, k, v.astype(q.dtype), bias=bias, mask=mask, is_causal=is_causal,
+                                     scale=1.0 / np.sqrt(head_dim), implementation=implementation)
+  return out[..., :head_dim]
+
+
+CUDNN_MAX_HEAD_DIM = 128  # cuDNN's fused attention takes head dimensions up to 128, in multiples of 8
+_ALIBI_DIGIT = 32  # key positions as two base-32 digits, each exact in bfloat16 (integers up to 256)
+ALIBI_MAX_TIME = _ALIBI_DIGIT * 256
+
+
+def alibi_head_dim(head_dim: int) -> int:
+  """The head dimension of ``alibi_in_products``' queries: three more, rounded up to a multiple of 8."""
+  return -(-(head_dim + 3) // 8) * 8
+
+
+def alibi_in_products(q: Array, k: Array, v: Array, slopes: Array) -> tuple[Array, Array, Array]:
+  """q, k, v widened so that the scaled products carry ALiBi: q'_i·k'_j / sqrt(d) = q_i·k_j / sqrt(d) + m_h j.
+
+  Why: on a mask that allows no key after its query, the bias -m_h (i - j) differs from m_h j only by
+  -m_h i, constant along the softmax's row, so the weights are the same. m_h j is a product: key j gets its
+  position as two base-32 digits (integers up to 256 are exact in bfloat16, so up to ``ALIBI_MAX_TIME``
+  positions), query i gets 32 m_h sqrt(d) and m_h sqrt(d), and the kernel accumulates their products in
+  float32. A fused kernel then needs no [heads, time, time] bias, and the slopes' gradient comes from the
+  queries' (cuDNN computes a bias's gradient in a separate, slower pass). In bfloat16 the slope is rounded
+  once, where a bfloat16 bias rounds every m_h |i - j| (to a multiple of 4 above 512).
+
+  The gradient: a flash kernel may round the score gradient dS to 16 bits before dq = dS k', so a row of
+  its dS need not sum to zero, and m_h j alone would weigh that rounding by j instead of j - i. A third
+  dimension, key 1 against query (-m_h sqrt(d) i minus itself), is zero forward and gives the slopes back
+  -i Σ_j dS_ij: their gradient is the bias's, -Σ_ij dS_ij |i - j|, for whatever dS the kernel used.
+  v is padded with zeros to the same width; the caller keeps the first d dimensions of the output.
+  """
+  batch, k_time, heads, head_dim = k.shape
+  width = alibi_head_dim(head_dim)
+  root = np.sqrt(head_dim).astype(np.float32)
+  keys = jnp.arange(k_time)
+  digits = jnp.stack([keys // _ALIBI_DIGIT, keys % _ALIBI_DIGIT, jnp.ones_like(keys)], -1).astype(k.dtype)
+  m = slopes.astype(jnp.float32) * root                                       # [heads]
+  row = -m[None, :] * jnp.arange(q.shape[1], dtype=jnp.float32)[:, None]      # [q_time, heads]
+  rates = jnp.stack([jnp.broadcast_to(_ALIBI_DIGIT * m, row.shape), jnp.broadcast_to(m, row.shape),
+                     row - jax.lax.stop_gradient(row)], -1)                   # [q_time, heads, 3]
+  pad = lambda x, extra: jnp.concatenate(
+      [x, extra.astype(x.dtype), jnp.zeros((*x.shape[:-1], width - head_dim - extra.shape[-1]), x.dtype)], -1)
+  q = pad(q, jnp.broadcast_to(rates, (*q.shape[:-1], 3)))
+  k = pad(k, jnp.broadcast_to(digits[None, :, None, :], (batch, k_time, heads, 3)))
+  return q, k, pad(v.astype(q.dtype), jnp.zeros((*v.shape[:-1], 0), q.dtype))
 
 
 @dataclasses.dataclass(frozen=True)

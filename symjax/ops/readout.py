@@ -7,6 +7,8 @@ Shapes: h ``[tokens, d]``; table ``[vocab, d]``; targets ``[tokens]`` int.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -85,7 +87,41 @@ def logits(h: Array, table: Array) -> Array:
 def direct_readout_stats(h: Array, table: Array, targets: Array, num_valid: int | None = None
                          ) -> tuple[Array, Array, Array, Array]:
   """The same as ``readout_stats`` through the full ``[tokens, vocab]`` logits."""
-  scores = readout_logits(h, table)
+  return _direct_stats(h, table, targets, num_valid)
+
+
+def _valid_logits(h: Array, table: Array, num_valid: int | None) -> Array:
+  scores = jnp.einsum('nd,vd->nv', h, table, preferred_element_type=jnp.float32)
   if num_valid is not None and num_valid < table.shape[0]:
     scores = jnp.where(jnp.arange(table.shape[0]) < num_valid, scores, NEG_INF)
-  return logit_stats(scores, targets)
+  return scores
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _direct_stats(h: Array, table: Array, targets: Array, num_valid: int | None):
+  """``logit_stats`` of h Eᵀ with the cross-entropy's gradient written out: the backward pass reads the
+  float32 logits once and writes (softmax - one-hot) × the loss's cotangent in the compute dtype, where
+  autodiff wrote the float32 softmax gradient and then rounded it in a second pass over the largest tensor
+  of the step. For float32 operands it is autodiff's gradient; the statistics other than the loss carry
+  none."""
+  return logit_stats(_valid_logits(h, table, num_valid), targets)
+
+
+def _direct_stats_fwd(h, table, targets, num_valid):
+  scores = _valid_logits(h, table, num_valid)
+  stats = logit_stats(scores, targets)
+  lse = stats[0] + jnp.take_along_axis(scores, targets[:, None], -1)[:, 0]
+  return stats, (h, table, targets, scores, lse)
+
+
+def _direct_stats_bwd(num_valid, res, cotangents):
+  h, table, targets, scores, lse = res
+  g = cotangents[0].astype(jnp.float32)[:, None]
+  onehot = jnp.arange(table.shape[0]) == targets[:, None]
+  dscores = ((jnp.exp(scores - lse[:, None]) - onehot) * g).astype(h.dtype)
+  dh = jnp.einsum('nv,vd->nd', dscores, table, preferred_element_type=jnp.float32).astype(h.dtype)
+  dtable = jnp.einsum('nv,nd->vd', dscores, h, preferred_element_type=jnp.float32).astype(table.dtype)
+  return dh, dtable, None
+
+
+_direct_stats.defvjp(_direct_stats_fwd, _direct_stats_bwd)

@@ -102,8 +102,8 @@ def _direct_stats(h: Array, table: Array, targets: Array, num_valid: int | None)
   """``logit_stats`` of h Eᵀ with the cross-entropy's gradient written out: the backward pass reads the
   float32 logits once and writes (softmax - one-hot) × the loss's cotangent in the compute dtype, where
   autodiff wrote the float32 softmax gradient and then rounded it in a second pass over the largest tensor
-  of the step. For float32 operands it is autodiff's gradient; the statistics other than the loss carry
-  none."""
+  of the step. For float32 operands it is autodiff's gradient to rounding (the same formula, its operations
+  in another order: a few float32 ulps apart); the statistics other than the loss carry none."""
   return logit_stats(_valid_logits(h, table, num_valid), targets)
 
 

@@ -1,6 +1,7 @@
 """Each module against the NumPy transcription of the paper's equations (float32, rel. error <= 1e-5)."""
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -227,3 +228,35 @@ def test_module_arguments_are_validated():
     symbolic.ChannelLayerNorm(2, 'matrix').init(jax.random.key(0), x)
   with pytest.raises(ValueError, match='vocab_projection must be one of'):
     symbolic.VocabProjection(2, impl='fast').init(jax.random.key(0), x.reshape(1, 2, 2, 2), x[0])
+
+
+def test_dense_bias_gradient_from_the_product_equals_autodiffs():
+  """x W + b with [dW; db] = [x, 1]ᵀ dy as one product: the gradients of the textbook layer, float32
+  and bfloat16 (in the compute dtype), and on the CPU backend the layer's own backward pass is this one."""
+  from symjax.ops import dense
+  keys = jax.random.split(jax.random.key(0), 4)
+  x, w, b = (jax.random.normal(k, s) for k, s in zip(keys, [(3, 7, 5), (5, 6), (6,)]))
+  cot = jax.random.normal(keys[3], (3, 7, 6))
+  grads = lambda f, *args: jax.grad(lambda *a: jnp.sum(f(*a).astype(jnp.float32) * cot), argnums=(0, 1, 2))(*args)
+  want = [f64(g) for g in grads(lambda x, w, b: x @ w + b, x, w, b)]
+  np.testing.assert_allclose(f64(cot).sum((0, 1)), want[2], rtol=1e-6)  # db is the column sum
+  for got, expected in zip(grads(dense.bias_gradient_in_product, x, w, b), want):
+    assert ref.rel_err(got, expected) <= TOL
+  low = grads(dense.bias_gradient_in_product, *(a.astype(jnp.bfloat16) for a in (x, w, b)))
+  for got, expected in zip(low, want):
+    assert got.dtype == jnp.bfloat16 and ref.rel_err(f64(got), expected) <= 3e-2
+  assert ref.rel_err(dense.bias_gradient_in_product(x, w, b), f64(x) @ f64(w) + f64(b)) <= TOL
+  uses_product = 'custom_vjp' in str(jax.make_jaxpr(dense.biased_dense)(x, w, b))
+  assert uses_product == (jax.default_backend() == 'cpu')
+
+
+def test_mlp_dense_layers_have_flax_dense_parameters():
+  """The MLP's layers keep nn.Dense's parameter names, shapes and initial values (checkpoints and every
+  reader of 'wi' / 'wo' see the same tree) and compute x W + b."""
+  from symjax.model.transformer import Dense
+  x = jax.random.normal(jax.random.key(1), (2, 4, 8))
+  ours, flax_dense = Dense(16, name='wi'), nn.Dense(16, name='wi')
+  p_ours, p_flax = ours.init(jax.random.key(2), x), flax_dense.init(jax.random.key(2), x)
+  chex.assert_trees_all_equal(p_ours, p_flax)
+  p = randomize(p_flax, 3)
+  np.testing.assert_allclose(f64(ours.apply(p, x)), f64(flax_dense.apply(p, x)), rtol=1e-5, atol=1e-6)

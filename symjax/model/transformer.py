@@ -25,6 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax.linen.dtypes import promote_dtype
 
 from symjax.model import attention as attn
 from symjax.model import intermediates as names
@@ -39,12 +40,23 @@ from symjax.model.config import (  # noqa: F401  (re-exported)
   VALUE_MAPS,
   ModelConfig,
 )
-from symjax.ops import readout
+from symjax.ops import dense, readout
 from symjax.system.errors import InputError
 from symjax.system.mesh import EMBED, VOCAB  # logical axis names of the parameters
 from symjax.system.mesh import MLP as MLP_AXIS
 
 Array = jax.Array
+
+
+class Dense(nn.Dense):
+  """``nn.Dense`` (the same parameters, names and initialisers) computed by ``ops.dense.biased_dense``."""
+
+  @nn.compact
+  def __call__(self, inputs: Array) -> Array:
+    kernel = self.param('kernel', self.kernel_init, (jnp.shape(inputs)[-1], self.features), self.param_dtype)
+    bias = self.param('bias', self.bias_init, (self.features,), self.param_dtype)
+    inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+    return dense.biased_dense(inputs, kernel, bias)
 
 
 class MLP(nn.Module):
@@ -56,9 +68,9 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     init = lambda names: nn.with_logical_partitioning(nn.initializers.normal(0.02), names)
-    h = nn.gelu(nn.Dense(self.ff_dim, dtype=self.dtype, kernel_init=init((EMBED, MLP_AXIS)), name='wi')(x))
+    h = nn.gelu(Dense(self.ff_dim, dtype=self.dtype, kernel_init=init((EMBED, MLP_AXIS)), name='wi')(x))
     h = names.hook(self, 'ffn.hidden', h)
-    return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=init((MLP_AXIS, EMBED)), name='wo')(h)
+    return Dense(x.shape[-1], dtype=self.dtype, kernel_init=init((MLP_AXIS, EMBED)), name='wo')(h)
 
 
 def _attention(config: ModelConfig, output_projection: bool, alibi: bool, gumbel_scale=None) -> attn.Attention:

@@ -367,11 +367,11 @@ class Attention(nn.Module):
       fused = (self.impl != 'explicit' and not self.is_mutable_collection('intermediates') and not hooked
                and (self.dropout_rate == 0.0 or deterministic))
       if edges is None:
-        bias = alibi(time, time) if alibi else None
+        bias = alibi(time, time) if alibi and not fused else None  # a fused kernel takes the slopes
         if bias is not None and self.numerical_heads and not self.numerical_positions:
           bias = bias.at[self.num_heads - self.numerical_heads:].set(0.0)  # a predicate on tokens alone
         if fused:
-          # The bias is ALiBi's alone here (numerical heads are explicit): the kernel gets the slopes.
+          # ALiBi is the only bias here (numerical heads are computed explicitly).
           out = fused_attention(q, k, v, None, static, key_mask, self.impl, alibi.slopes() if alibi else None)
           weights = None
         elif hooked or self.numerical_heads:

@@ -49,10 +49,14 @@ Array = jax.Array
 
 
 class Dense(nn.Dense):
-  """``nn.Dense`` (the same parameters, names and initialisers) computed by ``ops.dense.biased_dense``."""
+  """``nn.Dense`` with a bias (the same parameters, names and initialisers) computed by
+  ``ops.dense.biased_dense``. It reads the fields the MLP sets: features, dtype, param_dtype and the
+  initialisers."""
 
   @nn.compact
   def __call__(self, inputs: Array) -> Array:
+    if not self.use_bias or self.precision is not None:
+      raise ValueError('model.transformer.Dense has a bias and the default precision; use nn.Dense otherwise')
     kernel = self.param('kernel', self.kernel_init, (jnp.shape(inputs)[-1], self.features), self.param_dtype)
     bias = self.param('bias', self.bias_init, (self.features,), self.param_dtype)
     inputs, kernel, bias = promote_dtype(inputs, kernel, bias, dtype=self.dtype)

@@ -11,6 +11,8 @@ from helpers import f64, randomize
 
 from symjax.model import attention as attn
 from symjax.model import symbolic
+from symjax.model.transformer import Dense
+from symjax.ops import dense
 
 TOL = 1e-5
 
@@ -233,7 +235,6 @@ def test_module_arguments_are_validated():
 def test_dense_bias_gradient_from_the_product_equals_autodiffs():
   """x W + b with [dW; db] = [x, 1]ᵀ dy as one product: the gradients of the textbook layer, float32
   and bfloat16 (in the compute dtype), and on the CPU backend the layer's own backward pass is this one."""
-  from symjax.ops import dense
   keys = jax.random.split(jax.random.key(0), 4)
   x, w, b = (jax.random.normal(k, s) for k, s in zip(keys, [(3, 7, 5), (5, 6), (6,)]))
   cot = jax.random.normal(keys[3], (3, 7, 6))
@@ -253,7 +254,6 @@ def test_dense_bias_gradient_from_the_product_equals_autodiffs():
 def test_mlp_dense_layers_have_flax_dense_parameters():
   """The MLP's layers keep nn.Dense's parameter names, shapes and initial values (checkpoints and every
   reader of 'wi' / 'wo' see the same tree) and compute x W + b."""
-  from symjax.model.transformer import Dense
   x = jax.random.normal(jax.random.key(1), (2, 4, 8))
   ours, flax_dense = Dense(16, name='wi'), nn.Dense(16, name='wi')
   p_ours, p_flax = ours.init(jax.random.key(2), x), flax_dense.init(jax.random.key(2), x)

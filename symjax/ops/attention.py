@@ -148,11 +148,10 @@ def alibi_in_products(q: Array, k: Array, v: Array, slopes: Array) -> tuple[Arra
   row = -m[None, :] * jnp.arange(q.shape[1], dtype=jnp.float32)[:, None]      # [q_time, heads]
   rates = jnp.stack([jnp.broadcast_to(_ALIBI_DIGIT * m, row.shape), jnp.broadcast_to(m, row.shape),
                      row - jax.lax.stop_gradient(row)], -1)                   # [q_time, heads, 3]
-  pad = lambda x, extra: jnp.concatenate(
-      [x, extra.astype(x.dtype), jnp.zeros((*x.shape[:-1], width - head_dim - extra.shape[-1]), x.dtype)], -1)
-  q = pad(q, jnp.broadcast_to(rates, (*q.shape[:-1], 3)))
-  k = pad(k, jnp.broadcast_to(digits[None, :, None, :], (batch, k_time, heads, 3)))
-  return q, k, pad(v.astype(q.dtype), jnp.zeros((*v.shape[:-1], 0), q.dtype))
+  zeros_to_width = lambda x: jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - x.shape[-1])])
+  q = zeros_to_width(jnp.concatenate([q, jnp.broadcast_to(rates, (*q.shape[:-1], 3)).astype(q.dtype)], -1))
+  k = zeros_to_width(jnp.concatenate([k, jnp.broadcast_to(digits[None, :, None, :], (batch, k_time, heads, 3))], -1))
+  return q, k, zeros_to_width(v.astype(q.dtype))
 
 
 @dataclasses.dataclass(frozen=True)

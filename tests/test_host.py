@@ -1,6 +1,6 @@
-"""symjax.system.host: the compiler flags, and the allocator setting, which keeps freed memory for the next
-allocation. Both leave the user's own settings alone. The allocator cases run in fresh processes, since the
-setting is process-wide."""
+"""symjax.system.host: the compiler flags, the dispatch of CPU programs, and the allocator setting, which keeps
+freed memory for the next allocation. Each leaves the user's own settings alone. The dispatch and allocator
+cases run in fresh processes, since the settings are process-wide."""
 
 import json
 import os
@@ -138,3 +138,35 @@ def test_release_hands_back_what_the_setting_kept(apply):
     assert freed > 48 and after < 16, (freed, after)   # kept after the free, handed back by the release
   else:
     assert freed < 16 and after < 16, (freed, after)   # glibc's defaults unmap it at once; nothing to do
+
+
+# Applies the dispatch setting twice in a fresh process (this one's was set by conftest), then calls a program
+# of about 13 GFLOP and asks whether its result is ready the moment the call returns: it is when the program ran
+# on the calling thread, and not when the call only queued it.
+_DISPATCH_SCRIPT = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location('host', sys.argv[1])
+host = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(host)
+applied = [host.run_cpu_programs_inline(), host.run_cpu_programs_inline()]
+import jax, jax.numpy as jnp
+f = jax.jit(lambda x: (x @ x @ x).sum())
+x = jnp.ones((1500, 1500))
+f(x).block_until_ready()
+y = f(x)
+print(json.dumps([applied, jax.config.values[host.ASYNC_DISPATCH_OPTION], y.is_ready()]))
+"""
+
+
+@pytest.mark.parametrize('keep', ['', '1'])
+def test_cpu_programs_run_inline_unless_the_user_keeps_asynchronous_dispatch(keep):
+  env = {k: v for k, v in os.environ.items() if k != host.KEEP_DISPATCH_ENV}
+  if keep:
+    env[host.KEEP_DISPATCH_ENV] = keep
+  out = subprocess.run([sys.executable, '-c', _DISPATCH_SCRIPT, host.__file__], env={**env, 'JAX_PLATFORMS': 'cpu'},
+                       capture_output=True, text=True, check=True).stdout
+  applied, asynchronous, ready_on_return = json.loads(out)
+  if keep:
+    assert (applied, asynchronous, ready_on_return) == ([False, False], True, False)
+  else:  # changed once; the program's result exists when the call returns
+    assert (applied, asynchronous, ready_on_return) == ([True, False], False, True)

@@ -561,3 +561,40 @@ def test_a_loaded_run_gives_its_batches_its_loss_on_text_and_decodes_one_id(shak
   assert tagging.batches('train', 1)[0]['inputs'].shape[0] == tagging.config.batch_size
   with pytest.raises(InputError, match='is a tagging task'):
     tagging.loss([1, 2, 3])
+
+
+def test_prefetched_makes_each_step_in_order_on_a_worker_while_the_caller_holds_the_one_before():
+  import threading
+  made, next_started = [], threading.Event()
+
+  def make(step):
+    made.append((step, threading.get_ident()))
+    if step == 4:
+      next_started.set()
+    return 10 * step
+
+  batches = train.prefetched(make, range(3, 7))
+  assert next(batches) == 30
+  assert next_started.wait(timeout=60)  # step 4 is made while the caller still works on step 3's batch
+  assert list(batches) == [40, 50, 60]
+  assert [s for s, _ in made] == [3, 4, 5, 6]
+  assert threading.get_ident() not in {thread for _, thread in made}
+
+
+def test_prefetched_raises_a_failed_step_where_the_caller_asks_for_it_and_stops_on_close():
+  def make(step):
+    if step == 2:
+      raise ValueError('no batch 2')
+    return step
+
+  batches = train.prefetched(make, range(5))
+  assert [next(batches), next(batches)] == [0, 1]
+  with pytest.raises(ValueError, match='no batch 2'):
+    next(batches)
+  calls = []
+  batches = train.prefetched(calls.append, range(100))
+  next(batches)
+  batches.close()  # waits for the one call in flight (or cancels it if not begun), starts no other
+  assert calls in ([0], [0, 1])
+  with pytest.raises(StopIteration):
+    next(batches)

@@ -1,5 +1,6 @@
 """Process-wide settings of the host, applied first thing (``set_defaults``) by the trainer, the seed
-trainer, the tests and the CPU benchmarks: XLA:CPU's compiler flags, and glibc malloc's thresholds.
+trainer, the tests and the CPU benchmarks: XLA:CPU's compiler flags, how JAX dispatches CPU programs, and
+glibc malloc's thresholds.
 
 XLA:CPU allocates the temporary buffers of a compiled step afresh on every call and frees them when the
 call ends. With glibc's default malloc, buffers above its mmap threshold (128 KiB, rising with use to at
@@ -103,8 +104,35 @@ def release_freed_memory() -> bool:
   return True
 
 
+KEEP_DISPATCH_ENV = 'SYMJAX_KEEP_DISPATCH'
+ASYNC_DISPATCH_OPTION = 'jax_cpu_enable_async_dispatch'
+
+
+def run_cpu_programs_inline() -> bool:
+  """Turns off JAX's asynchronous dispatch of CPU programs (``jax_cpu_enable_async_dispatch``): a program
+  then runs on the thread that calls it, which waits for it. Returns whether it changed the option: not with
+  ``SYMJAX_KEEP_DISPATCH=1``, and not if the option is off already.
+
+  Why: with asynchronous dispatch a step's temporary buffer (one block per step, 40-60 MiB at the text recipe)
+  is allocated sometimes by the calling thread and sometimes by the runtime's, so it lands in both threads'
+  malloc arenas; ``retain_freed_memory`` keeps each arena's peak, and the training process held about
+  300 MiB more for the symbolic model (the docs' "Performance" page). The host's own work per step (the next
+  batch) then no longer overlaps the step, so the trainer makes it on another thread
+  (``symjax.train.trainer.prefetched``). The option applies to programs on one CPU device; JAX reads it when
+  the CPU backend starts, so this acts only if called before the process's first JAX computation.
+  """
+  if os.environ.get(KEEP_DISPATCH_ENV, '') not in ('', '0'):
+    return False
+  import jax  # here, not at the top: the allocator's tests load this file without JAX
+  if not jax.config.values[ASYNC_DISPATCH_OPTION]:
+    return False
+  jax.config.update(ASYNC_DISPATCH_OPTION, False)
+  return True
+
+
 def set_defaults(kind: str | None = None) -> None:
-  """Both settings: the compiler flags (before the process's first JAX computation; ``kind``: the one model
-  kind the process trains, if it trains one) and the allocator."""
+  """The three settings: the compiler flags and the dispatch (before the process's first JAX computation;
+  ``kind``: the one model kind the process trains, if it trains one) and the allocator."""
   set_cpu_compiler_defaults(kind)
+  run_cpu_programs_inline()
   retain_freed_memory()

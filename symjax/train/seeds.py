@@ -190,10 +190,11 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   diverged: dict[int, int] = {}
   tokens_per_step = len(seeds) * config.batch_size * task.seq_len
   last_time, last_step, step, rate = time.time(), start_step, start_step, 0.0
+  batches = train.prefetched(lambda at: _stack([task.batch('train', at, config.batch_size, s) for s in seeds]),
+                             range(start_step, config.total_steps))
   try:
     while step < config.total_steps:
-      batch = _stack([task.batch('train', step, config.batch_size, s) for s in seeds])
-      state, metrics = v_train(state, batch, keys)
+      state, metrics = v_train(state, next(batches), keys)
       step += 1
       if step % config.log_every_steps == 0 or step == config.total_steps:
         now = time.time()
@@ -233,6 +234,8 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
       writer.close()
       manager.close()
     raise
+  finally:
+    batches.close()
   for manager in managers:
     manager.wait_until_finished()
 

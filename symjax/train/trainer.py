@@ -8,13 +8,15 @@ uninterrupted one (on CPU).
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import json
 import math
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import flax.linen as nn
 import jax
@@ -261,6 +263,27 @@ def use_compilation_cache(config: ml_collections.ConfigDict) -> None:
       jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
 
 
+def prefetched(make: Callable[[int], Any], steps: Iterable[int]) -> Iterator[Any]:
+  """``make(step)`` for each step in order, each made on a worker thread while the caller uses the one before.
+
+  The trainer runs CPU programs inline (``host.run_cpu_programs_inline``), so without this the next batch
+  would be cut and placed only after the step ends; JAX lets go of the GIL while a program runs, and the worker
+  makes it meanwhile. ``make`` must depend on its step alone (a task's batches do). Closing the generator (a
+  break, an exception) waits for the one call in flight and drops its result.
+  """
+  pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='symjax-batches')
+  try:
+    ahead: collections.deque[concurrent.futures.Future] = collections.deque()
+    for step in steps:
+      ahead.append(pool.submit(make, step))
+      if len(ahead) > 1:
+        yield ahead.popleft().result()
+    while ahead:
+      yield ahead.popleft().result()
+  finally:
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 def interactive_output() -> bool:
   """A terminal, or a Jupyter / Colab kernel (whose stderr is no TTY, yet shows tqdm's widget)."""
   if sys.stderr.isatty():
@@ -338,10 +361,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     last_time, last_step = time.time(), start_step
     validation: dict[str, float] = {}
     step = start_step
+    batches = prefetched(lambda s: put(task.batch('train', s, config.batch_size, config.seed)),
+                         range(start_step, config.total_steps))
     try:
       while step < config.total_steps:
         step_fn = soft_step if soft_step is not None and step < config.soft_steps else train_step
-        state, metrics = step_fn(state, put(task.batch('train', step, config.batch_size, config.seed)))
+        state, metrics = step_fn(state, next(batches))
         step += 1
         if step == start_step + 1 and lead:  # how long compilation (or the cache) held the user up
           jax.block_until_ready(metrics['loss'])
@@ -390,6 +415,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       manager.close()
       raise
     finally:
+      batches.close()
       if bar is not None:
         bar.close()
     manager.wait_until_finished()

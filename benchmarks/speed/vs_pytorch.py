@@ -59,9 +59,9 @@ def commands(kind: str, workdir: str, cache: str) -> list[str]:
           f'--config.compilation_cache_dir={cache}']
 
 
-def run_once(argv: list[str]) -> dict:
-  """Runs one command to its end, reading its output as it comes."""
-  env = {**os.environ, 'PYTHONUNBUFFERED': '1'}
+def run_once(argv: list[str], extra_env: dict[str, str] | None = None) -> dict:
+  """Runs one command to its end, reading its output as it comes (``extra_env``: variables set for it)."""
+  env = {**os.environ, **(extra_env or {}), 'PYTHONUNBUFFERED': '1'}
   start = time.perf_counter()
   proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
   steps, evals, first, tail, losses = {}, [], None, [], {}

@@ -149,13 +149,13 @@ def pages() -> dict[str, str]:
 README = 'README.md'
 
 
-def vs_pytorch_table(data: dict) -> str:
-  """The README's performance table, from ``vs_pytorch_cpu.json`` (``benchmarks/speed/vs_pytorch.py``)."""
+def vs_pytorch_table(data: dict, json_name: str = 'vs_pytorch_cpu') -> str:
+  """A README performance table, from ``json_name``.json (``benchmarks/speed/vs_pytorch.py``)."""
   s = data['summary']
   ratio = lambda name, key: f"{s[name]['vs_pytorch'][key]['median']:.2f}×" if 'vs_pytorch' in s[name] else '1'
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}, commit `{data['commit'][:7]}`; the whole "
            f"{data['steps']}-step command, median of {data['rounds_run']} interleaved rounds, ratios to PyTorch "
-           f"within a round ([all figures](docs/results/data/vs_pytorch_cpu.md)):", '',
+           f"within a round ([all figures](docs/results/data/{json_name}.md)):", '',
            '| program | tokens/s | vs PyTorch | wall time | vs PyTorch | first step, warm cache | peak memory '
            '| vs PyTorch |',
            '|---|---:|---:|---:|---:|---:|---:|---:|']
@@ -168,8 +168,10 @@ def vs_pytorch_table(data: dict) -> str:
   return '\n'.join(lines) + '\n'
 
 
-# README blocks written from result files: (marker name, JSON file, renderer).
-README_BLOCKS = (('vs-pytorch', 'vs_pytorch_cpu', vs_pytorch_table),)
+# README blocks written from result files: (marker name, JSON file, renderer of the JSON and the file's name).
+# The CPU benchmark has one file per CPU vendor the project's machines have had.
+README_BLOCKS = (('vs-pytorch', 'vs_pytorch_cpu', vs_pytorch_table),
+                 ('vs-pytorch-amd', 'vs_pytorch_cpu_amd', vs_pytorch_table))
 
 
 def readme(text: str) -> str:
@@ -180,7 +182,7 @@ def readme(text: str) -> str:
     if start not in text or not os.path.isfile(path):
       continue
     with open(path) as f:
-      block = render_block(json.load(f))
+      block = render_block(json.load(f), name)
     head, rest = text.split(start, 1)
     text = head + start + block + end + rest.split(end, 1)[1]
   return text

@@ -115,9 +115,9 @@ def run_cpu_programs_inline() -> bool:
 
   Why: with asynchronous dispatch a step's temporary buffer (one block per step, 40-60 MiB at the text recipe)
   is allocated sometimes by the calling thread and sometimes by the runtime's, so it lands in both threads'
-  malloc arenas; ``retain_freed_memory`` keeps each arena's peak, and the training process held about
-  300 MiB more for the symbolic model (the docs' "Performance" page). The host's own work per step (the next
-  batch) then no longer overlaps the step, so the trainer makes it on another thread
+  malloc arenas; ``retain_freed_memory`` keeps each arena's peak, and the training process's peak was about
+  200 MiB higher for the symbolic model (the docs' "Performance" page). The host's own work per step (the
+  next batch) then no longer overlaps the step, so the trainer makes it on another thread
   (``symjax.train.trainer.prefetched``). The option applies to programs on one CPU device; JAX reads it when
   the CPU backend starts, so this acts only if called before the process's first JAX computation.
   """

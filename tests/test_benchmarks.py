@@ -28,3 +28,51 @@ def test_help_says_what_is_measured_and_where_it_writes(module):
   assert f'python -m {module}' in text, text[:1500]  # the usage line, from the module's docstring
   # Where it writes: its --json flag and default, or the docstring's own words.
   assert any(word in text for word in ('--json', 'writes', 'docs/results/')), text[:1500]
+
+
+def test_core_latency_medians_fall_in_their_spans():
+  from benchmarks.speed import core_latency
+  samples = [(10.0, 80.0), (10.5, 90.0), (11.2, 300.0), (11.8, 310.0), (12.9, 70.0)]
+  assert core_latency.medians_between(samples, [(10.0, 11.0), (11.0, 12.0), (12.0, 12.5), (12.5, 13.0)]) == [
+      85.0, 305.0, None, 70.0]
+
+
+def test_block_spread_with_cores_near_leaves_out_far_blocks_and_counts_them():
+  from benchmarks.speed import vs_pytorch
+  run = lambda ms, ns, steady=None: {'block_ms_per_step': ms, 'block_core_round_trip_ns': ns,
+                                     'block_steady': steady or [True] * len(ms)}
+  rounds = [{'runs': {'a': run([20.0, 20.0, 27.0, 21.0, 40.0], [80, 82, 300, 79, 81], [True] * 4 + [False]),
+                      'b': run([10.0, 10.0], [75, None])}}]
+  near = vs_pytorch.spread_with_cores_near(rounds, 'a')
+  # 27 ms was measured with the cores far apart (300 > 2 × 75), 40 ms is an evaluation block: neither counts.
+  assert near['steady_blocks_cores_far'] == 1 and near['steady_blocks_cores_near'] == 3
+  assert near['far_above_ns'] == 150 and abs(near['worst_block_deviation'] - 0.05) < 1e-9
+  assert vs_pytorch.spread_with_cores_near([{'runs': {'a': run([20.0], [None])}}], 'a') is None
+
+
+def test_core_latency_probe_samples_two_cpus(tmp_path):
+  from benchmarks.speed import core_latency
+  pair = core_latency.cpu_pair()
+  if pair is None:
+    pytest.skip('one CPU')
+  binary, why = core_latency.build(str(tmp_path))
+  if binary is None:
+    pytest.skip(why)
+  proc = subprocess.Popen([binary, *map(str, pair), '1'], stdout=subprocess.PIPE, text=True)
+  try:
+    rows = [proc.stdout.readline().split() for _ in range(3)]
+  finally:
+    proc.kill()
+    proc.wait()
+  assert all(len(r) == 2 and float(r[0]) > 1.6e9 and 0 < float(r[1]) < 1e9 for r in rows), rows
+  # A CPU this process may not use is refused with a message, not measured.
+  refused = subprocess.run([binary, str(pair[0]), str(max(os.sched_getaffinity(0)) + 1), '1'], capture_output=True,
+                           text=True, timeout=60)
+  assert refused.returncode == 2 and 'cannot run on CPU' in refused.stderr
+
+
+def test_core_latency_monitor_without_a_probe_samples_nothing(tmp_path):
+  from benchmarks.speed import core_latency
+  with core_latency.Monitor(None, str(tmp_path / 'log')) as monitor:
+    pass
+  assert monitor.samples() == [] and core_latency.medians_between([], [(0.0, 1.0)]) == [None]

@@ -13,7 +13,12 @@ should be otherwise idle. Per command:
   taken by this script as the lines arrive), leaving out the first block (compilation) and every block that
   holds an evaluation and checkpoint; the blocks' spread about that median;
 - the wall time of the whole command, and the time from the command to its first finished step;
-- its peak resident memory (the child's ``ru_maxrss``).
+- its peak resident memory (the child's ``ru_maxrss``);
+- for every block, the round trip between the first two cores measured during it
+  (``benchmarks/speed/core_latency.py``, built with the system's C compiler, skipped without one): the spread of
+  blocks is also given over the blocks during which the cores were near (round trip within ``FAR_FACTOR`` × the
+  fastest block's), the count of the others beside it, so a block slowed by where the machine put its cores is
+  told apart from one the program made slow.
 symjax runs keep their compiled steps in a compilation cache made fresh for this benchmark: the first round
 compiles (a cold cache), later rounds read it (a warm one, as a rerun or resume on the user's machine does).
 The ratios against PyTorch are taken within each round and their median reported. Tests time nothing; the
@@ -35,6 +40,7 @@ import time
 from absl import app, flags
 
 from benchmarks.lib import results as result_files
+from benchmarks.speed import core_latency
 
 _TEXT = flags.DEFINE_string('text_path', '../shared/data/tinyshakespeare.txt', 'The corpus (Tiny Shakespeare).')
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Rounds; every command runs once per round.')
@@ -48,6 +54,7 @@ TOKENS = 12 * 64    # per step
 STEP_LINE = re.compile(r'^step (\d+)/\d+: loss ([\d.]+), ')
 EVAL_LINE = re.compile(r'^step (\d+): validation loss=([\d.]+)')
 FIRST_LINE = re.compile(r'^first step done')
+FAR_FACTOR = 2.0    # a block's core round trip above this × the benchmark's fastest: the cores were far apart
 
 
 def commands(kind: str, workdir: str, cache: str) -> list[str]:
@@ -64,12 +71,13 @@ def run_once(argv: list[str], extra_env: dict[str, str] | None = None) -> dict:
   env = {**os.environ, **(extra_env or {}), 'PYTHONUNBUFFERED': '1'}
   start = time.perf_counter()
   proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-  steps, evals, first, tail, losses = {}, [], None, [], {}
+  steps, evals, first, tail, losses, unix = {}, [], None, [], {}, {}
   for line in proc.stdout:
     now = time.perf_counter() - start
     tail = (tail + [line])[-20:]
     if m := STEP_LINE.match(line):
       steps[int(m.group(1))] = now
+      unix[int(m.group(1))] = time.time()
       losses[int(m.group(1))] = float(m.group(2))
     elif m := EVAL_LINE.match(line):
       evals.append((int(m.group(1)), float(m.group(2))))
@@ -84,8 +92,11 @@ def run_once(argv: list[str], extra_env: dict[str, str] | None = None) -> dict:
   blocks = []
   for a, b in zip(marks, marks[1:]):
     # A block that follows an evaluation holds it (both programs evaluate right after a progress line).
-    blocks.append({'steps': b - a, 'seconds': steps[b] - steps[a], 'evaluation': a in evaluated})
-  steady = [x['seconds'] / x['steps'] for x in blocks if not x['evaluation'] and x['steps'] == BLOCK]
+    blocks.append({'steps': b - a, 'seconds': steps[b] - steps[a], 'evaluation': a in evaluated,
+                   'unix': (unix[a], unix[b])})
+  for x in blocks:
+    x['steady'] = not x['evaluation'] and x['steps'] == BLOCK
+  steady = [x['seconds'] / x['steps'] for x in blocks if x['steady']]
   median = statistics.median(steady)
   deviation = [t / median - 1 for t in steady]
   return {'wall_s': wall, 'seconds_to_first_step': first, 'peak_resident_mib': usage.ru_maxrss / 1024,
@@ -94,7 +105,37 @@ def run_once(argv: list[str], extra_env: dict[str, str] | None = None) -> dict:
           'blocks_outside_15pct': sum(abs(d) > 0.15 for d in deviation), 'steady_blocks': len(steady),
           'first_block_s': steps[marks[0]] if marks else None,
           'final_train_loss': losses[max(losses)], 'validation_losses': evals,
-          'block_ms_per_step': [round(1e3 * x['seconds'] / x['steps'], 2) for x in blocks]}
+          'block_ms_per_step': [round(1e3 * x['seconds'] / x['steps'], 2) for x in blocks],
+          'block_steady': [x['steady'] for x in blocks], 'block_spans_unix': [x['unix'] for x in blocks]}
+
+
+def add_core_latency(run: dict, samples: list[tuple[float, float]]) -> None:
+  """Adds to ``run`` (``run_once``'s) the median core-to-core round trip during each of its blocks."""
+  run['block_core_round_trip_ns'] = core_latency.medians_between(samples, run.pop('block_spans_unix'))
+
+
+def spread_with_cores_near(rounds: list[dict], name: str) -> dict | None:
+  """The blocks' spread about their median in every run of ``name``, counting only the steady blocks during
+  which the two cores were near (round trip within ``FAR_FACTOR`` × the fastest block of the benchmark); None
+  when no latency was sampled."""
+  every = [ns for rd in rounds for run in rd['runs'].values() for ns in run.get('block_core_round_trip_ns', [])
+           if ns is not None]
+  if not every:
+    return None
+  limit = FAR_FACTOR * min(every)
+  worst, far, near_count = 0.0, 0, 0
+  for rd in rounds:
+    run = rd['runs'][name]
+    ms = [t for t, steady, ns in zip(run['block_ms_per_step'], run['block_steady'], run['block_core_round_trip_ns'])
+          if steady and ns is not None and ns <= limit]
+    far += sum(1 for steady, ns in zip(run['block_steady'], run['block_core_round_trip_ns'])
+               if steady and ns is not None and ns > limit)
+    near_count += len(ms)
+    if ms:
+      median = statistics.median(ms)
+      worst = max(worst, max(abs(t / median - 1) for t in ms))
+  return {'worst_block_deviation': worst, 'steady_blocks_cores_near': near_count, 'steady_blocks_cores_far': far,
+          'far_above_ns': limit}
 
 
 def versions() -> dict[str, str]:
@@ -118,16 +159,22 @@ def main(_):
   rounds = []
   with tempfile.TemporaryDirectory(prefix='vs_pytorch_') as tmp:
     cache = os.path.join(tmp, 'compilation_cache')
-    for r in range(_ROUNDS.value):
-      order = names[r % len(names):] + names[:r % len(names)]
-      row = {}
-      for name in order:
-        workdir = os.path.join(tmp, f'{name}_{r}')
-        row[name] = run_once(commands(name, workdir, cache))
-        print(f"round {r + 1} {name}: {row[name]['step_ms']:.1f} ms/step, {row[name]['wall_s']:.1f} s wall, "
-              f"first step {row[name]['seconds_to_first_step']:.1f} s, {row[name]['peak_resident_mib']:.0f} MiB",
-              flush=True)
-      rounds.append({'order': order, 'runs': row})
+    probe, why_not = core_latency.build(tmp)
+    if probe is None:
+      print(f'not sampling the cores\' round trip: {why_not}', file=sys.stderr)
+    with core_latency.Monitor(probe, os.path.join(tmp, 'core_latency.log')) as monitor:
+      for r in range(_ROUNDS.value):
+        order = names[r % len(names):] + names[:r % len(names)]
+        row = {}
+        for name in order:
+          workdir = os.path.join(tmp, f'{name}_{r}')
+          row[name] = run_once(commands(name, workdir, cache))
+          add_core_latency(row[name], monitor.samples())
+          print(f"round {r + 1} {name}: {row[name]['step_ms']:.1f} ms/step, {row[name]['wall_s']:.1f} s wall, "
+                f"first step {row[name]['seconds_to_first_step']:.1f} s, "
+                f"{row[name]['peak_resident_mib']:.0f} MiB", flush=True)
+        rounds.append({'order': order, 'runs': row})
+    latency_pair = monitor.pair if probe else None
 
   def median_of(name, key, warm_only=False):
     values = [rd['runs'][name][key] for i, rd in enumerate(rounds) if not (warm_only and i == 0)]
@@ -145,7 +192,8 @@ def main(_):
                      'seconds_to_first_step_warm': median_of(name, 'seconds_to_first_step', warm_only=True),
                      'worst_block_deviation': max(max(abs(rd['runs'][name]['block_min_over_median'] - 1),
                                                       abs(rd['runs'][name]['block_max_over_median'] - 1))
-                                                  for rd in rounds)}
+                                                  for rd in rounds),
+                     'blocks_with_cores_near': spread_with_cores_near(rounds, name)}
     if name != PEER:
       summary[name]['vs_pytorch'] = {'tokens_per_s': ratio(name, 'tokens_per_s'),
                                      'wall_time': ratio(name, 'wall_s'),
@@ -154,19 +202,23 @@ def main(_):
   print(f'\n{result_files.cpu_model()}, {os.cpu_count()} cores; median of {_ROUNDS.value} rounds; '
         'ratios within a round')
   print('| program | step | tokens/s | × PyTorch | wall | × PyTorch | first step (cold / warm) | blocks within | '
-        'peak resident | × PyTorch |')
-  print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+        'blocks within, cores near (far) | peak resident | × PyTorch |')
+  print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for name in names:
     s = summary[name]
     vs = s.get('vs_pytorch')
     cell = lambda key: f"{vs[key]['median']:.2f}×" if vs else '1'
     warm = s['seconds_to_first_step_warm']
+    near = s['blocks_with_cores_near']
+    near = '–' if near is None else (f"±{100 * near['worst_block_deviation']:.0f}% "
+                                     f"({near['steady_blocks_cores_far']} of "
+                                     f"{near['steady_blocks_cores_far'] + near['steady_blocks_cores_near']})")
     print(f"| {name} | {s['step_ms']:.1f} ms | {s['tokens_per_s']:,.0f} | {cell('tokens_per_s')} | "
           f"{s['wall_s']:.1f} s | {cell('wall_time')} | {s['seconds_to_first_step_cold']:.1f} / "
-          f"{'–' if warm is None else f'{warm:.1f}'} s | ±{100 * s['worst_block_deviation']:.0f}% | "
+          f"{'–' if warm is None else f'{warm:.1f}'} s | ±{100 * s['worst_block_deviation']:.0f}% | {near} | "
           f"{s['peak_resident_mib']:.0f} MiB | {cell('peak_resident_memory')} |")
   result_files.write(_JSON.value, {'versions': versions(), 'rounds_run': _ROUNDS.value, 'steps': _STEPS.value,
-                                   'summary': summary, 'rounds': rounds})
+                                   'core_latency_cpus': latency_pair, 'summary': summary, 'rounds': rounds})
 
 
 if __name__ == '__main__':

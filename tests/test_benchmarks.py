@@ -30,11 +30,11 @@ def test_help_says_what_is_measured_and_where_it_writes(module):
   assert any(word in text for word in ('--json', 'writes', 'docs/results/')), text[:1500]
 
 
-def test_core_latency_medians_fall_in_their_spans():
+def test_core_latency_takes_the_slowest_sample_in_each_span():
   from benchmarks.speed import core_latency
-  samples = [(10.0, 80.0), (10.5, 90.0), (11.2, 300.0), (11.8, 310.0), (12.9, 70.0)]
-  assert core_latency.medians_between(samples, [(10.0, 11.0), (11.0, 12.0), (12.0, 12.5), (12.5, 13.0)]) == [
-      85.0, 305.0, None, 70.0]
+  samples = [(10.0, 80.0), (10.5, 90.0), (11.2, 300.0), (11.8, 70.0), (12.9, 70.0)]
+  assert core_latency.slowest_between(samples, [(10.0, 11.0), (11.0, 12.0), (12.0, 12.5), (12.5, 13.0)]) == [
+      90.0, 300.0, None, 70.0]
 
 
 def test_block_spread_with_cores_near_leaves_out_far_blocks_and_counts_them():
@@ -47,7 +47,22 @@ def test_block_spread_with_cores_near_leaves_out_far_blocks_and_counts_them():
   # 27 ms was measured with the cores far apart (300 > 2 × 75), 40 ms is an evaluation block: neither counts.
   assert near['steady_blocks_cores_far'] == 1 and near['steady_blocks_cores_near'] == 3
   assert near['far_above_ns'] == 150 and abs(near['worst_block_deviation'] - 0.05) < 1e-9
+  assert near['step_ms'] == 20.0
   assert vs_pytorch.spread_with_cores_near([{'runs': {'a': run([20.0], [None])}}], 'a') is None
+
+
+def test_speed_ratio_with_cores_near_compares_blocks_run_with_the_cores_near():
+  from benchmarks.speed import vs_pytorch
+  run = lambda ms, ns: {'block_ms_per_step': ms, 'block_core_round_trip_ns': ns, 'block_steady': [True] * len(ms)}
+  # The peer ran mostly with its cores far (45 ms) and 36 ms with them near; the program 30 ms, near throughout.
+  rounds = [{'runs': {'peer': run([36.0, 45.0, 46.0, 47.0], [55, 250, 260, 255]),
+                      'a': run([30.0, 30.0, 30.0], [56, 54, 55])}},
+            {'runs': {'peer': run([45.0], [250]), 'a': run([30.0], [55])}}]
+  ratio = vs_pytorch.speed_ratio_with_cores_near(rounds, 'a', 'peer')
+  assert ratio['per_round'] == [36.0 / 30.0]  # the second round: no near block of the peer's to compare with
+  rounds[0]['runs']['a']['block_core_round_trip_ns'] = [None] * 3
+  rounds[1]['runs']['peer']['block_core_round_trip_ns'] = [None]
+  assert vs_pytorch.speed_ratio_with_cores_near(rounds, 'a', 'peer') is None
 
 
 def test_core_latency_probe_samples_two_cpus(tmp_path):
@@ -75,4 +90,4 @@ def test_core_latency_monitor_without_a_probe_samples_nothing(tmp_path):
   from benchmarks.speed import core_latency
   with core_latency.Monitor(None, str(tmp_path / 'log')) as monitor:
     pass
-  assert monitor.samples() == [] and core_latency.medians_between([], [(0.0, 1.0)]) == [None]
+  assert monitor.samples() == [] and core_latency.slowest_between([], [(0.0, 1.0)]) == [None]

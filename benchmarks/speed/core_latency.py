@@ -7,7 +7,7 @@ complex, without the shared cache). A compiled step that splits its work over bo
 long as that lasts, whatever the program does. ``core_latency.c`` (built here with the system's C compiler,
 ``$CC`` or ``cc``) measures one cache line's round trip between the first two CPUs this process may use; the side
 by side benchmark (``benchmarks/speed/vs_pytorch.py``) runs it beside every command and records, for each 50-step
-block, the median latency measured during it. Standalone, it prints the samples for ``--seconds`` and writes no
+block, the slowest round trip measured during it. Standalone, it prints the samples for ``--seconds`` and writes no
 file.
 """
 
@@ -82,13 +82,16 @@ class Monitor:
     return out
 
 
-def medians_between(samples: list[tuple[float, float]], spans: list[tuple[float, float]]) -> list[float | None]:
-  """For each (start, end) span in unix seconds, the median of the samples taken within it (None: none)."""
+def slowest_between(samples: list[tuple[float, float]], spans: list[tuple[float, float]]) -> list[float | None]:
+  """For each (start, end) span in unix seconds, the slowest of the samples taken within it (None: none).
+
+  The slowest, not the median: a block during which the cores were far apart for part of the time is slow for
+  that part, and must not be counted as one with the cores near."""
   times = [t for t, _ in samples]
   out = []
   for start, end in spans:
     inside = [ns for _, ns in samples[bisect.bisect_left(times, start):bisect.bisect_right(times, end)]]
-    out.append(statistics.median(inside) if inside else None)
+    out.append(max(inside) if inside else None)
   return out
 
 

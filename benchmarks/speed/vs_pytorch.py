@@ -14,11 +14,13 @@ should be otherwise idle. Per command:
   holds an evaluation and checkpoint; the blocks' spread about that median;
 - the wall time of the whole command, and the time from the command to its first finished step;
 - its peak resident memory (the child's ``ru_maxrss``);
-- for every block, the round trip between the first two cores measured during it
-  (``benchmarks/speed/core_latency.py``, built with the system's C compiler, skipped without one): the spread of
-  blocks is also given over the blocks during which the cores were near (round trip within ``FAR_FACTOR`` × the
-  fastest block's), the count of the others beside it, so a block slowed by where the machine put its cores is
-  told apart from one the program made slow.
+- for every block, the slowest round trip between the first two cores sampled during it, every
+  ``LATENCY_INTERVAL_MS`` (``benchmarks/speed/core_latency.py``, built with the system's C compiler, skipped
+  without one). On a virtual machine the hypervisor may move one virtual CPU far from the other for minutes,
+  and every program's step is slower for as long as it lasts. So the step time and the blocks' spread are also
+  given over the blocks during which the cores were near (round trip within ``FAR_FACTOR`` × the benchmark's
+  fastest), with the count of the others, and the tokens/s ratio over them: a program that happened to run
+  while the cores were far is not compared with one that ran while they were near.
 symjax runs keep their compiled steps in a compilation cache made fresh for this benchmark: the first round
 compiles (a cold cache), later rounds read it (a warm one, as a rerun or resume on the user's machine does).
 The ratios against PyTorch are taken within each round and their median reported. Tests time nothing; the
@@ -55,6 +57,7 @@ STEP_LINE = re.compile(r'^step (\d+)/\d+: loss ([\d.]+), ')
 EVAL_LINE = re.compile(r'^step (\d+): validation loss=([\d.]+)')
 FIRST_LINE = re.compile(r'^first step done')
 FAR_FACTOR = 2.0    # a block's core round trip above this × the benchmark's fastest: the cores were far apart
+LATENCY_INTERVAL_MS = 500    # a 50-step block lasts 1-3 s: several samples in each
 
 
 def commands(kind: str, workdir: str, cache: str) -> list[str]:
@@ -110,32 +113,57 @@ def run_once(argv: list[str], extra_env: dict[str, str] | None = None) -> dict:
 
 
 def add_core_latency(run: dict, samples: list[tuple[float, float]]) -> None:
-  """Adds to ``run`` (``run_once``'s) the median core-to-core round trip during each of its blocks."""
-  run['block_core_round_trip_ns'] = core_latency.medians_between(samples, run.pop('block_spans_unix'))
+  """Adds to ``run`` (``run_once``'s) the slowest core-to-core round trip sampled during each of its blocks."""
+  run['block_core_round_trip_ns'] = core_latency.slowest_between(samples, run.pop('block_spans_unix'))
+
+
+def far_above_ns(rounds: list[dict]) -> float | None:
+  """The round trip above which a block counts as run with the cores far apart; None when none was sampled."""
+  every = [ns for rd in rounds for run in rd['runs'].values() for ns in run.get('block_core_round_trip_ns', [])
+           if ns is not None]
+  return FAR_FACTOR * min(every) if every else None
+
+
+def near_blocks(run: dict, limit: float) -> list[float]:
+  """The ms per step of ``run``'s steady blocks during which the cores were near (round trip ≤ ``limit``)."""
+  return [t for t, steady, ns in zip(run['block_ms_per_step'], run['block_steady'], run['block_core_round_trip_ns'])
+          if steady and ns is not None and ns <= limit]
 
 
 def spread_with_cores_near(rounds: list[dict], name: str) -> dict | None:
-  """The blocks' spread about their median in every run of ``name``, counting only the steady blocks during
-  which the two cores were near (round trip within ``FAR_FACTOR`` × the fastest block of the benchmark); None
-  when no latency was sampled."""
-  every = [ns for rd in rounds for run in rd['runs'].values() for ns in run.get('block_core_round_trip_ns', [])
-           if ns is not None]
-  if not every:
+  """Over the steady blocks of every run of ``name`` during which the two cores were near: the blocks' spread
+  about their run's median, the median ms per step (median over runs), and how many blocks were near and far;
+  None when no latency was sampled."""
+  limit = far_above_ns(rounds)
+  if limit is None:
     return None
-  limit = FAR_FACTOR * min(every)
-  worst, far, near_count = 0.0, 0, 0
+  worst, far, near_count, medians = 0.0, 0, 0, []
   for rd in rounds:
     run = rd['runs'][name]
-    ms = [t for t, steady, ns in zip(run['block_ms_per_step'], run['block_steady'], run['block_core_round_trip_ns'])
-          if steady and ns is not None and ns <= limit]
+    ms = near_blocks(run, limit)
     far += sum(1 for steady, ns in zip(run['block_steady'], run['block_core_round_trip_ns'])
                if steady and ns is not None and ns > limit)
     near_count += len(ms)
     if ms:
       median = statistics.median(ms)
+      medians.append(median)
       worst = max(worst, max(abs(t / median - 1) for t in ms))
   return {'worst_block_deviation': worst, 'steady_blocks_cores_near': near_count, 'steady_blocks_cores_far': far,
-          'far_above_ns': limit}
+          'far_above_ns': limit, 'step_ms': statistics.median(medians) if medians else None}
+
+
+def speed_ratio_with_cores_near(rounds: list[dict], name: str, peer: str) -> dict | None:
+  """``name``'s tokens/s over ``peer``'s, each from the median of its blocks run with the cores near, within each
+  round where both had such blocks; None when no round had."""
+  limit = far_above_ns(rounds)
+  if limit is None:
+    return None
+  per_round = []
+  for rd in rounds:
+    mine, theirs = near_blocks(rd['runs'][name], limit), near_blocks(rd['runs'][peer], limit)
+    if mine and theirs:
+      per_round.append(statistics.median(theirs) / statistics.median(mine))
+  return {'median': statistics.median(per_round), 'per_round': per_round} if per_round else None
 
 
 def versions() -> dict[str, str]:
@@ -162,7 +190,7 @@ def main(_):
     probe, why_not = core_latency.build(tmp)
     if probe is None:
       print(f'not sampling the cores\' round trip: {why_not}', file=sys.stderr)
-    with core_latency.Monitor(probe, os.path.join(tmp, 'core_latency.log')) as monitor:
+    with core_latency.Monitor(probe, os.path.join(tmp, 'core_latency.log'), LATENCY_INTERVAL_MS) as monitor:
       for r in range(_ROUNDS.value):
         order = names[r % len(names):] + names[:r % len(names)]
         row = {}
@@ -197,25 +225,29 @@ def main(_):
     if name != PEER:
       summary[name]['vs_pytorch'] = {'tokens_per_s': ratio(name, 'tokens_per_s'),
                                      'wall_time': ratio(name, 'wall_s'),
-                                     'peak_resident_memory': ratio(name, 'peak_resident_mib')}
+                                     'peak_resident_memory': ratio(name, 'peak_resident_mib'),
+                                     'tokens_per_s_cores_near': speed_ratio_with_cores_near(rounds, name, PEER)}
 
   print(f'\n{result_files.cpu_model()}, {os.cpu_count()} cores; median of {_ROUNDS.value} rounds; '
         'ratios within a round')
   print('| program | step | tokens/s | × PyTorch | wall | × PyTorch | first step (cold / warm) | blocks within | '
-        'blocks within, cores near (far) | peak resident | × PyTorch |')
-  print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+        'cores near: step | × PyTorch | blocks within (far) | peak resident | × PyTorch |')
+  print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for name in names:
     s = summary[name]
     vs = s.get('vs_pytorch')
-    cell = lambda key: f"{vs[key]['median']:.2f}×" if vs else '1'
+    cell = lambda key: (f"{vs[key]['median']:.2f}×" if vs[key] else '–') if vs else '1'
     warm = s['seconds_to_first_step_warm']
     near = s['blocks_with_cores_near']
-    near = '–' if near is None else (f"±{100 * near['worst_block_deviation']:.0f}% "
-                                     f"({near['steady_blocks_cores_far']} of "
-                                     f"{near['steady_blocks_cores_far'] + near['steady_blocks_cores_near']})")
+    if near is None or near['step_ms'] is None:
+      near_cells = '– | – | –'
+    else:
+      near_cells = (f"{near['step_ms']:.1f} ms | {cell('tokens_per_s_cores_near')} | "
+                    f"±{100 * near['worst_block_deviation']:.0f}% ({near['steady_blocks_cores_far']} of "
+                    f"{near['steady_blocks_cores_far'] + near['steady_blocks_cores_near']})")
     print(f"| {name} | {s['step_ms']:.1f} ms | {s['tokens_per_s']:,.0f} | {cell('tokens_per_s')} | "
           f"{s['wall_s']:.1f} s | {cell('wall_time')} | {s['seconds_to_first_step_cold']:.1f} / "
-          f"{'–' if warm is None else f'{warm:.1f}'} s | ±{100 * s['worst_block_deviation']:.0f}% | {near} | "
+          f"{'–' if warm is None else f'{warm:.1f}'} s | ±{100 * s['worst_block_deviation']:.0f}% | {near_cells} | "
           f"{s['peak_resident_mib']:.0f} MiB | {cell('peak_resident_memory')} |")
   result_files.write(_JSON.value, {'versions': versions(), 'rounds_run': _ROUNDS.value, 'steps': _STEPS.value,
                                    'core_latency_cpus': latency_pair, 'summary': summary, 'rounds': rounds})

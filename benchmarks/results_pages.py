@@ -21,7 +21,7 @@ from typing import Any
 
 RESULTS = 'benchmarks/results'
 PAGES = 'docs/results/data'
-PROVENANCE = ('command', 'commit', 'recorded_in', 'device', 'cpu', 'cores', 'date', 'provenance')
+PROVENANCE = ('command', 'commit', 'recorded_in', 'device', 'cpu', 'cpu_id', 'cores', 'date', 'provenance')
 MAX_ROWS = 60
 MAX_LIST = 12
 

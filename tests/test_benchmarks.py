@@ -96,3 +96,17 @@ def test_core_latency_monitor_without_a_probe_samples_nothing(tmp_path):
   with core_latency.Monitor(None, str(tmp_path / 'log')) as monitor:
     pass
   assert monitor.samples() == [] and core_latency.slowest_between([], [(0.0, 1.0)]) == [None]
+
+
+def test_result_files_record_the_cpu_generation_not_only_its_name(tmp_path):
+  import json
+  import re
+
+  from benchmarks.lib import results
+  path = str(tmp_path / 'r.json')
+  results.write(path, {'value': 1, 'cpu_id': 'stale', 'command': 'python -m x'})
+  with open(path) as f:
+    record = json.load(f)
+  assert record['value'] == 1 and record['command'] == 'python -m x'
+  assert record['cpu_id'] != 'stale'  # always this run's, like the commit
+  assert record['cpu_id'] == 'unknown' or re.fullmatch(r'family \d+ model \d+ stepping (\d+|\?)', record['cpu_id'])

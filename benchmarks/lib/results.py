@@ -2,8 +2,9 @@
 
 ``write(path, record)`` adds ``command`` (the command line, unless the record has one), ``commit`` (the
 checked-out commit, with ``+changes`` when the tree differs from it), ``device`` (the CPU model from
-``lscpu``, or JAX's first device on an accelerator), ``cpu``, ``cores`` and ``date`` (UTC), then writes the
-file atomically. The docs'
+``lscpu``, or JAX's first device on an accelerator), ``cpu``, ``cpu_id`` (family, model and stepping: a virtual
+machine's model name, "AMD EPYC", does not tell one generation from another), ``cores`` and ``date`` (UTC), then
+writes the file atomically. The docs'
 results pages are generated from these files (``python -m benchmarks.results_pages``).
 """
 
@@ -36,14 +37,25 @@ def commit() -> str:
   return sha + ('+changes' if _git('status', '--porcelain', '--untracked-files=no') else '')
 
 
-def cpu_model() -> str:
-  """``lscpu``'s model name (the CPU changes between machines: every timing records it)."""
+def _lscpu() -> dict[str, str]:
   try:
     out = subprocess.run(['lscpu'], capture_output=True, text=True, check=True).stdout
   except (OSError, subprocess.CalledProcessError):
+    return {}
+  return {k.strip(): v.strip() for k, _, v in (line.partition(':') for line in out.splitlines()) if v}
+
+
+def cpu_model() -> str:
+  """``lscpu``'s model name (the CPU changes between machines: every timing records it)."""
+  return _lscpu().get('Model name', 'unknown')
+
+
+def cpu_id() -> str:
+  """``lscpu``'s CPU family, model and stepping, e.g. 'family 25 model 17 stepping 1'; 'unknown' without."""
+  info = _lscpu()
+  if 'CPU family' not in info or 'Model' not in info:
     return 'unknown'
-  return next((line.split(':', 1)[1].strip() for line in out.splitlines() if line.startswith('Model name')),
-              'unknown')
+  return f"family {info['CPU family']} model {info['Model']} stepping {info.get('Stepping', '?')}"
 
 
 def device() -> str:
@@ -68,14 +80,14 @@ def command() -> str:
 
 def provenance() -> dict[str, Any]:
   return {'command': command(), 'commit': commit(),
-          'device': device(), 'cpu': cpu_model(), 'cores': os.cpu_count(),
+          'device': device(), 'cpu': cpu_model(), 'cpu_id': cpu_id(), 'cores': os.cpu_count(),
           'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d')}
 
 
 def write(path: str, record: dict[str, Any]) -> None:
   """Writes ``record`` with its provenance: its own ``command`` and ``device`` are kept where it has them;
-  ``commit``, ``cpu``, ``cores`` and ``date`` are always this run's."""
+  ``commit``, ``cpu``, ``cpu_id``, ``cores`` and ``date`` are always this run's."""
   here = provenance()
-  out = {**here, **record, **{k: here[k] for k in ('commit', 'cpu', 'cores', 'date')}}
+  out = {**here, **record, **{k: here[k] for k in ('commit', 'cpu', 'cpu_id', 'cores', 'date')}}
   files.write_atomically(path, json.dumps(out, indent=1))
   print(f'wrote {path}')

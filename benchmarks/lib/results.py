@@ -11,6 +11,7 @@ results pages are generated from these files (``python -m benchmarks.results_pag
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import shlex
@@ -37,7 +38,9 @@ def commit() -> str:
   return sha + ('+changes' if _git('status', '--porcelain', '--untracked-files=no') else '')
 
 
+@functools.lru_cache(maxsize=1)
 def _lscpu() -> dict[str, str]:
+  """``lscpu``'s fields, read once a process: provenance asks for the model name and the family apart."""
   try:
     out = subprocess.run(['lscpu'], capture_output=True, text=True, check=True).stdout
   except (OSError, subprocess.CalledProcessError):

@@ -21,6 +21,12 @@ import subprocess
 import sys
 import time
 
+# How the benchmarks that run the probe beside them read it: a sample every INTERVAL_MS (a 50-step block lasts
+# 1-3 s, so several fall in each), and a block or round whose slowest round trip is above FAR_FACTOR × the
+# fastest sample of the benchmark ran with the cores far apart.
+INTERVAL_MS = 500
+FAR_FACTOR = 2.0
+
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'core_latency.c')
 
 

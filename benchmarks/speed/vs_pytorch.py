@@ -56,8 +56,8 @@ TOKENS = 12 * 64    # per step
 STEP_LINE = re.compile(r'^step (\d+)/\d+: loss ([\d.]+), ')
 EVAL_LINE = re.compile(r'^step (\d+): validation loss=([\d.]+)')
 FIRST_LINE = re.compile(r'^first step done')
-FAR_FACTOR = 2.0    # a block's core round trip above this × the benchmark's fastest: the cores were far apart
-LATENCY_INTERVAL_MS = 500    # a 50-step block lasts 1-3 s: several samples in each
+FAR_FACTOR = core_latency.FAR_FACTOR
+LATENCY_INTERVAL_MS = core_latency.INTERVAL_MS
 
 
 def commands(kind: str, workdir: str, cache: str) -> list[str]:

@@ -66,18 +66,31 @@ def classify(op_name: str) -> tuple[str, str]:
 
 
 def hlo_ops(text: str) -> dict[str, tuple[str, bool]]:
-  """Every instruction of optimised HLO text: name -> (op_name metadata, whether it is a matrix product)."""
+  """Every instruction of optimised HLO text: name -> (op_name metadata, whether it is a matrix product).
+
+  An instruction a compiler pass made (XLA:CPU's partial sums of a long reduction, a copy for a layout) has
+  no metadata: it takes that of the nearest operand that has some, the op it computes for."""
   with_dot = set()
   for m in re.finditer(r'\n(%?[\w.\-]+) \([^\n]*\{\n(.*?)\n\}', text, re.S):
     if re.search(r'= \S+ dot\(', m.group(2)):
       with_dot.add(m.group(1).lstrip('%'))
-  ops = {}
+  ops, operands = {}, {}
   for m in re.finditer(r'\n\s+(?:ROOT )?%([\w.\-]+) = (\S+) (\w[\w-]*)\(([^\n]*)', text):
     name, opcode, rest = m.group(1), m.group(3), m.group(4)
     called = re.search(r'calls=%([\w.\-]+)', rest)
     product = opcode == 'dot' or (opcode == 'fusion' and called is not None and called.group(1) in with_dot)
     meta = re.search(r'op_name="([^"]*)"', rest)
     ops[name] = (meta.group(1) if meta else '', product)
+    operands[name] = re.findall(r'%([\w.\-]+)', rest.split(')')[0])
+  for name, (op_name, product) in list(ops.items()):
+    frontier, seen = list(operands[name]), set()
+    while not op_name and frontier:
+      nearest = frontier.pop(0)
+      if nearest in ops and nearest not in seen:
+        seen.add(nearest)
+        op_name = ops[nearest][0]
+        frontier += operands.get(nearest, [])
+    ops[name] = (op_name, product)
   return ops
 
 
@@ -158,6 +171,45 @@ def torch_step_rounds(one_core: bool) -> list[dict] | None:
   return timed_rounds(step)
 
 
+def part_rounds(cfg, state) -> dict[str, list[dict]]:
+  """The standard block's parts at the recipe's shapes, each its forward and backward pass alone ([12, 64, 128]
+  random inputs): attention with its projections, the FFN, one LayerNorm, the whole block; and the AdamW update
+  with clipping of the whole model's parameters (the gradients a fixed fraction of them). Rounds as the step's."""
+  import flax.linen as nn
+  import jax
+  import jax.numpy as jnp
+  import optax
+
+  from symjax.model import transformer
+  from symjax.train import config as config_lib
+  from symjax.train import optim
+  x = jax.random.normal(jax.random.key(0), (12, 64, cfg.d_model))
+  key_mask = jnp.ones(x.shape[:2], bool)
+  modules = {'attention': (transformer.attention_layer(cfg, True, True), {'key_mask': key_mask}),
+             'FFN': (transformer.MLP(cfg.ff_dim), {}),
+             'LayerNorm': (nn.LayerNorm(cfg.layer_norm_epsilon), {}),
+             'block': (transformer.StandardBlock(cfg), {'key_mask': key_mask})}
+  out = {}
+  for name, (module, kw) in modules.items():
+    params = module.init(jax.random.key(1), x, **kw)
+
+    def forward_backward(params, x, module=module, kw=kw):
+      y, vjp = jax.vjp(lambda p, x: module.apply(p, x, **kw), params, x)
+      return vjp(y)
+    compiled = jax.jit(forward_backward).lower(params, x).compile()
+    out[name] = timed_rounds(lambda: jax.block_until_ready(compiled(params, x)))
+  tx = optim.make_optimizer(config_lib.from_file('standard:task=text,size=medium'))
+  params = state.params
+  grads = jax.tree.map(lambda p: 0.01 * p, params)
+
+  def update(params, opt_state, grads):
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+  compiled = jax.jit(update).lower(params, state.opt_state, grads).compile()
+  out['AdamW update'] = timed_rounds(lambda: jax.block_until_ready(compiled(params, state.opt_state, grads)))
+  return out
+
+
 def worker(kind: str, one_core: bool, with_torch: bool) -> dict:
   if one_core:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -177,11 +229,13 @@ def worker(kind: str, one_core: bool, with_torch: bool) -> dict:
     return metrics
 
   rounds = timed_rounds(lambda: jax.block_until_ready(step()))
+  parts = part_rounds(recipe.cfg, box[0]) if kind == 'standard' else None
   tokens = recipe.data['inputs'].size
   result = {'rounds': rounds,
             'cpus': len(os.sched_getaffinity(0)),
             'model_gflop': 3 * forward_flops_per_token(recipe.cfg, recipe.data['inputs'].shape[1]) * tokens / 1e9,
-            'peak_gflops': peak_rates(one_core), 'torch_rounds': torch_step_rounds(one_core) if with_torch else None}
+            'peak_gflops': peak_rates(one_core), 'part_rounds': parts,
+            'torch_rounds': torch_step_rounds(one_core) if with_torch else None}
   if not one_core:
     return result
   ops = hlo_ops(recipe.step.as_text())
@@ -191,11 +245,13 @@ def worker(kind: str, one_core: bool, with_torch: bool) -> dict:
         jax.block_until_ready(step())
     events, steps = trace_ops(log_dir, ops)
   table: dict[str, dict[str, float]] = collections.defaultdict(lambda: {'products_ms': 0.0, 'other_ms': 0.0})
+  partial_sums = 0.0
   for name, us in events:
     op_name, product = ops[name]
     stage, part = classify(op_name)
     table[f'{stage}: {part}']['products_ms' if product else 'other_ms'] += us / 1e3 / steps
-  result.update(traced_steps=steps, rows=dict(table))
+    partial_sums += us / 1e3 / steps if 'reduce-window' in name else 0.0
+  result.update(traced_steps=steps, rows=dict(table), partial_sums_ms=partial_sums)
   return result
 
 
@@ -235,6 +291,8 @@ def measure(kind: str, with_torch: bool, probe: str | None, folder: str) -> tupl
     for key in ('rounds', 'torch_rounds'):
       if result.get(key):
         result[key.replace('rounds', 'ms')] = step_ms(result[key], samples, bound)
+    if result.get('part_rounds'):
+      result['parts_ms'] = {name: step_ms(rounds, samples, bound) for name, rounds in result['part_rounds'].items()}
   return one, every
 
 
@@ -264,6 +322,14 @@ def report(kind: str, one: dict, every: dict) -> dict:
   print(f"  products: {one['model_gflop']:.2f} GFLOP in {products_ms:.1f} ms, {rate:.0f} GFLOP/s on one core; the "
         'best rate on one core: ' + ', '.join(f'{k} {v:.0f}' for k, v in one['peak_gflops'].items())
         + f' GFLOP/s ({PEAK_SHAPE[0]}×{PEAK_SHAPE[1]} @ {PEAK_SHAPE[1]}×{PEAK_SHAPE[2]})')
+  print(f"  XLA:CPU's partial sums of long reductions (reduce-window), within the rows above: "
+        f"{one['partial_sums_ms']:.1f} ms")
+  if one.get('parts_ms') and every.get('parts_ms'):
+    print(f"  the block's parts alone, forward and backward (the update: AdamW with clipping):\n"
+          f"    {'part':14s} {'one core':>9s} {str(every['cpus']) + ' cores':>9s} {'speed-up':>8s}")
+    for name, mine in one['parts_ms'].items():
+      a, b = mine['step_ms'], every['parts_ms'][name]['step_ms']
+      print(f"    {name:14s} {a:6.2f} ms {b:6.2f} ms {a / b:7.2f}×")
   print(f"  every product at {peak:.0f} GFLOP/s: one core {at_peak_ms:.1f} ms a step; on {every['cpus']} cores "
         f"divided as now ({speedup:.2f}×), {at_peak_ms / speedup:.1f} ms (projection)")
   return {'one_core': one, 'all_cores': every, 'products_ms': products_ms, 'other_ms': other_ms,

@@ -77,7 +77,9 @@ class MLP(nn.Module):
     return Dense(x.shape[-1], dtype=self.dtype, kernel_init=init((MLP_AXIS, EMBED)), name='wo')(h)
 
 
-def _attention(config: ModelConfig, output_projection: bool, alibi: bool, gumbel_scale=None) -> attn.Attention:
+def attention_layer(config: ModelConfig, output_projection: bool, alibi: bool, gumbel_scale=None) -> attn.Attention:
+  """The attention layer a block of ``config`` builds: with the output projection (standard blocks) or without
+  it (factored blocks), ALiBi or not."""
   masks = config.mask_predicates()
   return attn.Attention(config.num_heads, config.head_dim, mask=masks[0] if len(masks) == 1 else masks,
                         alibi=alibi, learned_slopes=config.learned_slopes, output_projection=output_projection,
@@ -98,7 +100,7 @@ class StandardBlock(nn.Module):
     cfg = self.config
     drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
     ln = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
-    x = x + drop(_attention(cfg, True, cfg.positions == 'alibi')(
+    x = x + drop(attention_layer(cfg, True, cfg.positions == 'alibi')(
         ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic, edges=edges))
     self.sow(names.COLLECTION, names.X_ATTN, x)
     pre = names.hook(self, 'ffn.pre', ln('norm_ffn')(x))
@@ -163,7 +165,7 @@ class FactoredBlock(nn.Module):
     if positions is not None and cfg.numerical_positions:
       x_attn, positions = x_attn + positions, None
     # Without numerical_positions the rows go to the attention apart, for the categorical heads alone.
-    delta_t = _attention(cfg, False, True, self.gumbel_scale)(x_attn, values=values, key_mask=key_mask,
+    delta_t = attention_layer(cfg, False, True, self.gumbel_scale)(x_attn, values=values, key_mask=key_mask,
                                                                deterministic=deterministic, edges=edges,
                                                                positions=positions)
     if cfg.numerical_heads:  # a numerical head's count becomes a token of its channel (a mixture when soft)

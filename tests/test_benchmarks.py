@@ -110,3 +110,59 @@ def test_result_files_record_the_cpu_generation_not_only_its_name(tmp_path):
   assert record['value'] == 1 and record['command'] == 'python -m x'
   assert record['cpu_id'] != 'stale'  # always this run's, like the commit
   assert record['cpu_id'] == 'unknown' or re.fullmatch(r'family \d+ model \d+ stepping (\d+|\?)', record['cpu_id'])
+
+
+def test_step_attribution_charges_each_op_to_its_pass_and_part():
+  from benchmarks.speed.step_attribution import classify
+  root = 'jit(<lambda>)/'
+  assert classify(root + 'transpose(jvp(Transformer))/layer_2/attention/out/dot_general') == ('backward', 'attention')
+  assert classify(root + 'jvp(Transformer)/layer_0/ffn/wi/dot_general') == ('forward', 'FFN')
+  # A LayerNorm's name holds its block's part ('norm_ffn'): it is a norm, not the FFN.
+  assert classify(root + 'jvp(Transformer)/layer_0/norm_ffn/reduce_sum') == ('forward', 'norms')
+  assert classify(root + 'transpose(jvp(Transformer))/layer_1/value_projection/dot_general') == (
+      'backward', 'attention')
+  assert classify(root + 'transpose(jvp(Transformer))/layer_1/add') == ('backward', 'residual adds and other')
+  assert classify(root + 'jvp(nd,vd->nv)/dot_general') == ('forward', 'embedding and readout')
+  assert classify(root + 'add') == ('update and metrics', 'optimizer and metrics')
+
+
+def test_step_attribution_reads_products_and_metadata_from_hlo_text():
+  from benchmarks.speed.step_attribution import hlo_ops
+  wi, tanh = 'jit(f)/jvp(Transformer)/layer_0/ffn/wi/dot_general', 'jit(f)/jvp(Transformer)/layer_0/ffn/tanh'
+  text = '\n'.join([
+      '',
+      '%fused_computation.1 (param_0: f32[8,4], param_1: f32[4,2]) -> f32[8,2] {',
+      '  %param_0 = f32[8,4]{1,0} parameter(0)',
+      '  %param_1 = f32[4,2]{1,0} parameter(1)',
+      '  ROOT %dot.3 = f32[8,2]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}',
+      '}',
+      '',
+      '%fused_computation.2 (param_0.1: f32[8,2]) -> f32[8,2] {',
+      '  %param_0.1 = f32[8,2]{1,0} parameter(0)',
+      '  ROOT %tanh.1 = f32[8,2]{1,0} tanh(%param_0.1)',
+      '}',
+      '',
+      'ENTRY %main (p0: f32[8,4], p1: f32[4,2]) -> f32[8,1] {',
+      '  %p0 = f32[8,4]{1,0} parameter(0)',
+      '  %p1 = f32[4,2]{1,0} parameter(1)',
+      '  %ynn_fusion = f32[8,2]{1,0} fusion(%p0, %p1), kind=kCustom, calls=%fused_computation.1, '
+      f'metadata={{op_name="{wi}"}}',
+      '  %tanh_fusion = f32[8,2]{1,0} fusion(%ynn_fusion), kind=kLoop, calls=%fused_computation.2, '
+      f'metadata={{op_name="{tanh}"}}',
+      '  ROOT %wrapped_reduce-window = f32[8,1]{1,0} fusion(%tanh_fusion), kind=kLoop, calls=%fused_computation.2',
+      '}', ''])
+  ops = hlo_ops(text)
+  assert ops['ynn_fusion'] == (wi, True)  # a fusion that holds a dot is a product
+  assert ops['tanh_fusion'] == (tanh, False)
+  # No metadata of its own (a compiler pass made it): its operand's.
+  assert ops['wrapped_reduce-window'] == (tanh, False)
+
+
+def test_step_attribution_takes_the_step_over_rounds_with_the_cores_near():
+  from benchmarks.speed.step_attribution import step_ms
+  rounds = [{'ms': 30.0, 'span_unix': (0.0, 1.0)}, {'ms': 45.0, 'span_unix': (1.0, 2.0)},
+            {'ms': 32.0, 'span_unix': (2.0, 3.0)}]
+  samples = [(0.5, 55.0), (1.5, 260.0), (2.5, 60.0)]
+  near = step_ms([dict(r) for r in rounds], samples, limit=110.0)
+  assert near == {'step_ms': 31.0, 'rounds_cores_near': 2}
+  assert step_ms([dict(r) for r in rounds], samples, limit=None) == {'step_ms': 32.0}  # one core: every round

@@ -44,7 +44,9 @@ _STEPS = flags.DEFINE_integer('steps', 30, 'Steps per timed round.')
 _REPEATS = flags.DEFINE_integer('repeats', 7, 'Timed rounds (the median is reported).')
 
 PEAK_SHAPE = (768, 128, 512)  # the FFN's input product at the recipe: [tokens, d_model] @ [d_model, ff_dim]
-PARTS = (('attention', 'attention'), ('ffn', 'FFN'), ('norm', 'norms'), ('embed', 'embedding and readout'))
+# A block's sub-module (the op_name component after the Transformer and its layer) -> the part it is charged to.
+PARTS = {'attention': 'attention', 'value_projection': 'attention', 'value_map': 'attention', 'ffn': 'FFN',
+         'embed': 'embedding and readout'}
 
 
 def classify(op_name: str) -> tuple[str, str]:
@@ -55,14 +57,16 @@ def classify(op_name: str) -> tuple[str, str]:
   elif 'jvp(' in op_name:
     stage = 'forward'
   else:
-    stage = 'update and metrics'
-  if stage == 'update and metrics':
-    return stage, 'optimizer and metrics'
+    return 'update and metrics', 'optimizer and metrics'
   path = op_name.split('/')
-  for key, part in PARTS:
-    if any(key in p for p in path[2:]):
-      return stage, part
-  return stage, 'embedding and readout'  # the loss and the tied readout sit outside the Transformer module
+  inside = [i for i, p in enumerate(path) if p.endswith('(Transformer)') or p.endswith('(Transformer))')]
+  if not inside:
+    return stage, 'embedding and readout'  # the loss and the tied readout sit outside the Transformer module
+  rest = [p for p in path[inside[0] + 1:] if not re.fullmatch(r'layer_\d+', p)]
+  module = rest[0] if rest else ''
+  if module.startswith('norm'):
+    return stage, 'norms'
+  return stage, PARTS.get(module, 'residual adds and other')
 
 
 def hlo_ops(text: str) -> dict[str, tuple[str, bool]]:

@@ -113,7 +113,7 @@ def test_result_files_record_the_cpu_generation_not_only_its_name(tmp_path):
 
 
 def test_step_attribution_charges_each_op_to_its_pass_and_part():
-  from benchmarks.speed.step_attribution import classify
+  from benchmarks.lib.profiling import classify
   root = 'jit(<lambda>)/'
   assert classify(root + 'transpose(jvp(Transformer))/layer_2/attention/out/dot_general') == ('backward', 'attention')
   assert classify(root + 'jvp(Transformer)/layer_0/ffn/wi/dot_general') == ('forward', 'FFN')
@@ -127,7 +127,7 @@ def test_step_attribution_charges_each_op_to_its_pass_and_part():
 
 
 def test_step_attribution_reads_products_and_metadata_from_hlo_text():
-  from benchmarks.speed.step_attribution import hlo_ops
+  from benchmarks.lib.profiling import hlo_ops
   wi, tanh = 'jit(f)/jvp(Transformer)/layer_0/ffn/wi/dot_general', 'jit(f)/jvp(Transformer)/layer_0/ffn/tanh'
   text = '\n'.join([
       '',
@@ -158,11 +158,11 @@ def test_step_attribution_reads_products_and_metadata_from_hlo_text():
   assert ops['wrapped_reduce-window'] == (tanh, False)
 
 
-def test_step_attribution_takes_the_step_over_rounds_with_the_cores_near():
-  from benchmarks.speed.step_attribution import step_ms
+def test_median_with_cores_near_leaves_out_rounds_run_with_the_cores_far():
+  from benchmarks.speed.core_latency import median_with_cores_near
   rounds = [{'ms': 30.0, 'span_unix': (0.0, 1.0)}, {'ms': 45.0, 'span_unix': (1.0, 2.0)},
             {'ms': 32.0, 'span_unix': (2.0, 3.0)}]
   samples = [(0.5, 55.0), (1.5, 260.0), (2.5, 60.0)]
-  near = step_ms([dict(r) for r in rounds], samples, limit=110.0)
+  near = median_with_cores_near([dict(r) for r in rounds], samples, limit=110.0)
   assert near == {'step_ms': 31.0, 'rounds_cores_near': 2}
-  assert step_ms([dict(r) for r in rounds], samples, limit=None) == {'step_ms': 32.0}  # one core: every round
+  assert median_with_cores_near([dict(r) for r in rounds], samples, limit=None) == {'step_ms': 32.0}  # all

@@ -101,6 +101,20 @@ def slowest_between(samples: list[tuple[float, float]], spans: list[tuple[float,
   return out
 
 
+def median_with_cores_near(rounds: list[dict], samples: list[tuple[float, float]], limit: float | None) -> dict:
+  """The median ms per step of timed ``rounds`` (each ``{'ms', 'span_unix': (start, end)}``; the span is taken
+  out). With ``limit`` (ns), over the rounds whose slowest sample was at most ``limit``, the cores near, each
+  round's slowest recorded in it as ``core_round_trip_ns``; all rounds when none was near. ``limit`` None:
+  every round (one CPU: no pair to place)."""
+  spans = [tuple(r.pop('span_unix')) for r in rounds]
+  if limit is None:
+    return {'step_ms': statistics.median(r['ms'] for r in rounds)}
+  for r, ns in zip(rounds, slowest_between(samples, spans)):
+    r['core_round_trip_ns'] = ns
+  near = [r['ms'] for r in rounds if r['core_round_trip_ns'] is not None and r['core_round_trip_ns'] <= limit]
+  return {'step_ms': statistics.median(near or [r['ms'] for r in rounds]), 'rounds_cores_near': len(near)}
+
+
 def main() -> int:
   import argparse
   import tempfile

@@ -26,8 +26,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,75 +42,6 @@ _STEPS = flags.DEFINE_integer('steps', 30, 'Steps per timed round.')
 _REPEATS = flags.DEFINE_integer('repeats', 7, 'Timed rounds (the median is reported).')
 
 PEAK_SHAPE = (768, 128, 512)  # the FFN's input product at the recipe: [tokens, d_model] @ [d_model, ff_dim]
-# A block's sub-module (the op_name component after the Transformer and its layer) -> the part it is charged to.
-PARTS = {'attention': 'attention', 'value_projection': 'attention', 'value_map': 'attention', 'ffn': 'FFN',
-         'embed': 'embedding and readout'}
-
-
-def classify(op_name: str) -> tuple[str, str]:
-  """(pass, part) of an HLO op from its metadata op_name, e.g.
-  'jit(<lambda>)/transpose(jvp(Transformer))/layer_2/attention/out/dot_general' -> ('backward', 'attention')."""
-  if 'transpose(' in op_name:
-    stage = 'backward'
-  elif 'jvp(' in op_name:
-    stage = 'forward'
-  else:
-    return 'update and metrics', 'optimizer and metrics'
-  path = op_name.split('/')
-  inside = [i for i, p in enumerate(path) if p.endswith('(Transformer)') or p.endswith('(Transformer))')]
-  if not inside:
-    return stage, 'embedding and readout'  # the loss and the tied readout sit outside the Transformer module
-  rest = [p for p in path[inside[0] + 1:] if not re.fullmatch(r'layer_\d+', p)]
-  module = rest[0] if rest else ''
-  if module.startswith('norm'):
-    return stage, 'norms'
-  return stage, PARTS.get(module, 'residual adds and other')
-
-
-def hlo_ops(text: str) -> dict[str, tuple[str, bool]]:
-  """Every instruction of optimised HLO text: name -> (op_name metadata, whether it is a matrix product).
-
-  An instruction a compiler pass made (XLA:CPU's partial sums of a long reduction, a copy for a layout) has
-  no metadata: it takes that of the nearest operand that has some, the op it computes for."""
-  with_dot = set()
-  for m in re.finditer(r'\n(%?[\w.\-]+) \([^\n]*\{\n(.*?)\n\}', text, re.S):
-    if re.search(r'= \S+ dot\(', m.group(2)):
-      with_dot.add(m.group(1).lstrip('%'))
-  ops, operands = {}, {}
-  for m in re.finditer(r'\n\s+(?:ROOT )?%([\w.\-]+) = (\S+) (\w[\w-]*)\(([^\n]*)', text):
-    name, opcode, rest = m.group(1), m.group(3), m.group(4)
-    called = re.search(r'calls=%([\w.\-]+)', rest)
-    product = opcode == 'dot' or (opcode == 'fusion' and called is not None and called.group(1) in with_dot)
-    meta = re.search(r'op_name="([^"]*)"', rest)
-    ops[name] = (meta.group(1) if meta else '', product)
-    operands[name] = re.findall(r'%([\w.\-]+)', rest.split(')')[0])
-  for name, (op_name, product) in list(ops.items()):
-    frontier, seen = list(operands[name]), set()
-    while not op_name and frontier:
-      nearest = frontier.pop(0)
-      if nearest in ops and nearest not in seen:
-        seen.add(nearest)
-        op_name = ops[nearest][0]
-        frontier += operands.get(nearest, [])
-    ops[name] = (op_name, product)
-  return ops
-
-
-def trace_ops(log_dir: str, names) -> tuple[list[tuple[str, float]], int]:
-  """(name, µs) of every complete event of the trace named as one of the program's ``names`` (on whichever
-  thread ran it: XLA:CPU runs a small program on the calling thread), and the number of steps they cover: the
-  commonest count of one name (every op of the program runs once a step; the trace can miss a thread's first
-  steps, so the calls made are not the steps seen)."""
-  import glob
-  import gzip
-  path = sorted(glob.glob(os.path.join(log_dir, '**', 'perfetto_trace.json.gz'), recursive=True))[-1]
-  with gzip.open(path, 'rt') as f:
-    events = json.load(f)['traceEvents']
-  out = [(e['name'], e.get('dur', 0.0)) for e in events if e.get('ph') == 'X' and e.get('name') in names]
-  counts = collections.Counter(collections.Counter(name for name, _ in out).values())
-  return out, counts.most_common(1)[0][0] if counts else 0
-
-
 def peak_rates(one_core: bool) -> dict[str, float]:
   """GFLOP/s of PEAK_SHAPE's product in XLA, PyTorch (if installed) and NumPy, each on this process's CPUs."""
   import jax
@@ -225,6 +154,7 @@ def worker(kind: str, one_core: bool, with_torch: bool) -> dict:
   host.set_defaults(kind)
   import jax
 
+  from benchmarks.lib import profiling
   from benchmarks.lib.flops import forward_flops_per_token
   from benchmarks.lib.recipe import compile_recipe_step
 
@@ -245,34 +175,21 @@ def worker(kind: str, one_core: bool, with_torch: bool) -> dict:
             'torch_rounds': torch_step_rounds(one_core) if with_torch else None}
   if not one_core:
     return result
-  ops = hlo_ops(recipe.step.as_text())
+  ops = profiling.hlo_ops(recipe.step.as_text())
   with tempfile.TemporaryDirectory() as log_dir:
     with jax.profiler.trace(log_dir, create_perfetto_trace=True):
       for _ in range(3):
         jax.block_until_ready(step())
-    events, steps = trace_ops(log_dir, ops)
+    events, steps = profiling.trace_events(log_dir, ops)
   table: dict[str, dict[str, float]] = collections.defaultdict(lambda: {'products_ms': 0.0, 'other_ms': 0.0})
   partial_sums = 0.0
   for name, us in events:
     op_name, product = ops[name]
-    stage, part = classify(op_name)
+    stage, part = profiling.classify(op_name)
     table[f'{stage}: {part}']['products_ms' if product else 'other_ms'] += us / 1e3 / steps
     partial_sums += us / 1e3 / steps if 'reduce-window' in name else 0.0
   result.update(traced_steps=steps, rows=dict(table), partial_sums_ms=partial_sums)
   return result
-
-
-def step_ms(rounds: list[dict], samples: list[tuple[float, float]], limit: float | None) -> dict:
-  """The median ms per step over ``rounds``; on several cores with the probe's ``samples``, over the rounds
-  whose slowest core round trip was at most ``limit`` (the cores near), each round's recorded beside it."""
-  from benchmarks.speed import core_latency
-  spans = [tuple(r.pop('span_unix')) for r in rounds]
-  if limit is None:
-    return {'step_ms': statistics.median(r['ms'] for r in rounds)}
-  for r, ns in zip(rounds, core_latency.slowest_between(samples, spans)):
-    r['core_round_trip_ns'] = ns
-  near = [r['ms'] for r in rounds if r['core_round_trip_ns'] is not None and r['core_round_trip_ns'] <= limit]
-  return {'step_ms': statistics.median(near or [r['ms'] for r in rounds]), 'rounds_cores_near': len(near)}
 
 
 def child(kind: str, which: str, with_torch: bool) -> dict:
@@ -297,9 +214,10 @@ def measure(kind: str, with_torch: bool, probe: str | None, folder: str) -> tupl
   for result, bound in ((one, None), (every, limit)):  # one core: no pair of cores to place
     for key in ('rounds', 'torch_rounds'):
       if result.get(key):
-        result[key.replace('rounds', 'ms')] = step_ms(result[key], samples, bound)
+        result[key.replace('rounds', 'ms')] = core_latency.median_with_cores_near(result[key], samples, bound)
     if result.get('part_rounds'):
-      result['parts_ms'] = {name: step_ms(rounds, samples, bound) for name, rounds in result['part_rounds'].items()}
+      result['parts_ms'] = {name: core_latency.median_with_cores_near(rounds, samples, bound)
+                            for name, rounds in result['part_rounds'].items()}
   return one, every
 
 

@@ -30,9 +30,7 @@ def profile_ops(step, log_dir: str, process: str, steps: int = 3, top: int = 25)
   with jax.profiler.trace(log_dir, create_perfetto_trace=True):
     for _ in range(steps):
       jax.block_until_ready(step())
-  path = sorted(glob.glob(os.path.join(log_dir, '**', 'perfetto_trace.json.gz'), recursive=True))[-1]
-  with gzip.open(path, 'rt') as f:
-    events = json.load(f)['traceEvents']
+  events = load_trace(log_dir)
   meta = lambda kind: {(e['pid'], e.get('tid')) if kind == 'thread_name' else e['pid']: e['args']['name']
                        for e in events if e.get('ph') == 'M' and e.get('name') == kind}
   processes, threads = meta('process_name'), meta('thread_name')
@@ -44,6 +42,13 @@ def profile_ops(step, log_dir: str, process: str, steps: int = 3, top: int = 25)
   ranked = lambda t: dict(sorted(t.items(), key=lambda kv: -kv[1])[:top])
   return {line: {'busy_ms_per_step': sum(t.values()), 'top': ranked(t), 'by_op': ranked(by_op(t))}
           for line, t in lines.items()}
+
+
+def load_trace(log_dir: str) -> list[dict]:
+  """The events of the Perfetto trace ``jax.profiler.trace(log_dir, create_perfetto_trace=True)`` wrote."""
+  path = sorted(glob.glob(os.path.join(log_dir, '**', 'perfetto_trace.json.gz'), recursive=True))[-1]
+  with gzip.open(path, 'rt') as f:
+    return json.load(f)['traceEvents']
 
 
 def by_op(times: dict[str, float]) -> dict[str, float]:
@@ -122,9 +127,6 @@ def trace_events(log_dir: str, names) -> tuple[list[tuple[str, float]], int]:
   thread ran it: XLA:CPU runs a small program on the calling thread), and the number of steps they cover: the
   commonest count of one name (every op of the program runs once a step; the trace can miss a thread's first
   steps, so the calls made are not the steps seen)."""
-  path = sorted(glob.glob(os.path.join(log_dir, '**', 'perfetto_trace.json.gz'), recursive=True))[-1]
-  with gzip.open(path, 'rt') as f:
-    events = json.load(f)['traceEvents']
-  out = [(e['name'], e.get('dur', 0.0)) for e in events if e.get('ph') == 'X' and e.get('name') in names]
+  out = [(e['name'], e.get('dur', 0.0)) for e in load_trace(log_dir) if e.get('ph') == 'X' and e.get('name') in names]
   counts = collections.Counter(collections.Counter(name for name, _ in out).values())
   return out, counts.most_common(1)[0][0] if counts else 0

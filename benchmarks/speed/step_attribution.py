@@ -11,13 +11,14 @@ thread and on all, so the two programs' gain from the second core is read in one
 
 Pinned, XLA:CPU runs every op on one thread, so the trace's op times add up to the step (on several threads they
 do not: a product can hand parts of itself to another thread without a trace event there). Each op of 3 traced
-steps is attributed, through the optimised HLO's metadata, to its pass (forward, backward, or the update and
-metrics after the gradient), its part of the model (attention, FFN, norms, embedding and readout), and to
-matrix products (a dot, or a fusion holding one) or everything else. The products' rate is the model's product
-FLOPs (3 × the forward count of benchmarks/lib/flops.py) over their time, against the best rate one core
-reaches on one of the model's own products (the FFN's [768, 128] @ [128, 512]) in XLA, NumPy's BLAS and
-PyTorch, each on one thread. From these: the one-core step with every product at that best rate, and that step
-on all cores if they divided it as they divide the measured one (a projection, printed as such). One run;
+steps is charged, through the optimised HLO's metadata (benchmarks/lib/profiling.py), to its pass (forward,
+backward, or the update and metrics after the gradient), the module it sits in (attention, FFN, norms,
+embedding and readout, residual adds), and to the matrix products (a dot, or a fusion holding one) or the rest.
+The products' rate is the model's product FLOPs (3 × the forward count of benchmarks/lib/flops.py) over their
+time, against the best rate one core reaches on one of the model's own products (the FFN's [768, 128] @
+[128, 512]) in XLA, NumPy's BLAS and PyTorch, each on one thread. From these: the one-core step with every
+product at that best rate, and that step on all cores if they divided it as they divide the measured one (a
+projection, printed as such). The standard kind's children also time its block's parts alone. One run;
 timings, not trained models.
 """
 
@@ -42,6 +43,8 @@ _STEPS = flags.DEFINE_integer('steps', 30, 'Steps per timed round.')
 _REPEATS = flags.DEFINE_integer('repeats', 7, 'Timed rounds (the median is reported).')
 
 PEAK_SHAPE = (768, 128, 512)  # the FFN's input product at the recipe: [tokens, d_model] @ [d_model, ff_dim]
+
+
 def peak_rates(one_core: bool) -> dict[str, float]:
   """GFLOP/s of PEAK_SHAPE's product in XLA, PyTorch (if installed) and NumPy, each on this process's CPUs."""
   import jax

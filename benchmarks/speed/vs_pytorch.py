@@ -15,12 +15,12 @@ should be otherwise idle. Per command:
 - the wall time of the whole command, and the time from the command to its first finished step;
 - its peak resident memory (the child's ``ru_maxrss``);
 - for every block, the slowest round trip between the first two cores sampled during it, every
-  ``LATENCY_INTERVAL_MS`` (``benchmarks/speed/core_latency.py``, built with the system's C compiler, skipped
+  ``core_latency.INTERVAL_MS`` (``benchmarks/speed/core_latency.py``, built with the system's C compiler, skipped
   without one). On a virtual machine the hypervisor may move one virtual CPU far from the other for minutes,
   and every program's step is slower for as long as it lasts. So the step time and the blocks' spread are also
-  given over the blocks during which the cores were near (round trip within ``FAR_FACTOR`` × the benchmark's
-  fastest), with the count of the others, and the tokens/s ratio over them: a program that happened to run
-  while the cores were far is not compared with one that ran while they were near.
+  given over the blocks during which the cores were near (round trip within ``core_latency.FAR_FACTOR`` × the
+  benchmark's fastest), with the count of the others, and the tokens/s ratio over them: a program that happened
+  to run while the cores were far is not compared with one that ran while they were near.
 symjax runs keep their compiled steps in a compilation cache made fresh for this benchmark: the first round
 compiles (a cold cache), later rounds read it (a warm one, as a rerun or resume on the user's machine does).
 The ratios against PyTorch are taken within each round and their median reported. Tests time nothing; the
@@ -56,8 +56,6 @@ TOKENS = 12 * 64    # per step
 STEP_LINE = re.compile(r'^step (\d+)/\d+: loss ([\d.]+), ')
 EVAL_LINE = re.compile(r'^step (\d+): validation loss=([\d.]+)')
 FIRST_LINE = re.compile(r'^first step done')
-FAR_FACTOR = core_latency.FAR_FACTOR
-LATENCY_INTERVAL_MS = core_latency.INTERVAL_MS
 
 
 def commands(kind: str, workdir: str, cache: str) -> list[str]:
@@ -121,7 +119,7 @@ def far_above_ns(rounds: list[dict]) -> float | None:
   """The round trip above which a block counts as run with the cores far apart; None when none was sampled."""
   every = [ns for rd in rounds for run in rd['runs'].values() for ns in run.get('block_core_round_trip_ns', [])
            if ns is not None]
-  return FAR_FACTOR * min(every) if every else None
+  return core_latency.FAR_FACTOR * min(every) if every else None
 
 
 def near_blocks(run: dict, limit: float) -> list[float]:
@@ -190,7 +188,7 @@ def main(_):
     probe, why_not = core_latency.build(tmp)
     if probe is None:
       print(f'not sampling the cores\' round trip: {why_not}', file=sys.stderr)
-    with core_latency.Monitor(probe, os.path.join(tmp, 'core_latency.log'), LATENCY_INTERVAL_MS) as monitor:
+    with core_latency.Monitor(probe, os.path.join(tmp, 'core_latency.log'), core_latency.INTERVAL_MS) as monitor:
       for r in range(_ROUNDS.value):
         order = names[r % len(names):] + names[:r % len(names)]
         row = {}

@@ -1,0 +1,238 @@
+"""What each part of the standard model's training step costs on all of this machine's cores, in symjax and in
+the PyTorch peer, measured by taking the part out of the step.
+
+  python -m benchmarks.speed.part_costs [--blocks=11] [--steps=30] [--json=F]   (PyTorch from the `bench` extra)
+
+Each program builds its step at the text recipe (symjax: benchmarks/lib/recipe.py's compiled standard step, with
+the trainer's host settings; PyTorch: benchmarks/speed/torch_gpt.py's model, clipped fused AdamW, as
+benchmarks/speed/step_attribution.py times it) once as it is and once per knockout, all in one process per
+program, then times them in interleaved blocks of --steps steps, so that every knockout's block runs beside a
+block of the whole step. A part's cost is the median, over the blocks run with the cores near
+(benchmarks/speed/core_latency.py), of the whole step's block minus the knockout's block beside it. Knockouts:
+
+- attention core: the attention weights and their product with the values (scores, ALiBi bias, mask, softmax,
+  weighted sum) are gone; the layer outputs its values plus 0 × (queries + keys), so the query, key, value and
+  output projections still run, forward and backward;
+- FFN: each block's FFN returns its input (its two products, GELU and biases gone);
+- LayerNorms: every LayerNorm returns its input;
+- AdamW and metrics: plain SGD without clipping in place of clipped AdamW, and in symjax no training-dynamics
+  metrics.
+
+The knocked-out steps train other models (their losses are not the model's); only their time is read. Taking a
+part out can also change how the rest runs (what overlaps on the two cores), so the costs need not add up to
+the step. Timings, not trained models: one run, no seeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+from absl import app, flags
+
+_JSON = flags.DEFINE_string('json', 'benchmarks/results/part_costs.json', 'Where to write the results.')
+_BLOCKS = flags.DEFINE_integer('blocks', 11, 'Timed blocks per variant (interleaved).')
+_STEPS = flags.DEFINE_integer('steps', 30, 'Steps per block.')
+_WORKER = flags.DEFINE_enum('worker', '', ['', 'symjax', 'pytorch'], 'Internal: time one program.')
+
+KNOCKOUTS = ('attention core', 'FFN', 'LayerNorms', 'AdamW and metrics')
+WHOLE = 'whole step'
+
+
+@contextlib.contextmanager
+def symjax_knockout(part: str | None):
+  """Within the block, symjax's modules and step build without ``part`` (one of KNOCKOUTS; None: nothing)."""
+  import flax.linen as nn
+  import optax
+
+  from symjax.model import attention, transformer
+  from symjax.train import optim, trainer
+
+  def without_core(q, k, v, bias, mask):
+    return v + 0.0 * (q + k), None
+
+  swaps = {'attention core': [(attention, 'dot_product_attention', without_core)],
+           'FFN': [(transformer.MLP, '__call__', lambda self, x: x)],
+           'LayerNorms': [(nn.LayerNorm, '__call__', lambda self, x, *args, **kwargs: x)],
+           'AdamW and metrics': [(optim, 'make_optimizer', lambda config: optax.sgd(config.learning_rate)),
+                                 (trainer, 'training_dynamics', lambda params, grads: {})],
+           None: []}[part]
+  saved = [(owner, name, getattr(owner, name)) for owner, name, _ in swaps]
+  try:
+    for owner, name, new in swaps:
+      setattr(owner, name, new)
+    yield
+  finally:
+    for owner, name, old in saved:
+      setattr(owner, name, old)
+
+
+def torch_block_forward(block, x, distance, future, part: str | None):
+  """torch_gpt.Block.forward without ``part`` (None: the same computation as torch_gpt's)."""
+  import torch.nn.functional as F
+  b, t, d = x.shape
+  norm = (lambda _, h: h) if part == 'LayerNorms' else (lambda ln, h: ln(h))
+  q, k, v = block.qkv(norm(block.norm_attn, x)).view(b, t, 3, block.heads, d // block.heads).permute(2, 0, 3, 1, 4)
+  if part == 'attention core':
+    y = v + 0.0 * (q + k)
+  else:
+    bias = (-block.log_slope.exp()[:, None, None] * distance).masked_fill(future, float('-inf'))
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+  x = x + block.out(y.transpose(1, 2).reshape(b, t, d))
+  if part == 'FFN':
+    return x
+  return x + block.wo(F.gelu(block.wi(norm(block.norm_ffn, x)), approximate='tanh'))
+
+
+def torch_model(part: str | None):
+  """(model, optimizer step) of the PyTorch peer without ``part``: torch_gpt's GPT, its AdamW groups."""
+  import torch
+
+  from benchmarks.speed import torch_gpt
+  torch.manual_seed(0)
+  model = torch_gpt.GPT(65)
+  for block in model.blocks:
+    block.forward = types.MethodType(lambda self, x, distance, future: torch_block_forward(
+        self, x, distance, future, part), block)
+  if part == 'LayerNorms':
+    model.norm_final = torch.nn.Identity()
+  if part == 'AdamW and metrics':
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    return model, opt.step
+  decayed = lambda n, p: n.endswith('weight') and p.dim() == 2 and 'embed' not in n  # torch_gpt.py's groups
+  opt = torch.optim.AdamW([{'params': [p for n, p in model.named_parameters() if decayed(n, p)], 'weight_decay': 0.1},
+                           {'params': [p for n, p in model.named_parameters() if not decayed(n, p)],
+                            'weight_decay': 0.0}], lr=1e-3, betas=(0.9, 0.99), fused=True)
+
+  def update():
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+  return model, update
+
+
+def symjax_steps() -> dict:
+  """{variant: a function running one step and waiting for it}, the whole step and each knockout."""
+  from symjax.system import host
+  host.set_defaults('standard')
+  import jax
+
+  from benchmarks.lib.recipe import compile_recipe_step
+  steps = {}
+  for part in (None, *KNOCKOUTS):
+    with symjax_knockout(part):
+      recipe = compile_recipe_step('standard')
+    box = [recipe.state]
+
+    def step(recipe=recipe, box=box):
+      box[0], metrics = recipe.step(box[0], recipe.data)
+      jax.block_until_ready(metrics)
+    steps[part or WHOLE] = step
+  return steps
+
+
+def pytorch_steps() -> dict:
+  import torch
+  torch.set_num_threads(len(os.sched_getaffinity(0)))
+  tokens = torch.randint(0, 65, (12, 65), generator=torch.Generator().manual_seed(1))
+  steps = {}
+  for part in (None, *KNOCKOUTS):
+    model, update = torch_model(part)
+
+    def step(model=model, update=update):
+      loss = model(tokens[:, :-1], tokens[:, 1:])
+      model.zero_grad(set_to_none=True)
+      loss.backward()
+      update()
+    steps[part or WHOLE] = step
+  return steps
+
+
+def worker(program: str) -> dict:
+  """Interleaved blocks of every variant: {variant: [{'ms', 'span_unix'}, ...]}."""
+  steps = symjax_steps() if program == 'symjax' else pytorch_steps()
+  for step in steps.values():
+    for _ in range(5):
+      step()
+  blocks = {name: [] for name in steps}
+  for _ in range(_BLOCKS.value):
+    for name, step in steps.items():
+      start, clock = time.time(), time.perf_counter()
+      for _ in range(_STEPS.value):
+        step()
+      blocks[name].append({'ms': 1e3 * (time.perf_counter() - clock) / _STEPS.value,
+                           'span_unix': (start, time.time())})
+  return blocks
+
+
+def costs(blocks: dict, limit: float | None) -> dict:
+  """{variant: ms per step} and {part: its cost}: medians over the blocks whose slowest round trip (each
+  block's ``core_round_trip_ns``) is at most ``limit`` ns, the whole step's and the knockout's both; every
+  block when ``limit`` is None or no pair of blocks was near."""
+  near = lambda i, name: limit is None or (blocks[name][i].get('core_round_trip_ns') or float('inf')) <= limit
+  out = {'step_ms': {}, 'cost_ms': {}, 'blocks_cores_near': {}}
+  for name, rows in blocks.items():
+    kept = [i for i in range(len(rows)) if near(i, name) and near(i, WHOLE)] or list(range(len(rows)))
+    out['step_ms'][name] = statistics.median(rows[i]['ms'] for i in kept)
+    out['blocks_cores_near'][name] = len(kept) if limit is not None else None
+    if name != WHOLE:
+      out['cost_ms'][name] = statistics.median(blocks[WHOLE][i]['ms'] - rows[i]['ms'] for i in kept)
+  return out
+
+
+def child(program: str) -> dict:
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get('PYTHONPATH')])))
+  proc = subprocess.run([sys.executable, '-m', 'benchmarks.speed.part_costs', f'--worker={program}',
+                         f'--blocks={_BLOCKS.value}', f'--steps={_STEPS.value}'], capture_output=True, text=True,
+                        env=env)
+  lines = [line for line in proc.stdout.splitlines() if line.startswith('{')]
+  if proc.returncode or not lines:
+    sys.exit(f'error: the {program} child failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}')
+  return json.loads(lines[-1])
+
+
+def main(_):
+  if _WORKER.value:
+    print(json.dumps(worker(_WORKER.value)))
+    return
+  try:
+    import torch  # noqa: F401
+  except ImportError:
+    sys.exit("error: PyTorch is not installed; pip install -e '.[bench]' --extra-index-url "
+             'https://download.pytorch.org/whl/cpu')
+  from benchmarks.lib import results as result_files
+  from benchmarks.speed import core_latency
+  record = {'steps': _STEPS.value, 'blocks': _BLOCKS.value, 'programs': {}}
+  with tempfile.TemporaryDirectory() as folder:
+    probe, why_not = core_latency.build(folder)
+    if why_not:
+      print(f"the cores' placement is not sampled: {why_not}", file=sys.stderr)
+    for program in ('symjax', 'pytorch'):
+      with core_latency.Monitor(probe, os.path.join(folder, f'{program}.log'), core_latency.INTERVAL_MS) as monitor:
+        blocks = child(program)
+      samples = monitor.samples()
+      limit = core_latency.FAR_FACTOR * min(ns for _, ns in samples) if samples else None
+      for rows in blocks.values():
+        for row, ns in zip(rows, core_latency.slowest_between(samples, [tuple(r.pop('span_unix')) for r in rows])):
+          row['core_round_trip_ns'] = ns
+      record['programs'][program] = {'blocks': blocks, **costs(blocks, limit)}
+  cores = len(os.sched_getaffinity(0))
+  print(f'standard model at the text recipe on {cores} cores: ms per step, median of {_BLOCKS.value} interleaved '
+        f'blocks of {_STEPS.value} steps (with the cores near)')
+  print(f"  {'':22s} {'symjax':>9s} {'PyTorch':>9s}")
+  mine, peer = record['programs']['symjax'], record['programs']['pytorch']
+  print(f"  {WHOLE:22s} {mine['step_ms'][WHOLE]:6.1f} ms {peer['step_ms'][WHOLE]:6.1f} ms")
+  for part in KNOCKOUTS:
+    print(f"  {part:22s} {mine['cost_ms'][part]:6.1f} ms {peer['cost_ms'][part]:6.1f} ms")
+  print('  (a part: the whole step minus the step without it, in blocks run side by side)')
+  result_files.write(_JSON.value, record)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,7 +1,8 @@
 """What each part of the standard model's training step costs on all of this machine's cores, in symjax and in
 the PyTorch peer, measured by taking the part out of the step.
 
-  python -m benchmarks.speed.part_costs [--blocks=11] [--steps=30] [--json=F]   (PyTorch from the `bench` extra)
+  python -m benchmarks.speed.part_costs [--one_core] [--blocks=11] [--steps=30] [--json=F]
+  (PyTorch from the `bench` extra)
 
 Each program builds its step at the text recipe (symjax: benchmarks/lib/recipe.py's compiled standard step, with
 the trainer's host settings; PyTorch: benchmarks/speed/torch_gpt.py's model, clipped fused AdamW, as
@@ -20,7 +21,8 @@ block of the whole step. A part's cost is the median, over the blocks run with t
 
 The knocked-out steps train other models (their losses are not the model's); only their time is read. Taking a
 part out can also change how the rest runs (what overlaps on the two cores), so the costs need not add up to
-the step. Timings, not trained models: one run, no seeds.
+the step. With --one_core both programs run pinned to one CPU (XLA:CPU and PyTorch on one thread), so that two
+runs say which parts gain from the second core. Timings, not trained models: one run, no seeds.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from absl import app, flags
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/part_costs.json', 'Where to write the results.')
 _BLOCKS = flags.DEFINE_integer('blocks', 11, 'Timed blocks per variant (interleaved).')
 _STEPS = flags.DEFINE_integer('steps', 30, 'Steps per block.')
+_ONE_CORE = flags.DEFINE_bool('one_core', False, 'Run both programs pinned to one CPU.')
 _WORKER = flags.DEFINE_enum('worker', '', ['', 'symjax', 'pytorch'], 'Internal: time one program.')
 
 KNOCKOUTS = ('attention core', 'FFN', 'LayerNorms', 'AdamW and metrics')
@@ -156,6 +159,8 @@ def pytorch_steps() -> dict:
 
 def worker(program: str) -> dict:
   """Interleaved blocks of every variant: {variant: [{'ms', 'span_unix'}, ...]}."""
+  if _ONE_CORE.value:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # before XLA or PyTorch size their thread pools
   steps = symjax_steps() if program == 'symjax' else pytorch_steps()
   for step in steps.values():
     for _ in range(5):
@@ -189,8 +194,8 @@ def costs(blocks: dict, limit: float | None) -> dict:
 def child(program: str) -> dict:
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get('PYTHONPATH')])))
   proc = subprocess.run([sys.executable, '-m', 'benchmarks.speed.part_costs', f'--worker={program}',
-                         f'--blocks={_BLOCKS.value}', f'--steps={_STEPS.value}'], capture_output=True, text=True,
-                        env=env)
+                         f'--blocks={_BLOCKS.value}', f'--steps={_STEPS.value}', f'--one_core={_ONE_CORE.value}'],
+                        capture_output=True, text=True, env=env)
   lines = [line for line in proc.stdout.splitlines() if line.startswith('{')]
   if proc.returncode or not lines:
     sys.exit(f'error: the {program} child failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}')
@@ -208,9 +213,9 @@ def main(_):
              'https://download.pytorch.org/whl/cpu')
   from benchmarks.lib import results as result_files
   from benchmarks.speed import core_latency
-  record = {'steps': _STEPS.value, 'blocks': _BLOCKS.value, 'programs': {}}
+  record = {'steps': _STEPS.value, 'blocks': _BLOCKS.value, 'one_core': _ONE_CORE.value, 'programs': {}}
   with tempfile.TemporaryDirectory() as folder:
-    probe, why_not = core_latency.build(folder)
+    probe, why_not = (None, '') if _ONE_CORE.value else core_latency.build(folder)  # one core: no pair to place
     if why_not:
       print(f"the cores' placement is not sampled: {why_not}", file=sys.stderr)
     for program in ('symjax', 'pytorch'):
@@ -222,9 +227,9 @@ def main(_):
         for row, ns in zip(rows, core_latency.slowest_between(samples, [tuple(r.pop('span_unix')) for r in rows])):
           row['core_round_trip_ns'] = ns
       record['programs'][program] = {'blocks': blocks, **costs(blocks, limit)}
-  cores = len(os.sched_getaffinity(0))
-  print(f'standard model at the text recipe on {cores} cores: ms per step, median of {_BLOCKS.value} interleaved '
-        f'blocks of {_STEPS.value} steps (with the cores near)')
+  cores = 1 if _ONE_CORE.value else len(os.sched_getaffinity(0))
+  print(f'standard model at the text recipe on {cores} core(s): ms per step, median of {_BLOCKS.value} interleaved '
+        f'blocks of {_STEPS.value} steps' + ('' if _ONE_CORE.value else ' (with the cores near)'))
   print(f"  {'':22s} {'symjax':>9s} {'PyTorch':>9s}")
   mine, peer = record['programs']['symjax'], record['programs']['pytorch']
   print(f"  {WHOLE:22s} {mine['step_ms'][WHOLE]:6.1f} ms {peer['step_ms'][WHOLE]:6.1f} ms")

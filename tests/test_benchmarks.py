@@ -211,8 +211,10 @@ def test_part_costs_pair_each_knockout_block_with_the_whole_step_beside_it():
   # Block 1 ran with the cores far for the whole step: the pair is left out.
   assert out['step_ms'] == {part_costs.WHOLE: 31.0, 'FFN': 20.5}
   assert out['cost_ms'] == {'FFN': 10.5} and out['blocks_cores_near']['FFN'] == 2
-  everything = part_costs.costs({part_costs.WHOLE: whole, 'FFN': ffn}, limit=None)
+  everything = part_costs.costs({part_costs.WHOLE: whole, 'FFN': ffn}, limit=None)  # one core: nothing to place
   assert everything['cost_ms'] == {'FFN': 11.0} and everything['blocks_cores_near']['FFN'] is None
+  far = part_costs.costs({part_costs.WHOLE: whole, 'FFN': ffn}, limit=50.0)  # never near: every block, and 0 said
+  assert far['cost_ms'] == {'FFN': 11.0} and far['blocks_cores_near']['FFN'] == 0
 
 
 def test_part_costs_pytorch_block_without_knockout_is_torch_gpts():

@@ -1,15 +1,16 @@
 """What each part of the standard model's training step costs on all of this machine's cores, in symjax and in
 the PyTorch peer, measured by taking the part out of the step.
 
-  python -m benchmarks.speed.part_costs [--one_core] [--blocks=11] [--steps=30] [--json=F]
+  python -m benchmarks.speed.part_costs [--one_core] [--rounds=2] [--blocks=11] [--steps=30] [--json=F]
   (PyTorch from the `bench` extra)
 
 Each program builds its step at the text recipe (symjax: benchmarks/lib/recipe.py's compiled standard step, with
 the trainer's host settings; PyTorch: benchmarks/speed/torch_gpt.py's model, clipped fused AdamW, as
 benchmarks/speed/step_attribution.py times it) once as it is and once per knockout, all in one process per
 program, then times them in interleaved blocks of --steps steps, so that every knockout's block runs beside a
-block of the whole step. A part's cost is the median, over the blocks run with the cores near
-(benchmarks/speed/core_latency.py), of the whole step's block minus the knockout's block beside it. Knockouts:
+block of the whole step; the two programs' processes alternate for --rounds rounds. A part's cost is the median,
+over the blocks run with the cores near (benchmarks/speed/core_latency.py), of the whole step's block minus the
+knockout's block beside it. Knockouts:
 
 - attention core: the attention weights and their product with the values (scores, ALiBi bias, mask, softmax,
   weighted sum) are gone; the layer outputs its values plus 0 × (queries + keys), so the query, key, value and
@@ -40,7 +41,8 @@ import types
 from absl import app, flags
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/part_costs.json', 'Where to write the results.')
-_BLOCKS = flags.DEFINE_integer('blocks', 11, 'Timed blocks per variant (interleaved).')
+_ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds: one process per program each, the programs alternating.')
+_BLOCKS = flags.DEFINE_integer('blocks', 11, 'Timed blocks per variant and round (interleaved).')
 _STEPS = flags.DEFINE_integer('steps', 30, 'Steps per block.')
 _ONE_CORE = flags.DEFINE_bool('one_core', False, 'Run both programs pinned to one CPU.')
 _WORKER = flags.DEFINE_enum('worker', '', ['', 'symjax', 'pytorch'], 'Internal: time one program.')
@@ -178,14 +180,16 @@ def worker(program: str) -> dict:
 
 def costs(blocks: dict, limit: float | None) -> dict:
   """{variant: ms per step} and {part: its cost}: medians over the blocks whose slowest round trip (each
-  block's ``core_round_trip_ns``) is at most ``limit`` ns, the whole step's and the knockout's both; every
-  block when ``limit`` is None or no pair of blocks was near."""
+  block's ``core_round_trip_ns``) is at most ``limit`` ns, the whole step's and the knockout's both
+  (``blocks_cores_near``: how many pairs); every block when ``limit`` is None (one core: no pair to place) or
+  no pair of blocks was near (then ``blocks_cores_near`` is 0)."""
   near = lambda i, name: limit is None or (blocks[name][i].get('core_round_trip_ns') or float('inf')) <= limit
   out = {'step_ms': {}, 'cost_ms': {}, 'blocks_cores_near': {}}
   for name, rows in blocks.items():
-    kept = [i for i in range(len(rows)) if near(i, name) and near(i, WHOLE)] or list(range(len(rows)))
+    paired = [i for i in range(len(rows)) if near(i, name) and near(i, WHOLE)]
+    kept = paired or list(range(len(rows)))
     out['step_ms'][name] = statistics.median(rows[i]['ms'] for i in kept)
-    out['blocks_cores_near'][name] = len(kept) if limit is not None else None
+    out['blocks_cores_near'][name] = len(paired) if limit is not None else None
     if name != WHOLE:
       out['cost_ms'][name] = statistics.median(blocks[WHOLE][i]['ms'] - rows[i]['ms'] for i in kept)
   return out
@@ -213,28 +217,41 @@ def main(_):
              'https://download.pytorch.org/whl/cpu')
   from benchmarks.lib import results as result_files
   from benchmarks.speed import core_latency
-  record = {'steps': _STEPS.value, 'blocks': _BLOCKS.value, 'one_core': _ONE_CORE.value, 'programs': {}}
+  record = {'steps': _STEPS.value, 'blocks': _BLOCKS.value, 'rounds': _ROUNDS.value, 'one_core': _ONE_CORE.value,
+            'programs': {}}
+  blocks: dict[str, dict[str, list]] = {'symjax': {}, 'pytorch': {}}
+  samples = []
   with tempfile.TemporaryDirectory() as folder:
     probe, why_not = (None, '') if _ONE_CORE.value else core_latency.build(folder)  # one core: no pair to place
     if why_not:
       print(f"the cores' placement is not sampled: {why_not}", file=sys.stderr)
-    for program in ('symjax', 'pytorch'):
-      with core_latency.Monitor(probe, os.path.join(folder, f'{program}.log'), core_latency.INTERVAL_MS) as monitor:
-        blocks = child(program)
-      samples = monitor.samples()
-      limit = core_latency.FAR_FACTOR * min(ns for _, ns in samples) if samples else None
-      for rows in blocks.values():
-        for row, ns in zip(rows, core_latency.slowest_between(samples, [tuple(r.pop('span_unix')) for r in rows])):
-          row['core_round_trip_ns'] = ns
-      record['programs'][program] = {'blocks': blocks, **costs(blocks, limit)}
+    for r in range(_ROUNDS.value):
+      for program in blocks:
+        log = os.path.join(folder, f'{program}_{r}.log')
+        with core_latency.Monitor(probe, log, core_latency.INTERVAL_MS) as monitor:
+          measured = child(program)
+        samples += monitor.samples()
+        for name, rows in measured.items():
+          blocks[program].setdefault(name, []).extend(rows)
+  samples.sort()
+  limit = core_latency.FAR_FACTOR * min(ns for _, ns in samples) if samples else None
+  for program, by_variant in blocks.items():
+    for rows in by_variant.values():
+      for row, ns in zip(rows, core_latency.slowest_between(samples, [tuple(r.pop('span_unix')) for r in rows])):
+        row['core_round_trip_ns'] = ns
+    record['programs'][program] = {'blocks': by_variant, **costs(by_variant, limit)}
   cores = 1 if _ONE_CORE.value else len(os.sched_getaffinity(0))
-  print(f'standard model at the text recipe on {cores} core(s): ms per step, median of {_BLOCKS.value} interleaved '
-        f'blocks of {_STEPS.value} steps' + ('' if _ONE_CORE.value else ' (with the cores near)'))
+  print(f'standard model at the text recipe on {cores} core(s): ms per step, median of {_ROUNDS.value} × '
+        f'{_BLOCKS.value} interleaved blocks of {_STEPS.value} steps' + ('' if _ONE_CORE.value else
+                                                                         ', those with the cores near'))
   print(f"  {'':22s} {'symjax':>9s} {'PyTorch':>9s}")
   mine, peer = record['programs']['symjax'], record['programs']['pytorch']
   print(f"  {WHOLE:22s} {mine['step_ms'][WHOLE]:6.1f} ms {peer['step_ms'][WHOLE]:6.1f} ms")
   for part in KNOCKOUTS:
     print(f"  {part:22s} {mine['cost_ms'][part]:6.1f} ms {peer['cost_ms'][part]:6.1f} ms")
+  if not _ONE_CORE.value:
+    count = lambda program: min(record['programs'][program]['blocks_cores_near'].values())
+    print(f"  {'pairs with the cores near':22s} {count('symjax'):9d} {count('pytorch'):9d}  (at least; 0: all blocks)")
   print('  (a part: the whole step minus the step without it, in blocks run side by side)')
   result_files.write(_JSON.value, record)
 

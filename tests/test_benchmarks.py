@@ -173,7 +173,7 @@ def test_part_costs_knockouts_take_each_part_out_and_put_it_back():
   import optax
   from helpers import small
 
-  from benchmarks.speed import part_costs
+  from benchmarks.lib import knockouts as part_costs
   from symjax.model import Transformer, attention
   from symjax.train import config as config_lib
   from symjax.train import optim, trainer
@@ -202,7 +202,7 @@ def test_part_costs_knockouts_take_each_part_out_and_put_it_back():
 
 
 def test_part_costs_pair_each_knockout_block_with_the_whole_step_beside_it():
-  from benchmarks.speed import part_costs
+  from benchmarks.lib import knockouts as part_costs
   whole = [{'ms': 30.0, 'core_round_trip_ns': 60.0}, {'ms': 40.0, 'core_round_trip_ns': 300.0},
            {'ms': 32.0, 'core_round_trip_ns': 60.0}]
   ffn = [{'ms': 20.0, 'core_round_trip_ns': 60.0}, {'ms': 10.0, 'core_round_trip_ns': 60.0},
@@ -219,7 +219,8 @@ def test_part_costs_pair_each_knockout_block_with_the_whole_step_beside_it():
 
 def test_part_costs_pytorch_block_without_knockout_is_torch_gpts():
   torch = pytest.importorskip('torch')
-  from benchmarks.speed import part_costs, torch_gpt
+  from benchmarks.lib import knockouts as part_costs
+  from benchmarks.speed import torch_gpt
   torch.manual_seed(0)
   block = torch_gpt.Block(16, 2, 32)
   x = torch.randn(3, 5, 16)

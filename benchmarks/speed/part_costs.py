@@ -40,11 +40,13 @@ from absl import app, flags
 from benchmarks.lib.knockouts import KNOCKOUTS, WHOLE, costs, symjax_knockout, torch_model
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/part_costs.json', 'Where to write the results.')
-_ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds: one process per program each, the programs alternating.')
-_BLOCKS = flags.DEFINE_integer('blocks', 11, 'Timed blocks per variant and round (interleaved).')
-_STEPS = flags.DEFINE_integer('steps', 30, 'Steps per block.')
+_ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds: one process per program each, the programs alternating.',
+                               lower_bound=1)
+_BLOCKS = flags.DEFINE_integer('blocks', 11, 'Timed blocks per variant and round (interleaved).', lower_bound=1)
+_STEPS = flags.DEFINE_integer('steps', 30, 'Steps per block.', lower_bound=1)
 _ONE_CORE = flags.DEFINE_bool('one_core', False, 'Run both programs pinned to one CPU.')
 _WORKER = flags.DEFINE_enum('worker', '', ['', 'symjax', 'pytorch'], 'Internal: time one program.')
+
 
 def symjax_steps() -> dict:
   """{variant: a function running one step and waiting for it}, the whole step and each knockout."""

@@ -173,7 +173,7 @@ def test_part_costs_knockouts_take_each_part_out_and_put_it_back():
   import optax
   from helpers import small
 
-  from benchmarks.lib import knockouts as part_costs
+  from benchmarks.lib import knockouts
   from symjax.model import Transformer, attention
   from symjax.train import config as config_lib
   from symjax.train import optim, trainer
@@ -187,12 +187,12 @@ def test_part_costs_knockouts_take_each_part_out_and_put_it_back():
 
   params, logits = run()
   for part, gone in (('attention core', None), ('FFN', 'ffn'), ('LayerNorms', 'norm_attn')):
-    with part_costs.symjax_knockout(part):
+    with knockouts.symjax_knockout(part):
       changed, changed_logits = run()
     assert not jax.numpy.allclose(changed_logits, logits), part
     if gone:  # the part's parameters are gone with it
       assert gone in params['layer_0'] and gone not in changed['layer_0'], part
-  with part_costs.symjax_knockout('AdamW and metrics'):
+  with knockouts.symjax_knockout('AdamW and metrics'):
     config = config_lib.from_file('standard:runlocal=true')
     assert type(optim.make_optimizer(config).init(params)) is type(optax.sgd(0.1).init(params))
     assert trainer.training_dynamics(params, params) == {}
@@ -202,24 +202,24 @@ def test_part_costs_knockouts_take_each_part_out_and_put_it_back():
 
 
 def test_part_costs_pair_each_knockout_block_with_the_whole_step_beside_it():
-  from benchmarks.lib import knockouts as part_costs
+  from benchmarks.lib import knockouts
   whole = [{'ms': 30.0, 'core_round_trip_ns': 60.0}, {'ms': 40.0, 'core_round_trip_ns': 300.0},
            {'ms': 32.0, 'core_round_trip_ns': 60.0}]
   ffn = [{'ms': 20.0, 'core_round_trip_ns': 60.0}, {'ms': 10.0, 'core_round_trip_ns': 60.0},
          {'ms': 21.0, 'core_round_trip_ns': 60.0}]
-  out = part_costs.costs({part_costs.WHOLE: whole, 'FFN': ffn}, limit=120.0)
+  out = knockouts.costs({knockouts.WHOLE: whole, 'FFN': ffn}, limit=120.0)
   # Block 1 ran with the cores far for the whole step: the pair is left out.
-  assert out['step_ms'] == {part_costs.WHOLE: 31.0, 'FFN': 20.5}
+  assert out['step_ms'] == {knockouts.WHOLE: 31.0, 'FFN': 20.5}
   assert out['cost_ms'] == {'FFN': 10.5} and out['blocks_cores_near']['FFN'] == 2
-  everything = part_costs.costs({part_costs.WHOLE: whole, 'FFN': ffn}, limit=None)  # one core: nothing to place
+  everything = knockouts.costs({knockouts.WHOLE: whole, 'FFN': ffn}, limit=None)  # one core: nothing to place
   assert everything['cost_ms'] == {'FFN': 11.0} and everything['blocks_cores_near']['FFN'] is None
-  far = part_costs.costs({part_costs.WHOLE: whole, 'FFN': ffn}, limit=50.0)  # never near: every block, and 0 said
+  far = knockouts.costs({knockouts.WHOLE: whole, 'FFN': ffn}, limit=50.0)  # never near: every block, and 0 said
   assert far['cost_ms'] == {'FFN': 11.0} and far['blocks_cores_near']['FFN'] == 0
 
 
 def test_part_costs_pytorch_block_without_knockout_is_torch_gpts():
   torch = pytest.importorskip('torch')
-  from benchmarks.lib import knockouts as part_costs
+  from benchmarks.lib import knockouts
   from benchmarks.speed import torch_gpt
   torch.manual_seed(0)
   block = torch_gpt.Block(16, 2, 32)
@@ -227,5 +227,5 @@ def test_part_costs_pytorch_block_without_knockout_is_torch_gpts():
   pos = torch.arange(5)
   distance, future = (pos[:, None] - pos[None, :]).abs().float(), pos[None, :] > pos[:, None]
   expected = block(x, distance, future)
-  assert torch.allclose(part_costs.torch_block_forward(block, x, distance, future, None), expected)
-  assert not torch.allclose(part_costs.torch_block_forward(block, x, distance, future, 'FFN'), expected)
+  assert torch.allclose(knockouts.torch_block_forward(block, x, distance, future, None), expected)
+  assert not torch.allclose(knockouts.torch_block_forward(block, x, distance, future, 'FFN'), expected)

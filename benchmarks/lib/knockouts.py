@@ -59,7 +59,7 @@ def torch_block_forward(block, x, distance, future, part: str | None):
 
 
 def torch_model(part: str | None):
-  """(model, optimizer step) of the PyTorch peer without ``part``: torch_gpt's GPT, its AdamW groups."""
+  """(model, optimizer step) of the PyTorch peer without ``part``: torch_gpt's GPT and AdamW."""
   import torch
 
   from benchmarks.speed import torch_gpt
@@ -73,10 +73,7 @@ def torch_model(part: str | None):
   if part == 'AdamW and metrics':
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     return model, opt.step
-  decayed = lambda n, p: n.endswith('weight') and p.dim() == 2 and 'embed' not in n  # torch_gpt.py's groups
-  opt = torch.optim.AdamW([{'params': [p for n, p in model.named_parameters() if decayed(n, p)], 'weight_decay': 0.1},
-                           {'params': [p for n, p in model.named_parameters() if not decayed(n, p)],
-                            'weight_decay': 0.0}], lr=1e-3, betas=(0.9, 0.99), fused=True)
+  opt = torch_gpt.adamw(model, lr=1e-3)
 
   def update():
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

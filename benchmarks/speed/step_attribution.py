@@ -95,10 +95,7 @@ def torch_step_rounds(one_core: bool) -> list[dict] | None:
   torch.set_num_threads(1 if one_core else len(os.sched_getaffinity(0)))
   torch.manual_seed(0)
   model = torch_gpt.GPT(65)
-  decayed = lambda n, p: n.endswith('weight') and p.dim() == 2 and 'embed' not in n  # torch_gpt.py's groups
-  opt = torch.optim.AdamW([{'params': [p for n, p in model.named_parameters() if decayed(n, p)], 'weight_decay': 0.1},
-                           {'params': [p for n, p in model.named_parameters() if not decayed(n, p)],
-                            'weight_decay': 0.0}], lr=1e-3, betas=(0.9, 0.99), fused=True)
+  opt = torch_gpt.adamw(model, lr=1e-3)
   tokens = torch.randint(0, 65, (12, 65))
 
   def step():

@@ -88,6 +88,15 @@ class GPT(nn.Module):
     return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def adamw(model: nn.Module, lr: float, fused: bool = True) -> torch.optim.AdamW:
+  """AdamW (β = 0.9, 0.99) with weight decay 0.1 on the matrices only (not the embedding, biases, norms or
+  slopes), as symjax's decay mask."""
+  decayed = lambda n, p: n.endswith('weight') and p.dim() == 2 and 'embed' not in n
+  groups = [{'params': [p for n, p in model.named_parameters() if decayed(n, p) == wanted], 'weight_decay': decay}
+            for wanted, decay in ((True, 0.1), (False, 0.0))]
+  return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99), fused=fused)
+
+
 def learning_rate(step: int, peak: float, warmup: int, total: int, end_fraction: float) -> float:
   if step < warmup:
     return peak * step / warmup
@@ -127,10 +136,7 @@ def main():
                  for i, s in enumerate(streams)}
 
   model = GPT(len(vocab))
-  decayed = [p for n, p in model.named_parameters() if n.endswith('weight') and p.dim() == 2 and 'embed' not in n]
-  others = [p for n, p in model.named_parameters() if not (n.endswith('weight') and p.dim() == 2 and 'embed' not in n)]
-  opt = torch.optim.AdamW([{'params': decayed, 'weight_decay': 0.1}, {'params': others, 'weight_decay': 0.0}],
-                          lr=0.0, betas=(0.9, 0.99), fused=bool(args.fused))
+  opt = adamw(model, lr=0.0, fused=bool(args.fused))
   print(f'torch_gpt: {sum(p.numel() for p in model.parameters()):,} parameters, vocabulary {len(vocab)}, '
         f'{torch.get_num_threads()} threads, workdir {args.workdir}', flush=True)
   os.makedirs(args.workdir, exist_ok=True)

@@ -322,7 +322,7 @@ def test_gumbel_noise_anneals_geometrically_and_changes_what_program_training_le
 
 
 def test_the_program_chosen_on_validation_is_the_best_seed_there_the_first_on_a_tie():
-  from benchmarks.suites.decompile_suite import chosen_on_validation
+  from benchmarks.lib.collect import chosen_on_validation
   runs = {'0': {'validation_accuracy': 99.5, 'program_accuracy': 99.9},
           '1': {'validation_accuracy': 99.8, 'program_accuracy': 99.1},
           '2': {'validation_accuracy': 99.8, 'program_accuracy': 99.7}}

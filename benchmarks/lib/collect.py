@@ -69,3 +69,12 @@ def run_record(path: str, fields: list[str]) -> dict:
           'setting': {name: setting(config, name) for name in fields},
           'steps': config['total_steps'], 'validation_accuracy_by_step': by_step,
           'best_validation_accuracy': max(by_step.values())}
+
+
+def chosen_on_validation(per_seed: dict) -> tuple[str, dict] | None:
+  """The seed whose run is best on validation (the lowest such seed on a tie) and its record: how
+  "Learning Transformer Programs" choose the one program they report (of 5 seeds, Appendix B)."""
+  if not all('validation_accuracy' in r for r in per_seed.values()):
+    return None
+  seed = max(sorted(per_seed, key=int), key=lambda s: per_seed[s]['validation_accuracy'])
+  return seed, per_seed[seed]

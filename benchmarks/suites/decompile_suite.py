@@ -24,6 +24,7 @@ import threading
 from absl import app, flags
 
 from benchmarks.lib import results as result_files
+from benchmarks.lib.collect import chosen_on_validation
 from symjax.system import files
 from symjax.tasks import rasp
 from symjax.train import sweep
@@ -59,15 +60,6 @@ def validation_at(workdir: str) -> float:
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     rows = [json.loads(line) for line in f]
   return next(100 * r['accuracy'] for r in rows if r.get('split') == 'validation' and r['step'] == step)
-
-
-def chosen_on_validation(per_seed: dict) -> tuple[str, dict] | None:
-  """The seed whose run is best on validation (the lowest such seed on a tie) and its record: how
-  "Learning Transformer Programs" choose the one program they report (of 5 seeds, Appendix B)."""
-  if not all('validation_accuracy' in r for r in per_seed.values()):
-    return None
-  seed = max(sorted(per_seed, key=int), key=lambda s: per_seed[s]['validation_accuracy'])
-  return seed, per_seed[seed]
 
 
 def recipe(task: str, mode: str) -> list[str]:

@@ -1,5 +1,7 @@
 """Each module against the NumPy transcription of the paper's equations (float32, rel. error <= 1e-5)."""
 
+import re
+
 import chex
 import flax.linen as nn
 import jax
@@ -249,6 +251,48 @@ def test_dense_bias_gradient_from_the_product_equals_autodiffs():
   assert ref.rel_err(dense.bias_gradient_in_product(x, w, b), f64(x) @ f64(w) + f64(b)) <= TOL
   uses_product = 'custom_vjp' in str(jax.make_jaxpr(dense.biased_dense)(x, w, b))
   assert uses_product == (jax.default_backend() == 'cpu')
+
+
+def test_plain_operand_product_gradients_are_the_textbook_ones():
+  """x W whose backward pass reads copies of Wᵀ and xᵀ: dx = dy Wᵀ and dW = xᵀ dy against float64 NumPy,
+  float32 and bfloat16; on the CPU backend ``product`` uses it, and every product of its compiled backward
+  pass contracts a row-major operand's rows with a column-major one's columns (no transpose folded in)."""
+  keys = jax.random.split(jax.random.key(3), 3)
+  x, w, cot = (jax.random.normal(k, s) for k, s in zip(keys, [(3, 7, 5), (5, 6), (3, 7, 6)]))
+  dx_want = np.einsum('btn,kn->btk', f64(cot), f64(w))
+  dw_want = np.einsum('btk,btn->kn', f64(x), f64(cot))
+  grads = lambda *args: jax.grad(lambda x, w: jnp.sum(dense.plain_operand_product(x, w).astype(jnp.float32) * cot),
+                                 argnums=(0, 1))(*args)
+  dx, dw = grads(x, w)
+  assert ref.rel_err(dx, dx_want) <= TOL and ref.rel_err(dw, dw_want) <= TOL
+  assert ref.rel_err(dense.plain_operand_product(x, w), f64(x) @ f64(w)) <= TOL
+  low = grads(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16))
+  assert all(g.dtype == jnp.bfloat16 for g in low)
+  assert ref.rel_err(f64(low[0]), dx_want) <= 3e-2 and ref.rel_err(f64(low[1]), dw_want) <= 3e-2
+  assert ('custom_vjp' in str(jax.make_jaxpr(dense.product)(x, w))) == (jax.default_backend() == 'cpu')
+  if jax.default_backend() == 'cpu':
+    hlo = jax.jit(grads).lower(x, w).compile().as_text()
+    dims = re.findall(r'lhs_contracting_dims=\{(\d+)\}, rhs_contracting_dims=\{(\d+)\}', hlo)
+    assert dims and all(d == ('1', '0') for d in dims), dims
+
+
+def test_projection_is_dense_general_without_bias():
+  """Attention's projections keep nn.DenseGeneral's parameter (name, shape, logical axes, initial values)
+  and compute what it computes, values and gradients: [..., d] -> heads, and heads -> [..., d]."""
+  init = nn.with_logical_partitioning(nn.initializers.normal(0.02), ('embed', 'heads', 'head_dim'))
+  x = jax.random.normal(jax.random.key(4), (2, 5, 8))
+  for ours, theirs, inputs in [
+      (attn.Projection((2, 4), kernel_init=init), nn.DenseGeneral((2, 4), use_bias=False, kernel_init=init), x),
+      (attn.Projection(8, in_axes=2, kernel_init=init),
+       nn.DenseGeneral(8, axis=(-2, -1), use_bias=False, kernel_init=init), x.reshape(2, 5, 2, 4))]:
+    p, q = ours.init(jax.random.key(5), inputs), theirs.init(jax.random.key(5), inputs)
+    assert p['params']['kernel'].names == q['params']['kernel'].names
+    chex.assert_trees_all_equal(nn.meta.unbox(p), nn.meta.unbox(q))
+    loss = lambda m: lambda params, h: jnp.sum(jnp.sin(m.apply(params, h)))
+    assert ref.rel_err(ours.apply(p, inputs), f64(theirs.apply(q, inputs))) <= TOL
+    for got, want in zip(jax.tree.leaves(jax.grad(loss(ours), argnums=(0, 1))(p, inputs)),
+                         jax.tree.leaves(jax.grad(loss(theirs), argnums=(0, 1))(q, inputs))):
+      assert ref.rel_err(got, f64(want)) <= TOL
 
 
 def test_mlp_dense_layers_have_flax_dense_parameters():

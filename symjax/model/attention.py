@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from symjax.model import intermediates as names
+from symjax.ops import dense as dense_ops
 from symjax.ops.attention import (  # noqa: F401
   ATTENTION_IMPLS,
   BlockPlan,
@@ -281,6 +282,35 @@ class Edges:
     return jax.nn.one_hot(self.ids, self.table.shape[0], dtype=jnp.float32)
 
 
+class Projection(nn.Module):
+  """``nn.DenseGeneral`` without a bias over the trailing ``in_axes`` axes of x: the same parameter
+  ``kernel`` ``[*in_shape, *features]``, initialised as DenseGeneral initialises it (one flat
+  ``[prod(in_shape), prod(features)]`` draw, reshaped), and the same product, computed as one matrix product
+  through ``symjax.ops.dense.product`` (its backward pass on the CPU backend is that module's)."""
+
+  features: int | tuple[int, ...]
+  in_axes: int = 1
+  dtype: Any = jnp.float32
+  kernel_init: Callable = nn.initializers.normal(0.02)
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
+    lead, in_shape = x.shape[:x.ndim - self.in_axes], x.shape[x.ndim - self.in_axes:]
+    flat = (math.prod(in_shape), math.prod(features))
+
+    def init(key, shape, dtype=jnp.float32):
+      kernel = self.kernel_init(key, flat, dtype)
+      if isinstance(kernel, nn.meta.AxisMetadata):
+        return nn.meta.replace_boxed(kernel, jnp.reshape(kernel.unbox(), shape))
+      return jnp.reshape(kernel, shape)
+
+    kernel = self.param('kernel', init, in_shape + features, jnp.float32)
+    x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=self.dtype)
+    out = dense_ops.product(x.reshape(*lead, flat[0]), kernel.reshape(flat))
+    return out.reshape(*lead, *features)
+
+
 class Attention(nn.Module):
   """Multi-head self-attention.
 
@@ -330,8 +360,7 @@ class Attention(nn.Module):
     batch, time, d_model = x.shape
     heads = (self.num_heads, self.head_dim)
     named = lambda names: nn.with_logical_partitioning(self.kernel_init, names)
-    dense = lambda name: nn.DenseGeneral(heads, use_bias=False, dtype=self.dtype,
-                                         kernel_init=named((EMBED, HEADS, HEAD_DIM)), name=name)
+    dense = lambda name: Projection(heads, dtype=self.dtype, kernel_init=named((EMBED, HEADS, HEAD_DIM)), name=name)
     query, key = dense('query'), dense('key')
     q, k = query(x), key(x)
     if positions is not None:
@@ -429,8 +458,8 @@ class Attention(nn.Module):
     if hooked:
       out = names.hook(self, 'attn.z', out)
     if self.output_projection:
-      result = nn.DenseGeneral(d_model, axis=(-2, -1), use_bias=False, dtype=self.dtype,
-                               kernel_init=named((HEADS, HEAD_DIM, EMBED)), name='out')(out)
+      result = Projection(d_model, in_axes=2, dtype=self.dtype, kernel_init=named((HEADS, HEAD_DIM, EMBED)),
+                          name='out')(out)
     else:
       result = out.reshape(batch, time, self.num_heads * self.head_dim)
     return names.hook(self, 'attn.out', result)

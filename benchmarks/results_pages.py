@@ -42,7 +42,8 @@ def _cell(v: Any) -> str:
     return f'[{shown}{", …" if len(v) > MAX_LIST else ""}]' + (f' ({len(v)} values)' if len(v) > MAX_LIST else '')
   if isinstance(v, (dict, list)):
     return f'({type(v).__name__} of {len(v)})'
-  return str(v).replace('|', '\\|').replace('\n', ' ')
+  # Brackets escaped: text such as "[--batch=16] [--profile_dir=DIR]" would otherwise read as a link reference.
+  return str(v).replace('|', '\\|').replace('[', '\\[').replace(']', '\\]').replace('\n', ' ')
 
 
 def _number(x: Any) -> str:

@@ -135,6 +135,13 @@ def test_results_pages_are_generated_from_the_results():
     os.chdir(cwd)
 
 
+def test_result_pages_print_brackets_in_text_as_text():
+  from benchmarks import results_pages
+  text = results_pages.page('x', {'command': 'run [--batch=16] [--dir=D] | tail', 'values': [1, 2]})
+  assert r'run \[--batch=16\] \[--dir=D\] \| tail' in text
+  assert '[1, 2]' in text
+
+
 def test_every_result_file_records_command_commit_device_and_date():
   import glob
   import json

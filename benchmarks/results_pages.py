@@ -42,8 +42,13 @@ def _cell(v: Any) -> str:
     return f'[{shown}{", …" if len(v) > MAX_LIST else ""}]' + (f' ({len(v)} values)' if len(v) > MAX_LIST else '')
   if isinstance(v, (dict, list)):
     return f'({type(v).__name__} of {len(v)})'
-  # Brackets escaped: text such as "[--batch=16] [--profile_dir=DIR]" would otherwise read as a link reference.
-  return str(v).replace('|', '\\|').replace('[', '\\[').replace(']', '\\]').replace('\n', ' ')
+  return _text(v)
+
+
+def _text(s: Any) -> str:
+  """Text as Markdown shows it, in a table cell or a heading: a pipe would end the cell, and brackets such as
+  "[--batch=16] [--profile_dir=DIR]" would read as a link reference. Values and keys alike pass through here."""
+  return str(s).replace('|', '\\|').replace('[', '\\[').replace(']', '\\]').replace('\n', ' ')
 
 
 def _number(x: Any) -> str:
@@ -77,9 +82,9 @@ def _table(rows: list[dict], first: list[str] | None = None) -> list[str]:
                                                           not (isinstance(r[k], list) and len(r[k]) <= MAX_LIST))]
   columns = columns[:14]
   header = (first or []) + columns
-  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  lines = ['| ' + ' | '.join(_text(h) for h in header) + ' |', '|' + '---|' * len(header)]
   for i, r in enumerate(flat[:MAX_ROWS]):
-    lead = [rows[i]['__key__']] if first else []
+    lead = [_text(rows[i]['__key__'])] if first else []
     lines.append('| ' + ' | '.join([*lead, *(_cell(r.get(c, '')) for c in columns)]) + ' |')
   if len(rows) > MAX_ROWS:
     lines.append(f'\n{len(rows) - MAX_ROWS} more rows in the JSON file.')
@@ -99,7 +104,7 @@ def render(value: Any, level: int) -> list[str]:
              (isinstance(v, dict) and 'mean' in v) or (isinstance(v, list) and not _is_table(v)
                                                       and all(not isinstance(x, (dict, list)) for x in v))}
   if scalars:
-    out += ['| field | value |', '|---|---|'] + [f'| {k} | {_cell(v)} |' for k, v in scalars.items()] + ['']
+    out += ['| field | value |', '|---|---|'] + [f'| {_text(k)} | {_cell(v)} |' for k, v in scalars.items()] + ['']
   rest = {k: v for k, v in value.items() if k not in scalars}
   records = {k: v for k, v in rest.items() if isinstance(v, dict) and 'mean' not in v
              and all(not isinstance(x, (dict, list)) or (isinstance(x, dict) and 'mean' in x)
@@ -108,7 +113,7 @@ def render(value: Any, level: int) -> list[str]:
     out += _table([{'__key__': k, **v} for k, v in records.items()], first=['key']) + ['']
     rest = {k: v for k, v in rest.items() if k not in records}
   for k, v in rest.items():
-    out += [f'{heading} {k}', ''] + render(v, level + 1) + ['']
+    out += [f'{heading} {_text(k)}', ''] + render(v, level + 1) + ['']
   return out
 
 

@@ -140,6 +140,12 @@ def test_result_pages_print_brackets_in_text_as_text():
   text = results_pages.page('x', {'command': 'run [--batch=16] [--dir=D] | tail', 'values': [1, 2]})
   assert r'run \[--batch=16\] \[--dir=D\] \| tail' in text
   assert '[1, 2]' in text
+  # Keys too: a field name, a column of a table of records, and a heading.
+  text = results_pages.page('x', {'a [b] [c]': 1, 'runs': {'one': {'[x, 1] | y': 2.0}, 'two': {'[x, 1] | y': 3.0}},
+                                  'nested [d] [e]': {'inner': {'deeper': [{'k': 1}]}}})
+  assert r'| a \[b\] \[c\] | 1 |' in text
+  assert r'| key | \[x, 1\] \| y |' in text
+  assert r'## nested \[d\] \[e\]' in text
 
 
 def test_every_result_file_records_command_commit_device_and_date():

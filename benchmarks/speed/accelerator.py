@@ -8,7 +8,12 @@ the attention is the explicit one, the loss and the symbolic projections streame
 defaults at this scale). Options: ``direct`` (the loss from whole logits), ``cudnn`` (cuDNN fused attention,
 and for the symbolic kind the cuDNN vocabulary projection), ``pad`` (the embedding table padded to a
 multiple of 128 rows, 50,304; padding rows get no probability), ``learned`` (learned positions instead of
-ALiBi, the standard kind only). Each row runs in its own process so that the device's peak-memory counter
+ALiBi, the standard kind only). Two diagnostic options change what the step computes, to price a part of it:
+``lowlogits`` (the direct loss's logits written in the compute dtype instead of float32, the statistics
+still summed in float32), ``nocounts`` (the training step without the two rank counts behind the logged
+accuracy) and ``v64`` (the causal ALiBi attention with the values and output left 64 wide while the
+queries and keys carry ALiBi in 72, through JAX's cuDNN call that allows the two widths to differ).
+Each row runs in its own process so that the device's peak-memory counter
 belongs to it alone. Printed per row:
 
 - steady-state tokens/s (compilation and the first steps excluded): steps run back to back and are
@@ -24,6 +29,7 @@ Then the vocabulary projection alone, direct vs streamed vs cuDNN, forward + bac
 The JSON is rewritten after every row, so a run cut short keeps what it measured.
 """
 
+import gzip
 import json
 import os
 import statistics
@@ -33,12 +39,14 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl import app, flags
 
 from benchmarks.lib import profiling
 from benchmarks.lib import results as result_files
 from benchmarks.lib.flops import forward_flops_per_token
 from symjax.model import Transformer, symbolic
+from symjax.ops import readout as readout_ops
 from symjax.train import config as config_lib
 from symjax.train import optim
 from symjax.train import trainer as train
@@ -57,13 +65,15 @@ _PROJ_TOKENS = flags.DEFINE_integer('projection_tokens', 4096, 'Tokens for the p
 _JSON = flags.DEFINE_string('json', 'accelerator.json', 'Where to write the results.')
 _PROFILE_DIR = flags.DEFINE_string('profile_dir', '', 'If set: after timing, 3 steps of each row are traced '
                                     '(jax.profiler, Perfetto JSON) and their GPU kernels summed by name.')
+_PROFILE_TOP = flags.DEFINE_integer('profile_top', 25, 'Kernels listed per row with --profile_dir.')
+_HLO_DIR = flags.DEFINE_string('hlo_dir', '', "If set: each row's optimised HLO, gzipped, is written there.")
 _PROJECTION = flags.DEFINE_bool('projection', True, 'Also time the vocabulary projection alone.')
 _CHILD = flags.DEFINE_string('child', '', 'Internal: measure one kind and print its JSON.')
 
 VOCAB = 50257
 
 
-OPTIONS = ('direct', 'cudnn', 'pad', 'learned')
+OPTIONS = ('direct', 'cudnn', 'pad', 'learned', 'lowlogits', 'nocounts', 'v64')
 
 
 def model_config(name: str):
@@ -84,8 +94,73 @@ def model_config(name: str):
   return config, config_lib.model_config(config, VOCAB, causal=True)
 
 
+def apply_diagnostics(name: str) -> dict | None:
+  """Sets the diagnostic options on the modules before the step is traced (child process only); for `v64`,
+  returns its check against symjax's attention."""
+  _, *options = name.split('+')
+  if 'lowlogits' in options:
+    def compute_dtype_logits(h, table, num_valid):
+      scores = jnp.einsum('nd,vd->nv', h, table, preferred_element_type=h.dtype)
+      if num_valid is not None and num_valid < table.shape[0]:
+        scores = jnp.where(jnp.arange(table.shape[0]) < num_valid, scores, jnp.finfo(h.dtype).min)
+      return scores
+
+    readout_ops._valid_logits = compute_dtype_logits
+  if 'lowlogits' in options or 'nocounts' in options:
+    logit_stats = readout_ops.logit_stats
+
+    def stats(logits, targets):
+      loss, *rest = logit_stats(logits.astype(jnp.float32), targets)
+      if 'nocounts' in options:  # the counts read as 'the target is the argmax', at no cost
+        rest = [jnp.zeros_like(loss, jnp.int32), jnp.zeros_like(loss, jnp.int32), jnp.ones_like(loss, jnp.int32)]
+      return (loss, *rest)
+
+    readout_ops.logit_stats = stats
+  if 'v64' in options:
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
+
+    from symjax.model import attention as attention_module
+    from symjax.ops import attention as attention_ops
+    fused = attention_module.fused_attention
+
+    def values_at_width(q, k, v, bias, static, key_mask, implementation, slopes=None):
+      time = q.shape[1]
+      causal = np.array_equal(static, np.tril(np.ones((1, time, k.shape[1]), bool)))
+      if implementation != 'cudnn' or slopes is None or bias is not None or key_mask is not None or not causal:
+        return fused(q, k, v, bias, static, key_mask, implementation, slopes)
+      wide_q, wide_k, _ = attention_ops.alibi_in_products(q, k, v, slopes)
+      return cudnn_attention.dot_product_attention(
+          wide_q, wide_k, v.astype(q.dtype), scale=1.0 / np.sqrt(q.shape[-1]),
+          mask_type=cudnn_attention.MaskType.CAUSAL, qkv_layout='BTNH')
+
+    attention_module.fused_attention = values_at_width
+    return check_against(fused, values_at_width)
+  return None
+
+
+def check_against(reference, variant) -> dict:
+  """Relative L2 distance of a diagnostic attention's output and gradients from symjax's own, bfloat16
+  inputs at the benchmark's head shape, causal ALiBi with the reference slopes."""
+  b, t, h, d = 2, _SEQ_LEN.value, 12, 64
+  keys = jax.random.split(jax.random.key(3), 4)
+  q, k, v, cot = (jax.random.normal(key, (b, t, h, d), jnp.bfloat16) for key in keys)
+  slopes = jnp.asarray(2.0 ** (-8.0 * np.arange(1, h + 1) / h), jnp.float32)
+  static = np.tril(np.ones((1, t, t), bool))
+
+  def grads(fn):
+    loss = lambda q, k, v, slopes: jnp.sum(fn(q, k, v, None, static, None, 'cudnn', slopes).astype(jnp.float32)
+                                           * cot.astype(jnp.float32))
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, slopes)
+
+  (ref_value, ref_grads), (value, got) = grads(reference), grads(variant)
+  rel = lambda a, b: float(jnp.linalg.norm((a - b).astype(jnp.float32)) / jnp.linalg.norm(b.astype(jnp.float32)))
+  return {'loss': rel(value, ref_value), **{name: rel(a, b) for name, a, b in zip(('dq', 'dk', 'dv', 'dslopes'),
+                                                                                   got, ref_grads)}}
+
+
 def measure_kind(name: str) -> dict:
   config, cfg = model_config(name)
+  check = apply_diagnostics(name)
   mesh = jax.make_mesh((1, 1), ('data', 'vocab'), devices=jax.devices()[:1],
                        axis_types=(jax.sharding.AxisType.Auto,) * 2)
   b, t = _BATCH.value, _SEQ_LEN.value
@@ -99,6 +174,10 @@ def measure_kind(name: str) -> dict:
     start = time.perf_counter()
     compiled = run.train_step.lower(run.abstract_state, batch).compile()
     compile_s = time.perf_counter() - start
+    if _HLO_DIR.value:
+      os.makedirs(_HLO_DIR.value, exist_ok=True)
+      with gzip.open(os.path.join(_HLO_DIR.value, name.replace('+', '_') + '.hlo.txt.gz'), 'wt') as f:
+        f.write(compiled.as_text())
     analysis = compiled.memory_analysis()
     predicted = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes
                  - analysis.alias_size_in_bytes + analysis.temp_size_in_bytes)
@@ -141,12 +220,14 @@ def measure_kind(name: str) -> dict:
           'model_flops_per_step': flops, 'model_tflops_per_s': flops / step_s / 1e12,
           'xla_flops_per_step': float(cost.get('flops', float('nan'))) if cost else float('nan'),
           'peak_bytes_in_use': int(stats.get('peak_bytes_in_use', -1)), 'predicted_peak_bytes': int(predicted),
-          'final_loss': float(metrics['loss']), **({'kernels': kernels} if kernels else {})}
+          'final_loss': float(metrics['loss']), **({'kernels': kernels} if kernels else {}),
+          **({'check_against_symjax_attention': check} if check else {})}
 
 
 def profile_kernels(step, name: str) -> dict:
   """The device's kernels and XLA ops by time per step (``profiling.profile_ops``)."""
-  return profiling.profile_ops(step, os.path.join(_PROFILE_DIR.value, name.replace('+', '_')), 'GPU')
+  return profiling.profile_ops(step, os.path.join(_PROFILE_DIR.value, name.replace('+', '_')), 'GPU',
+                               top=_PROFILE_TOP.value)
 
 
 def matmul_tflops() -> float:

@@ -598,3 +598,34 @@ def test_prefetched_raises_a_failed_step_where_the_caller_asks_for_it_and_stops_
   assert calls in ([0], [0, 1])
   with pytest.raises(StopIteration):
     next(batches)
+
+
+def test_a_task_whose_inputs_never_pad_trains_without_its_all_true_key_mask(tmp_path):
+  """Text windows are full, so the step functions pass attention no key mask (a fused kernel would add the
+  all-true mask as a bias): the same step to float32 rounding; a step told to read the mask still does."""
+  from symjax.model import Transformer
+  from symjax.tasks import text
+
+  (tmp_path / 'c.txt').write_text('the quick brown fox jumps over the lazy dog. ' * 40)
+  task = text.TextTask(str(tmp_path / 'c.txt'), seq_len=16)
+  assert not task.pads_inputs and tasks_base.FixedSetTask.pads_inputs
+  for split in tasks_base.SPLITS:
+    assert task.batch(split, 0, 4, 0)['key_mask'].all()
+  config = tiny_config('standard')
+  assert not train.StepOptions.of(config, task).key_mask
+  assert train.StepOptions.of(config).key_mask  # no task named: the mask is read
+
+  model = Transformer(config_lib.model_config(config, len(task.vocab), causal=True))
+  tx = optim.make_optimizer(config)
+  state = optim.init_state(model, tx, jax.random.key(0), task.seq_len)
+  batch = {k: jax.numpy.asarray(v) for k, v in task.batch('train', 0, 4, 0).items()}
+  padded = dict(batch, key_mask=batch['key_mask'].at[:, :3].set(False))
+  outputs = {}
+  for reads_mask in (True, False):
+    step, _ = train.make_steps(model, tx, train.StepOptions(key_mask=reads_mask))
+    outputs[reads_mask] = [jax.jit(step)(state, b, jax.random.key(1)) for b in (batch, padded)]
+  (full_masked, padded_masked), (full_unmasked, padded_unmasked) = outputs[True], outputs[False]
+  # The same function; XLA may order a sum differently without the mask (a float32 ulp in a slope's moment).
+  for x, y in zip(jax.tree.leaves(full_masked), jax.tree.leaves(full_unmasked)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7)
+  assert float(padded_masked[1]['loss']) != float(padded_unmasked[1]['loss'])

@@ -27,6 +27,12 @@ class RecipeStep:
   compile_s: float
 
 
+def text_options(config) -> train.StepOptions:
+  """The step options the trainer uses on the text task (``StepOptions.of(config, task)``): its windows
+  are full, so attention reads no key mask."""
+  return dataclasses.replace(train.StepOptions.of(config), key_mask=False)
+
+
 def compile_recipe_step(kind: str, vocab: int = 65) -> RecipeStep:
   config = config_lib.from_file(f'{kind}:task=text,size=medium')
   config.data_seed = 0
@@ -35,7 +41,7 @@ def compile_recipe_step(kind: str, vocab: int = 65) -> RecipeStep:
   mesh = jax.make_mesh((1, 1), ('data', 'vocab'), devices=jax.devices()[:1],
                        axis_types=(jax.sharding.AxisType.Auto,) * 2)
   with jax.set_mesh(mesh):
-    run = train.compile_run(Transformer(cfg), optim.make_optimizer(config), train.StepOptions.of(config),
+    run = train.compile_run(Transformer(cfg), optim.make_optimizer(config), text_options(config),
                             jax.random.key(0), mesh, (), seq_len)
     tokens = jax.random.randint(jax.random.key(1), (batch, seq_len + 1), 0, vocab, jnp.int32)
     data = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:], 'weights': jnp.ones((batch, seq_len), jnp.float32),

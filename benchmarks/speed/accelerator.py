@@ -12,7 +12,9 @@ ALiBi, the standard kind only). Two diagnostic options change what the step comp
 ``lowlogits`` (the direct loss's logits written in the compute dtype instead of float32, the statistics
 still summed in float32), ``nocounts`` (the training step without the two rank counts behind the logged
 accuracy) and ``v64`` (the causal ALiBi attention with the values and output left 64 wide while the
-queries and keys carry ALiBi in 72, through JAX's cuDNN call that allows the two widths to differ).
+queries and keys carry ALiBi in 72, through JAX's cuDNN call that allows the two widths to differ)
+and ``keymask`` (attention reads the batch's all-true key mask, which cuDNN adds as a [batch, time, time]
+bias; the trainer reads none on text windows, ``symjax.train.trainer.StepOptions``).
 Each row runs in its own process so that the device's peak-memory counter
 belongs to it alone. Printed per row:
 
@@ -29,6 +31,7 @@ Then the vocabulary projection alone, direct vs streamed vs cuDNN, forward + bac
 The JSON is rewritten after every row, so a run cut short keeps what it measured.
 """
 
+import dataclasses
 import gzip
 import json
 import os
@@ -42,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from benchmarks.lib import profiling
+from benchmarks.lib import profiling, recipe
 from benchmarks.lib import results as result_files
 from benchmarks.lib.flops import forward_flops_per_token
 from symjax.model import Transformer, symbolic
@@ -73,7 +76,7 @@ _CHILD = flags.DEFINE_string('child', '', 'Internal: measure one kind and print 
 VOCAB = 50257
 
 
-OPTIONS = ('direct', 'cudnn', 'pad', 'learned', 'lowlogits', 'nocounts', 'v64')
+OPTIONS = ('direct', 'cudnn', 'pad', 'learned', 'lowlogits', 'nocounts', 'v64', 'keymask')
 
 
 def model_config(name: str):
@@ -167,7 +170,8 @@ def measure_kind(name: str) -> dict:
   with jax.set_mesh(mesh):
     model = Transformer(cfg)
     rng = jax.random.key(0)
-    run = train.compile_run(model, optim.make_optimizer(config), train.StepOptions.of(config), rng, mesh, (), t)
+    options = dataclasses.replace(recipe.text_options(config), key_mask='keymask' in name.split('+'))
+    run = train.compile_run(model, optim.make_optimizer(config), options, rng, mesh, (), t)
     tokens = jax.random.randint(jax.random.key(1), (b, t), 0, VOCAB, jnp.int32)
     batch = {'inputs': tokens, 'targets': jnp.roll(tokens, -1, axis=1), 'weights': jnp.ones((b, t), jnp.float32),
              'key_mask': jnp.ones((b, t), bool)}

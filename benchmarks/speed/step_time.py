@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from benchmarks.lib import recipe
 from benchmarks.lib import results as result_files
 from symjax import model as model_lib
 from symjax import tasks
@@ -40,7 +41,7 @@ def recipe_step(kind: str):
   config = config_lib.from_file(f'{kind}:task=text,size=medium')
   model = model_lib.build(config_lib.model_config(config, 65, causal=True))
   tx = optim.make_optimizer(config)
-  train_step, _ = train.make_steps(model, tx, train.StepOptions.of(config))
+  train_step, _ = train.make_steps(model, tx, recipe.text_options(config))
   step = jax.jit(train_step, donate_argnums=0)
   rng = jax.random.key(0)
   state = jax.jit(lambda k: jax.tree.map(lambda x: x, optim.init_state(model, tx, k, config.seq_len)))(rng)
@@ -64,7 +65,7 @@ def seeds_step(num_seeds: int, how: str = 'vmap'):
   task = tasks.get_task(config)
   model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
   tx = optim.make_optimizer(config)
-  train_step, _ = train.make_steps(model, tx, train.StepOptions.of(config))
+  train_step, _ = train.make_steps(model, tx, train.StepOptions.of(config, task))
   init = lambda key: jax.tree.map(lambda x: getattr(x, 'value', x), optim.init_state(model, tx, key, task.seq_len),
                                   is_leaf=lambda x: hasattr(x, 'value'))
   keys = jnp.stack([jax.random.key(s) for s in range(num_seeds)])

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
+from benchmarks.lib import recipe
 from benchmarks.lib import results as result_files
 from symjax.model import Transformer
 from symjax.train import config as config_lib
@@ -48,7 +49,7 @@ def step_memory(kind: str, vocab_projection: str = 'direct', readout: str = 'str
   with jax.set_mesh(mesh):
     model = Transformer(model_config)
     rng = jax.random.key(0)
-    run = train.compile_run(model, optim.make_optimizer(config), train.StepOptions.of(config), rng, mesh, (),
+    run = train.compile_run(model, optim.make_optimizer(config), recipe.text_options(config), rng, mesh, (),
                             _TOKENS.value)
     tokens = jax.ShapeDtypeStruct((1, _TOKENS.value), jnp.int32)
     batch = {'inputs': tokens, 'targets': tokens, 'weights': jax.ShapeDtypeStruct(tokens.shape, jnp.float32),

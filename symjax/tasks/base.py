@@ -78,6 +78,10 @@ class Task(abc.ABC):
   language_model: bool = False  # targets are the next input token: sampling text makes sense
   eval_splits: tuple[str, ...] = ()  # extra splits evaluated at the end (e.g. longer sequences)
   has_edges: bool = False  # batches carry ``edges`` (graph tasks), which relational attention reads
+  # Whether a batch's key_mask can hold False (padding inputs). A task whose inputs are never padding (text
+  # windows) says False: the step functions then give attention no key mask, so a fused kernel is not
+  # handed an all-true mask to add as a [batch, time, time] bias.
+  pads_inputs: bool = True
   # What identifies data read from files (text: the token stream's length and hash), recorded in run.json
   # so that a resume on changed data is refused; None for tasks generated from config.data_seed.
   data_fingerprint: dict | None = None

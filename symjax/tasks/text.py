@@ -306,6 +306,7 @@ class TextTask(base.Task):
   name = 'text'
   causal = True
   language_model = True
+  pads_inputs = False  # every window is full: its key_mask is all True
 
   def __init__(self, path: str, seq_len: int, tokenizer: str = 'char', bpe_vocab_size: int = 512,
                eval_windows: int = 256, vocab_file: str | None = None, token_path: str = ''):

@@ -158,7 +158,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   task, model_config, model, tx, schedule = s.task, s.model_config, s.model, s.tx, s.schedule
   # Every seed learns from the same frozen teacher.
   objective = distill.make_objective(model_config, s.teacher, config) if s.teacher is not None else None
-  train_step, eval_step = train.make_steps(model, tx, train.StepOptions.of(config), objective)
+  train_step, eval_step = train.make_steps(model, tx, train.StepOptions.of(config, task), objective)
   init = lambda key: nn.meta.unbox(optim.init_state(model, tx, key, task.seq_len))
   keys = jnp.stack([jax.random.key(s) for s in seeds])
   v_train = combined_step(train_step, len(seeds), seed_step)

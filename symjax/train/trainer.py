@@ -47,26 +47,32 @@ class TrainingDiverged(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class StepOptions:
-  """What the step functions read from the run config, built once: the readout ('direct' or 'streamed'),
-  the k of the top-k accuracies and the number of steps (over which program training's noise anneals)."""
+  """What the step functions read from the run config and the task, built once: the readout ('direct' or
+  'streamed'), the k of the top-k accuracies, the number of steps (over which program training's noise
+  anneals) and whether attention reads the batches' ``key_mask`` (not for a task whose inputs are never
+  padding: an all-true mask changes no weight, and a fused kernel would add it as a bias)."""
 
   readout: str = 'direct'
   top_ks: tuple[int, ...] = (3,)
   total_steps: int = 1
+  key_mask: bool = True
 
   @classmethod
-  def of(cls, config: ml_collections.ConfigDict) -> 'StepOptions':
-    return cls(config.readout, tuple(config.top_ks), config.total_steps)
+  def of(cls, config: ml_collections.ConfigDict, task: tasks.Task | None = None) -> 'StepOptions':
+    return cls(config.readout, tuple(config.top_ks), config.total_steps,
+               key_mask=True if task is None else task.pads_inputs)
 
 
-def token_stats(model: Transformer, params, batch, readout: str, **apply_kw) -> tuple[jax.Array, ...]:
+def token_stats(model: Transformer, params, batch, readout: str, key_mask: bool = True, **apply_kw
+                ) -> tuple[jax.Array, ...]:
   """Per-token (loss, prediction, #logits above the target's, #equal to it), each ``[batch, time]``.
 
   ``readout='streamed'`` streams the readout over vocabulary chunks (sharded over the 'vocab' mesh
-  axis when there is one) and never forms the ``[tokens, vocabulary]`` logits.
+  axis when there is one) and never forms the ``[tokens, vocabulary]`` logits. ``key_mask=False``
+  ignores the batch's key mask (``StepOptions.key_mask``).
   """
-  h, table = model.apply({'params': params}, batch['inputs'], batch['key_mask'], return_hidden=True,
-                         edges=batch.get('edges'), **apply_kw)
+  h, table = model.apply({'params': params}, batch['inputs'], batch['key_mask'] if key_mask else None,
+                         return_hidden=True, edges=batch.get('edges'), **apply_kw)
   return hidden_stats(model, h, table, batch, readout)
 
 
@@ -125,9 +131,10 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
       kw['rngs'][GUMBEL_RNG] = jax.random.fold_in(dropout_key, 1)
       kw['gumbel_scale'] = gumbel_schedule(model.config, options.total_steps)(step)
     if objective is None:
-      loss, _, above, tied = token_stats(model, params, batch, options.readout, **kw)
+      loss, _, above, tied = token_stats(model, params, batch, options.readout, options.key_mask, **kw)
     else:
-      (h, table), state = model.apply({'params': params}, batch['inputs'], batch['key_mask'], return_hidden=True,
+      (h, table), state = model.apply({'params': params}, batch['inputs'],
+                                      batch['key_mask'] if options.key_mask else None, return_hidden=True,
                                       edges=batch.get('edges'), mutable=['intermediates'], **kw)
       loss, _, above, tied = hidden_stats(model, h, table, batch, options.readout)
     sums = metrics_lib.weighted_metrics(loss, above, tied, batch, options.top_ks)
@@ -149,7 +156,7 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   def eval_step(params, batch):
-    loss, _, above, tied = token_stats(model, params, batch, options.readout)
+    loss, _, above, tied = token_stats(model, params, batch, options.readout, options.key_mask)
     return metrics_lib.weighted_metrics(loss, above, tied, batch, options.top_ks)
 
   return train_step, eval_step
@@ -318,10 +325,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     objective = None
     if teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.train.distill)
       objective = distill.make_objective(model_config, distill.teacher_on(mesh, teacher), config)
-    run = compile_run(model, tx, StepOptions.of(config), rng, mesh, rules, task.seq_len, objective)
+    run = compile_run(model, tx, StepOptions.of(config, task), rng, mesh, rules, task.seq_len, objective)
     # Program training's soft phase: the same parameters through the soft model (model.hard off).
     soft = dataclasses.replace(model_config, hard=False, gumbel_scale=0.0, gumbel_scale_end=None)
-    soft_step = compile_run(model_lib.build(soft), tx, StepOptions.of(config), rng, mesh, rules, task.seq_len,
+    soft_step = compile_run(model_lib.build(soft), tx, StepOptions.of(config, task), rng, mesh, rules, task.seq_len,
                             objective).train_step if config.get('soft_steps', 0) else None
     num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
 

@@ -8,13 +8,14 @@ the attention is the explicit one, the loss and the symbolic projections streame
 defaults at this scale). Options: ``direct`` (the loss from whole logits), ``cudnn`` (cuDNN fused attention,
 and for the symbolic kind the cuDNN vocabulary projection), ``pad`` (the embedding table padded to a
 multiple of 128 rows, 50,304; padding rows get no probability), ``learned`` (learned positions instead of
-ALiBi, the standard kind only). Two diagnostic options change what the step computes, to price a part of it:
-``lowlogits`` (the direct loss's logits written in the compute dtype instead of float32, the statistics
-still summed in float32), ``nocounts`` (the training step without the two rank counts behind the logged
-accuracy) and ``v64`` (the causal ALiBi attention with the values and output left 64 wide while the
-queries and keys carry ALiBi in 72, through JAX's cuDNN call that allows the two widths to differ)
-and ``keymask`` (attention reads the batch's all-true key mask, which cuDNN adds as a [batch, time, time]
-bias; the trainer reads none on text windows, ``symjax.train.trainer.StepOptions``).
+ALiBi, the standard kind only). Four diagnostic options change what the step computes, to price a part
+of it: ``lowlogits`` (the direct loss's logits written in the compute dtype instead of float32, the
+statistics still summed in float32), ``nocounts`` (the training step without the two rank counts behind
+the logged accuracy), ``v64`` (the causal ALiBi attention with the values and output left 64 wide while
+the queries and keys carry ALiBi in 72, through JAX's cuDNN call that allows the two widths to differ;
+it applies only where attention reads no key mask) and ``keymask`` (attention reads the batch's all-true
+key mask, which cuDNN adds as a [batch, time, time] bias; the trainer reads none on text windows,
+``symjax.train.trainer.StepOptions``).
 Each row runs in its own process so that the device's peak-memory counter
 belongs to it alone. Printed per row:
 

@@ -16,9 +16,11 @@ import pytest
 from helpers import DAMAGE, REPO, SHAKESPEARE, TOTAL_STEPS, assert_trees_equal, damage, params_of, tiny_config
 
 import symjax
+from symjax.model import Transformer
 from symjax.run import sample
 from symjax.run import workdir as rundir
 from symjax.tasks import base as tasks_base
+from symjax.tasks import text as text_tasks
 from symjax.train import config as config_lib
 from symjax.train import optim
 from symjax.train import trainer as train
@@ -603,11 +605,8 @@ def test_prefetched_raises_a_failed_step_where_the_caller_asks_for_it_and_stops_
 def test_a_task_whose_inputs_never_pad_trains_without_its_all_true_key_mask(tmp_path):
   """Text windows are full, so the step functions pass attention no key mask (a fused kernel would add the
   all-true mask as a bias): the same step to float32 rounding; a step told to read the mask still does."""
-  from symjax.model import Transformer
-  from symjax.tasks import text
-
   (tmp_path / 'c.txt').write_text('the quick brown fox jumps over the lazy dog. ' * 40)
-  task = text.TextTask(str(tmp_path / 'c.txt'), seq_len=16)
+  task = text_tasks.TextTask(str(tmp_path / 'c.txt'), seq_len=16)
   assert not task.pads_inputs and tasks_base.FixedSetTask.pads_inputs
   for split in tasks_base.SPLITS:
     assert task.batch(split, 0, 4, 0)['key_mask'].all()

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from symjax.model import ModelConfig, Transformer
+from symjax.tasks.text import TextTask
 from symjax.train import config as config_lib
 from symjax.train import optim
 from symjax.train import trainer as train
@@ -28,9 +29,9 @@ class RecipeStep:
 
 
 def text_options(config) -> train.StepOptions:
-  """The step options the trainer uses on the text task (``StepOptions.of(config, task)``): its windows
-  are full, so attention reads no key mask."""
-  return dataclasses.replace(train.StepOptions.of(config), key_mask=False)
+  """The step options the trainer uses on the text task (``StepOptions.of(config, task)``), without
+  building one: whether attention reads the key mask comes from ``TextTask.pads_inputs``."""
+  return dataclasses.replace(train.StepOptions.of(config), key_mask=TextTask.pads_inputs)
 
 
 def compile_recipe_step(kind: str, vocab: int = 65) -> RecipeStep:

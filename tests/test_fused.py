@@ -8,6 +8,7 @@ the scale and τ are checked here. The cuDNN kernels themselves are checked on a
 import dataclasses
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -84,6 +85,53 @@ def test_alibi_in_the_products_is_the_papers_attention():
   got = _alibi_fused(q, k, v, slopes)
   assert got.shape == q.shape
   assert ref.rel_err(np.asarray(got[0]).reshape(t, heads * d), want) <= TOL
+
+
+def test_values_as_wide_as_the_alibi_kernel_give_its_output_with_zeros_after():
+  """Values already at the widened kernel's width (zeros after the heads' widths) give the output at that
+  width: the narrow output, then zeros, so that an output projection can read it with zero rows. A width
+  that is neither the heads' nor the kernel's is an error."""
+  t, heads, d = 40, 2, 4
+  q, k, v = (jax.random.normal(key, (1, t, heads, d)) for key in jax.random.split(jax.random.key(5), 3))
+  slopes = jnp.array([0.4, 0.05])
+  width = attention.kernel_width(np.tril(np.ones((1, t, t), bool)), t, d, 'xla', True)
+  assert width == attention.alibi_head_dim(d) == 8
+  assert attention.kernel_width(np.ones((1, t, t), bool), t, d, 'xla', True) == d  # keys after the query
+  assert attention.kernel_width(np.tril(np.ones((1, t, t), bool)), t, d, 'xla', False) == d
+  wide = _alibi_fused(q, k, jnp.pad(v, [(0, 0)] * 3 + [(0, width - d)]), slopes)
+  assert wide.shape == (1, t, heads, width) and not np.any(np.asarray(wide[..., d:]))
+  np.testing.assert_array_equal(wide[..., :d], _alibi_fused(q, k, v, slopes))
+  with pytest.raises(ValueError, match='values 6 wide, but the queries are 4 and the kernel 8'):
+    _alibi_fused(q, k, jnp.pad(v, [(0, 0)] * 3 + [(0, 2)]), slopes)
+
+
+@pytest.mark.parametrize('kind, change, width', [
+    ('standard', {}, 8),                          # ALiBi in the products: the kernel runs 8 wide
+    ('standard', {'positions': 'learned'}, 4),
+    ('token_factored', {}, 4),                     # values from X_t, no output projection
+])
+def test_the_standard_model_projects_values_and_output_at_the_fused_kernels_width(monkeypatch, kind, change,
+                                                                                     width):
+  """Where ALiBi rides in the products the standard model's value projection writes the kernel's width and
+  its output projection reads it, so no pad or slice copies the values or the output between the products
+  and the kernel; the parameters keep the heads' width."""
+  from symjax.model import attention as attention_module
+  seen = []
+
+  def recorded(q, k, v, *args, **kw):
+    out = attention.fused_attention(q, k, v, *args, **kw)
+    seen.append((v.shape[-1], out.shape[-1]))
+    return out
+
+  monkeypatch.setattr(attention_module, 'fused_attention', recorded)
+  cfg = dataclasses.replace(CFG, kind=kind, attention_impl='xla', num_layers=1, **change)
+  tokens, key_mask = tokens_and_mask()
+  params = Transformer(cfg).init(jax.random.key(0), tokens)['params']
+  explicit = Transformer(dataclasses.replace(cfg, attention_impl='explicit')).init(jax.random.key(0), tokens)
+  chex.assert_trees_all_equal_shapes(params, explicit['params'])
+  seen.clear()
+  Transformer(cfg).apply({'params': params}, tokens, key_mask)
+  assert seen == [(width, width)]
 
 
 def test_alibi_in_the_products_gives_the_slopes_the_bias_gradient_of_any_score_gradient():

@@ -295,6 +295,27 @@ def test_projection_is_dense_general_without_bias():
       assert ref.rel_err(got, f64(want)) <= TOL
 
 
+def test_projection_pads_read_and_write_zeros_and_keep_the_parameter():
+  """in_pad / out_pad widen the product, not the parameter: the padded output's extra widths are zero,
+  the extra input widths are not read, and values and gradients are the unpadded projection's."""
+  x = jax.random.normal(jax.random.key(4), (2, 5, 8))
+  narrow, out_wide = attn.Projection((2, 4)), attn.Projection((2, 4), out_pad=3)
+  p = randomize(narrow.init(jax.random.key(5), x), 3)
+  assert jax.tree.map(jnp.shape, out_wide.init(jax.random.key(5), x)) == jax.tree.map(jnp.shape, p)
+  got, want = out_wide.apply(p, x), narrow.apply(p, x)
+  assert got.shape == (2, 5, 2, 7) and not np.any(np.asarray(got[..., 4:]))
+  assert ref.rel_err(got[..., :4], f64(want)) <= TOL
+  h = jax.random.normal(jax.random.key(6), (2, 5, 2, 4))
+  h_wide = jnp.concatenate([h, jax.random.normal(jax.random.key(7), (2, 5, 2, 3))], -1)  # never read
+  reader, in_wide = attn.Projection(8, in_axes=2), attn.Projection(8, in_axes=2, in_pad=3)
+  r = randomize(reader.init(jax.random.key(5), h), 3)
+  assert ref.rel_err(in_wide.apply(r, h_wide), f64(reader.apply(r, h))) <= TOL
+  loss = lambda m, cut: lambda params, a: jnp.sum(jnp.sin(m.apply(params, a)[..., :cut]))
+  for got, want in [(jax.grad(loss(out_wide, 4))(p, x), jax.grad(loss(narrow, 4))(p, x)),
+                    (jax.grad(loss(in_wide, 8))(r, h_wide), jax.grad(loss(reader, 8))(r, h))]:
+    assert ref.rel_err(got['params']['kernel'], f64(want['params']['kernel'])) <= TOL
+
+
 def test_mlp_dense_layers_have_flax_dense_parameters():
   """The MLP's layers keep nn.Dense's parameter names, shapes and initial values (checkpoints and every
   reader of 'wi' / 'wo' see the same tree) and compute x W + b."""

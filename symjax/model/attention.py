@@ -31,6 +31,7 @@ from symjax.ops.attention import (  # noqa: F401
   dot_product_attention,
   fused_attention,
   gather_key_blocks,
+  kernel_width,
   relational_logits,
   require_gpu,
   scatter_weights,
@@ -292,11 +293,18 @@ class Projection(nn.Module):
   in_axes: int = 1
   dtype: Any = jnp.float32
   kernel_init: Callable = nn.initializers.normal(0.02)
+  # Zero rows (columns) appended to the kernel's last input (feature) axis in the product, not in the
+  # parameter: x's last axis may carry ``in_pad`` more entries, which are not read, and the output's last
+  # axis carries ``out_pad`` more, all zero. A fused attention kernel running wider than the heads then
+  # reads and writes its own width with no copy in between (``symjax.ops.attention.kernel_width``).
+  in_pad: int = 0
+  out_pad: int = 0
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
     lead, in_shape = x.shape[:x.ndim - self.in_axes], x.shape[x.ndim - self.in_axes:]
+    in_shape = (*in_shape[:-1], in_shape[-1] - self.in_pad)
     flat = (math.prod(in_shape), math.prod(features))
 
     def init(key, shape, dtype=jnp.float32):
@@ -307,8 +315,12 @@ class Projection(nn.Module):
 
     kernel = self.param('kernel', init, in_shape + features, jnp.float32)
     x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=self.dtype)
-    out = dense_ops.product(x.reshape(*lead, flat[0]), kernel.reshape(flat))
-    return out.reshape(*lead, *features)
+    if self.in_pad or self.out_pad:
+      widths = [(0, 0)] * kernel.ndim
+      widths[len(in_shape) - 1], widths[-1] = (0, self.in_pad), (0, self.out_pad)
+      kernel = jnp.pad(kernel, widths)
+    out = dense_ops.product(x.reshape(*lead, -1), kernel.reshape(math.prod(kernel.shape[:len(in_shape)]), -1))
+    return out.reshape(*lead, *kernel.shape[len(in_shape):])
 
 
 class Attention(nn.Module):
@@ -370,10 +382,7 @@ class Attention(nn.Module):
       # The maps are linear: W(x + p) = Wx + Wp, so the categorical heads read what they would with p added.
       categorical = (jnp.arange(self.num_heads) < self.num_heads - self.numerical_heads)[:, None]
       q, k = q + jnp.where(categorical, query(positions), 0), k + jnp.where(categorical, key(positions), 0)
-    v = dense('value')(x) if values is None else values.astype(self.dtype)
     hooked = names.active()  # a hook session reads every site: the explicit path, dense weights
-    if hooked:
-      q, k, v = names.hook(self, 'attn.q', q), names.hook(self, 'attn.k', k), names.hook(self, 'attn.values', v)
     static = head_mask_matrix(self.mask, time, time)                          # [heads or 1, q, k]
     if static.shape[0] not in (1, self.num_heads):
       raise InputError(f'attention has {self.num_heads} heads but {static.shape[0]} per-head masks')
@@ -381,6 +390,20 @@ class Attention(nn.Module):
     if plan is not None and plan.scored_fraction == 1.0:
       plan = None  # every block is needed: the dense computation does the same work in fewer steps
     alibi = ALiBi(self.num_heads, self.learned_slopes, name='alibi') if self.alibi and edges is None else None
+    fused = (self.impl != 'explicit' and not self.is_mutable_collection('intermediates') and not hooked
+             and (self.dropout_rate == 0.0 or deterministic))
+    # Where the fused kernel runs wider than the heads (ALiBi in the products), the value projection writes
+    # that width and the output projection reads it, through zero columns and rows of their kernels.
+    wide = 0
+    if fused and plan is None and edges is None and values is None and self.output_projection:
+      wide = kernel_width(static, time, self.head_dim, self.impl, alibi is not None) - self.head_dim
+    if values is None:
+      v = Projection(heads, dtype=self.dtype, kernel_init=named((EMBED, HEADS, HEAD_DIM)), out_pad=wide,
+                     name='value')(x)
+    else:
+      v = values.astype(self.dtype)
+    if hooked:
+      q, k, v = names.hook(self, 'attn.q', q), names.hook(self, 'attn.k', k), names.hook(self, 'attn.values', v)
     edge_values = None
 
     if (self.hard or self.numerical_heads) and (plan is not None or edges is not None or self.impl != 'explicit'):
@@ -393,8 +416,6 @@ class Attention(nn.Module):
       mask = jnp.asarray(static)[None]
       if key_mask is not None:
         mask = mask & key_mask[:, None, None, :].astype(bool)
-      fused = (self.impl != 'explicit' and not self.is_mutable_collection('intermediates') and not hooked
-               and (self.dropout_rate == 0.0 or deterministic))
       if edges is None:
         bias = alibi(time, time) if alibi and not fused else None  # a fused kernel takes the slopes
         if bias is not None and self.numerical_heads and not self.numerical_positions:
@@ -459,7 +480,7 @@ class Attention(nn.Module):
       out = names.hook(self, 'attn.z', out)
     if self.output_projection:
       result = Projection(d_model, in_axes=2, dtype=self.dtype, kernel_init=named((HEADS, HEAD_DIM, EMBED)),
-                          name='out')(out)
+                          in_pad=wide, name='out')(out)
     else:
       result = out.reshape(batch, time, self.num_heads * self.head_dim)
     return names.hook(self, 'attn.out', result)

@@ -81,14 +81,16 @@ def fused_attention(q: Array, k: Array, v: Array, bias: Array | None, static: np
   ``is_causal`` (cuDNN then skips the blocks above the diagonal), any other is passed as a mask.
   ``slopes`` ``[heads]`` adds the ALiBi bias ``-slopes_h |i - j|`` (with ``bias`` None); under a mask that
   allows no key after its query it goes into the products instead (``alibi_in_products``).
-  The scale is 1/sqrt(head_dim), as in ``dot_product_attention``. A query with no allowed key (a padding
-  row) gets an unspecified output here instead of zeros; no other position reads it.
+  The scale is 1/sqrt(head_dim) of the queries, as in ``dot_product_attention``. ``v`` may be wider than
+  ``q``, up to ``kernel_width``, with zeros in its extra widths: the output has ``v``'s width, so that a
+  caller whose products already read and write the kernel's width copies no slice or pad. A query with no
+  allowed key (a padding row) gets an unspecified output here instead of zeros; no other position reads it.
   """
   if implementation == 'cudnn':
     require_gpu('model.attention_impl', implementation, ('explicit', 'xla'))
   if bias is not None and slopes is not None:
     raise ValueError('fused_attention takes a bias or ALiBi slopes, not both')
-  time, head_dim = q.shape[1], q.shape[-1]
+  time, head_dim, values_width = q.shape[1], q.shape[-1], v.shape[-1]
   is_causal = bool(np.array_equal(static, np.tril(np.ones((1, time, k.shape[1]), bool))))
   mask = None if is_causal else jnp.asarray(static)[None]
   if key_mask is not None:
@@ -96,11 +98,12 @@ def fused_attention(q: Array, k: Array, v: Array, bias: Array | None, static: np
     mask = keys if mask is None else mask & keys
     # cuDNN adds the mask as a bias, which must span the whole [q_time, k_time] block.
     mask = jnp.broadcast_to(mask, (q.shape[0], mask.shape[1], time, k.shape[1]))
+  width = kernel_width(static, k.shape[1], head_dim, implementation, slopes is not None)
+  if values_width not in (head_dim, width):
+    raise ValueError(f'fused_attention: values {values_width} wide, but the queries are {head_dim} and the '
+                     f'kernel {width}')
   if slopes is not None:
-    past_only = not np.triu(static, 1).any()
-    fits = k.shape[1] <= ALIBI_MAX_TIME and (implementation != 'cudnn'
-                                             or alibi_head_dim(head_dim) <= CUDNN_MAX_HEAD_DIM)
-    if past_only and fits:
+    if width > head_dim:
       q, k, v = alibi_in_products(q, k, v, slopes)
     else:
       distance = np.abs(np.arange(time)[:, None] - np.arange(k.shape[1])[None, :]).astype(np.float32)
@@ -109,7 +112,17 @@ def fused_attention(q: Array, k: Array, v: Array, bias: Array | None, static: np
     bias = bias[None].astype(q.dtype)  # [1, heads, q_time, k_time]
   out = jax.nn.dot_product_attention(q, k, v.astype(q.dtype), bias=bias, mask=mask, is_causal=is_causal,
                                      scale=1.0 / np.sqrt(head_dim), implementation=implementation)
-  return out[..., :head_dim]
+  return out[..., :values_width]
+
+
+def kernel_width(static: np.ndarray, k_time: int, head_dim: int, implementation: str, alibi: bool) -> int:
+  """The head width ``fused_attention``'s kernel runs at: ``alibi_head_dim`` where ALiBi rides in the
+  products (a mask that allows no key after its query, keys up to ``ALIBI_MAX_TIME``, and a width cuDNN
+  takes), else ``head_dim``."""
+  past_only = not np.triu(static, 1).any()
+  fits = k_time <= ALIBI_MAX_TIME and (implementation != 'cudnn'
+                                       or alibi_head_dim(head_dim) <= CUDNN_MAX_HEAD_DIM)
+  return alibi_head_dim(head_dim) if alibi and past_only and fits else head_dim
 
 
 CUDNN_MAX_HEAD_DIM = 128  # cuDNN's fused attention takes head dimensions up to 128, in multiples of 8
@@ -137,7 +150,8 @@ def alibi_in_products(q: Array, k: Array, v: Array, slopes: Array) -> tuple[Arra
   its dS need not sum to zero, and m_h j alone would weigh that rounding by j instead of j - i. A third
   dimension, key 1 against query (-m_h sqrt(d) i minus itself), is zero forward and gives the slopes back
   -i Σ_j dS_ij: their gradient is the bias's, -Σ_ij dS_ij |i - j|, for whatever dS the kernel used.
-  v is padded with zeros to the same width; the caller keeps the first d dimensions of the output.
+  v is padded with zeros to the same width (if it is not that wide already); the caller keeps the first d
+  dimensions of the output, or reads the rest as zeros.
   """
   batch, k_time, heads, head_dim = k.shape
   width = alibi_head_dim(head_dim)

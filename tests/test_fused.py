@@ -17,6 +17,7 @@ import pytest
 from helpers import randomize
 
 from symjax.model import ModelConfig, Transformer, symbolic
+from symjax.model import attention as model_attention
 from symjax.ops import attention, readout
 
 TOL = 1e-5
@@ -115,7 +116,6 @@ def test_the_standard_model_projects_values_and_output_at_the_fused_kernels_widt
   """Where ALiBi rides in the products the standard model's value projection writes the kernel's width and
   its output projection reads it, so no pad or slice copies the values or the output between the products
   and the kernel; the parameters keep the heads' width."""
-  from symjax.model import attention as attention_module
   seen = []
 
   def recorded(q, k, v, *args, **kw):
@@ -123,7 +123,7 @@ def test_the_standard_model_projects_values_and_output_at_the_fused_kernels_widt
     seen.append((v.shape[-1], out.shape[-1]))
     return out
 
-  monkeypatch.setattr(attention_module, 'fused_attention', recorded)
+  monkeypatch.setattr(model_attention, 'fused_attention', recorded)
   cfg = dataclasses.replace(CFG, kind=kind, attention_impl='xla', num_layers=1, **change)
   tokens, key_mask = tokens_and_mask()
   params = Transformer(cfg).init(jax.random.key(0), tokens)['params']

@@ -372,7 +372,8 @@ class Attention(nn.Module):
     batch, time, d_model = x.shape
     heads = (self.num_heads, self.head_dim)
     named = lambda names: nn.with_logical_partitioning(self.kernel_init, names)
-    dense = lambda name: Projection(heads, dtype=self.dtype, kernel_init=named((EMBED, HEADS, HEAD_DIM)), name=name)
+    dense = lambda name, pad=0: Projection(heads, dtype=self.dtype, kernel_init=named((EMBED, HEADS, HEAD_DIM)),
+                                           out_pad=pad, name=name)
     query, key = dense('query'), dense('key')
     q, k = query(x), key(x)
     if positions is not None:
@@ -397,11 +398,7 @@ class Attention(nn.Module):
     wide = 0
     if fused and plan is None and edges is None and values is None and self.output_projection:
       wide = kernel_width(static, time, self.head_dim, self.impl, alibi is not None) - self.head_dim
-    if values is None:
-      v = Projection(heads, dtype=self.dtype, kernel_init=named((EMBED, HEADS, HEAD_DIM)), out_pad=wide,
-                     name='value')(x)
-    else:
-      v = values.astype(self.dtype)
+    v = dense('value', wide)(x) if values is None else values.astype(self.dtype)
     if hooked:
       q, k, v = names.hook(self, 'attn.q', q), names.hook(self, 'attn.k', k), names.hook(self, 'attn.values', v)
     edge_values = None

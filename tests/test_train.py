@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import flax.linen as nn
 import jax
 import numpy as np
 import pytest
@@ -628,3 +629,51 @@ def test_a_task_whose_inputs_never_pad_trains_without_its_all_true_key_mask(tmp_
   for x, y in zip(jax.tree.leaves(full_masked), jax.tree.leaves(full_unmasked)):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-7)
   assert float(padded_masked[1]['loss']) != float(padded_unmasked[1]['loss'])
+
+
+def test_the_step_compiled_ahead_runs_at_its_first_call_without_tracing_again(tmp_path, monkeypatch):
+  """``compile_ahead`` on a worker thread fills the jitted step's own caches for the shapes and shardings of
+  the state and of ``batch_putter``'s batches: the trainer's first call finds the program there."""
+  traced = []
+  real = train.token_stats
+  monkeypatch.setattr(train, 'token_stats', lambda *a, **k: (traced.append(1), real(*a, **k))[1])
+  config = tiny_config('standard')
+  config_lib.validate(config)
+  s = train.setup(config, [(str(tmp_path), config)])
+  mesh = train.mesh_lib.make_mesh(1, 1, config.batch_size)
+  rng = jax.random.key(config.seed)
+  with jax.set_mesh(mesh):
+    run = train.compile_run(s.model, s.tx, train.StepOptions.of(config, s.task), rng, mesh, (), s.task.seq_len)
+    train.compile_ahead(run.train_step, mesh, run.abstract_state, train.abstract_batch(s.task, config, mesh)).result()
+    assert traced == [1]
+    put = train.mesh_lib.batch_putter(mesh)
+    state, metrics = run.train_step(run.init(rng), put(s.task.batch('train', 0, config.batch_size, config.seed)))
+    assert traced == [1] and np.isfinite(float(metrics['loss']))
+    state, _ = run.train_step(state, put(s.task.batch('train', 1, config.batch_size, config.seed)))
+    assert traced == [1] and int(state.step) == 2
+
+
+def test_the_initialiser_traced_once_gives_the_state_of_the_model_initialised_directly():
+  """``compile_run``'s init replays the one trace that gave the state's shapes: the same arrays, bit for bit,
+  as initialising the model and optimiser directly, for each kind."""
+  for kind in ('standard', 'symbolic'):
+    config = tiny_config(kind)
+    model = Transformer(config_lib.model_config(config, 12, causal=True))
+    tx = optim.make_optimizer(config)
+    mesh = train.mesh_lib.make_mesh(1, 1, config.batch_size)
+    with jax.set_mesh(mesh):
+      run = train.compile_run(model, tx, train.StepOptions(), jax.random.key(0), mesh, (), 8)
+      got = run.init(jax.random.key(7))
+    want = jax.jit(lambda k: nn.meta.unbox(optim.init_state(model, tx, k, 8)))(jax.random.key(7))
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    assert_trees_equal(got, want)
+    assert jax.tree.map(lambda a: (a.shape, a.dtype), run.abstract_state) == jax.tree.map(
+        lambda a: (a.shape, a.dtype), got)
+
+
+def test_importing_the_trainer_leaves_orbax_tensorstore_and_tensorboardx_for_later():
+  """A run that starts from nothing needs none of them before its first save or record."""
+  code = ('import sys, symjax.train.trainer, symjax.cli.train\n'
+          "print(sorted(m for m in ('orbax.checkpoint', 'tensorstore', 'tensorboardX') if m in sys.modules))")
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, cwd=REPO)
+  assert out.stdout.strip() == '[]'

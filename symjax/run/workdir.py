@@ -14,6 +14,9 @@ the training data). The trainer and the seed trainer write through it; it does n
 
 Run files are written when the first checkpoint of an invocation is saved, so a resume that fails before
 (a bad override, a divergence) leaves the folder describing the checkpoints that are in it.
+
+Orbax and TensorStore are imported by the functions that use them: a run that starts from nothing needs
+neither before its first save, and importing them took about a third of a second of its start-up.
 """
 
 from __future__ import annotations
@@ -26,16 +29,13 @@ import os
 import shutil
 import sys
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
-import tensorstore as ts
-from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
 from symjax import model as model_lib
 from symjax import tasks
@@ -45,6 +45,9 @@ from symjax.system.errors import InputError
 from symjax.tasks.text import tokenizer_from_json
 from symjax.train import config as config_lib
 from symjax.train import optim
+
+if TYPE_CHECKING:
+  import orbax.checkpoint as ocp
 
 checkpoint_choice = config_lib.checkpoint_choice  # re-exported: the CLIs and load take it
 CONFIG_FILE = 'config.json'
@@ -208,6 +211,8 @@ def checkpoint_manager(workdir: str, keep: int, best_metric: str) -> ocp.Checkpo
 
 
 def _manager(workdir: str, keep: int, metric: str, read_only: bool) -> ocp.CheckpointManager:
+  import orbax.checkpoint as ocp
+  from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
   mode = config_lib.BEST_METRICS[metric]
   policy = pp.AnyPreservationPolicy([
       pp.LatestN(keep),
@@ -266,6 +271,7 @@ def read_every_array(workdir: str, step: int) -> None:
     zarr3 = not ocdbt and os.path.exists(os.path.join(root, name, 'zarr.json'))
     return {'driver': 'zarr3' if zarr3 else 'zarr', 'kvstore': kvstore, 'open': True}
 
+  import tensorstore as ts
   reads = []
   for name in names:
     try:
@@ -308,8 +314,21 @@ def restore_first_valid(restore: Callable[[int], Any], steps: Sequence[int], wor
   return None
 
 
+def save_state(manager: ocp.CheckpointManager, step: int, state, metrics: dict[str, float]) -> None:
+  """Starts saving ``state`` as checkpoint ``step`` with its validation ``metrics`` (asynchronously)."""
+  import orbax.checkpoint as ocp
+  manager.save(step, args=ocp.args.StandardSave(state), metrics=metrics)
+
+
+def restore_state(manager: ocp.CheckpointManager, step: int, abstract_state):
+  """Checkpoint ``step``, restored into ``abstract_state``'s shapes, dtypes and shardings."""
+  import orbax.checkpoint as ocp
+  return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+
+
 def restore_without_manager(workdir: str, step: int, abstract_state):
   """Restores checkpoint ``step`` without a checkpoint manager (for reading a folder, never writing it)."""
+  import orbax.checkpoint as ocp
   path = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR, str(step), 'default'))
   with ocp.StandardCheckpointer() as checkpointer:
     return checkpointer.restore(path, abstract_state)
@@ -350,21 +369,30 @@ class MetricWriter:
               f'{path + UNREADABLE_SUFFIX}', file=sys.stderr)
       files.write_atomically(path, ''.join(kept))
     self.jsonl = open(path, 'a')
-    self.tb = summary_writer_class()(os.path.join(workdir, 'tensorboard'), purge_step=resume_step + 1)
+    self.tb_args = (os.path.join(workdir, 'tensorboard'), resume_step + 1)
+    self.tb = None  # made at the first record: importing tensorboardX would hold up the first step
+
+  def _tensorboard(self):
+    if self.tb is None:
+      folder, purge_step = self.tb_args
+      self.tb = summary_writer_class()(folder, purge_step=purge_step)
+    return self.tb
 
   def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
     if not self.active:
       return
     self.jsonl.write(json.dumps({'step': step, 'split': split, 'time': round(time.time(), 3), **metrics}) + '\n')
     self.jsonl.flush()
+    tb = self._tensorboard()
     for k, v in metrics.items():
-      self.tb.add_scalar(f'{split}/{k}', v, step)
-    self.tb.flush()
+      tb.add_scalar(f'{split}/{k}', v, step)
+    tb.flush()
 
   def close(self) -> None:
     if self.active:
       self.jsonl.close()
-      self.tb.close()
+      if self.tb is not None:
+        self.tb.close()
 
 
 def summary_writer_class():

@@ -28,7 +28,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 
 from symjax.run import workdir as rundir
 from symjax.system import files, host
@@ -81,7 +80,7 @@ def _restore_common(managers, abstract_state, workdirs) -> tuple[int, list | Non
     for manager, workdir in zip(managers, workdirs):
       try:
         rundir.read_every_array(workdir, step)
-        states.append(manager.restore(step, args=ocp.args.StandardRestore(abstract_state)))
+        states.append(rundir.restore_state(manager, step, abstract_state))
       except Exception as e:  # pylint: disable=broad-except
         where = rundir.quarantine(workdir, step) if jax.process_index() == 0 else workdir
         raise RuntimeError(f'{type(e).__name__} in {workdir}, moved to {where}') from None
@@ -221,8 +220,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
           if i in diverged:
             continue
           writer.write(step, 'validation', validation[i])
-          manager.save(step, args=ocp.args.StandardSave(jax.tree.map(lambda x, i=i: x[i], state)),
-                       metrics=validation[i])
+          rundir.save_state(manager, step, jax.tree.map(lambda x, i=i: x[i], state), validation[i])
         if verbose:
           mean = lambda k: np.mean([v[k] for i, v in enumerate(validation) if i not in diverged] or [np.nan])
           print(f'step {step}: validation loss {mean("loss"):.4f} accuracy {mean("accuracy"):.4f} '

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
-import orbax.checkpoint as ocp
+from jax.extend.core import jaxpr_as_fun
 from jax.sharding import NamedSharding, PartitionSpec
 
 from symjax import model as model_lib
@@ -174,10 +174,14 @@ class CompiledRun:
 
 def compile_run(model: Transformer, tx, options: StepOptions, rng, mesh, rules, seq_len: int, objective=None
                 ) -> CompiledRun:
-  """State shapes from `jax.eval_shape`, shardings from the logical-axis rules, and the jitted steps with
-  explicit in/out shardings (``objective``: see ``make_steps``). Call under `jax.set_mesh(mesh)`."""
-  init = lambda key: init_state(model, tx, key, seq_len)
-  abstract_boxed = jax.eval_shape(init, rng)
+  """State shapes from a trace of the initialiser, shardings from the logical-axis rules, and the jitted steps
+  with explicit in/out shardings (``objective``: see ``make_steps``). Call under `jax.set_mesh(mesh)`."""
+  # One trace of the initialiser gives both its shapes and its program: the jitted init below replays the
+  # jaxpr, which takes milliseconds where tracing the Flax model again took a few hundred.
+  initialiser, abstract_boxed = jax.make_jaxpr(lambda key: init_state(model, tx, key, seq_len),
+                                               return_shape=True)(rng)
+  init = lambda key: jax.tree.unflatten(jax.tree.structure(abstract_boxed),
+                                        jaxpr_as_fun(initialiser)(key))
   shardings = mesh_lib.state_shardings(abstract_boxed, mesh, rules)
   abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                 nn.meta.unbox(abstract_boxed), shardings)
@@ -270,6 +274,31 @@ def use_compilation_cache(config: ml_collections.ConfigDict) -> None:
       jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
 
 
+def abstract_batch(task: tasks.Task, config: ml_collections.ConfigDict, mesh) -> dict[str, jax.ShapeDtypeStruct]:
+  """The shapes, dtypes and sharding of every training batch (``mesh_lib.batch_putter``'s arrays)."""
+  sharding = NamedSharding(mesh, PartitionSpec(mesh_lib.DATA_AXIS))
+  return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding)
+          for k, v in task.batch('train', 0, config.batch_size, config.seed).items()}
+
+
+def compile_ahead(step_fn, mesh, *abstract_args) -> concurrent.futures.Future:
+  """Traces, lowers and compiles (or reads from the persistent cache) the jitted ``step_fn`` for
+  ``abstract_args`` on a worker thread. JAX keeps the trace, the lowering and the executable in ``step_fn``'s
+  own caches, so its first call with arrays of those shapes and shardings runs the program at once.
+
+  Why: a warm start spends most of its time before the first step in Python tracing the step and in reading
+  the compiled program back from the cache. The reading lets go of the GIL, as do initialising and restoring
+  the state, so the main thread does those meanwhile (the docs' "Performance" page)."""
+  def compile_() -> None:
+    with jax.set_mesh(mesh):  # the mesh context is the calling thread's own
+      step_fn.lower(*abstract_args).compile()
+  pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='symjax-compile')
+  try:
+    return pool.submit(compile_)
+  finally:
+    pool.shutdown(wait=False)
+
+
 def prefetched(make: Callable[[int], Any], steps: Iterable[int]) -> Iterator[Any]:
   """``make(step)`` for each step in order, each made on a worker thread while the caller uses the one before.
 
@@ -332,16 +361,24 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                             objective).train_step if config.get('soft_steps', 0) else None
     num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
 
-    # --- Checkpoints: resume from the latest valid one.
-    had_checkpoints = bool(rundir.checkpoint_steps(workdir))
-    manager = rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
-    state = rundir.restore_first_valid(
-        lambda step: manager.restore(step, args=ocp.args.StandardRestore(run.abstract_state)),
-        sorted(manager.all_steps(), reverse=True), workdir)
-    with rundir.quiet_orbax():
-      manager.reload()  # forget what was moved aside
+    # --- The first step's program, traced and compiled (or read from the cache) on a worker thread while the
+    # state is restored or initialised below.
+    saved_steps = rundir.checkpoint_steps(workdir)
+    soft_first = soft_step is not None and max(saved_steps, default=0) < config.soft_steps
+    ahead = compile_ahead(soft_step if soft_first else run.train_step, mesh, run.abstract_state,
+                          abstract_batch(task, config, mesh))
+
+    # --- Checkpoints: resume from the latest valid one. A run with none to resume makes its manager at its
+    # first save: Orbax's import and set-up would hold up the first step.
+    manager, state = None, None
+    if saved_steps:
+      manager = rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
+      state = rundir.restore_first_valid(lambda step: rundir.restore_state(manager, step, run.abstract_state),
+                                         sorted(manager.all_steps(), reverse=True), workdir)
+      with rundir.quiet_orbax():
+        manager.reload()  # forget what was moved aside
     if state is None:
-      if had_checkpoints and lead:
+      if saved_steps and lead:
         print(f'WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0',
               file=sys.stderr)
       state = task_init(run.init(rng), task, model_config, run.shardings)
@@ -349,6 +386,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     host.release_freed_memory()
     start_step = int(state.step)
     train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite
+    ahead.result()  # the jitted step's caches now hold its program: its first call below skips the compiler
 
     # --- Loop.
     writer = rundir.MetricWriter(workdir, resume_step=start_step)
@@ -406,7 +444,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
           if not run_files_written:  # the folder now holds checkpoints this config trained
             rundir.save_run_files(workdir, config, task, model_config, start_step)
             run_files_written = True
-          manager.save(step, args=ocp.args.StandardSave(state), metrics=validation)
+          if manager is None:
+            manager = rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
+          rundir.save_state(manager, step, state, validation)
           if first_evaluation:
             host.release_freed_memory()  # what compiling the evaluation freed
           if lead:
@@ -417,15 +457,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
               say(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
             break
     except BaseException:  # a divergence, an interrupt or a bug: finish what was being saved, then fail
-      manager.wait_until_finished()
+      if manager is not None:
+        manager.wait_until_finished()
       writer.close()
-      manager.close()
+      if manager is not None:
+        manager.close()
       raise
     finally:
       batches.close()
       if bar is not None:
         bar.close()
-    manager.wait_until_finished()
+    if manager is not None:
+      manager.wait_until_finished()
 
     # --- Final evaluation of the final parameters.
     score = lambda split: metrics_lib.evaluate(eval_step, state.params, metrics_lib.split_batches(
@@ -437,5 +480,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     if lead:
       metrics_lib.print_table(f'final metrics at step {step}', final)
       files.write_atomically(os.path.join(workdir, rundir.FINAL_FILE), json.dumps({'step': step, **final}, indent=1))
-    manager.close()
+    if manager is not None:
+      manager.close()
   return final

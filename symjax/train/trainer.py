@@ -288,7 +288,9 @@ def compile_ahead(step_fn, mesh, *abstract_args) -> concurrent.futures.Future:
 
   Why: a warm start spends most of its time before the first step in Python tracing the step and in reading
   the compiled program back from the cache. The reading lets go of the GIL, as do initialising and restoring
-  the state, so the main thread does those meanwhile (the docs' "Performance" page)."""
+  the state, so the main thread does those meanwhile (the docs' "Performance" page). Only the mesh is carried
+  over to the worker: under another setting made for the calling thread alone (a ``with
+  jax.default_matmul_precision(...)`` block) the first call misses these caches and compiles its own program."""
   def compile_() -> None:
     with jax.set_mesh(mesh):  # the mesh context is the calling thread's own
       step_fn.lower(*abstract_args).compile()

@@ -16,7 +16,7 @@ Run files are written when the first checkpoint of an invocation is saved, so a 
 (a bad override, a divergence) leaves the folder describing the checkpoints that are in it.
 
 Orbax and TensorStore are imported by the functions that use them: a run that starts from nothing needs
-neither before its first save, and importing them took about a third of a second of its start-up.
+neither before its first save, and importing them would hold up its first step (the docs' "Performance" page).
 """
 
 from __future__ import annotations
@@ -369,12 +369,12 @@ class MetricWriter:
               f'{path + UNREADABLE_SUFFIX}', file=sys.stderr)
       files.write_atomically(path, ''.join(kept))
     self.jsonl = open(path, 'a')
-    self.tb_args = (os.path.join(workdir, 'tensorboard'), resume_step + 1)
+    self._tb_args = (os.path.join(workdir, 'tensorboard'), resume_step + 1)
     self.tb = None  # made at the first record: importing tensorboardX would hold up the first step
 
   def _tensorboard(self):
     if self.tb is None:
-      folder, purge_step = self.tb_args
+      folder, purge_step = self._tb_args
       self.tb = summary_writer_class()(folder, purge_step=purge_step)
     return self.tb
 

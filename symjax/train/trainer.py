@@ -177,7 +177,7 @@ def compile_run(model: Transformer, tx, options: StepOptions, rng, mesh, rules, 
   """State shapes from a trace of the initialiser, shardings from the logical-axis rules, and the jitted steps
   with explicit in/out shardings (``objective``: see ``make_steps``). Call under `jax.set_mesh(mesh)`."""
   # One trace of the initialiser gives both its shapes and its program: the jitted init below replays the
-  # jaxpr, which takes milliseconds where tracing the Flax model again took a few hundred.
+  # jaxpr, far cheaper than tracing the Flax model again, on the path to the first step.
   initialiser, abstract_boxed = jax.make_jaxpr(lambda key: init_state(model, tx, key, seq_len),
                                                return_shape=True)(rng)
   init = lambda key: jax.tree.unflatten(jax.tree.structure(abstract_boxed),

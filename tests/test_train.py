@@ -20,6 +20,7 @@ import symjax
 from symjax.model import Transformer
 from symjax.run import sample
 from symjax.run import workdir as rundir
+from symjax.system import mesh as mesh_lib
 from symjax.tasks import base as tasks_base
 from symjax.tasks import text as text_tasks
 from symjax.train import config as config_lib
@@ -640,13 +641,13 @@ def test_the_step_compiled_ahead_runs_at_its_first_call_without_tracing_again(tm
   config = tiny_config('standard')
   config_lib.validate(config)
   s = train.setup(config, [(str(tmp_path), config)])
-  mesh = train.mesh_lib.make_mesh(1, 1, config.batch_size)
+  mesh = mesh_lib.make_mesh(1, 1, config.batch_size)
   rng = jax.random.key(config.seed)
   with jax.set_mesh(mesh):
     run = train.compile_run(s.model, s.tx, train.StepOptions.of(config, s.task), rng, mesh, (), s.task.seq_len)
     train.compile_ahead(run.train_step, mesh, run.abstract_state, train.abstract_batch(s.task, config, mesh)).result()
     assert traced == [1]
-    put = train.mesh_lib.batch_putter(mesh)
+    put = mesh_lib.batch_putter(mesh)
     state, metrics = run.train_step(run.init(rng), put(s.task.batch('train', 0, config.batch_size, config.seed)))
     assert traced == [1] and np.isfinite(float(metrics['loss']))
     state, _ = run.train_step(state, put(s.task.batch('train', 1, config.batch_size, config.seed)))
@@ -660,7 +661,7 @@ def test_the_initialiser_traced_once_gives_the_state_of_the_model_initialised_di
     config = tiny_config(kind)
     model = Transformer(config_lib.model_config(config, 12, causal=True))
     tx = optim.make_optimizer(config)
-    mesh = train.mesh_lib.make_mesh(1, 1, config.batch_size)
+    mesh = mesh_lib.make_mesh(1, 1, config.batch_size)
     with jax.set_mesh(mesh):
       run = train.compile_run(model, tx, train.StepOptions(), jax.random.key(0), mesh, (), 8)
       got = run.init(jax.random.key(7))

@@ -69,9 +69,14 @@ def state_shardings(abstract_boxed, mesh, rules) -> Any:
   return nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_boxed), mesh, rules)
 
 
+def batch_sharding(mesh) -> NamedSharding:
+  """Where every batch lives: split along 'data' (the steps' in_shardings and ``batch_putter``'s arrays)."""
+  return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+
+
 def batch_putter(mesh):
   """Places a host batch (the same global batch on every process) on the mesh, split along 'data'."""
-  sharding = NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+  sharding = batch_sharding(mesh)
 
   def put(batch):
     return {k: jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])

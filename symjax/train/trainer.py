@@ -187,7 +187,7 @@ def compile_run(model: Transformer, tx, options: StepOptions, rng, mesh, rules, 
                                 nn.meta.unbox(abstract_boxed), shardings)
   train_step, eval_step = make_steps(model, tx, options, objective)
   replicated = NamedSharding(mesh, PartitionSpec())
-  batch_sharding = NamedSharding(mesh, PartitionSpec(mesh_lib.DATA_AXIS))
+  batch_sharding = mesh_lib.batch_sharding(mesh)
   return CompiledRun(
       abstract_state=abstract_state, shardings=shardings,
       init=jax.jit(lambda k: nn.meta.unbox(init(k)), out_shardings=shardings),
@@ -276,7 +276,7 @@ def use_compilation_cache(config: ml_collections.ConfigDict) -> None:
 
 def abstract_batch(task: tasks.Task, config: ml_collections.ConfigDict, mesh) -> dict[str, jax.ShapeDtypeStruct]:
   """The shapes, dtypes and sharding of every training batch (``mesh_lib.batch_putter``'s arrays)."""
-  sharding = NamedSharding(mesh, PartitionSpec(mesh_lib.DATA_AXIS))
+  sharding = mesh_lib.batch_sharding(mesh)
   return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding)
           for k, v in task.batch('train', 0, config.batch_size, config.seed).items()}
 

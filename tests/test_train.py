@@ -24,7 +24,7 @@ from symjax.system import mesh as mesh_lib
 from symjax.tasks import base as tasks_base
 from symjax.tasks import text as text_tasks
 from symjax.train import config as config_lib
-from symjax.train import optim
+from symjax.train import exported, optim
 from symjax.train import trainer as train
 
 pytestmark = pytest.mark.slow  # end to end: every test here trains or runs a command
@@ -652,6 +652,117 @@ def test_the_step_compiled_ahead_runs_at_its_first_call_without_tracing_again(tm
     assert traced == [1] and np.isfinite(float(metrics['loss']))
     state, _ = run.train_step(state, put(s.task.batch('train', 1, config.batch_size, config.seed)))
     assert traced == [1] and int(state.step) == 2
+
+
+def _compiled_tiny_run(tmp_path, kind='symbolic'):
+  config = tiny_config(kind)
+  config_lib.validate(config)
+  s = train.setup(config, [(str(tmp_path), config)])
+  mesh = mesh_lib.make_mesh(1, 1, config.batch_size)
+  with jax.set_mesh(mesh):
+    run = train.compile_run(s.model, s.tx, train.StepOptions.of(config, s.task), jax.random.key(config.seed), mesh,
+                            (), s.task.seq_len)
+  return config, s, mesh, run
+
+
+def test_a_kept_step_runs_without_tracing_and_gives_the_traced_step_bit_for_bit(tmp_path, monkeypatch):
+  """The first start traces the step and keeps it; the next, with new jitted functions as a new process has,
+  traces nothing and its steps give the traced step's states and metrics exactly."""
+  traced = []
+  real = train.token_stats
+  monkeypatch.setattr(train, 'token_stats', lambda *a, **k: (traced.append(1), real(*a, **k))[1])
+  kept = str(tmp_path / 'kept' / 'step.jaxexport')
+  config, s, mesh, run = _compiled_tiny_run(tmp_path)
+  batch_shapes = train.abstract_batch(s.task, config, mesh)
+  first = train.compile_ahead(run.train_step, mesh, run.abstract_state, batch_shapes, kept, run.step_jit).result()
+  assert traced == [1] and os.path.isfile(kept) and first is not run.train_step
+  _, _, _, again = _compiled_tiny_run(tmp_path)
+  second = train.compile_ahead(again.train_step, mesh, again.abstract_state, batch_shapes, kept,
+                               again.step_jit).result()
+  assert traced == [1]
+  put = mesh_lib.batch_putter(mesh)
+  rng = jax.random.key(config.seed)
+  with jax.set_mesh(mesh):
+    outputs = {}
+    for name, step in (('traced', run.train_step), ('kept', second)):
+      state = run.init(rng)
+      for i in range(3):
+        state, metrics = step(state, put(s.task.batch('train', i, config.batch_size, config.seed)))
+      outputs[name] = (state, metrics)
+  assert traced == [1]  # the traced step reuses the trace the export made
+  assert int(outputs['kept'][0].step) == 3
+  assert_trees_equal(outputs['kept'], outputs['traced'])
+
+
+def test_an_unusable_kept_step_is_one_warning_line_and_the_run_goes_on(tmp_path, capsys):
+  """A corrupt file is traced, kept again and used; one kept for other shapes, or one that cannot be
+  written, leaves the traced step to run."""
+  config, s, mesh, run = _compiled_tiny_run(tmp_path)
+  batch_shapes = train.abstract_batch(s.task, config, mesh)
+  kept = tmp_path / 'step.jaxexport'
+  kept.write_bytes(b'not a program' * 10)
+  step = train.compile_ahead(run.train_step, mesh, run.abstract_state, batch_shapes, str(kept),
+                             run.step_jit).result()
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1 and 'is corrupt (its checksum does not match)' in err, err
+  assert step is not run.train_step and exported.read(str(kept)) is not None  # kept again
+
+  other = dict(batch_shapes, inputs=jax.ShapeDtypeStruct((3, 5), batch_shapes['inputs'].dtype))
+  kept.write_bytes(exported.export(jax.jit(lambda st, b: (st, {'loss': b['inputs'].sum()})), run.abstract_state,
+                                   other))
+  step = train.compile_ahead(run.train_step, mesh, run.abstract_state, batch_shapes, str(kept),
+                             run.step_jit).result()
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1 and 'cannot be used (ValueError: exported for inputs' in err, err
+  assert step is run.train_step
+
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('x')
+  step = train.compile_ahead(run.train_step, mesh, run.abstract_state, batch_shapes, str(blocker / 's.jaxexport'),
+                             run.step_jit).result()
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1 and 'the training step cannot be kept in' in err, err
+  assert step is not run.train_step  # exported in memory all the same: the run calls what a rerun would
+
+
+def test_the_kept_steps_key_follows_what_the_trace_reads(tmp_path, monkeypatch):
+  config, s, mesh, run = _compiled_tiny_run(tmp_path)
+  batch_shapes = train.abstract_batch(s.task, config, mesh)
+  options = train.StepOptions.of(config, s.task)
+  key = lambda config=config, name='train': exported.step_key(name, config, s.model_config, options, mesh,
+                                                              run.abstract_state, batch_shapes)
+  assert key() == key() and len(key()) == 64
+  changed = tiny_config('symbolic')
+  changed.learning_rate = config.learning_rate * 2  # a constant of the traced step
+  assert key(changed) != key() and key(name='soft') != key()
+  before = key()
+  monkeypatch.setattr(exported, 'source_digest', lambda: 'edited')  # symjax's code changed
+  assert key() != before
+  previous = jax.config.jax_compilation_cache_dir
+  try:
+    jax.config.update('jax_compilation_cache_dir', str(tmp_path / 'cache'))
+    assert exported.path_for(before) == str(tmp_path / 'cache' / exported.FOLDER / (before + exported.SUFFIX))
+    for elsewhere in (None, 'gs://bucket/cache'):  # no cache, or one JAX reads through another file system
+      jax.config.update('jax_compilation_cache_dir', elsewhere)
+      assert exported.path_for(before) is None
+  finally:
+    jax.config.update('jax_compilation_cache_dir', previous)
+
+
+def test_a_step_with_custom_calls_is_exported_for_the_jax_that_wrote_it():
+  """jax.export refuses custom calls without its promise of stability across versions (a fused GPU kernel);
+  the key pins the exact JAX, so they are allowed by name."""
+  def step(state, batch):
+    out = jax.ffi.ffi_call('symjax_test_target', jax.ShapeDtypeStruct(batch['x'].shape, batch['x'].dtype))(batch['x'])
+    return state, {'loss': out.sum()}
+  state = {'w': jax.ShapeDtypeStruct((2,), np.float32)}
+  batch = {'x': jax.ShapeDtypeStruct((3,), np.float32)}
+  with pytest.raises(ValueError, match='custom calls'):
+    jax.export.export(jax.jit(step))(state, batch)
+  data = exported.export(jax.jit(step), state, batch)
+  restored = jax.export.deserialize(bytearray(data[:-32]))
+  assert 'symjax_test_target' in restored.mlir_module()
+  assert [a.shape for a in restored.in_avals] == [(2,), (3,)]
 
 
 def test_the_initialiser_traced_once_gives_the_state_of_the_model_initialised_directly():

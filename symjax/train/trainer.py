@@ -36,7 +36,7 @@ from symjax.system import files, host
 from symjax.system import mesh as mesh_lib
 from symjax.system.errors import InputError
 from symjax.train import config as config_lib
-from symjax.train import distill
+from symjax.train import distill, exported
 from symjax.train import metrics as metrics_lib
 from symjax.train.optim import TrainState, init_state, learning_rate_schedule, make_optimizer
 
@@ -168,6 +168,7 @@ class CompiledRun:
   shardings: Any
   init: Any                   # rng -> sharded TrainState
   train_step: Any             # (state, batch) -> (state, metrics); donates the state
+  step_jit: dict[str, Any]    # train_step's shardings and donation (jax.jit's keywords)
   eval_step: Any              # (params, batch) -> metric sums
   all_finite: Any             # pytree -> bool array
 
@@ -188,12 +189,11 @@ def compile_run(model: Transformer, tx, options: StepOptions, rng, mesh, rules, 
   train_step, eval_step = make_steps(model, tx, options, objective)
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_sharding = mesh_lib.batch_sharding(mesh)
+  step_jit = dict(in_shardings=(shardings, batch_sharding), out_shardings=(shardings, replicated), donate_argnums=0)
   return CompiledRun(
       abstract_state=abstract_state, shardings=shardings,
       init=jax.jit(lambda k: nn.meta.unbox(init(k)), out_shardings=shardings),
-      train_step=jax.jit(lambda state, batch: train_step(state, batch, rng),
-                         in_shardings=(shardings, batch_sharding),
-                         out_shardings=(shardings, replicated), donate_argnums=0),
+      train_step=jax.jit(lambda state, batch: train_step(state, batch, rng), **step_jit), step_jit=step_jit,
       eval_step=jax.jit(eval_step, in_shardings=(shardings.params, batch_sharding),
                         out_shardings=replicated),
       all_finite=jax.jit(lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)])),
@@ -281,19 +281,49 @@ def abstract_batch(task: tasks.Task, config: ml_collections.ConfigDict, mesh) ->
           for k, v in task.batch('train', 0, config.batch_size, config.seed).items()}
 
 
-def compile_ahead(step_fn, mesh, *abstract_args) -> concurrent.futures.Future:
-  """Traces, lowers and compiles (or reads from the persistent cache) the jitted ``step_fn`` for
-  ``abstract_args`` on a worker thread. JAX keeps the trace, the lowering and the executable in ``step_fn``'s
-  own caches, so its first call with arrays of those shapes and shardings runs the program at once.
+def compile_ahead(step_fn, mesh, abstract_state, abstract_batch, kept: str | None = None,
+                  step_jit: dict[str, Any] | None = None) -> concurrent.futures.Future:
+  """Makes the program of the first training step on a worker thread, for the shapes and shardings of
+  ``abstract_state`` and ``abstract_batch``; the future's result is the step to call. JAX keeps the trace,
+  the lowering and the executable in that step's own caches, so its first call with arrays of those shapes
+  and shardings runs the program at once.
 
-  Why: a warm start spends most of its time before the first step in Python tracing the step and in reading
-  the compiled program back from the cache. The reading lets go of the GIL, as do initialising and restoring
-  the state, so the main thread does those meanwhile (the docs' "Performance" page). Only the mesh is carried
-  over to the worker: under another setting made for the calling thread alone (a ``with
+  Without ``kept``, the result is the jitted ``step_fn``, traced, lowered and compiled (or read from the
+  persistent cache). With ``kept``, a path from ``exported.path_for``, the result is the step kept there
+  (``symjax.train.exported``), jitted with ``step_jit`` (``CompiledRun.step_jit``) and compiled without
+  tracing ``step_fn``. If none is kept there, ``step_fn`` is traced and exported there first, and the run
+  calls the kept step all the same: a rerun then finds the program it compiled in the persistent cache.
+
+  Why: a warm start spends most of its time before the first step in Python, tracing the step, and in
+  reading the compiled program back from the cache. The reading lets go of the GIL, as do initialising and
+  restoring the state, so the main thread does those meanwhile (the docs' "Performance" page). Only the mesh
+  is carried over to the worker: under another setting made for the calling thread alone (a ``with
   jax.default_matmul_precision(...)`` block) the first call misses these caches and compiles its own program."""
-  def compile_() -> None:
+  def kept_step():
+    data = exported.read(kept)
+    if data is None:
+      data = exported.export(step_fn, abstract_state, abstract_batch)
+      try:
+        exported.write(kept, data)
+      except OSError as e:
+        reason = f'{e.strerror}: {e.filename}' if e.strerror and e.filename else str(e)
+        print(f'WARNING: the training step cannot be kept in {kept} ({reason}); the next start traces it again',
+              file=sys.stderr)
+    return exported.as_step(data, abstract_state, abstract_batch, **(step_jit or {}))
+
+  def compile_():
     with jax.set_mesh(mesh):  # the mesh context is the calling thread's own
-      step_fn.lower(*abstract_args).compile()
+      if kept:
+        try:
+          step = kept_step()
+          step.lower(abstract_state, abstract_batch).compile()
+          return step
+        except Exception as e:  # a step this JAX cannot export, read back or compile: the traced one runs
+          print(f'WARNING: the training step kept in {kept} cannot be used ({type(e).__name__}: {e}); tracing '
+                f'the step instead', file=sys.stderr)
+      step_fn.lower(abstract_state, abstract_batch).compile()
+      return step_fn
+
   pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='symjax-compile')
   try:
     return pool.submit(compile_)
@@ -367,8 +397,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     # state is restored or initialised below.
     saved_steps = rundir.checkpoint_steps(workdir)
     soft_first = soft_step is not None and max(saved_steps, default=0) < config.soft_steps
-    ahead = compile_ahead(soft_step if soft_first else run.train_step, mesh, run.abstract_state,
-                          abstract_batch(task, config, mesh))
+    batch_shapes = abstract_batch(task, config, mesh)
+    kept = None
+    if objective is None:  # a teacher's parameters are constants of the traced step: not in the key
+      kept = exported.path_for(exported.step_key('soft' if soft_first else 'train', config, model_config,
+                                                 StepOptions.of(config, task), mesh, run.abstract_state,
+                                                 batch_shapes))
+    ahead = compile_ahead(soft_step if soft_first else run.train_step, mesh, run.abstract_state, batch_shapes,
+                          kept, run.step_jit)
 
     # --- Checkpoints: resume from the latest valid one. A run with none to resume makes its manager at its
     # first save: Orbax's import and set-up would hold up the first step.
@@ -388,7 +424,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     host.release_freed_memory()
     start_step = int(state.step)
     train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite
-    ahead.result()  # the jitted step's caches now hold its program: its first call below skips the compiler
+    # The first step's caches now hold its program: its first call below skips the compiler.
+    if soft_first:
+      soft_step = ahead.result()
+    else:
+      train_step = ahead.result()
 
     # --- Loop.
     writer = rundir.MetricWriter(workdir, resume_step=start_step)

@@ -1,0 +1,162 @@
+"""The training step's traced program kept beside JAX's compilation cache, so that a rerun of the same
+config on the same code starts without tracing the step again.
+
+JAX's persistent cache keys a compiled program on the program itself, so a warm start still traces the
+step in Python (the longest part of a warm start: the docs' "Performance" page) only to find the key.
+``save`` writes the traced step with ``jax.export`` (JAX's serialization of a lowered program) under a key
+made of everything the trace reads: symjax's own source, the versions of the libraries it traces through,
+the config, the typed model config, the step's options, JAX's settings, the devices and mesh, and the
+shapes, dtypes and shardings of the state and batch. ``load`` gives back a jitted step that calls the
+saved program with the run's shardings and donation; XLA inlines the call, so it compiles to the program
+the traced step compiles to (tested bit for bit), and JAX's cache then holds its executable as usual.
+
+A file that is missing, unreadable, corrupt or for other shapes is one warning line (none when missing)
+and the step is traced as before; nothing else is read from or written to the cache folder. Only a run
+on a single process keeps its step here: several processes trace as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import re
+import sys
+from typing import Any, Callable
+
+import flax
+import jax
+import jaxlib
+import optax
+
+FOLDER = 'symjax-steps'  # inside JAX's compilation cache folder
+SUFFIX = '.jaxexport'
+_DIGEST_BYTES = 32  # a SHA-256 of the serialized program, written after it
+
+
+@functools.cache
+def source_digest() -> str:
+  """A digest of every Python file of the installed symjax package (its code is what the trace runs)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the symjax package
+  digest = hashlib.sha256()
+  for folder, subfolders, names in os.walk(root):
+    subfolders.sort()  # os.walk follows this order: the same digest on every file system
+    for name in sorted(names):
+      if name.endswith('.py'):
+        path = os.path.join(folder, name)
+        digest.update(os.path.relpath(path, root).encode() + b'\0')
+        with open(path, 'rb') as f:
+          digest.update(f.read() + b'\0')
+  return digest.hexdigest()
+
+
+def _avals(tree) -> list[str]:
+  return [f'{x.shape} {x.dtype} {getattr(x, "sharding", None)}' for x in jax.tree.leaves(tree)]
+
+
+def step_key(name: str, config, model_config, options, mesh, abstract_state, abstract_batch) -> str:
+  """The key of one step's program: a digest of everything its trace depends on (the module docstring)."""
+  parts = {
+      'step': name,
+      'source': source_digest(),
+      'versions': [jax.__version__, jaxlib.__version__, flax.__version__, optax.__version__, sys.version],
+      'config': config.to_json_best_effort(sort_keys=True),
+      'model_config': repr(model_config),
+      'options': repr(options),
+      'jax_config': sorted((k, repr(v)) for k, v in jax.config.values.items()),
+      'devices': [repr(d) for d in jax.devices()],
+      'mesh': repr(mesh),
+      'state': [str(jax.tree.structure(abstract_state))] + _avals(abstract_state),
+      'batch': [str(jax.tree.structure(abstract_batch))] + _avals(abstract_batch),
+  }
+  return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def path_for(key: str) -> str | None:
+  """Where the step of this key is kept: in JAX's compilation cache folder, if it is a local one and this is
+  the only process; None otherwise (the step is then traced at every start)."""
+  cache = jax.config.jax_compilation_cache_dir
+  if not cache or '://' in cache or jax.process_count() > 1:
+    return None
+  return os.path.join(os.path.expanduser(cache), FOLDER, key + SUFFIX)
+
+
+def _warn(message: str) -> None:
+  print(f'WARNING: {message}', file=sys.stderr)
+
+
+def export(step_fn, abstract_state, abstract_batch) -> bytes:
+  """The jitted ``step_fn(state, batch) -> (state, metrics)`` for these shapes and shardings, serialized by
+  ``jax.export`` and followed by its SHA-256. Its trace is the one JAX holds for them, if any.
+
+  The state's pytree is stored as the flat tuple of its leaves: JAX serializes only the pytree types it
+  knows, and the program sees the leaves in that order anyway; ``as_step`` rebuilds the state from the run's
+  own pytree."""
+  try:
+    exported = jax.export.export(step_fn)(abstract_state, abstract_batch)
+  except ValueError as e:  # custom calls without JAX's promise of stability (a fused GPU kernel)
+    targets = sorted(set(re.findall(r'custom_call @([\w$.\-]+)', step_fn.lower(abstract_state,
+                                                                              abstract_batch).as_text())))
+    if 'custom call' not in str(e) or not targets:
+      raise
+    # The key holds the exact versions of JAX and jaxlib, so the program is only ever read back by the JAX
+    # that wrote it: the stability JAX promises across versions is not needed.
+    exported = jax.export.export(step_fn, disabled_checks=[
+        jax.export.DisabledSafetyCheck.custom_call(t) for t in targets])(abstract_state, abstract_batch)
+  new_state, metrics = jax.tree.unflatten(exported.out_tree, exported.out_avals)
+  flat = lambda tree: tuple(jax.tree.leaves(tree))
+  exported = dataclasses.replace(
+      exported, in_tree=jax.tree.structure(((flat(abstract_state), abstract_batch), {})),
+      out_tree=jax.tree.structure((flat(new_state), metrics)))
+  blob = bytes(exported.serialize())
+  return blob + hashlib.sha256(blob).digest()
+
+
+def write(path: str, data: bytes) -> None:
+  """Writes ``export``'s bytes to ``path``; another process sees the old file or the new one, never half."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = f'{path}.{os.getpid()}.tmp'
+  try:
+    with open(tmp, 'wb') as f:
+      f.write(data)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def read(path: str) -> bytes | None:
+  """``export``'s bytes kept at ``path``, or None if there are none (a warning line if the file is there but
+  unreadable or corrupt)."""
+  try:
+    with open(path, 'rb') as f:
+      data = f.read()
+  except (FileNotFoundError, NotADirectoryError):
+    return None
+  except OSError as e:
+    _warn(f'the kept training step {path} cannot be read ({e.strerror or e}); tracing the step instead')
+    return None
+  blob, digest = data[:-_DIGEST_BYTES], data[-_DIGEST_BYTES:]
+  if len(data) <= _DIGEST_BYTES or hashlib.sha256(blob).digest() != digest:
+    _warn(f'the kept training step {path} is corrupt (its checksum does not match); tracing the step again')
+    return None
+  return data
+
+
+def as_step(data: bytes, abstract_state, abstract_batch, **jit_kw: Any) -> Callable:
+  """The step ``export`` serialized, as a function of ``(state, batch)`` jitted with ``jit_kw`` (the run's
+  shardings and donation). Raises ValueError if it was exported for other shapes or dtypes."""
+  exported = jax.export.deserialize(bytearray(data[:-_DIGEST_BYTES]))
+  want = [(tuple(x.shape), x.dtype) for x in jax.tree.leaves((abstract_state, abstract_batch))]
+  got = [(tuple(a.shape), a.dtype) for a in exported.in_avals]
+  if got != want:
+    raise ValueError(f'exported for inputs {got}, not {want}')
+  state_tree = jax.tree.structure(abstract_state)
+
+  def step(state, batch):
+    leaves, metrics = exported.call(tuple(jax.tree.leaves(state)), batch)
+    return jax.tree.unflatten(state_tree, leaves), metrics
+
+  return jax.jit(step, **jit_kw)

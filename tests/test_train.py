@@ -437,6 +437,8 @@ def test_compiled_steps_are_kept_in_the_persistent_cache(tmp_path):
                   f'--workdir={tmp_path / "run"}'], check=True, capture_output=True, env=env, cwd=tmp_path)
   names = os.listdir(cache)
   assert any(name.startswith('jit_eval_step') for name in names), names  # quick to compile, kept all the same
+  kept = os.listdir(cache / exported.FOLDER)  # and the traced training step (symjax.train.exported)
+  assert len(kept) == 1 and kept[0].endswith(exported.SUFFIX), kept
 
 
 def test_an_unwritable_compilation_cache_is_one_warning_and_no_cache(tmp_path, capsys):

@@ -3,16 +3,16 @@ config on the same code starts without tracing the step again.
 
 JAX's persistent cache keys a compiled program on the program itself, so a warm start still traces the
 step in Python (the longest part of a warm start: the docs' "Performance" page) only to find the key.
-``save`` writes the traced step with ``jax.export`` (JAX's serialization of a lowered program) under a key
-made of everything the trace reads: symjax's own source, the versions of the libraries it traces through,
-the config, the typed model config, the step's options, JAX's settings, the devices and mesh, and the
-shapes, dtypes and shardings of the state and batch. ``load`` gives back a jitted step that calls the
-saved program with the run's shardings and donation; XLA inlines the call, so it compiles to the program
-the traced step compiles to (tested bit for bit), and JAX's cache then holds its executable as usual.
+``export`` serializes the traced step with ``jax.export`` (JAX's format for a lowered program), ``write``
+keeps it under a key made of everything the trace reads (``step_key``: symjax's own source, the versions of
+the libraries it traces through, the config, the typed model config, the step's options, JAX's settings, the
+devices and mesh, and the shapes, dtypes and shardings of the state and batch). ``read`` and ``as_step`` give
+back a jitted step that calls the kept program with the run's shardings and donation. XLA inlines the call,
+so it compiles to the program the traced step compiles to (tested bit for bit), and JAX's cache then holds
+its executable as usual.
 
-A file that is missing, unreadable, corrupt or for other shapes is one warning line (none when missing)
-and the step is traced as before; nothing else is read from or written to the cache folder. Only a run
-on a single process keeps its step here: several processes trace as before.
+A file that is unreadable or corrupt is one warning line and the step is traced as before. Only a run on a
+single process, with a local cache folder, keeps its step: the others trace it at every start.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def step_key(name: str, config, model_config, options, mesh, abstract_state, abs
       'model_config': repr(model_config),
       'options': repr(options),
       'jax_config': sorted((k, repr(v)) for k, v in jax.config.values.items()),
-      'devices': [repr(d) for d in jax.devices()],
+      'devices': [(d.platform, d.device_kind, d.id) for d in jax.devices()],
       'mesh': repr(mesh),
       'state': [str(jax.tree.structure(abstract_state))] + _avals(abstract_state),
       'batch': [str(jax.tree.structure(abstract_batch))] + _avals(abstract_batch),

@@ -17,13 +17,14 @@ from typing import Any
 from symjax.system.errors import InputError
 
 
-def write_atomically(path: str, text: str) -> None:
+def write_atomically(path: str, text: str | bytes) -> None:
   """Other processes (and a crash mid-write) see the old file or the new one, never half of one; a write
-  that fails leaves the old file and no temporary file."""
-  tmp = path + '.tmp'
+  that fails leaves the old file and no temporary file. Text is written as UTF-8. Each process writes its own
+  temporary file, so two writing the same path at once cannot mix their bytes."""
+  tmp = f'{path}.{os.getpid()}.tmp'
   try:
-    with open(tmp, 'w', encoding='utf-8') as f:
-      f.write(text)
+    with open(tmp, 'wb') as f:
+      f.write(text.encode('utf-8') if isinstance(text, str) else text)
     os.replace(tmp, path)
   finally:
     if os.path.exists(tmp):

@@ -31,6 +31,8 @@ import jax
 import jaxlib
 import optax
 
+from symjax.system import files
+
 FOLDER = 'symjax-steps'  # inside JAX's compilation cache folder
 SUFFIX = '.jaxexport'
 _DIGEST_BYTES = 32  # a SHA-256 of the serialized program, written after it
@@ -117,14 +119,7 @@ def export(step_fn, abstract_state, abstract_batch) -> bytes:
 def write(path: str, data: bytes) -> None:
   """Writes ``export``'s bytes to ``path``; another process sees the old file or the new one, never half."""
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f'{path}.{os.getpid()}.tmp'
-  try:
-    with open(tmp, 'wb') as f:
-      f.write(data)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  files.write_atomically(path, data)
 
 
 def read(path: str) -> bytes | None:

@@ -153,6 +153,21 @@ def test_text_splits_are_disjoint_and_cover_the_corpus(tmp_path):
     assert not windows & windows_of(task.streams[other])
 
 
+def test_char_tokenizer_encodes_each_character_to_its_id_and_names_unknown_ones():
+  from symjax.tasks.text import CharTokenizer
+  rng = np.random.default_rng(2)
+  alphabet = list('ab \n') + ['é', '東', '🙂', '\ud800']   # two- to four-byte characters, a lone surrogate
+  text = ''.join(rng.choice(alphabet, 2_000))
+  tok = CharTokenizer(sorted(set(text)))
+  ids = tok.encode(text)
+  assert ids.dtype == np.int32
+  np.testing.assert_array_equal(ids, [tok.vocab.index[c] for c in text])
+  assert tok.decode(ids) == text and len(tok.encode('')) == 0
+  # Characters outside the vocabulary, below, between and above its code points, are named in the error.
+  with pytest.raises(ValueError, match=r"characters not in the vocabulary: \['\\t', 'c', '😀', '🚀'\]"):
+    tok.encode('ab🚀😀c\t')
+
+
 def test_text_too_short_for_its_held_out_parts_is_an_error(tmp_path):
   from symjax.tasks.text import TextTask
   path = tmp_path / 'short.txt'

@@ -767,6 +767,42 @@ def test_a_step_with_custom_calls_is_exported_for_the_jax_that_wrote_it():
   assert [a.shape for a in restored.in_avals] == [(2,), (3,)]
 
 
+def test_a_kept_step_without_lapack_is_lowered_without_scipy_and_one_with_lapack_runs(tmp_path):
+  """``exported.lower`` skips JAX's LAPACK set-up (SciPy's import) only for a program that calls no LAPACK
+  kernel; one that does (a Cholesky factor) is lowered as JAX does it and gives the right numbers. Each step is
+  exported in one fresh interpreter and run in another, as at a warm start: tracing a LAPACK call readies the
+  kernels, and so would hide a set-up skipped wrongly."""
+  code = '''
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from symjax.train import exported
+steps = {'plain': lambda s, b: ({'w': s['w'] * 2}, {'loss': (b['x'] ** 2).sum()}),
+         'lapack': lambda s, b: (s, {'c': jnp.linalg.cholesky(b['x'])})}
+x = np.array([[4., 2.], [2., 3.]], np.float32)
+state, batch = {'w': jax.ShapeDtypeStruct(x.shape, x.dtype)}, {'x': jax.ShapeDtypeStruct(x.shape, x.dtype)}
+for name, fn in steps.items():
+  path = f'{sys.argv[1]}/{name}'
+  if sys.argv[2] == 'write':
+    exported.write(path, exported.export(jax.jit(fn), state, batch))
+    continue
+  data = exported.read(path)
+  step = exported.as_step(data, state, batch)
+  exported.lower(step, data, state, batch).compile()
+  new_state, metrics = step({'w': x}, {'x': x})
+  if name == 'plain':
+    assert b'lapack_' not in data and float(metrics['loss']) == 33.0, metrics
+    print('scipy after a plain step:', 'scipy.linalg' in sys.modules)
+  else:
+    assert b'lapack_' in data
+    np.testing.assert_allclose(metrics['c'], np.linalg.cholesky(x), rtol=1e-6)
+    print('lapack step ok')
+'''
+  for mode in ('write', 'read'):
+    out = subprocess.run([sys.executable, '-c', code, str(tmp_path), mode], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, (mode, out.returncode, out.stderr[-2000:])
+  assert out.stdout.split('\n')[:2] == ['scipy after a plain step: False', 'lapack step ok'], out.stdout
+
+
 def test_the_initialiser_traced_once_gives_the_state_of_the_model_initialised_directly():
   """``compile_run``'s init replays the one trace that gave the state's shapes: the same arrays, bit for bit,
   as initialising the model and optimiser directly, for each kind."""

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import sys
+import threading
 from typing import Any, Callable
 
 import flax
@@ -155,3 +156,27 @@ def as_step(data: bytes, abstract_state, abstract_batch, **jit_kw: Any) -> Calla
     return jax.tree.unflatten(state_tree, leaves), metrics
 
   return jax.jit(step, **jit_kw)
+
+
+_hook_lock = threading.Lock()
+
+
+def lower(step, data: bytes, *args):
+  """``step.lower(*args)`` for a step ``as_step`` made from ``data``, without SciPy when the program needs none.
+
+  Before it lowers a call of any exported program for a CPU, JAX readies its LAPACK kernels, which imports
+  SciPy's LAPACK wrappers: 0.3-0.4 s of Python holding the GIL at every warm start, most of the kept step's
+  lowering (the docs' "Performance" page). A program calls those kernels only through custom calls named
+  ``lapack_...``, which its serialized bytes hold verbatim (tested), and no training step of symjax has one.
+  JAX has no public switch for this, so its hook is set aside for this lowering alone; a JAX without that
+  hook (0.8) never imports SciPy there, and a program that names a LAPACK kernel is lowered as JAX does it."""
+  from jax._src.export import _export  # JAX's own module: the hook is not public
+  with _hook_lock:
+    ready = getattr(_export, '_ensure_backends_initialized', None)
+    if ready is None or b'lapack_' in data:
+      return step.lower(*args)
+    _export._ensure_backends_initialized = lambda platforms: None
+    try:
+      return step.lower(*args)
+    finally:
+      _export._ensure_backends_initialized = ready

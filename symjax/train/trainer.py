@@ -300,6 +300,7 @@ def compile_ahead(step_fn, mesh, abstract_state, abstract_batch, kept: str | Non
   is carried over to the worker: under another setting made for the calling thread alone (a ``with
   jax.default_matmul_precision(...)`` block) the first call misses these caches and compiles its own program."""
   def kept_step():
+    """The kept step and its serialized program."""
     data = exported.read(kept)
     if data is None:
       data = exported.export(step_fn, abstract_state, abstract_batch)
@@ -309,14 +310,14 @@ def compile_ahead(step_fn, mesh, abstract_state, abstract_batch, kept: str | Non
         reason = f'{e.strerror}: {e.filename}' if e.strerror and e.filename else str(e)
         print(f'WARNING: the training step cannot be kept in {kept} ({reason}); the next start traces it again',
               file=sys.stderr)
-    return exported.as_step(data, abstract_state, abstract_batch, **(step_jit or {}))
+    return exported.as_step(data, abstract_state, abstract_batch, **(step_jit or {})), data
 
   def compile_():
     with jax.set_mesh(mesh):  # the mesh context is the calling thread's own
       if kept:
         try:
-          step = kept_step()
-          step.lower(abstract_state, abstract_batch).compile()
+          step, data = kept_step()
+          exported.lower(step, data, abstract_state, abstract_batch).compile()
           return step
         except Exception as e:  # a step this JAX cannot export, read back or compile: the traced one runs
           print(f'WARNING: the training step kept in {kept} cannot be used ({type(e).__name__}: {e}); tracing '
@@ -420,7 +421,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         print(f'WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0',
               file=sys.stderr)
       state = task_init(run.init(rng), task, model_config, run.shardings)
-    run.init.clear_cache()  # used once: its compiled program (a large one: every initialiser) is freed
     host.release_freed_memory()
     start_step = int(state.step)
     train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite
@@ -459,6 +459,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
           jax.block_until_ready(metrics['loss'])
           say(f'first step done after {time.time() - started:.1f} s (compilation included)')
         if step == start_step + 1:  # compiled by now on every process (dispatch compiles)
+          # The initialiser ran once. Its program (a large one: every initialiser) is freed here, after the first
+          # step and not before it: unloading it holds the main thread up for a tenth of a second or more.
+          run.init.clear_cache()
           host.release_freed_memory()  # what the compiler freed
         if step % config.log_every_steps == 0 or step == config.total_steps:
           metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}

@@ -12,6 +12,7 @@ import textwrap
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import DAMAGE, REPO, SHAKESPEARE, TOTAL_STEPS, assert_trees_equal, damage, params_of, tiny_config
@@ -437,8 +438,8 @@ def test_compiled_steps_are_kept_in_the_persistent_cache(tmp_path):
                   f'--workdir={tmp_path / "run"}'], check=True, capture_output=True, env=env, cwd=tmp_path)
   names = os.listdir(cache)
   assert any(name.startswith('jit_eval_step') for name in names), names  # quick to compile, kept all the same
-  kept = os.listdir(cache / exported.FOLDER)  # and the traced training step (symjax.train.exported)
-  assert len(kept) == 1 and kept[0].endswith(exported.SUFFIX), kept
+  kept = os.listdir(cache / exported.FOLDER)  # and the traced training step and initial state (symjax.train.exported)
+  assert sorted(os.path.splitext(name)[1] for name in kept) == sorted([exported.SUFFIX, exported.STATE_SUFFIX]), kept
 
 
 def test_an_unwritable_compilation_cache_is_one_warning_and_no_cache(tmp_path, capsys):
@@ -725,6 +726,62 @@ def test_an_unusable_kept_step_is_one_warning_line_and_the_run_goes_on(tmp_path,
   err = capsys.readouterr().err
   assert err.count('\n') == 1 and 'the training step cannot be kept in' in err, err
   assert step is not run.train_step  # exported in memory all the same: the run calls what a rerun would
+
+
+def test_the_initial_state_is_kept_and_read_back_bit_for_bit_without_the_initialiser(tmp_path):
+  config, s, mesh, run = _compiled_tiny_run(tmp_path)
+  rng = jax.random.key(config.seed)
+  kept = str(tmp_path / 'kept' / 'init.state')
+  with jax.set_mesh(mesh):
+    first = train.initial_state(run, rng, kept)
+    assert os.path.isfile(kept)
+    _, _, _, again = _compiled_tiny_run(tmp_path)  # a new start: its initialiser must not run
+    again = dataclasses.replace(again, init=lambda key: pytest.fail('the initialiser ran'))
+    second = train.initial_state(again, rng, kept)
+  assert_trees_equal(second, first)
+  assert_trees_equal(first, run.init(rng))
+  assert jax.tree.map(lambda a: a.sharding, second) == jax.tree.map(lambda a: a.sharding, first)
+
+
+def test_an_unusable_kept_state_is_one_warning_line_and_the_state_is_initialised(tmp_path, monkeypatch, capsys):
+  config, s, mesh, run = _compiled_tiny_run(tmp_path)
+  rng = jax.random.key(config.seed)
+  want = run.init(rng)
+  kept = tmp_path / 'init.state'
+  with jax.set_mesh(mesh):
+    kept.write_bytes(b'not a state' * 10)
+    assert_trees_equal(train.initial_state(run, rng, str(kept)), want)
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'initial state' in err and 'is corrupt' in err, err
+    assert exported.read_state(str(kept), run.abstract_state) is not None  # kept again
+
+    exported.write_state(str(kept), {'w': np.zeros((2, 3), np.float32)})  # another model's
+    assert_trees_equal(train.initial_state(run, rng, str(kept)), want)
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'holds other arrays (1 against' in err, err
+
+    blocker = tmp_path / 'a_file'
+    blocker.write_text('x')
+    assert_trees_equal(train.initial_state(run, rng, str(blocker / 'init.state')), want)
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'the initial state cannot be kept in' in err, err
+
+    monkeypatch.setattr(exported, 'MAX_STATE_BYTES', 1024)  # a state too large to keep is initialised each time
+    big = tmp_path / 'big.state'
+    assert_trees_equal(train.initial_state(run, rng, str(big)), want)
+    assert not big.exists() and capsys.readouterr().err == ''
+
+
+def test_a_kept_state_keeps_dtypes_numpy_cannot_name(tmp_path):
+  state = {'b': jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3) / 7, 'n': jnp.array(3, jnp.int32),
+           'f': jnp.array([True, False])}
+  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
+  path = str(tmp_path / 'x.state')
+  assert exported.write_state(path, state)
+  back = exported.read_state(path, abstract)
+  assert jax.tree.map(lambda a: a.dtype, back) == jax.tree.map(lambda a: a.dtype, state)
+  assert_trees_equal(back, state)
+  assert not exported.write_state(path, {'key': jax.random.key(0)})  # a PRNG key is not kept
 
 
 def test_the_kept_steps_key_follows_what_the_trace_reads(tmp_path, monkeypatch):

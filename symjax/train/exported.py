@@ -11,8 +11,13 @@ back a jitted step that calls the kept program with the run's shardings and dona
 so it compiles to the program the traced step compiles to (tested bit for bit), and JAX's cache then holds
 its executable as usual.
 
-A file that is unreadable or corrupt is one warning line and the step is traced as before. Only a run on a
-single process, with a local cache folder, keeps its step: the others trace it at every start.
+The initial state is kept there too (``write_state``, ``read_state``), under a key made the same way (the
+config holds the seed): a warm start then reads its arrays instead of reading the initialiser's program from
+the cache and running it. Only states up to ``MAX_STATE_BYTES`` are kept.
+
+A file that is unreadable or corrupt is one warning line and the step is traced (the state initialised) as
+before. Only a run on a single process, with a local cache folder, keeps its step and state: the others trace
+and initialise at every start.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import io
 import json
 import os
 import re
@@ -30,12 +36,17 @@ from typing import Any, Callable
 import flax
 import jax
 import jaxlib
+import numpy as np
 import optax
 
 from symjax.system import files
 
 FOLDER = 'symjax-steps'  # inside JAX's compilation cache folder
 SUFFIX = '.jaxexport'
+STATE_SUFFIX = '.state'
+# What a kept state saves is the initialiser's read from the cache and its run, about half a second on a
+# laptop's CPU whatever the model's size; a larger state would cost more in writing and disk than that.
+MAX_STATE_BYTES = 64 << 20
 _DIGEST_BYTES = 32  # a SHA-256 of the serialized program, written after it
 
 
@@ -60,7 +71,8 @@ def _avals(tree) -> list[str]:
 
 
 def step_key(name: str, config, model_config, options, mesh, abstract_state, abstract_batch) -> str:
-  """The key of one step's program: a digest of everything its trace depends on (the module docstring)."""
+  """The key of one step's program (or, named 'init', of the initial state): a digest of everything its trace
+  depends on (the module docstring)."""
   parts = {
       'step': name,
       'source': source_digest(),
@@ -77,13 +89,14 @@ def step_key(name: str, config, model_config, options, mesh, abstract_state, abs
   return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def path_for(key: str) -> str | None:
-  """Where the step of this key is kept: in JAX's compilation cache folder, if it is a local one and this is
-  the only process; None otherwise (the step is then traced at every start)."""
+def path_for(key: str, suffix: str = SUFFIX) -> str | None:
+  """Where the step (``suffix`` STATE_SUFFIX: the state) of this key is kept: in JAX's compilation cache
+  folder, if it is a local one and this is the only process; None otherwise (the step is then traced, the
+  state initialised, at every start)."""
   cache = jax.config.jax_compilation_cache_dir
   if not cache or '://' in cache or jax.process_count() > 1:
     return None
-  return os.path.join(os.path.expanduser(cache), FOLDER, key + SUFFIX)
+  return os.path.join(os.path.expanduser(cache), FOLDER, key + suffix)
 
 
 def _warn(message: str) -> None:
@@ -123,22 +136,58 @@ def write(path: str, data: bytes) -> None:
   files.write_atomically(path, data)
 
 
-def read(path: str) -> bytes | None:
-  """``export``'s bytes kept at ``path``, or None if there are none (a warning line if the file is there but
-  unreadable or corrupt)."""
+def read(path: str, what: str = 'training step', instead: str = 'tracing the step') -> bytes | None:
+  """``export``'s (or ``write_state``'s) bytes kept at ``path``, or None if there are none (a warning line if
+  the file is there but unreadable or corrupt)."""
   try:
     with open(path, 'rb') as f:
       data = f.read()
   except (FileNotFoundError, NotADirectoryError):
     return None
   except OSError as e:
-    _warn(f'the kept training step {path} cannot be read ({e.strerror or e}); tracing the step instead')
+    _warn(f'the kept {what} {path} cannot be read ({e.strerror or e}); {instead} instead')
     return None
   blob, digest = data[:-_DIGEST_BYTES], data[-_DIGEST_BYTES:]
   if len(data) <= _DIGEST_BYTES or hashlib.sha256(blob).digest() != digest:
-    _warn(f'the kept training step {path} is corrupt (its checksum does not match); tracing the step again')
+    _warn(f'the kept {what} {path} is corrupt (its checksum does not match); {instead} again')
     return None
   return data
+
+
+def write_state(path: str, state) -> bool:
+  """Keeps the arrays of the initial ``state`` at ``path`` (NumPy's format, then a SHA-256) if they hold at
+  most MAX_STATE_BYTES and no PRNG key; whether it did. Each array is saved as unsigned integers of its width
+  with its dtype's name, which NumPy's format cannot name for ml_dtypes' types (bfloat16)."""
+  leaves = jax.tree.leaves(state)
+  if (sum(x.nbytes for x in leaves) > MAX_STATE_BYTES
+      or any(jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) for x in leaves)):
+    return False
+  arrays = [np.asarray(x) for x in leaves]
+  buffer = io.BytesIO()
+  np.savez(buffer, dtypes=np.array([str(a.dtype) for a in arrays]),
+           **{f'a{i}': a.view(f'u{a.dtype.itemsize}') for i, a in enumerate(arrays)})
+  blob = buffer.getvalue()
+  write(path, blob + hashlib.sha256(blob).digest())
+  return True
+
+
+def read_state(path: str, abstract_state):
+  """The state ``write_state`` kept at ``path``, as arrays with ``abstract_state``'s shardings; None if none is
+  kept there (a warning line if the file is unreadable, corrupt or holds other shapes or dtypes)."""
+  data = read(path, 'initial state', 'initialising the state')
+  if data is None:
+    return None
+  want = jax.tree.leaves(abstract_state)
+  with np.load(io.BytesIO(data[:-_DIGEST_BYTES]), allow_pickle=False) as saved:
+    names = [str(n) for n in saved['dtypes']]
+    arrays = [saved[f'a{i}'] for i in range(len(names))]
+  got = [(a.shape, name) for a, name in zip(arrays, names)]
+  if got != [(tuple(w.shape), str(w.dtype)) for w in want]:
+    _warn(f'the kept initial state {path} holds other arrays ({len(got)} against {len(want)}, or other shapes or '
+          f'dtypes); initialising the state instead')
+    return None
+  leaves = jax.device_put([a.view(w.dtype) for a, w in zip(arrays, want)], [w.sharding for w in want])
+  return jax.tree.unflatten(jax.tree.structure(abstract_state), leaves)
 
 
 def as_step(data: bytes, abstract_state, abstract_batch, **jit_kw: Any) -> Callable:

@@ -200,6 +200,25 @@ def compile_run(model: Transformer, tx, options: StepOptions, rng, mesh, rules, 
                          out_shardings=replicated))
 
 
+def initial_state(run: CompiledRun, rng, kept: str | None) -> TrainState:
+  """``run.init(rng)``; with ``kept`` (a path from ``exported.path_for``), the same arrays read from there if an
+  earlier start kept them, else initialised and kept there (``exported.write_state``).
+
+  Why: at a warm start, reading the initialiser's program from the persistent cache and running it held up the
+  first step by half a second on a laptop's CPU (the docs' "Performance" page)."""
+  state = exported.read_state(kept, run.abstract_state) if kept else None
+  if state is None:
+    state = run.init(rng)
+    if kept:
+      try:
+        exported.write_state(kept, state)
+      except OSError as e:
+        reason = f'{e.strerror}: {e.filename}' if e.strerror and e.filename else str(e)
+        print(f'WARNING: the initial state cannot be kept in {kept} ({reason}); the next start initialises it again',
+              file=sys.stderr)
+  return state
+
+
 def check_task_fits(task: tasks.Task, model_config: ModelConfig) -> None:
   """Raises ValueError when the model cannot read the task's batches (too long, or no graph to read)."""
   if model_config.relational and not task.has_edges:
@@ -399,11 +418,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     saved_steps = rundir.checkpoint_steps(workdir)
     soft_first = soft_step is not None and max(saved_steps, default=0) < config.soft_steps
     batch_shapes = abstract_batch(task, config, mesh)
+    key = lambda name: exported.step_key(name, config, model_config, StepOptions.of(config, task), mesh,
+                                         run.abstract_state, batch_shapes)
     kept = None
     if objective is None:  # a teacher's parameters are constants of the traced step: not in the key
-      kept = exported.path_for(exported.step_key('soft' if soft_first else 'train', config, model_config,
-                                                 StepOptions.of(config, task), mesh, run.abstract_state,
-                                                 batch_shapes))
+      kept = exported.path_for(key('soft' if soft_first else 'train'))
     ahead = compile_ahead(soft_step if soft_first else run.train_step, mesh, run.abstract_state, batch_shapes,
                           kept, run.step_jit)
 
@@ -420,7 +439,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       if saved_steps and lead:
         print(f'WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0',
               file=sys.stderr)
-      state = task_init(run.init(rng), task, model_config, run.shardings)
+      state = task_init(initial_state(run, rng, exported.path_for(key('init'), exported.STATE_SUFFIX)), task,
+                        model_config, run.shardings)
     host.release_freed_memory()
     start_step = int(state.step)
     train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite

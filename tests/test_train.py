@@ -3,6 +3,7 @@ sampling, and clear errors for bad configs and inputs."""
 
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -760,6 +761,12 @@ def test_an_unusable_kept_state_is_one_warning_line_and_the_state_is_initialised
     err = capsys.readouterr().err
     assert err.count('\n') == 1 and 'holds other arrays (1 against' in err, err
 
+    blob = b'a checksummed file of another format'  # passes the checksum, then NumPy refuses it
+    kept.write_bytes(blob + hashlib.sha256(blob).digest())
+    assert_trees_equal(train.initial_state(run, rng, str(kept)), want)
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'cannot be read (ValueError' in err, err
+
     blocker = tmp_path / 'a_file'
     blocker.write_text('x')
     assert_trees_equal(train.initial_state(run, rng, str(blocker / 'init.state')), want)
@@ -770,6 +777,20 @@ def test_an_unusable_kept_state_is_one_warning_line_and_the_state_is_initialised
     big = tmp_path / 'big.state'
     assert_trees_equal(train.initial_state(run, rng, str(big)), want)
     assert not big.exists() and capsys.readouterr().err == ''
+
+
+def test_kept_states_past_their_total_drop_the_least_recently_read(tmp_path, monkeypatch):
+  state = {'w': jnp.ones((256,), jnp.float32)}  # 1 KiB of arrays: each file a little more
+  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
+  size = lambda: sum(os.path.getsize(p) for p in glob.glob(str(tmp_path / '*.state')))
+  exported.write_state(str(tmp_path / 'a.state'), state)
+  monkeypatch.setattr(exported, 'MAX_KEPT_STATES_BYTES', 2 * size())  # room for two
+  exported.write_state(str(tmp_path / 'b.state'), state)
+  os.utime(tmp_path / 'a.state', (1, 1))  # written long ago ...
+  os.utime(tmp_path / 'b.state', (2, 2))
+  assert exported.read_state(str(tmp_path / 'a.state'), abstract) is not None  # ... but a was read just now
+  exported.write_state(str(tmp_path / 'c.state'), state)
+  assert sorted(os.listdir(tmp_path)) == ['a.state', 'c.state']
 
 
 def test_a_kept_state_keeps_dtypes_numpy_cannot_name(tmp_path):

@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import threading
+import zipfile
 from typing import Any, Callable
 
 import flax
@@ -47,6 +48,8 @@ STATE_SUFFIX = '.state'
 # What a kept state saves is the initialiser's read from the cache and its run, about half a second on a
 # laptop's CPU whatever the model's size; a larger state would cost more in writing and disk than that.
 MAX_STATE_BYTES = 64 << 20
+# A sweep keeps a state per config and seed: past this total, the states read least recently are deleted.
+MAX_KEPT_STATES_BYTES = 256 << 20
 _DIGEST_BYTES = 32  # a SHA-256 of the serialized program, written after it
 
 
@@ -168,7 +171,25 @@ def write_state(path: str, state) -> bool:
            **{f'a{i}': a.view(f'u{a.dtype.itemsize}') for i, a in enumerate(arrays)})
   blob = buffer.getvalue()
   write(path, blob + hashlib.sha256(blob).digest())
+  _drop_old_states(os.path.dirname(path))
   return True
+
+
+def _drop_old_states(folder: str) -> None:
+  """Deletes the kept states of ``folder`` read or written least recently, past MAX_KEPT_STATES_BYTES in all."""
+  try:
+    paths = [e.path for e in os.scandir(folder) if e.name.endswith(STATE_SUFFIX)]
+    kept = sorted(((os.stat(p).st_mtime, os.stat(p).st_size, p) for p in paths), reverse=True)
+  except OSError:  # another process is deleting them too
+    return
+  total = 0
+  for _, size, path in kept:
+    total += size
+    if total > MAX_KEPT_STATES_BYTES:
+      try:
+        os.remove(path)
+      except OSError:
+        pass
 
 
 def read_state(path: str, abstract_state):
@@ -178,14 +199,22 @@ def read_state(path: str, abstract_state):
   if data is None:
     return None
   want = jax.tree.leaves(abstract_state)
-  with np.load(io.BytesIO(data[:-_DIGEST_BYTES]), allow_pickle=False) as saved:
-    names = [str(n) for n in saved['dtypes']]
-    arrays = [saved[f'a{i}'] for i in range(len(names))]
+  try:
+    with np.load(io.BytesIO(data[:-_DIGEST_BYTES]), allow_pickle=False) as saved:
+      names = [str(n) for n in saved['dtypes']]
+      arrays = [saved[f'a{i}'] for i in range(len(names))]
+  except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:  # not write_state's format
+    _warn(f'the kept initial state {path} cannot be read ({type(e).__name__}: {e}); initialising the state instead')
+    return None
   got = [(a.shape, name) for a, name in zip(arrays, names)]
   if got != [(tuple(w.shape), str(w.dtype)) for w in want]:
     _warn(f'the kept initial state {path} holds other arrays ({len(got)} against {len(want)}, or other shapes or '
           f'dtypes); initialising the state instead')
     return None
+  try:
+    os.utime(path)  # read now: the last to be dropped (_drop_old_states)
+  except OSError:
+    pass
   leaves = jax.device_put([a.view(w.dtype) for a, w in zip(arrays, want)], [w.sharding for w in want])
   return jax.tree.unflatten(jax.tree.structure(abstract_state), leaves)
 

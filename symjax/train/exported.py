@@ -133,10 +133,17 @@ def export(step_fn, abstract_state, abstract_batch) -> bytes:
   return blob + hashlib.sha256(blob).digest()
 
 
-def write(path: str, data: bytes) -> None:
-  """Writes ``export``'s bytes to ``path``; another process sees the old file or the new one, never half."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  files.write_atomically(path, data)
+def write(path: str, data: bytes, what: str = 'training step', again: str = 'traces it again') -> bool:
+  """Writes ``export``'s (or ``write_state``'s) bytes to ``path``; another process sees the old file or the new
+  one, never half. False, with a warning line, if it cannot be written there: the run goes on all the same."""
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    files.write_atomically(path, data)
+  except OSError as e:
+    reason = f'{e.strerror}: {e.filename}' if e.strerror and e.filename else str(e)
+    _warn(f'the {what} cannot be kept in {path} ({reason}); the next start {again}')
+    return False
+  return True
 
 
 def read(path: str, what: str = 'training step', instead: str = 'tracing the step') -> bytes | None:
@@ -159,8 +166,9 @@ def read(path: str, what: str = 'training step', instead: str = 'tracing the ste
 
 def write_state(path: str, state) -> bool:
   """Keeps the arrays of the initial ``state`` at ``path`` (NumPy's format, then a SHA-256) if they hold at
-  most MAX_STATE_BYTES and no PRNG key; whether it did. Each array is saved as unsigned integers of its width
-  with its dtype's name, which NumPy's format cannot name for ml_dtypes' types (bfloat16)."""
+  most MAX_STATE_BYTES and no PRNG key; whether it did (a warning line if the folder cannot be written). Each
+  array is saved as unsigned integers of its width with its dtype's name, which NumPy's format cannot name for
+  ml_dtypes' types (bfloat16)."""
   leaves = jax.tree.leaves(state)
   if (sum(x.nbytes for x in leaves) > MAX_STATE_BYTES
       or any(jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) for x in leaves)):
@@ -170,7 +178,8 @@ def write_state(path: str, state) -> bool:
   np.savez(buffer, dtypes=np.array([str(a.dtype) for a in arrays]),
            **{f'a{i}': a.view(f'u{a.dtype.itemsize}') for i, a in enumerate(arrays)})
   blob = buffer.getvalue()
-  write(path, blob + hashlib.sha256(blob).digest())
+  if not write(path, blob + hashlib.sha256(blob).digest(), 'initial state', 'initialises it again'):
+    return False
   _drop_old_states(os.path.dirname(path))
   return True
 

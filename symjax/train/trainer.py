@@ -210,12 +210,7 @@ def initial_state(run: CompiledRun, rng, kept: str | None) -> TrainState:
   if state is None:
     state = run.init(rng)
     if kept:
-      try:
-        exported.write_state(kept, state)
-      except OSError as e:
-        reason = f'{e.strerror}: {e.filename}' if e.strerror and e.filename else str(e)
-        print(f'WARNING: the initial state cannot be kept in {kept} ({reason}); the next start initialises it again',
-              file=sys.stderr)
+      exported.write_state(kept, state)
   return state
 
 
@@ -323,12 +318,7 @@ def compile_ahead(step_fn, mesh, abstract_state, abstract_batch, kept: str | Non
     data = exported.read(kept)
     if data is None:
       data = exported.export(step_fn, abstract_state, abstract_batch)
-      try:
-        exported.write(kept, data)
-      except OSError as e:
-        reason = f'{e.strerror}: {e.filename}' if e.strerror and e.filename else str(e)
-        print(f'WARNING: the training step cannot be kept in {kept} ({reason}); the next start traces it again',
-              file=sys.stderr)
+      exported.write(kept, data)
     return exported.as_step(data, abstract_state, abstract_batch, **(step_jit or {})), data
 
   def compile_():

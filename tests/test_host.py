@@ -170,3 +170,43 @@ def test_cpu_programs_run_inline_unless_the_user_keeps_asynchronous_dispatch(kee
     assert (applied, asynchronous, ready_on_return) == ([False, False], True, False)
   else:  # changed once; the program's result exists when the call returns
     assert (applied, asynchronous, ready_on_return) == ([True, False], False, True)
+
+
+# Defers the collector twice in a fresh process, then makes a reference cycle and, while it is unreachable, far
+# more new container objects than the collector's first threshold (700): with the collector on, it would have
+# freed the cycle. Then ends the start-up twice.
+_GC_SCRIPT = """
+import gc, importlib.util, json, sys, weakref
+spec = importlib.util.spec_from_file_location('host', sys.argv[1])
+host = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(host)
+deferred = [host.defer_garbage_collection(), host.defer_garbage_collection()]
+on_during = gc.isenabled()
+class Node: pass
+a, b = Node(), Node()
+a.other, b.other = b, a
+cycle = weakref.ref(a)
+del a, b
+kept = [[] for _ in range(20000)]
+cycle_outlived_start_up = cycle() is not None
+ended = [host.collect_start_up_garbage(), host.collect_start_up_garbage()]
+print(json.dumps([deferred, on_during, cycle_outlived_start_up, ended, cycle() is None, gc.isenabled(),
+                  gc.get_freeze_count() >= len(kept)]))
+"""
+
+
+@pytest.mark.parametrize('keep', ['', '1'])
+def test_garbage_collection_waits_for_the_end_of_start_up_unless_the_user_keeps_it(keep):
+  env = {k: v for k, v in os.environ.items() if k != host.KEEP_GC_ENV}
+  if keep:
+    env[host.KEEP_GC_ENV] = keep
+  out = subprocess.run([sys.executable, '-c', _GC_SCRIPT, host.__file__], env=env, capture_output=True, text=True,
+                       check=True).stdout
+  deferred, on_during, outlived, ended, freed, on_after, frozen = json.loads(out)
+  if keep:  # nothing changed: the collector freed the cycle as usual, nothing is frozen
+    assert (deferred, on_during, outlived, ended, freed, on_after, frozen) == (
+        [False, False], True, False, [False, False], True, True, False)
+  else:  # off once, then one collection frees the cycle, the survivors are frozen and the collector is back on
+    assert (deferred, on_during, outlived, ended, freed, on_after, frozen) == (
+        [True, False], False, True, [True, False], True, True, True)
+

@@ -87,14 +87,19 @@ def test_the_package_has_no_import_cycle():
   assert cycle is None, ' -> '.join(cycle)
 
 
-def test_import_symjax_imports_the_model_and_no_trainer():
-  out = subprocess.run([sys.executable, '-c', 'import sys, symjax; print(" ".join(sorted(sys.modules)))'],
-                       capture_output=True, text=True, check=True, cwd=REPO).stdout.split()
-  loaded = {m for m in out if m.startswith('symjax')}
+def test_import_symjax_imports_no_jax_and_its_names_import_the_model_and_no_trainer():
+  """``python -m symjax.main`` imports the package and ``symjax.system.host`` before its own first line, which
+  defers the garbage collector (``host.defer_garbage_collection``): neither may import JAX, Flax or NumPy."""
+  script = ('import sys, symjax, symjax.system.host; print(" ".join(sorted(sys.modules))); symjax.Transformer; '
+            'print(" ".join(sorted(sys.modules)))')
+  before, after = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, check=True,
+                                 cwd=REPO).stdout.splitlines()
+  assert not {'jax', 'flax', 'numpy', 'symjax.model'} & set(before.split()), before
+  loaded = {m for m in after.split() if m.startswith('symjax')}
   assert 'symjax.model.transformer' in loaded
   heavy = ('symjax.train', 'symjax.run', 'symjax.cli', 'symjax.interpret')
   assert not {m for m in loaded if m.startswith(heavy)}, loaded
-  assert 'orbax.checkpoint' not in out and 'optax' not in out
+  assert 'orbax.checkpoint' not in after.split() and 'optax' not in after.split()
 
 
 def test_pyproject_ships_every_package_folder():

@@ -2,6 +2,7 @@
 sampling, and clear errors for bad configs and inputs."""
 
 import dataclasses
+import gc
 import glob
 import hashlib
 import json
@@ -22,6 +23,7 @@ import symjax
 from symjax.model import Transformer
 from symjax.run import sample
 from symjax.run import workdir as rundir
+from symjax.system import host
 from symjax.system import mesh as mesh_lib
 from symjax.tasks import base as tasks_base
 from symjax.tasks import text as text_tasks
@@ -428,6 +430,21 @@ def test_resume_that_cannot_continue_the_checkpoints_is_refused_and_moves_nothin
   # A change that the optimiser state does not depend on still resumes.
   final = train.train_and_evaluate(tiny_config(total_steps=20, grad_clip_norm=0.5), workdir)
   assert symjax.load(workdir).step == 20 and final['test']['loss'] > 0
+
+
+def test_the_trainer_turns_garbage_collection_back_on_after_the_first_step(tmp_path):
+  """The training command defers the collector (``host.defer_garbage_collection``); the trainer turns it back on
+  after the first step, and in a finished run resumed, which takes none."""
+  workdir = str(tmp_path / 'w')
+  try:
+    for _ in range(2):  # trains 2 steps, then resumes the finished run
+      assert host.defer_garbage_collection() and not gc.isenabled()
+      train.train_and_evaluate(tiny_config(total_steps=2, warmup_steps=1, eval_every_steps=2), workdir)
+      assert gc.isenabled() and gc.get_freeze_count() > 0
+      gc.unfreeze()
+  finally:
+    gc.unfreeze()
+    gc.enable()
 
 
 def test_compiled_steps_are_kept_in_the_persistent_cache(tmp_path):

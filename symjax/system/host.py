@@ -1,6 +1,7 @@
 """Process-wide settings of the host, applied first thing (``set_defaults``) by the trainer, the seed
 trainer, the tests and the CPU benchmarks: XLA:CPU's compiler flags, how JAX dispatches CPU programs, and
-glibc malloc's thresholds.
+glibc malloc's thresholds; and, for the training command alone, when Python's garbage collector runs
+(``defer_garbage_collection``).
 
 XLA:CPU allocates the temporary buffers of a compiled step afresh on every call and frees them when the
 call ends. With glibc's default malloc, buffers above its mmap threshold (128 KiB, rising with use to at
@@ -19,6 +20,7 @@ falls back after a peak, and the heap may hold more than the live data (measured
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import platform
 
@@ -127,6 +129,42 @@ def run_cpu_programs_inline() -> bool:
   if not jax.config.values[ASYNC_DISPATCH_OPTION]:
     return False
   jax.config.update(ASYNC_DISPATCH_OPTION, False)
+  return True
+
+
+KEEP_GC_ENV = 'SYMJAX_KEEP_GC'
+_gc_deferred = False
+
+
+def defer_garbage_collection() -> bool:
+  """Turns Python's cyclic garbage collector off until ``collect_start_up_garbage``: called first thing by the
+  training command (``symjax.main``), before JAX and Flax are imported. Returns whether it changed anything:
+  not with ``SYMJAX_KEEP_GC=1``, and not if the collector is off already.
+
+  Why: the imports and the first trace leave over a hundred thousand objects that live as long as the process.
+  The collector walked them again and again on the way to the first step, and each of its full passes over them
+  during training held the loop up for a fifth of a second (the docs' "Performance" page).
+  """
+  global _gc_deferred
+  if os.environ.get(KEEP_GC_ENV, '') not in ('', '0') or not gc.isenabled():
+    return False
+  gc.disable()
+  _gc_deferred = True
+  return True
+
+
+def collect_start_up_garbage() -> bool:
+  """Where ``defer_garbage_collection`` turned the collector off: collects the start-up's garbage once, moves
+  every object that survives it into the permanent generation (``gc.freeze``: the collector's passes skip
+  those from then on) and turns the collector back on. Called by the trainer after the first step. Returns
+  whether it ran."""
+  global _gc_deferred
+  if not _gc_deferred:
+    return False
+  _gc_deferred = False
+  gc.collect()
+  gc.freeze()
+  gc.enable()
   return True
 
 

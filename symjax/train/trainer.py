@@ -472,7 +472,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
           # The initialiser ran once. Its program (a large one: every initialiser) is freed here, after the first
           # step and not before it: unloading it holds the main thread up for a tenth of a second or more.
           run.init.clear_cache()
-          host.release_freed_memory()  # what the compiler freed
+          host.collect_start_up_garbage()  # the command's start-up, uncollected until now (host's docstring)
+          host.release_freed_memory()  # what the compiler and the collector freed
         if step % config.log_every_steps == 0 or step == config.total_steps:
           metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
           if not all(math.isfinite(v) for v in metrics.values()):
@@ -524,6 +525,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         bar.close()
     if manager is not None:
       manager.wait_until_finished()
+    host.collect_start_up_garbage()  # a finished run resumed takes no step
 
     # --- Final evaluation of the final parameters.
     score = lambda split: metrics_lib.evaluate(eval_step, state.params, metrics_lib.split_batches(

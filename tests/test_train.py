@@ -666,7 +666,8 @@ def test_the_step_compiled_ahead_runs_at_its_first_call_without_tracing_again(tm
   rng = jax.random.key(config.seed)
   with jax.set_mesh(mesh):
     run = train.compile_run(s.model, s.tx, train.StepOptions.of(config, s.task), rng, mesh, (), s.task.seq_len)
-    train.compile_ahead(run.train_step, mesh, run.abstract_state, train.abstract_batch(s.task, config, mesh)).result()
+    train.compile_ahead(lambda: (run.train_step, run.abstract_state), mesh,
+                        train.abstract_batch(s.task, config, mesh)).result()
     assert traced == [1]
     put = mesh_lib.batch_putter(mesh)
     state, metrics = run.train_step(run.init(rng), put(s.task.batch('train', 0, config.batch_size, config.seed)))
@@ -695,12 +696,19 @@ def test_a_kept_step_runs_without_tracing_and_gives_the_traced_step_bit_for_bit(
   kept = str(tmp_path / 'kept' / 'step.jaxexport')
   config, s, mesh, run = _compiled_tiny_run(tmp_path)
   batch_shapes = train.abstract_batch(s.task, config, mesh)
-  first = train.compile_ahead(run.train_step, mesh, run.abstract_state, batch_shapes, kept, run.step_jit).result()
+  first = train.compile_ahead(lambda: (run.train_step, run.abstract_state), mesh, batch_shapes, kept).result()
   assert traced == [1] and os.path.isfile(kept) and first is not run.train_step
   _, _, _, again = _compiled_tiny_run(tmp_path)
-  second = train.compile_ahead(again.train_step, mesh, again.abstract_state, batch_shapes, kept,
-                               again.step_jit).result()
-  assert traced == [1]
+  order = []
+  real_lower = exported.lower
+  monkeypatch.setattr(exported, 'lower', lambda *a: (order.append('lowered'), real_lower(*a))[1])
+
+  def given():  # the main thread's trace of the state's shapes, which a kept step does not wait for
+    order.append('traced')
+    return again.train_step, again.abstract_state
+
+  second = train.compile_ahead(given, mesh, batch_shapes, kept).result()
+  assert traced == [1] and order == ['lowered', 'traced']
   put = mesh_lib.batch_putter(mesh)
   rng = jax.random.key(config.seed)
   with jax.set_mesh(mesh):
@@ -722,8 +730,8 @@ def test_an_unusable_kept_step_is_one_warning_line_and_the_run_goes_on(tmp_path,
   batch_shapes = train.abstract_batch(s.task, config, mesh)
   kept = tmp_path / 'step.jaxexport'
   kept.write_bytes(b'not a program' * 10)
-  step = train.compile_ahead(run.train_step, mesh, run.abstract_state, batch_shapes, str(kept),
-                             run.step_jit).result()
+  step = train.compile_ahead(lambda: (run.train_step, run.abstract_state), mesh, batch_shapes,
+                             str(kept)).result()
   err = capsys.readouterr().err
   assert err.count('\n') == 1 and 'is corrupt (its checksum does not match)' in err, err
   assert step is not run.train_step and exported.read(str(kept)) is not None  # kept again
@@ -731,16 +739,16 @@ def test_an_unusable_kept_step_is_one_warning_line_and_the_run_goes_on(tmp_path,
   other = dict(batch_shapes, inputs=jax.ShapeDtypeStruct((3, 5), batch_shapes['inputs'].dtype))
   kept.write_bytes(exported.export(jax.jit(lambda st, b: (st, {'loss': b['inputs'].sum()})), run.abstract_state,
                                    other))
-  step = train.compile_ahead(run.train_step, mesh, run.abstract_state, batch_shapes, str(kept),
-                             run.step_jit).result()
+  step = train.compile_ahead(lambda: (run.train_step, run.abstract_state), mesh, batch_shapes,
+                             str(kept)).result()
   err = capsys.readouterr().err
   assert err.count('\n') == 1 and 'cannot be used (ValueError: exported for inputs' in err, err
   assert step is run.train_step
 
   blocker = tmp_path / 'a_file'
   blocker.write_text('x')
-  step = train.compile_ahead(run.train_step, mesh, run.abstract_state, batch_shapes, str(blocker / 's.jaxexport'),
-                             run.step_jit).result()
+  step = train.compile_ahead(lambda: (run.train_step, run.abstract_state), mesh, batch_shapes,
+                             str(blocker / 's.jaxexport')).result()
   err = capsys.readouterr().err
   assert err.count('\n') == 1 and 'the training step cannot be kept in' in err, err
   assert step is not run.train_step  # exported in memory all the same: the run calls what a rerun would
@@ -827,7 +835,7 @@ def test_the_kept_steps_key_follows_what_the_trace_reads(tmp_path, monkeypatch):
   batch_shapes = train.abstract_batch(s.task, config, mesh)
   options = train.StepOptions.of(config, s.task)
   key = lambda config=config, name='train': exported.step_key(name, config, s.model_config, options, mesh,
-                                                              run.abstract_state, batch_shapes)
+                                                              batch_shapes)
   assert key() == key() and len(key()) == 64
   changed = tiny_config('symbolic')
   changed.learning_rate = config.learning_rate * 2  # a constant of the traced step
@@ -881,9 +889,9 @@ for name, fn in steps.items():
     exported.write(path, exported.export(jax.jit(fn), state, batch))
     continue
   data = exported.read(path)
-  step = exported.as_step(data, state, batch)
-  exported.lower(step, data, state, batch).compile()
-  new_state, metrics = step({'w': x}, {'x': x})
+  flat, args = exported.flat_step(data, jax.make_mesh((1,), ('d',)), batch)
+  exported.lower(flat, data, *args).compile()
+  new_state, metrics = exported.as_step(flat, args, state, batch)({'w': x}, {'x': x})
   if name == 'plain':
     assert b'lapack_' not in data and float(metrics['loss']) == 33.0, metrics
     print('scipy after a plain step:', 'scipy.linalg' in sys.modules)

@@ -6,10 +6,10 @@ step in Python (the longest part of a warm start: the docs' "Performance" page) 
 ``export`` serializes the traced step with ``jax.export`` (JAX's format for a lowered program), ``write``
 keeps it under a key made of everything the trace reads (``step_key``: symjax's own source, the versions of
 the libraries it traces through, the config, the typed model config, the step's options, JAX's settings, the
-devices and mesh, and the shapes, dtypes and shardings of the state and batch). ``read`` and ``as_step`` give
-back a jitted step that calls the kept program with the run's shardings and donation. XLA inlines the call,
-so it compiles to the program the traced step compiles to (tested bit for bit), and JAX's cache then holds
-its executable as usual.
+devices and mesh, and the shapes, dtypes and shardings of the batch). ``read`` and ``flat_step`` give back a
+jitted step that calls the kept program with the shardings and donation it was exported with, and
+``as_step`` a function of the run's state. XLA inlines the call, so it compiles to the program the traced
+step compiles to (tested bit for bit), and JAX's cache then holds its executable as usual.
 
 The initial state is kept there too (``write_state``, ``read_state``), under a key made the same way (the
 config holds the seed): a warm start then reads its arrays instead of reading the initialiser's program from
@@ -73,9 +73,10 @@ def _avals(tree) -> list[str]:
   return [f'{x.shape} {x.dtype} {getattr(x, "sharding", None)}' for x in jax.tree.leaves(tree)]
 
 
-def step_key(name: str, config, model_config, options, mesh, abstract_state, abstract_batch) -> str:
+def step_key(name: str, config, model_config, options, mesh, abstract_batch) -> str:
   """The key of one step's program (or, named 'init', of the initial state): a digest of everything its trace
-  depends on (the module docstring)."""
+  depends on (the module docstring). The state's shapes, dtypes and shardings follow from the rest, so a start
+  finds its kept step before tracing the initialiser for them; ``as_step`` and ``read_state`` check them."""
   parts = {
       'step': name,
       'source': source_digest(),
@@ -86,7 +87,6 @@ def step_key(name: str, config, model_config, options, mesh, abstract_state, abs
       'jax_config': sorted((k, repr(v)) for k, v in jax.config.values.items()),
       'devices': [(d.platform, d.device_kind, d.id) for d in jax.devices()],
       'mesh': repr(mesh),
-      'state': [str(jax.tree.structure(abstract_state))] + _avals(abstract_state),
       'batch': [str(jax.tree.structure(abstract_batch))] + _avals(abstract_batch),
   }
   return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
@@ -228,28 +228,56 @@ def read_state(path: str, abstract_state):
   return jax.tree.unflatten(jax.tree.structure(abstract_state), leaves)
 
 
-def as_step(data: bytes, abstract_state, abstract_batch, **jit_kw: Any) -> Callable:
-  """The step ``export`` serialized, as a function of ``(state, batch)`` jitted with ``jit_kw`` (the run's
-  shardings and donation). Raises ValueError if it was exported for other shapes or dtypes."""
+def flat_step(data: bytes, mesh, abstract_batch) -> tuple[Callable, tuple[Any, Any]]:
+  """The step ``export`` serialized, jitted as a function of ``(the state's leaves as a tuple, batch)`` with the
+  shardings it was exported with (on ``mesh``) and the state's leaves donated, and the abstract arguments it
+  takes (shapes, dtypes and shardings). Neither needs the run's state: a warm start compiles the step while the
+  main thread traces the initialiser for the state's shapes; ``as_step`` then gives it the state's pytree.
+
+  An input the program never reads (the key mask of a task without padding) was exported without a sharding;
+  it gets ``abstract_batch``'s, the one the run's batches have, or the first call would compile again."""
   exported = jax.export.deserialize(bytearray(data[:-_DIGEST_BYTES]))
-  want = [(tuple(x.shape), x.dtype) for x in jax.tree.leaves((abstract_state, abstract_batch))]
-  got = [(tuple(a.shape), a.dtype) for a in exported.in_avals]
-  if got != want:
-    raise ValueError(f'exported for inputs {got}, not {want}')
+  in_shardings = list(exported.in_shardings_jax(mesh))
+  batch_leaves = jax.tree.leaves(abstract_batch)
+  first = len(in_shardings) - len(batch_leaves)
+  if first >= 0:  # else exported for another batch: as_step says so
+    for i, leaf in enumerate(batch_leaves):
+      in_shardings[first + i] = in_shardings[first + i] or getattr(leaf, 'sharding', None)
+  args, _ = jax.tree.unflatten(exported.in_tree, [
+      jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s) for a, s in zip(exported.in_avals, in_shardings)])
+  step = jax.jit(exported.call, in_shardings=jax.tree.unflatten(exported.in_tree, in_shardings)[0],
+                 out_shardings=jax.tree.unflatten(exported.out_tree, exported.out_shardings_jax(mesh)),
+                 donate_argnums=0)
+  return step, args
+
+
+def as_step(step: Callable, args: tuple[Any, Any], abstract_state, abstract_batch) -> Callable:
+  """``flat_step``'s step and arguments as a function of ``(state, batch) -> (state, metrics)`` for the run's
+  state. Raises ValueError if it was exported for other shapes, dtypes or shardings."""
+  leaves, batch = args
+  have, want = jax.tree.leaves((leaves, batch)), jax.tree.leaves((abstract_state, abstract_batch))
+  got = [(tuple(a.shape), a.dtype) for a in have]
+  expected = [(tuple(w.shape), w.dtype) for w in want]
+  if got != expected or jax.tree.structure(batch) != jax.tree.structure(abstract_batch):
+    raise ValueError(f'exported for inputs {got}, not {expected}')
+  for a, w in zip(have, want):
+    if (a.sharding is not None and w.sharding is not None
+        and not a.sharding.is_equivalent_to(w.sharding, len(w.shape))):
+      raise ValueError(f'exported for an input of shape {tuple(w.shape)} sharded as {a.sharding}, not {w.sharding}')
   state_tree = jax.tree.structure(abstract_state)
 
-  def step(state, batch):
-    leaves, metrics = exported.call(tuple(jax.tree.leaves(state)), batch)
-    return jax.tree.unflatten(state_tree, leaves), metrics
+  def run(state, batch):
+    new_leaves, metrics = step(tuple(jax.tree.leaves(state)), batch)
+    return jax.tree.unflatten(state_tree, new_leaves), metrics
 
-  return jax.jit(step, **jit_kw)
+  return run
 
 
 _hook_lock = threading.Lock()
 
 
 def lower(step, data: bytes, *args):
-  """``step.lower(*args)`` for a step ``as_step`` made from ``data``, without SciPy when the program needs none.
+  """``step.lower(*args)`` for a step ``flat_step`` made from ``data``, without SciPy when the program needs none.
 
   Before it lowers a call of any exported program for a CPU, JAX readies its LAPACK kernels, which imports
   SciPy's LAPACK wrappers: 0.3-0.4 s of Python holding the GIL at every warm start, most of the kept step's

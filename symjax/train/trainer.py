@@ -168,7 +168,6 @@ class CompiledRun:
   shardings: Any
   init: Any                   # rng -> sharded TrainState
   train_step: Any             # (state, batch) -> (state, metrics); donates the state
-  step_jit: dict[str, Any]    # train_step's shardings and donation (jax.jit's keywords)
   eval_step: Any              # (params, batch) -> metric sums
   all_finite: Any             # pytree -> bool array
 
@@ -193,7 +192,7 @@ def compile_run(model: Transformer, tx, options: StepOptions, rng, mesh, rules, 
   return CompiledRun(
       abstract_state=abstract_state, shardings=shardings,
       init=jax.jit(lambda k: nn.meta.unbox(init(k)), out_shardings=shardings),
-      train_step=jax.jit(lambda state, batch: train_step(state, batch, rng), **step_jit), step_jit=step_jit,
+      train_step=jax.jit(lambda state, batch: train_step(state, batch, rng), **step_jit),
       eval_step=jax.jit(eval_step, in_shardings=(shardings.params, batch_sharding),
                         out_shardings=replicated),
       all_finite=jax.jit(lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)])),
@@ -295,42 +294,50 @@ def abstract_batch(task: tasks.Task, config: ml_collections.ConfigDict, mesh) ->
           for k, v in task.batch('train', 0, config.batch_size, config.seed).items()}
 
 
-def compile_ahead(step_fn, mesh, abstract_state, abstract_batch, kept: str | None = None,
-                  step_jit: dict[str, Any] | None = None) -> concurrent.futures.Future:
-  """Makes the program of the first training step on a worker thread, for the shapes and shardings of
-  ``abstract_state`` and ``abstract_batch``; the future's result is the step to call. JAX keeps the trace,
-  the lowering and the executable in that step's own caches, so its first call with arrays of those shapes
-  and shardings runs the program at once.
+def compile_ahead(traced: Callable[[], tuple[Any, Any]], mesh, abstract_batch, kept: str | None = None
+                  ) -> concurrent.futures.Future:
+  """Makes the program of the first training step on a worker thread, for batches of ``abstract_batch``'s
+  shapes and shardings; the future's result is the step to call, ``(state, batch) -> (state, metrics)``.
+  ``traced()`` gives the jitted step and the state's abstract arrays (``CompiledRun.train_step`` and
+  ``abstract_state``); it may wait for the main thread to trace them, and is called only once the worker
+  needs them. JAX keeps the trace, the lowering and the executable in the step's own caches, so its first call
+  with arrays of those shapes and shardings runs the program at once.
 
-  Without ``kept``, the result is the jitted ``step_fn``, traced, lowered and compiled (or read from the
-  persistent cache). With ``kept``, a path from ``exported.path_for``, the result is the step kept there
-  (``symjax.train.exported``), jitted with ``step_jit`` (``CompiledRun.step_jit``) and compiled without
-  tracing ``step_fn``. If none is kept there, ``step_fn`` is traced and exported there first, and the run
+  Without ``kept``, the result is the jitted step, traced, lowered and compiled (or read from the persistent
+  cache). With ``kept``, a path from ``exported.path_for``, the step kept there (``symjax.train.exported``) is
+  compiled without tracing anything and without the state's shapes, and the result calls it
+  (``exported.as_step``). If none is kept there, the step is traced and exported there first, and the run
   calls the kept step all the same: a rerun then finds the program it compiled in the persistent cache.
 
-  Why: a warm start spends most of its time before the first step in Python, tracing the step, and in
-  reading the compiled program back from the cache. The reading lets go of the GIL, as do initialising and
-  restoring the state, so the main thread does those meanwhile (the docs' "Performance" page). Only the mesh
+  Why: a warm start spends most of its time before the first step in Python, importing and tracing, and in
+  reading the compiled program back from the cache. The reading lets go of the GIL, so the main thread traces
+  the initialiser and reads or initialises the state meanwhile (the docs' "Performance" page). Only the mesh
   is carried over to the worker: under another setting made for the calling thread alone (a ``with
   jax.default_matmul_precision(...)`` block) the first call misses these caches and compiles its own program."""
-  def kept_step():
-    """The kept step and its serialized program."""
-    data = exported.read(kept)
-    if data is None:
-      data = exported.export(step_fn, abstract_state, abstract_batch)
-      exported.write(kept, data)
-    return exported.as_step(data, abstract_state, abstract_batch, **(step_jit or {})), data
+  def use(e: Exception) -> None:
+    print(f'WARNING: the training step kept in {kept} cannot be used ({type(e).__name__}: {e}); tracing '
+          f'the step instead', file=sys.stderr)
 
   def compile_():
     with jax.set_mesh(mesh):  # the mesh context is the calling thread's own
       if kept:
-        try:
-          step, data = kept_step()
-          exported.lower(step, data, abstract_state, abstract_batch).compile()
-          return step
-        except Exception as e:  # a step this JAX cannot export, read back or compile: the traced one runs
-          print(f'WARNING: the training step kept in {kept} cannot be used ({type(e).__name__}: {e}); tracing '
-                f'the step instead', file=sys.stderr)
+        data = exported.read(kept)
+        if data is None:
+          step_fn, abstract_state = traced()
+          try:  # a step this JAX cannot export: the traced one runs
+            data = exported.export(step_fn, abstract_state, abstract_batch)
+          except Exception as e:  # pylint: disable=broad-except
+            use(e)
+          else:
+            exported.write(kept, data)
+        if data is not None:
+          try:  # a step this JAX cannot read back, compile or call with the run's state: the traced one runs
+            step, args = exported.flat_step(data, mesh, abstract_batch)
+            exported.lower(step, data, *args).compile()
+            return exported.as_step(step, args, traced()[1], abstract_batch)
+          except Exception as e:  # pylint: disable=broad-except
+            use(e)
+      step_fn, abstract_state = traced()
       step_fn.lower(abstract_state, abstract_batch).compile()
       return step_fn
 
@@ -391,30 +398,35 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   put = mesh_lib.batch_putter(mesh)
 
   with jax.set_mesh(mesh):
-    # --- State shapes and shardings, compiled steps.
-    rng = jax.random.key(config.seed)
-    objective = None
-    if teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.train.distill)
-      objective = distill.make_objective(model_config, distill.teacher_on(mesh, teacher), config)
-    run = compile_run(model, tx, StepOptions.of(config, task), rng, mesh, rules, task.seq_len, objective)
-    # Program training's soft phase: the same parameters through the soft model (model.hard off).
-    soft = dataclasses.replace(model_config, hard=False, gumbel_scale=0.0, gumbel_scale_end=None)
-    soft_step = compile_run(model_lib.build(soft), tx, StepOptions.of(config, task), rng, mesh, rules, task.seq_len,
-                            objective).train_step if config.get('soft_steps', 0) else None
-    num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
-
-    # --- The first step's program, traced and compiled (or read from the cache) on a worker thread while the
-    # state is restored or initialised below.
+    # --- The first step's program, compiled (or read from the cache) on a worker thread while the state's shapes
+    # are traced and the state is restored or initialised below. A kept step needs neither.
     saved_steps = rundir.checkpoint_steps(workdir)
-    soft_first = soft_step is not None and max(saved_steps, default=0) < config.soft_steps
+    soft_first = bool(config.get('soft_steps', 0)) and max(saved_steps, default=0) < config.soft_steps
     batch_shapes = abstract_batch(task, config, mesh)
-    key = lambda name: exported.step_key(name, config, model_config, StepOptions.of(config, task), mesh,
-                                         run.abstract_state, batch_shapes)
+    options = StepOptions.of(config, task)
+    key = lambda name: exported.step_key(name, config, model_config, options, mesh, batch_shapes)
     kept = None
-    if objective is None:  # a teacher's parameters are constants of the traced step: not in the key
+    if teacher is None:  # a teacher's parameters are constants of the traced step: not in the key
       kept = exported.path_for(key('soft' if soft_first else 'train'))
-    ahead = compile_ahead(soft_step if soft_first else run.train_step, mesh, run.abstract_state, batch_shapes,
-                          kept, run.step_jit)
+    traced: concurrent.futures.Future = concurrent.futures.Future()
+    ahead = compile_ahead(traced.result, mesh, batch_shapes, kept)
+
+    # --- State shapes and shardings, compiled steps.
+    try:
+      rng = jax.random.key(config.seed)
+      objective = None
+      if teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.train.distill)
+        objective = distill.make_objective(model_config, distill.teacher_on(mesh, teacher), config)
+      run = compile_run(model, tx, options, rng, mesh, rules, task.seq_len, objective)
+      # Program training's soft phase: the same parameters through the soft model (model.hard off).
+      soft = dataclasses.replace(model_config, hard=False, gumbel_scale=0.0, gumbel_scale_end=None)
+      soft_step = compile_run(model_lib.build(soft), tx, options, rng, mesh, rules, task.seq_len,
+                              objective).train_step if config.get('soft_steps', 0) else None
+    except BaseException as e:  # the worker waits for these: it fails too, and the error is raised here
+      traced.set_exception(e)
+      raise
+    traced.set_result((soft_step if soft_first else run.train_step, run.abstract_state))
+    num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
 
     # --- Checkpoints: resume from the latest valid one. A run with none to resume makes its manager at its
     # first save: Orbax's import and set-up would hold up the first step.

@@ -187,8 +187,8 @@ def write_state(path: str, state) -> bool:
 def _drop_old_states(folder: str) -> None:
   """Deletes the kept states of ``folder`` read or written least recently, past MAX_KEPT_STATES_BYTES in all."""
   try:
-    paths = [e.path for e in os.scandir(folder) if e.name.endswith(STATE_SUFFIX)]
-    kept = sorted(((os.stat(p).st_mtime, os.stat(p).st_size, p) for p in paths), reverse=True)
+    stats = [(e.path, e.stat()) for e in os.scandir(folder) if e.name.endswith(STATE_SUFFIX)]
+    kept = sorted(((st.st_mtime, st.st_size, p) for p, st in stats), reverse=True)
   except OSError:  # another process is deleting them too
     return
   total = 0
@@ -242,7 +242,8 @@ def flat_step(data: bytes, mesh, abstract_batch) -> tuple[Callable, tuple[Any, A
   first = len(in_shardings) - len(batch_leaves)
   if first >= 0:  # else exported for another batch: as_step says so
     for i, leaf in enumerate(batch_leaves):
-      in_shardings[first + i] = in_shardings[first + i] or getattr(leaf, 'sharding', None)
+      if in_shardings[first + i] is None:
+        in_shardings[first + i] = getattr(leaf, 'sharding', None)
   args, _ = jax.tree.unflatten(exported.in_tree, [
       jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s) for a, s in zip(exported.in_avals, in_shardings)])
   step = jax.jit(exported.call, in_shardings=jax.tree.unflatten(exported.in_tree, in_shardings)[0],

@@ -28,7 +28,7 @@ from symjax.system import mesh as mesh_lib
 from symjax.tasks import base as tasks_base
 from symjax.tasks import text as text_tasks
 from symjax.train import config as config_lib
-from symjax.train import exported, optim
+from symjax.train import early, exported, optim
 from symjax.train import trainer as train
 
 pytestmark = pytest.mark.slow  # end to end: every test here trains or runs a command
@@ -457,7 +457,33 @@ def test_compiled_steps_are_kept_in_the_persistent_cache(tmp_path):
   names = os.listdir(cache)
   assert any(name.startswith('jit_eval_step') for name in names), names  # quick to compile, kept all the same
   kept = os.listdir(cache / exported.FOLDER)  # and the traced training step and initial state (symjax.train.exported)
-  assert sorted(os.path.splitext(name)[1] for name in kept) == sorted([exported.SUFFIX, exported.STATE_SUFFIX]), kept
+  assert sorted(os.path.splitext(name)[1] for name in kept) == sorted([exported.SUFFIX, exported.STATE_SUFFIX,
+                                                                       early.NOTE_SUFFIX]), kept
+  # The same command again: its step, noted by the first, is compiled before the trainer is imported and runs.
+  spy = textwrap.dedent('''
+      import sys
+      from symjax.train import early, exported
+      start, read = early.start, exported.read
+      def early_start(config):
+        made = start(config)
+        print('early step:', made is not None and made.future.result() is not None, file=sys.stderr)
+        return made
+      def logged_read(path, *args, **kwargs):
+        print('read', path[-10:], kwargs.get('quiet', False), file=sys.stderr)
+        return read(path, *args, **kwargs)
+      early.start, exported.read = early_start, logged_read
+      sys.argv[0] = 'symjax.main'
+      import symjax.main
+      symjax.main.train.run()
+  ''')
+  args = [f'--config={REPO}/configs/symbolic.py:size=tiny', '--config.total_steps=4', '--config.warmup_steps=1',
+          '--config.eval_every_steps=2', '--config.progress_bar=false', f'--config.compilation_cache_dir={cache}']
+  again = subprocess.run([sys.executable, '-c', spy, *args, f'--workdir={tmp_path / "again"}'], check=True,
+                         capture_output=True, text=True, env=env, cwd=tmp_path).stderr
+  assert 'early step: True' in again and f'read {exported.SUFFIX[-10:]} True' in again, again
+  assert f'read {exported.SUFFIX[-10:]} False' not in again, again  # the trainer's own worker read no step
+  final = [json.loads((tmp_path / run / rundir.FINAL_FILE).read_text()) for run in ('run', 'again')]
+  assert final[0] == final[1]
 
 
 def test_an_unwritable_compilation_cache_is_one_warning_and_no_cache(tmp_path, capsys):
@@ -466,7 +492,7 @@ def test_an_unwritable_compilation_cache_is_one_warning_and_no_cache(tmp_path, c
   before = jax.config.jax_compilation_cache_dir  # set by an earlier run in this process, if any
   jax.config.update('jax_compilation_cache_dir', None)  # else the config's folder is not used at all
   try:
-    train.use_compilation_cache(tiny_config(compilation_cache_dir=str(blocker / 'cache')))
+    early.use_compilation_cache(tiny_config(compilation_cache_dir=str(blocker / 'cache')))
     err = capsys.readouterr().err
     assert err.count('\n') == 1, err
     assert 'cannot be created or written (Not a directory); compiling without the persistent cache' in err
@@ -889,7 +915,7 @@ for name, fn in steps.items():
     exported.write(path, exported.export(jax.jit(fn), state, batch))
     continue
   data = exported.read(path)
-  flat, args = exported.flat_step(data, jax.make_mesh((1,), ('d',)), batch)
+  flat, args = exported.flat_step(data, jax.make_mesh((1,), ('d',)))
   exported.lower(flat, data, *args).compile()
   new_state, metrics = exported.as_step(flat, args, state, batch)({'w': x}, {'x': x})
   if name == 'plain':
@@ -930,3 +956,83 @@ def test_importing_the_trainer_leaves_orbax_tensorstore_and_tensorboardx_for_lat
           "print(sorted(m for m in ('orbax.checkpoint', 'tensorstore', 'tensorboardX') if m in sys.modules))")
   out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, cwd=REPO)
   assert out.stdout.strip() == '[]'
+
+
+def test_a_start_compiles_the_step_its_last_start_noted_and_the_trainer_checks_the_note(tmp_path, monkeypatch):
+  """The trainer notes its step's key under the config's digest; ``early.start`` compiles the step noted, and
+  the trainer calls it (its own worker reads nothing) with the same results as a run without it. A note that
+  names another step is not used, and the trainer notes the right key again."""
+  previous = jax.config.jax_compilation_cache_dir
+  jax.config.update('jax_compilation_cache_dir', str(tmp_path / 'cache'))
+  try:
+    config = tiny_config('standard', total_steps=3, warmup_steps=1, eval_every_steps=3)
+    assert early.start(config) is None  # nothing noted yet
+    first = train.train_and_evaluate(config, str(tmp_path / 'a'))
+    (note,) = glob.glob(str(tmp_path / 'cache' / exported.FOLDER / ('*' + early.NOTE_SUFFIX)))
+    with open(note) as f:
+      noted = f.read()
+    assert os.path.isfile(exported.path_for(noted))
+    assert early.start(tiny_config('standard', total_steps=3, warmup_steps=1, eval_every_steps=3, seed=1)) is None
+
+    made = early.start(config)
+    assert made is not None and made.key == noted and made.future.result() is not None
+    reads = []
+    real_read = exported.read
+    monkeypatch.setattr(exported, 'read', lambda path, *a, **k: (reads.append(path), real_read(path, *a, **k))[1])
+    second = train.train_and_evaluate(config, str(tmp_path / 'b'), early=made)
+    assert not [p for p in reads if p.endswith(exported.SUFFIX)], reads  # the early step ran
+    assert second == first
+
+    with open(note, 'w') as f:
+      f.write('0' * 64)  # as if the corpus had changed under the same config
+    wrong = early.start(config)
+    assert wrong is not None and wrong.future.result() is None  # no step kept under that key
+    reads.clear()
+    third = train.train_and_evaluate(config, str(tmp_path / 'c'), early=wrong)
+    assert [p for p in reads if p.endswith(exported.SUFFIX)] == [exported.path_for(noted)]
+    assert third == first
+    with open(note) as f:
+      assert f.read() == noted
+  finally:
+    jax.config.update('jax_compilation_cache_dir', previous)
+
+
+def test_no_early_start_for_several_processes_a_soft_phase_or_a_teacher():
+  multi = tiny_config('standard')
+  multi.distributed.num_processes = 2
+  gloo = tiny_config('standard')
+  gloo.distributed.cpu_collectives = 'gloo'
+  assert not early.single_process(multi) and not early.single_process(gloo)
+  assert early.single_process(tiny_config('standard'))
+  assert early.start(multi) is None and early.start(gloo) is None
+
+
+def test_priming_a_kept_step_runs_it_on_zeros_and_changes_no_later_result(monkeypatch):
+  """``exported.prime`` calls the flat step once on zeros of its arguments' shapes (the state is donated, so the
+  zeros are gone afterwards); the step's results on real arrays are those of a step never primed. Not for a
+  state above MAX_STATE_BYTES, nor one holding a PRNG key."""
+  def step_fn(state, batch):
+    return {'w': state['w'] * 2 + batch['x'].sum()}, {'loss': (batch['x'] ** 2).sum()}
+
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  state, batch = {'w': jax.ShapeDtypeStruct(x.shape, x.dtype)}, {'x': jax.ShapeDtypeStruct(x.shape, x.dtype)}
+  data = exported.export(jax.jit(step_fn), state, batch)
+  mesh = jax.make_mesh((1,), ('d',))
+  outputs = []
+  for primed in (False, True):
+    flat, args = exported.flat_step(data, mesh)
+    exported.lower(flat, data, *args).compile()
+    if primed:
+      executed = []
+      real_call = flat.__call__
+      assert exported.prime(lambda *a: (executed.append([np.asarray(v) for v in jax.tree.leaves(a)]),
+                                         real_call(*a))[1], args)
+      assert all(not v.any() for v in executed[0]) and len(executed[0]) == 2  # the state and batch, all zeros
+    outputs.append(exported.as_step(flat, args, state, batch)({'w': jnp.asarray(x)}, {'x': jnp.asarray(x)}))
+  assert_trees_equal(outputs[0], outputs[1])
+  np.testing.assert_array_equal(outputs[1][0]['w'], x * 2 + x.sum())
+  monkeypatch.setattr(exported, 'MAX_STATE_BYTES', 40)  # the 48 bytes of the two arrays
+  assert not exported.prime(flat, args)
+  keyed = (jax.ShapeDtypeStruct((), jax.random.key(0).dtype), args[1])
+  monkeypatch.undo()
+  assert not exported.prime(flat, keyed)

@@ -18,7 +18,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 import symjax.configs as configs  # configs/ at the top of the repository, shipped as symjax.configs
-from symjax.system.errors import InputError
+from symjax.system.errors import InputError, TrainingDiverged
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, f'A recipe, NAME[:key=value,...] with NAME one of {", ".join(configs.names())} (e.g. '
@@ -123,7 +123,6 @@ def check_workdir(workdir: str) -> None:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  from symjax.train import trainer as train  # after flag parsing: keeps --help fast
   if not flags.FLAGS['verbosity'].present:  # Orbax logs every save at INFO; --verbosity=0 shows it
     logging.set_verbosity(logging.WARNING)
   try:
@@ -133,10 +132,14 @@ def main(argv):
     print(f'error: {config_error(e, sys.argv)}', file=sys.stderr)
     sys.exit(2)
   workdir = _WORKDIR.value or default_workdir(flags.FLAGS['config'].config_filename, sys.argv)
+  from symjax.train import early  # after flag parsing: keeps --help fast
   try:
     check_workdir(workdir)
-    train.train_and_evaluate(config, workdir)
-  except (InputError, train.TrainingDiverged) as e:  # anything else is a fault of the code: its traceback shows
+    # The step an earlier start of this command trained, compiled while the trainer is imported (early's docstring).
+    ahead = early.start(config)
+    from symjax.train import trainer as train
+    train.train_and_evaluate(config, workdir, early=ahead)
+  except (InputError, TrainingDiverged) as e:  # anything else is a fault of the code: its traceback shows
     print(f'error: {e}', file=sys.stderr)
     sys.exit(1)
 

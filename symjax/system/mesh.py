@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import flax.linen as nn
 import jax
 import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec
@@ -66,6 +65,7 @@ def make_mesh(data: int, vocab: int, batch_size: int) -> jax.sharding.Mesh:
 
 def state_shardings(abstract_boxed, mesh, rules) -> Any:
   """NamedShardings of the state from the model's logical axis names and the config's rules."""
+  import flax.linen as nn  # here: the training command makes its mesh before Flax is imported (symjax.train.early)
   return nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_boxed), mesh, rules)
 
 

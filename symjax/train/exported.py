@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -34,11 +35,9 @@ import threading
 import zipfile
 from typing import Any, Callable
 
-import flax
 import jax
 import jaxlib
 import numpy as np
-import optax
 
 from symjax.system import files
 
@@ -69,6 +68,14 @@ def source_digest() -> str:
   return digest.hexdigest()
 
 
+@functools.cache
+def versions() -> tuple[str, ...]:
+  """The versions of Python and of the libraries the step is traced through. Flax's and Optax's are read from
+  their installed metadata, not imported: ``symjax.train.early`` keys a step before the trainer imports them."""
+  return (jax.__version__, jaxlib.__version__, importlib.metadata.version('flax'),
+          importlib.metadata.version('optax'), sys.version)
+
+
 def _avals(tree) -> list[str]:
   return [f'{x.shape} {x.dtype} {getattr(x, "sharding", None)}' for x in jax.tree.leaves(tree)]
 
@@ -80,7 +87,7 @@ def step_key(name: str, config, model_config, options, mesh, abstract_batch) -> 
   parts = {
       'step': name,
       'source': source_digest(),
-      'versions': [jax.__version__, jaxlib.__version__, flax.__version__, optax.__version__, sys.version],
+      'versions': list(versions()),
       'config': config.to_json_best_effort(sort_keys=True),
       'model_config': repr(model_config),
       'options': repr(options),
@@ -146,20 +153,23 @@ def write(path: str, data: bytes, what: str = 'training step', again: str = 'tra
   return True
 
 
-def read(path: str, what: str = 'training step', instead: str = 'tracing the step') -> bytes | None:
+def read(path: str, what: str = 'training step', instead: str = 'tracing the step', quiet: bool = False
+         ) -> bytes | None:
   """``export``'s (or ``write_state``'s) bytes kept at ``path``, or None if there are none (a warning line if
-  the file is there but unreadable or corrupt)."""
+  the file is there but unreadable or corrupt, unless ``quiet``: a guess of ``symjax.train.early``, whose
+  failure the trainer's own read then reports)."""
+  warn = (lambda message: None) if quiet else _warn
   try:
     with open(path, 'rb') as f:
       data = f.read()
   except (FileNotFoundError, NotADirectoryError):
     return None
   except OSError as e:
-    _warn(f'the kept {what} {path} cannot be read ({e.strerror or e}); {instead} instead')
+    warn(f'the kept {what} {path} cannot be read ({e.strerror or e}); {instead} instead')
     return None
   blob, digest = data[:-_DIGEST_BYTES], data[-_DIGEST_BYTES:]
   if len(data) <= _DIGEST_BYTES or hashlib.sha256(blob).digest() != digest:
-    _warn(f'the kept {what} {path} is corrupt (its checksum does not match); {instead} again')
+    warn(f'the kept {what} {path} is corrupt (its checksum does not match); {instead} again')
     return None
   return data
 
@@ -228,25 +238,22 @@ def read_state(path: str, abstract_state):
   return jax.tree.unflatten(jax.tree.structure(abstract_state), leaves)
 
 
-def flat_step(data: bytes, mesh, abstract_batch) -> tuple[Callable, tuple[Any, Any]]:
+def flat_step(data: bytes, mesh, batch_sharding=None) -> tuple[Callable, tuple[Any, Any]]:
   """The step ``export`` serialized, jitted as a function of ``(the state's leaves as a tuple, batch)`` with the
   shardings it was exported with (on ``mesh``) and the state's leaves donated, and the abstract arguments it
   takes (shapes, dtypes and shardings). Neither needs the run's state: a warm start compiles the step while the
   main thread traces the initialiser for the state's shapes; ``as_step`` then gives it the state's pytree.
 
-  An input the program never reads (the key mask of a task without padding) was exported without a sharding;
-  it gets ``abstract_batch``'s, the one the run's batches have, or the first call would compile again."""
+  An input of the batch the program never reads (the key mask of a task without padding) was exported without a
+  sharding; it gets ``batch_sharding``, the one the run's batches have, or the first call would compile again."""
   exported = jax.export.deserialize(bytearray(data[:-_DIGEST_BYTES]))
-  in_shardings = list(exported.in_shardings_jax(mesh))
-  batch_leaves = jax.tree.leaves(abstract_batch)
-  first = len(in_shardings) - len(batch_leaves)
-  if first >= 0:  # else exported for another batch: as_step says so
-    for i, leaf in enumerate(batch_leaves):
-      if in_shardings[first + i] is None:
-        in_shardings[first + i] = getattr(leaf, 'sharding', None)
+  (state_shardings, batch_shardings), kwargs = jax.tree.unflatten(exported.in_tree, exported.in_shardings_jax(mesh))
+  batch_shardings = jax.tree.map(lambda s: batch_sharding if s is None else s, batch_shardings,
+                                 is_leaf=lambda s: s is None)
+  in_shardings = jax.tree.leaves(((state_shardings, batch_shardings), kwargs), is_leaf=lambda s: s is None)
   args, _ = jax.tree.unflatten(exported.in_tree, [
       jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s) for a, s in zip(exported.in_avals, in_shardings)])
-  step = jax.jit(exported.call, in_shardings=jax.tree.unflatten(exported.in_tree, in_shardings)[0],
+  step = jax.jit(exported.call, in_shardings=(state_shardings, batch_shardings),
                  out_shardings=jax.tree.unflatten(exported.out_tree, exported.out_shardings_jax(mesh)),
                  donate_argnums=0)
   return step, args
@@ -272,6 +279,24 @@ def as_step(step: Callable, args: tuple[Any, Any], abstract_state, abstract_batc
     return jax.tree.unflatten(state_tree, new_leaves), metrics
 
   return run
+
+
+def prime(step: Callable, args: tuple[Any, Any]) -> bool:
+  """Runs ``flat_step``'s compiled ``step`` once on zeros of the shapes ``args`` gives, and drops what it returns;
+  whether it did: only for a program on CPU devices whose state holds at most MAX_STATE_BYTES and no PRNG key.
+
+  Why: on the CPU, the first run of a program read from the cache readies each of its YNNPACK fusions (0.3 s of
+  the text recipe's standard step, against 0.06 s for a later run; the docs' "Performance" page), and a run on
+  other arrays of the same shapes finds them ready. The trainer's worker does this while the main thread is
+  still making the state, so that the first step is a plain one."""
+  leaves = jax.tree.leaves(args)
+  if (any(jax.dtypes.issubdtype(a.dtype, jax.dtypes.extended) for a in leaves)
+      or sum(a.size * np.dtype(a.dtype).itemsize for a in leaves) > MAX_STATE_BYTES
+      or any(d.platform != 'cpu' for a in leaves if a.sharding is not None for d in a.sharding.device_set)):
+    return False
+  zeros = jax.tree.map(lambda a: jax.device_put(np.zeros(a.shape, a.dtype), a.sharding), args)
+  jax.block_until_ready(step(*zeros))
+  return True
 
 
 _hook_lock = threading.Lock()

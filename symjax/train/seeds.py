@@ -33,7 +33,7 @@ from symjax.run import workdir as rundir
 from symjax.system import files, host
 from symjax.system.errors import InputError
 from symjax.train import config as config_lib
-from symjax.train import distill, optim
+from symjax.train import distill, early, optim
 from symjax.train import metrics as metrics_lib
 from symjax.train import trainer as train
 
@@ -141,7 +141,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   host.set_defaults()
   config_lib.validate(config)
   check_config(config)
-  train.use_compilation_cache(config)
+  early.use_compilation_cache(config)
   done = [finished(w, config.total_steps) for w in workdirs]
   if all(done):
     return done

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
@@ -34,15 +35,12 @@ from symjax.ops import readout as readout_ops
 from symjax.run import workdir as rundir
 from symjax.system import files, host
 from symjax.system import mesh as mesh_lib
-from symjax.system.errors import InputError
+from symjax.system.errors import InputError, TrainingDiverged
 from symjax.train import config as config_lib
 from symjax.train import distill, exported
+from symjax.train import early as early_lib
 from symjax.train import metrics as metrics_lib
 from symjax.train.optim import TrainState, init_state, learning_rate_schedule, make_optimizer
-
-
-class TrainingDiverged(RuntimeError):
-  """The loss became non-finite; the last good checkpoint is kept."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,28 +263,6 @@ def setup(config: ml_collections.ConfigDict, runs: list[tuple[str, ml_collection
                learning_rate_schedule(config))
 
 
-def use_compilation_cache(config: ml_collections.ConfigDict) -> None:
-  """Keeps compiled steps on disk (``config.compilation_cache_dir``), so a rerun or resume of the same
-  config skips compilation. A directory already chosen through JAX (JAX_COMPILATION_CACHE_DIR) wins. Every
-  program is kept, not only those JAX finds slow to compile (over 1 s): the evaluation step compiles in less,
-  and recompiling it stalled every rerun's first evaluation (the docs' "Performance" page); the user's own
-  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS wins. A folder that cannot be made or written turns the cache
-  off with one warning line (the run does not need it), instead of JAX's warning at every compilation."""
-  if config.get('compilation_cache_dir') and not jax.config.jax_compilation_cache_dir:
-    folder = os.path.expanduser(config.compilation_cache_dir)
-    try:
-      files.make_writable_folder(folder)
-    except OSError as e:
-      if jax.process_index() == 0:
-        print(f'WARNING: config.compilation_cache_dir {config.compilation_cache_dir!r} cannot be created or '
-              f"written ({e.strerror or e}); compiling without the persistent cache (set it to a writable "
-              f"folder, or '' to turn it off)", file=sys.stderr)
-      return
-    jax.config.update('jax_compilation_cache_dir', folder)
-    if 'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS' not in os.environ:
-      jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
-
-
 def abstract_batch(task: tasks.Task, config: ml_collections.ConfigDict, mesh) -> dict[str, jax.ShapeDtypeStruct]:
   """The shapes, dtypes and sharding of every training batch (``mesh_lib.batch_putter``'s arrays)."""
   sharding = mesh_lib.batch_sharding(mesh)
@@ -294,7 +270,8 @@ def abstract_batch(task: tasks.Task, config: ml_collections.ConfigDict, mesh) ->
           for k, v in task.batch('train', 0, config.batch_size, config.seed).items()}
 
 
-def compile_ahead(traced: Callable[[], tuple[Any, Any]], mesh, abstract_batch, kept: str | None = None
+def compile_ahead(traced: Callable[[], tuple[Any, Any]], mesh, abstract_batch, kept: str | None = None,
+                  early: concurrent.futures.Future | None = None, needed: threading.Event | None = None
                   ) -> concurrent.futures.Future:
   """Makes the program of the first training step on a worker thread, for batches of ``abstract_batch``'s
   shapes and shardings; the future's result is the step to call, ``(state, batch) -> (state, metrics)``.
@@ -308,6 +285,10 @@ def compile_ahead(traced: Callable[[], tuple[Any, Any]], mesh, abstract_batch, k
   compiled without tracing anything and without the state's shapes, and the result calls it
   (``exported.as_step``). If none is kept there, the step is traced and exported there first, and the run
   calls the kept step all the same: a rerun then finds the program it compiled in the persistent cache.
+  ``early``, the future of that kept step compiled already (``early_lib.EarlyStep.future_for``), spares
+  the worker reading and compiling it; if its result is None, the worker does both. A kept step compiled before
+  ``needed`` is set is primed (``exported.prime``): the caller sets it when what it has left to do before the
+  first step (reading a kept state) takes less time than priming would save.
 
   Why: a warm start spends most of its time before the first step in Python, importing and tracing, and in
   reading the compiled program back from the cache. The reading lets go of the GIL, so the main thread traces
@@ -321,20 +302,26 @@ def compile_ahead(traced: Callable[[], tuple[Any, Any]], mesh, abstract_batch, k
   def compile_():
     with jax.set_mesh(mesh):  # the mesh context is the calling thread's own
       if kept:
-        data = exported.read(kept)
-        if data is None:
-          step_fn, abstract_state = traced()
-          try:  # a step this JAX cannot export: the traced one runs
-            data = exported.export(step_fn, abstract_state, abstract_batch)
-          except Exception as e:  # pylint: disable=broad-except
-            use(e)
-          else:
-            exported.write(kept, data)
-        if data is not None:
+        made = early.result() if early is not None else None
+        data = None
+        if made is None:
+          data = exported.read(kept)
+          if data is None:
+            step_fn, abstract_state = traced()
+            try:  # a step this JAX cannot export: the traced one runs
+              data = exported.export(step_fn, abstract_state, abstract_batch)
+            except Exception as e:  # pylint: disable=broad-except
+              use(e)
+            else:
+              exported.write(kept, data)
+        if made is not None or data is not None:
           try:  # a step this JAX cannot read back, compile or call with the run's state: the traced one runs
-            step, args = exported.flat_step(data, mesh, abstract_batch)
-            exported.lower(step, data, *args).compile()
-            return exported.as_step(step, args, traced()[1], abstract_batch)
+            if made is None:
+              made = exported.flat_step(data, mesh, jax.tree.leaves(abstract_batch)[0].sharding)
+              exported.lower(made[0], data, *made[1]).compile()
+              if needed is not None and not needed.is_set():
+                exported.prime(*made)
+            return exported.as_step(*made, traced()[1], abstract_batch)
           except Exception as e:  # pylint: disable=broad-except
             use(e)
       step_fn, abstract_state = traced()
@@ -381,12 +368,14 @@ def interactive_output() -> bool:
 # ----------------------------------------------------------------------------------------------------------
 # The trainer.
 # ----------------------------------------------------------------------------------------------------------
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict[str, float]]:
-  """Trains (or resumes) in ``workdir``; returns the final metrics per split."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, early: early_lib.EarlyStep | None = None
+                       ) -> dict[str, dict[str, float]]:
+  """Trains (or resumes) in ``workdir``; returns the final metrics per split. ``early``: the step
+  ``early_lib.start`` began compiling for this config, used if it is this run's."""
   # --- Config, processes and mesh.
   host.set_defaults(config.get('model', {}).get('kind'))
   config_lib.validate(config)
-  use_compilation_cache(config)
+  early_lib.use_compilation_cache(config)
   mesh_lib.maybe_initialize_distributed(config.distributed)
   mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.vocab, config.batch_size)
   rules = tuple(tuple(r) for r in config.sharding_rules)
@@ -405,11 +394,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     batch_shapes = abstract_batch(task, config, mesh)
     options = StepOptions.of(config, task)
     key = lambda name: exported.step_key(name, config, model_config, options, mesh, batch_shapes)
-    kept = None
+    kept, made = None, None
     if teacher is None:  # a teacher's parameters are constants of the traced step: not in the key
-      kept = exported.path_for(key('soft' if soft_first else 'train'))
+      step_key = key('soft' if soft_first else 'train')
+      kept = exported.path_for(step_key)
+      if kept and not soft_first:
+        made = early.future_for(step_key, mesh) if early is not None else None
+        early_lib.note(config, step_key)
+    needed = early.needed if made is not None else threading.Event()
     traced: concurrent.futures.Future = concurrent.futures.Future()
-    ahead = compile_ahead(traced.result, mesh, batch_shapes, kept)
+    ahead = compile_ahead(traced.result, mesh, batch_shapes, kept, made, needed)
 
     # --- State shapes and shardings, compiled steps.
     try:
@@ -441,12 +435,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       if saved_steps and lead:
         print(f'WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0',
               file=sys.stderr)
+      needed.set()  # reading a kept state takes a tenth of a second: less than priming the step would gain
       state = task_init(initial_state(run, rng, exported.path_for(key('init'), exported.STATE_SUFFIX)), task,
                         model_config, run.shardings)
     host.release_freed_memory()
     start_step = int(state.step)
     train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite
     # The first step's caches now hold its program: its first call below skips the compiler.
+    needed.set()  # the worker primes the step no more (compile_ahead)
     if soft_first:
       soft_step = ahead.result()
     else:

@@ -558,7 +558,7 @@ _CLI_DRIVER = """
 import sys
 from symjax.system.errors import InputError
 from symjax.train import trainer
-def fail(config, workdir):
+def fail(config, workdir, early=None):
   raise {error}
 trainer.train_and_evaluate = fail
 sys.argv = ['symjax.main', '--config=symbolic:runlocal=true', '--workdir={workdir}']

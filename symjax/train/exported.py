@@ -283,12 +283,12 @@ def as_step(step: Callable, args: tuple[Any, Any], abstract_state, abstract_batc
 
 def prime(step: Callable, args: tuple[Any, Any]) -> bool:
   """Runs ``flat_step``'s compiled ``step`` once on zeros of the shapes ``args`` gives, and drops what it returns;
-  whether it did: only for a program on CPU devices whose state holds at most MAX_STATE_BYTES and no PRNG key.
+  whether it did: only for a program on CPU devices whose arguments hold at most MAX_STATE_BYTES and no PRNG key.
 
-  Why: on the CPU, the first run of a program read from the cache readies each of its YNNPACK fusions (0.3 s of
-  the text recipe's standard step, against 0.06 s for a later run; the docs' "Performance" page), and a run on
-  other arrays of the same shapes finds them ready. The trainer's worker does this while the main thread is
-  still making the state, so that the first step is a plain one."""
+  Why: on the CPU, the first run of a program read from the cache readies each of its YNNPACK fusions, most of
+  the first step's time at the text recipe (``benchmarks/speed/priming.py``), and a run on other arrays of the
+  same shapes finds them ready. The trainer's worker does this while the main thread is still making the state,
+  so that the first step is a plain one."""
   leaves = jax.tree.leaves(args)
   if (any(jax.dtypes.issubdtype(a.dtype, jax.dtypes.extended) for a in leaves)
       or sum(a.size * np.dtype(a.dtype).itemsize for a in leaves) > MAX_STATE_BYTES

@@ -2,8 +2,8 @@
 
 A warm start finds its kept step (``symjax.train.exported``) only once it has the step's key, and the key holds
 the task's and the model's shapes: the task and the model must be built, so Flax, Optax and the trainer imported,
-first. That took a third of a second of the text recipe's warm start, all of it before the step's program was
-read from the cache (the docs' "Performance" page). The command knows its config before any of it.
+first, all of it before the step's program could be read from the cache (the docs' "Performance" page has the
+timeline). The command knows its config before any of it.
 
 So each start notes, under a digest of what the command alone fixes (``config_key``: the config, symjax's
 source, the library versions, ``XLA_FLAGS``), the key of the step it trained (``note``). The training command
@@ -125,8 +125,9 @@ def start(config: ml_collections.ConfigDict) -> EarlyStep | None:
   """Starts compiling, on a worker thread, the step an earlier start of the same command noted (``note``), with
   the trainer's host settings and compilation cache applied first; None if there is no note, or the run is not
   one ``start`` serves (the module docstring). Called by the training command before it imports the trainer;
-  ``symjax.train.trainer.train_and_evaluate`` takes the result. Nothing here raises or prints: any failure
-  returns None (or a future of None), and the trainer then does and reports what it would have done."""
+  ``symjax.train.trainer.train_and_evaluate`` takes the result. Nothing here raises: any failure returns None (or
+  a future of None), and the trainer then does and reports what it would have done. The one line it may print is
+  ``use_compilation_cache``'s, for a cache folder that cannot be written, which the trainer does not repeat."""
   try:
     if not single_process(config) or config.get('soft_steps', 0) or (config.get('distill') or {}).get('teacher'):
       return None

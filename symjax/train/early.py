@@ -161,11 +161,7 @@ def start(config: ml_collections.ConfigDict) -> EarlyStep | None:
       if data is None:
         return None
       with jax.set_mesh(mesh):
-        step, args = exported.flat_step(data, mesh, mesh_lib.batch_sharding(mesh))
-        exported.lower(step, data, *args).compile()
-        if not needed.is_set():
-          exported.prime(step, args)
-      return step, args
+        return exported.compile_kept(data, mesh, mesh_lib.batch_sharding(mesh), needed)
     except Exception:  # pylint: disable=broad-except
       return None
 

@@ -299,6 +299,18 @@ def prime(step: Callable, args: tuple[Any, Any]) -> bool:
   return True
 
 
+def compile_kept(data: bytes, mesh, batch_sharding, needed: threading.Event | None = None
+                 ) -> tuple[Callable, tuple[Any, Any]]:
+  """``flat_step`` of the kept ``data``, lowered and compiled (read from the persistent cache when it is there), and
+  primed (``prime``) unless ``needed`` is set by then: what a worker of the trainer or of ``symjax.train.early``
+  does before the run's state is made."""
+  step, args = flat_step(data, mesh, batch_sharding)
+  lower(step, data, *args).compile()
+  if needed is not None and not needed.is_set():
+    prime(step, args)
+  return step, args
+
+
 _hook_lock = threading.Lock()
 
 

@@ -317,10 +317,7 @@ def compile_ahead(traced: Callable[[], tuple[Any, Any]], mesh, abstract_batch, k
         if made is not None or data is not None:
           try:  # a step this JAX cannot read back, compile or call with the run's state: the traced one runs
             if made is None:
-              made = exported.flat_step(data, mesh, jax.tree.leaves(abstract_batch)[0].sharding)
-              exported.lower(made[0], data, *made[1]).compile()
-              if needed is not None and not needed.is_set():
-                exported.prime(*made)
+              made = exported.compile_kept(data, mesh, jax.tree.leaves(abstract_batch)[0].sharding, needed)
             return exported.as_step(*made, traced()[1], abstract_batch)
           except Exception as e:  # pylint: disable=broad-except
             use(e)

@@ -73,6 +73,47 @@ def test_streamed_loss_equals_direct_loss_with_gradients(vocab, chunk, num_valid
   assert ref.rel_err(chunked[0], want) <= TOL
 
 
+def test_one_pass_stats_equal_the_textbook_loss_and_ranks_with_padding_ties_and_nan():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(40, 37)).astype(np.float32) * 4
+  logits[:, 33:] = -np.inf                                  # padding rows of the table
+  logits[5, 7] = logits[5, 2] = logits[5, 30] = 30.0        # a three-way tie at the maximum
+  logits[6, 1] = np.nan                                     # a diverged logit beside the target
+  targets = rng.integers(0, 33, size=40)
+  targets[5], targets[6] = 7, 0
+  loss, argmax, above, tied, lse = jax.jit(readout.one_pass_stats)(jnp.asarray(logits), jnp.asarray(targets))
+
+  wide = logits.astype(np.float64)
+  peak = wide[:, :33].max(-1, keepdims=True)
+  want_lse = peak[:, 0] + np.log(np.exp(wide[:, :33] - peak).sum(-1))
+  target = wide[np.arange(40), targets]
+  finite = np.arange(40) != 6
+  np.testing.assert_allclose(np.asarray(lse)[finite], want_lse[finite], rtol=2e-6)
+  np.testing.assert_allclose(np.asarray(loss)[finite], (want_lse - target)[finite], rtol=2e-6, atol=2e-6)
+  np.testing.assert_array_equal(np.asarray(above), (wide > target[:, None]).sum(-1))
+  np.testing.assert_array_equal(np.asarray(tied), (wide == target[:, None]).sum(-1))
+  assert tied[5] == 3 and above[5] == 0
+  assert np.isnan(loss[6]) and np.isnan(lse[6])              # a NaN is reported, never averaged away
+  np.testing.assert_array_equal(np.asarray(argmax)[finite], np.argmax(logits, -1)[finite])
+  # The same four statistics as logit_stats, which sums in two passes.
+  for a, b in zip(readout.logit_stats(jnp.asarray(logits[finite]), jnp.asarray(targets[finite])),
+                  readout.one_pass_stats(jnp.asarray(logits[finite]), jnp.asarray(targets[finite]))):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize('platform, merged', [('cuda', True), ('cpu', False)])
+def test_the_direct_loss_reads_its_logits_once_when_compiled_for_a_gpu(platform, merged):
+  step = jax.jit(jax.value_and_grad(lambda h, t, y: jnp.sum(readout.direct_readout_stats(h, t, y, 37)[0]),
+                                    argnums=(0, 1)))
+  args = (jax.ShapeDtypeStruct((16, 8), jnp.float32), jax.ShapeDtypeStruct((40, 8), jnp.float32),
+          jax.ShapeDtypeStruct((16,), jnp.int32))
+  text = jax.export.export(step, platforms=[platform])(*args).mlir_module()
+  over_logits = [line for line in text.splitlines() if 'stablehlo.reduce' in line and 'tensor<16x40xf32>' in line]
+  four_sums = [line for line in over_logits if line.count(' init: ') == 4]
+  assert bool(four_sums) == merged, over_logits
+  assert len(over_logits) == (1 if merged else 2), over_logits  # else the maximum, then the exponentials
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _model_grads(cfg, tokens, variables):
   model = Transformer(cfg)

@@ -8,10 +8,12 @@ the attention is the explicit one, the loss and the symbolic projections streame
 defaults at this scale). Options: ``direct`` (the loss from whole logits), ``cudnn`` (cuDNN fused attention,
 and for the symbolic kind the cuDNN vocabulary projection), ``pad`` (the embedding table padded to a
 multiple of 128 rows, 50,304; padding rows get no probability), ``learned`` (learned positions instead of
-ALiBi, the standard kind only). Four diagnostic options change what the step computes, to price a part
+ALiBi, the standard kind only). Five diagnostic options change what the step computes, to price a part
 of it: ``lowlogits`` (the direct loss's logits written in the compute dtype instead of float32, the
-statistics still summed in float32), ``nocounts`` (the training step without the two rank counts behind
-the logged accuracy), ``v64`` (the causal ALiBi attention with the values and output left 64 wide while
+statistics still summed in float32), ``twopass`` (the loss's statistics as ``readout.logit_stats`` sums
+them, a pass for the maximum and one for the sum of exponentials, where a GPU step reads them in one,
+``readout.loss_stats``), ``nocounts`` (``twopass`` without the two rank counts behind the logged
+accuracy), ``v64`` (the causal ALiBi attention with the values and output left 64 wide while
 the queries and keys carry ALiBi in 72, through JAX's cuDNN call that allows the two widths to differ;
 it applies only where attention reads no key mask) and ``keymask`` (attention reads the batch's all-true
 key mask, which cuDNN adds as a [batch, time, time] bias; the trainer reads none on text windows,
@@ -77,7 +79,7 @@ _CHILD = flags.DEFINE_string('child', '', 'Internal: measure one kind and print 
 VOCAB = 50257
 
 
-OPTIONS = ('direct', 'cudnn', 'pad', 'learned', 'lowlogits', 'nocounts', 'v64', 'keymask')
+OPTIONS = ('direct', 'cudnn', 'pad', 'learned', 'lowlogits', 'nocounts', 'twopass', 'v64', 'keymask')
 
 
 def model_config(name: str):
@@ -110,16 +112,17 @@ def apply_diagnostics(name: str) -> dict | None:
       return scores
 
     readout_ops._valid_logits = compute_dtype_logits
-  if 'lowlogits' in options or 'nocounts' in options:
-    logit_stats = readout_ops.logit_stats
-
+  if {'lowlogits', 'nocounts', 'twopass'} & set(options):
     def stats(logits, targets):
-      loss, *rest = logit_stats(logits.astype(jnp.float32), targets)
-      if 'nocounts' in options:  # the counts read as 'the target is the argmax', at no cost
-        rest = [jnp.zeros_like(loss, jnp.int32), jnp.zeros_like(loss, jnp.int32), jnp.ones_like(loss, jnp.int32)]
-      return (loss, *rest)
+      logits = logits.astype(jnp.float32)
+      if 'twopass' in options or 'nocounts' in options:
+        loss, argmax, above, tied, lse = readout_ops.two_pass_stats(logits, targets)
+        if 'nocounts' in options:  # the counts read as 'the target is the argmax', at no cost
+          above, tied = jnp.zeros_like(above), jnp.ones_like(tied)
+        return loss, argmax, above, tied, lse
+      return readout_ops.one_pass_stats(logits, targets)
 
-    readout_ops.logit_stats = stats
+    readout_ops.loss_stats = stats
   if 'v64' in options:
     from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
 

@@ -90,6 +90,48 @@ def direct_readout_stats(h: Array, table: Array, targets: Array, num_valid: int 
   return _direct_stats(h, table, targets, num_valid)
 
 
+def one_pass_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Array, Array]:
+  """``logit_stats`` of logits ``[tokens, vocab]``, and their log-sum-exp, with one read of the logits
+  for the loss and both rank counts (the argmax, which the training step drops, is a pass of its own).
+
+  ``jax.nn.logsumexp`` reads the logits twice, for their maximum and then for the sum of exponentials,
+  and the counts were a third pass; at GPT-2's vocabulary each read is a float32 tensor of 1.65 GB per
+  8 sequences of 1024. The reduction here carries (maximum m, Σ exp(x - m), #above, #tied) and merges two
+  partial sums with the online softmax's rescaling. Not differentiable: ``_direct_stats`` writes its
+  gradient.
+  """
+  target_logit = jnp.take_along_axis(logits, targets[:, None], -1)
+
+  def merge(a, b):
+    (m1, s1, above1, tied1), (m2, s2, above2, tied2) = a, b
+    # Equal maxima (two -inf padding rows included) scale nothing; a NaN spreads to m and s.
+    decay = jnp.exp(jnp.where(m1 == m2, 0.0, -jnp.abs(m1 - m2)))
+    s = jnp.where(m1 >= m2, s1 + s2 * decay, s1 * decay + s2)
+    return jnp.maximum(m1, m2), s, above1 + above2, tied1 + tied2
+
+  operands = (logits, jnp.ones_like(logits), (logits > target_logit).astype(jnp.int32),
+              (logits == target_logit).astype(jnp.int32))
+  init = (jnp.float32(-jnp.inf), jnp.float32(0), jnp.int32(0), jnp.int32(0))
+  peak, total, above, tied = jax.lax.reduce(operands, init, merge, (1,))
+  lse = peak + jnp.log(total)
+  return lse - target_logit[:, 0], jnp.argmax(logits, -1).astype(jnp.int32), above, tied, lse
+
+
+def two_pass_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Array, Array]:
+  """``one_pass_stats`` as ``logit_stats`` sums them: the maximum, then the exponentials, then the counts."""
+  loss, prediction, above, tied = logit_stats(logits, targets)
+  return loss, prediction, above, tied, loss + jnp.take_along_axis(logits, targets[:, None], -1)[:, 0]
+
+
+def loss_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Array, Array]:
+  """The direct loss's statistics and log-sum-exp, summed the way that is faster on the platform the step is
+  compiled for: in one pass on an NVIDIA GPU, where each pass is a read of the float32 logits from the
+  device's memory; in two passes elsewhere, where XLA:CPU's loop for the merged reduction was the slower
+  (``docs/performance.md``, "The loss's statistics in one pass"). ROCm and TPU keep the two passes: not
+  measured there."""
+  return jax.lax.platform_dependent(logits, targets, cuda=one_pass_stats, default=two_pass_stats)
+
+
 def _valid_logits(h: Array, table: Array, num_valid: int | None) -> Array:
   scores = jnp.einsum('nd,vd->nv', h, table, preferred_element_type=jnp.float32)
   if num_valid is not None and num_valid < table.shape[0]:
@@ -104,14 +146,13 @@ def _direct_stats(h: Array, table: Array, targets: Array, num_valid: int | None)
   autodiff wrote the float32 softmax gradient and then rounded it in a second pass over the largest tensor
   of the step. For float32 operands it is autodiff's gradient to rounding (the same formula, its operations
   in another order: a few float32 ulps apart); the statistics other than the loss carry none."""
-  return logit_stats(_valid_logits(h, table, num_valid), targets)
+  return loss_stats(_valid_logits(h, table, num_valid), targets)[:4]
 
 
 def _direct_stats_fwd(h, table, targets, num_valid):
   scores = _valid_logits(h, table, num_valid)
-  stats = logit_stats(scores, targets)
-  lse = stats[0] + jnp.take_along_axis(scores, targets[:, None], -1)[:, 0]
-  return stats, (h, table, targets, scores, lse)
+  *stats, lse = loss_stats(scores, targets)
+  return tuple(stats), (h, table, targets, scores, lse)
 
 
 def _direct_stats_bwd(num_valid, res, cotangents):

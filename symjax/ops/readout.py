@@ -95,10 +95,9 @@ def one_pass_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, 
   for the loss and both rank counts (the argmax, which the training step drops, is a pass of its own).
 
   ``jax.nn.logsumexp`` reads the logits twice, for their maximum and then for the sum of exponentials,
-  and the counts were a third pass; at GPT-2's vocabulary each read is a float32 tensor of 1.65 GB per
-  8 sequences of 1024. The reduction here carries (maximum m, Σ exp(x - m), #above, #tied) and merges two
-  partial sums with the online softmax's rescaling. Not differentiable: ``_direct_stats`` writes its
-  gradient.
+  and the counts were a third pass; at a large vocabulary each read is the step's largest tensor. The
+  reduction here carries (maximum m, Σ exp(x - m), #above, #tied) and merges two partial sums with the
+  online softmax's rescaling. Not differentiable: ``_direct_stats`` writes its gradient.
   """
   target_logit = jnp.take_along_axis(logits, targets[:, None], -1)
 

@@ -14,13 +14,13 @@ JSON every round's median. Tests time nothing.
 from __future__ import annotations
 
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 from absl import app, flags
 
 from benchmarks.lib import results as result_files
+from benchmarks.lib import timing
 from symjax.ops import readout
 
 _SHAPES = flags.DEFINE_list('shapes', ['768x65', '768x1024', '4096x8192'], 'TOKENSxVOCAB shapes.')
@@ -43,16 +43,6 @@ def compiled(sums, h, table, targets):
     readout.loss_stats = chosen
 
 
-def median_call(fn, *args) -> float:
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(_CALLS.value):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def main(_):
   rows = {}
   for shape in _SHAPES.value:
@@ -65,7 +55,8 @@ def main(_):
     rounds = {name: [] for name in SUMS}
     for _ in range(_ROUNDS.value):
       for name in SUMS:
-        rounds[name].append(median_call(fns[name], h, table))
+        rounds[name].append(timing.median_seconds(fns[name], h, table, steps=1, repeats=_CALLS.value,
+                                                   warmup=1))
     rows[shape] = {'tokens': tokens, 'vocab': vocab, 'width': WIDTH, 'round_median_s': rounds,
                    'summed_loss': losses}
     result_files.write(_JSON.value, {'backend': jax.default_backend(), 'calls_per_round': _CALLS.value,

@@ -40,6 +40,7 @@ import numpy as np
 from symjax import model as model_lib
 from symjax import tasks
 from symjax.model import ModelConfig, Transformer
+from symjax.run import checksums
 from symjax.system import files
 from symjax.system.errors import InputError
 from symjax.tasks.text import tokenizer_from_json
@@ -219,11 +220,15 @@ def _manager(workdir: str, keep: int, metric: str, read_only: bool) -> ocp.Check
       pp.BestN(get_metric_fn=lambda m: m[metric], reverse=mode == 'min', n=1,
                keep_checkpoints_without_metrics=False),
   ])
+  directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
+  # Each checkpoint's manifest is written into it just before Orbax commits it (symjax.run.checksums).
+  sealing = None if read_only else ocp.AsyncOptions(
+      post_finalization_callback=lambda: checksums.seal_pending(directory))
   with quiet_orbax():  # read_only options log a notice when made
     options = ocp.CheckpointManagerOptions(preservation_policy=policy, best_fn=lambda m: m[metric],
                                            best_mode=mode, read_only=read_only, create=not read_only,
-                                           enable_async_checkpointing=not read_only)
-    return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options)
+                                           enable_async_checkpointing=not read_only, async_options=sealing)
+    return ocp.CheckpointManager(directory, options=options)
 
 
 def best_step(workdir: str, best_metric: str) -> int | None:
@@ -290,13 +295,29 @@ def read_every_array(workdir: str, step: int) -> None:
     raise ValueError(failed)
 
 
+_UNVERIFIED_NOTED: set[str] = set()
+
+
+def check_checkpoint(workdir: str, step: int) -> None:
+  """Raises ``ValueError`` naming what is wrong with checkpoint ``step`` of ``workdir``: a file that does not
+  match the checksum written with it, or an array that does not read. A checkpoint written before symjax kept
+  checksums is read unverified, and one line says so once per work directory."""
+  folder = os.path.join(workdir, CHECKPOINT_DIR, str(step))
+  if not checksums.verify(folder) and os.path.abspath(workdir) not in _UNVERIFIED_NOTED:
+    _UNVERIFIED_NOTED.add(os.path.abspath(workdir))
+    if jax.process_index() == 0:
+      print(f'note: checkpoints in {workdir!r} were written without checksums (by an earlier symjax); they are '
+            f'restored unverified', file=sys.stderr)
+  read_every_array(workdir, step)
+
+
 def restore_first_valid(restore: Callable[[int], Any], steps: Sequence[int], workdir: str,
                         quarantine_failed: bool = True, check: Callable[[int], None] | None = None):
   """``restore(step)`` for the first of ``steps`` that succeeds, or None. Before each, ``check(step)`` (by
-  default ``read_every_array`` of ``workdir``) reads the checkpoint, so a damaged one fails there and never
-  reaches Orbax. Each step that fails is reported in one line on stderr and, with ``quarantine_failed`` (the
+  default ``check_checkpoint`` of ``workdir``: its checksums, then every array read) reads the checkpoint, so
+  a damaged one fails there and never reaches Orbax. Each step that fails is reported in one line on stderr and, with ``quarantine_failed`` (the
   trainer, process 0), moved to ``checkpoints_corrupt/``; Orbax's own log records are not printed."""
-  check = check or (lambda step: read_every_array(workdir, step))
+  check = check or (lambda step: check_checkpoint(workdir, step))
   steps = list(steps)
   for i, step in enumerate(steps):
     try:
@@ -317,7 +338,7 @@ def restore_first_valid(restore: Callable[[int], Any], steps: Sequence[int], wor
 def save_state(manager: ocp.CheckpointManager, step: int, state, metrics: dict[str, float]) -> None:
   """Starts saving ``state`` as checkpoint ``step`` with its validation ``metrics`` (asynchronously)."""
   import orbax.checkpoint as ocp
-  manager.save(step, args=ocp.args.StandardSave(state), metrics=metrics)
+  manager.save(step, args=ocp.args.StandardSave(state), metrics=metrics, custom_metadata=checksums.CUSTOM_METADATA)
 
 
 def restore_state(manager: ocp.CheckpointManager, step: int, abstract_state):

@@ -79,8 +79,12 @@ def _restore_common(managers, abstract_state, workdirs) -> tuple[int, list | Non
     states = []
     for manager, workdir in zip(managers, workdirs):
       try:
-        rundir.read_every_array(workdir, step)
-        states.append(rundir.restore_state(manager, step, abstract_state))
+        rundir.check_checkpoint(workdir, step)
+        state = rundir.restore_state(manager, step, abstract_state)
+        if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state)
+                   if jnp.issubdtype(x.dtype, jnp.inexact)):  # saved finite: damaged since
+          raise ValueError('its parameters or optimiser state hold non-finite values')
+        states.append(state)
       except Exception as e:  # pylint: disable=broad-except
         where = rundir.quarantine(workdir, step) if jax.process_index() == 0 else workdir
         raise RuntimeError(f'{type(e).__name__} in {workdir}, moved to {where}') from None
@@ -237,7 +241,10 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   for manager in managers:
     manager.wait_until_finished()
 
-  # --- Final evaluation of every seed's final parameters.
+  # --- Final evaluation of every seed's final parameters (a seed whose parameters are not finite diverged).
+  for i, ok in enumerate(np.asarray(all_finite(state.params))):
+    if not ok:
+      diverged.setdefault(i, step)
   splits = {'train': evaluate(state.params, 'train'), 'validation': evaluate(state.params, 'validation'),
             **{s: evaluate(state.params, s) for s in ('test', *task.eval_splits)}}
   finals = []

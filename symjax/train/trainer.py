@@ -193,8 +193,17 @@ def compile_run(model: Transformer, tx, options: StepOptions, rng, mesh, rules, 
       train_step=jax.jit(lambda state, batch: train_step(state, batch, rng), **step_jit),
       eval_step=jax.jit(eval_step, in_shardings=(shardings.params, batch_sharding),
                         out_shardings=replicated),
-      all_finite=jax.jit(lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)])),
+      all_finite=jax.jit(lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
+                                                         if jnp.issubdtype(x.dtype, jnp.inexact)])),
                          out_shardings=replicated))
+
+
+def finite(state: TrainState, all_finite) -> TrainState:
+  """``state`` as restored, or a ValueError when it holds a non-finite value: the trainer saves only finite
+  states, so such a checkpoint was damaged after it was written (and is set aside like any other damage)."""
+  if not bool(all_finite(state)):
+    raise ValueError('its parameters or optimiser state hold non-finite values')
+  return state
 
 
 def initial_state(run: CompiledRun, rng, kept: str | None) -> TrainState:
@@ -424,7 +433,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, early: e
     manager, state = None, None
     if saved_steps:
       manager = rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
-      state = rundir.restore_first_valid(lambda step: rundir.restore_state(manager, step, run.abstract_state),
+      state = rundir.restore_first_valid(lambda step: finite(rundir.restore_state(manager, step, run.abstract_state),
+                                                             run.all_finite),
                                          sorted(manager.all_steps(), reverse=True), workdir)
       with rundir.quiet_orbax():
         manager.reload()  # forget what was moved aside
@@ -463,6 +473,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, early: e
     last_time, last_step = time.time(), start_step
     validation: dict[str, float] = {}
     step = start_step
+    resumed = os.path.join(rundir.CHECKPOINT_DIR, str(start_step)) if start_step > 0 else None
+
+    def diverged(what: str) -> TrainingDiverged:
+      """The error for non-finite values; right after a resume it names the checkpoint resumed from (a
+      checkpoint saved since would be the one to blame instead) and how to resume from the one before."""
+      if resumed is None or manager is None or max(manager.all_steps(), default=0) > start_step:
+        return TrainingDiverged(f'{what}; the last good checkpoint is kept')
+      return TrainingDiverged(f'{what}, {step - start_step} steps after resuming from {resumed} in {workdir!r}; to '
+                              f'resume from an earlier checkpoint, move {resumed} into {rundir.CORRUPT_DIR}/ and '
+                              f'rerun the same command')
     batches = prefetched(lambda s: put(task.batch('train', s, config.batch_size, config.seed)),
                          range(start_step, config.total_steps))
     try:
@@ -482,7 +502,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, early: e
         if step % config.log_every_steps == 0 or step == config.total_steps:
           metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
           if not all(math.isfinite(v) for v in metrics.values()):
-            raise TrainingDiverged(f'non-finite training metrics at step {step}: {metrics}')
+            raise diverged(f'non-finite training metrics at step {step}: {metrics}')
           now = time.time()
           metrics['tokens_per_second'] = (step - last_step) * tokens_per_step / max(now - last_time, 1e-9)
           metrics['learning_rate'] = float(schedule(step))
@@ -497,7 +517,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, early: e
           bar.update(1)
         if step % config.eval_every_steps == 0 or step == config.total_steps:
           if not bool(all_finite(state.params)):
-            raise TrainingDiverged(f'non-finite parameters at step {step}')
+            raise diverged(f'non-finite parameters at step {step}')
           validation = metrics_lib.evaluate(eval_step, state.params, metrics_lib.split_batches(
               task, 'validation', config.batch_size, config.data_seed), config.top_ks, put)
           writer.write(step, 'validation', validation)
@@ -532,16 +552,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, early: e
       manager.wait_until_finished()
     host.collect_start_up_garbage()  # a finished run resumed takes no step
 
-    # --- Final evaluation of the final parameters.
-    score = lambda split: metrics_lib.evaluate(eval_step, state.params, metrics_lib.split_batches(
-        task, split, config.batch_size, config.data_seed), config.top_ks, put)
-    final = {'train': score('train'), 'validation': validation or score('validation'),
-             **{split: score(split) for split in ('test', *task.eval_splits)}}
-    writer.write(step, 'test', final['test'])
-    writer.close()
+    # --- Final evaluation of the final parameters; final_metrics.json is never replaced by non-finite ones.
+    try:
+      if not bool(all_finite(state.params)):
+        raise diverged(f'non-finite parameters at step {step}; {rundir.FINAL_FILE} is left as it was')
+      score = lambda split: metrics_lib.evaluate(eval_step, state.params, metrics_lib.split_batches(
+          task, split, config.batch_size, config.data_seed), config.top_ks, put)
+      final = {'train': score('train'), 'validation': validation or score('validation'),
+               **{split: score(split) for split in ('test', *task.eval_splits)}}
+      if not all(math.isfinite(v) for m in final.values() for v in m.values()):
+        raise diverged(f'non-finite final metrics at step {step}; {rundir.FINAL_FILE} is left as it was')
+      writer.write(step, 'test', final['test'])
+    finally:
+      writer.close()
+      if manager is not None:
+        manager.close()
     if lead:
       metrics_lib.print_table(f'final metrics at step {step}', final)
       files.write_atomically(os.path.join(workdir, rundir.FINAL_FILE), json.dumps({'step': step, **final}, indent=1))
-    if manager is not None:
-      manager.close()
   return final

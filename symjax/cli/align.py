@@ -3,26 +3,19 @@
   python -m symjax.cli.align --backbone=WORKDIR --workdir=OUT [--config=configs/align.py[:args]]
 """
 
-import sys
-
-from absl import app, flags, logging
+from absl import flags
 from ml_collections import config_flags
 
+from symjax.cli import usage
 from symjax.proj import align
+from symjax.system import files
 from symjax.system.errors import InputError
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+def main():
   f = flags.FLAGS
-  if not f['verbosity'].present:  # Orbax logs every restore at INFO
-    logging.set_verbosity(logging.WARNING)
-  try:
+  with files.refused_leaves_no_folder(f.workdir):
     align.align(f.backbone, f.workdir, f.config)
-  except (InputError, FileNotFoundError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
 
 
 def define_flags() -> None:
@@ -31,12 +24,11 @@ def define_flags() -> None:
                                   lock_config=True)
   flags.DEFINE_string('backbone', None, 'Work directory of the trained backbone (induction or reverse).')
   flags.DEFINE_string('workdir', None, 'Folder for alignment.json and the module parameters.')
-  flags.mark_flags_as_required(['backbone', 'workdir'])
 
 
 def run():
   define_flags()
-  app.run(main)
+  usage.run(main, required=['backbone', 'workdir'], errors=(InputError, FileNotFoundError), status=2)
 
 
 if __name__ == '__main__':

@@ -12,27 +12,24 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 
+from symjax.cli import usage
 from symjax.system.errors import InputError
 
 
 def define_flags() -> None:
   """The CLI's flags, defined only when it runs as a program (importing this module defines none)."""
-  flags.DEFINE_string('workdir', None, 'Work directory of a trained symbolic run.', required=True)
+  flags.DEFINE_string('workdir', None, 'Work directory of a trained symbolic run.')
   flags.DEFINE_string('output', '', 'The program file to write (default: <workdir>/program/program.py).')
   flags.DEFINE_string('which', 'best', "Which checkpoint to decompile: 'best', 'latest' or a step number.")
   flags.DEFINE_string('split', 'test', 'The split fidelity and accuracy are measured on.')
   flags.DEFINE_string('json', '', 'Also write the measurements to this JSON file.')
 
 
-def main(argv):
-  del argv
+def main():
   f = flags.FLAGS
-  if not f['verbosity'].present:  # Orbax logs every restore at INFO
-    logging.set_verbosity(logging.ERROR)
   from symjax.proj import decompile
   from symjax.run import workdir as rundir
   from symjax.system import files
@@ -42,7 +39,10 @@ def main(argv):
     raise InputError(f"--split must be one of ['train', 'validation', 'test'], got {f.split!r}")
   loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
   program = decompile.decompile(loaded, os.path.basename(decompile.data_path(path)))
-  source, data = decompile.write(program, path)
+  try:
+    source, data = decompile.write(program, path)
+  except OSError as e:
+    raise usage.output_error(path, '--output', e) from None
   measured = decompile.evaluate(loaded, decompile.load_program(source), f.split)
   measured.update(lines=program.lines, table_entries=program.entries, program=source, tables=data,
                   workdir=os.path.abspath(f.workdir), step=loaded.step, task=loaded.task)
@@ -51,13 +51,12 @@ def main(argv):
         f"fidelity {measured['fidelity']:.2f}%, program accuracy {measured['program_accuracy']:.2f}%, "
         f"model accuracy {measured['model_accuracy']:.2f}%")
   if f.json:
-    files.write_atomically(f.json, json.dumps(measured, indent=1))
+    try:
+      files.write_atomically(f.json, json.dumps(measured, indent=1))
+    except OSError as e:
+      raise usage.output_error(f.json, '--json', e) from None
 
 
 def run():
   define_flags()
-  try:
-    app.run(main)
-  except (InputError, FileNotFoundError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+  usage.run(main, required=['workdir'], errors=(InputError, FileNotFoundError), status=2, verbosity=logging.ERROR)

@@ -10,10 +10,10 @@ to ``<workdir>/interpret/report.html`` (or --output) and its path is printed.
 from __future__ import annotations
 
 import os
-import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 
+from symjax.cli import usage
 from symjax.system.errors import InputError
 
 REPORT_DIR = 'interpret'
@@ -21,7 +21,7 @@ REPORT_DIR = 'interpret'
 
 def define_flags() -> None:
   """The CLI's flags, defined only when it runs as a program (importing this module defines none)."""
-  flags.DEFINE_string('workdir', None, 'Work directory of a training run.', required=True)
+  flags.DEFINE_string('workdir', None, 'Work directory of a training run.')
   flags.DEFINE_string('input', '', 'The input to read; empty: the first test example of the task.')
   flags.DEFINE_string('which', 'best', "Which checkpoint to load: 'best', 'latest' or a step number.")
   flags.DEFINE_string('output', '', 'Where to write the report (default: <workdir>/interpret/report.html).')
@@ -59,11 +59,8 @@ def check_position(ids, position: int) -> None:
                      f'(allowed: {-len(ids)}..{len(ids) - 1})')
 
 
-def main(argv):
-  del argv
+def main():
   f = flags.FLAGS
-  if not f['verbosity'].present:  # Orbax logs every restore at INFO
-    logging.set_verbosity(logging.ERROR)
   from symjax import tasks
   from symjax.interpret import induction as induction_tools
   from symjax.interpret import report
@@ -71,6 +68,7 @@ def main(argv):
   from symjax.tasks import induction
   path = f.output or os.path.join(f.workdir, REPORT_DIR, 'report.html')
   report.check_report_path(path)  # before the work, not after
+  check_writable(path)
   loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
   ids = encode(loaded, f.input) if f.input else default_input(loaded)
   check_position(ids, f.position)
@@ -86,14 +84,24 @@ def main(argv):
   text = report.build_report(loaded.model, loaded.params, ids, decode,
                              title=f'{loaded.model_config.kind} · {loaded.task} · step {loaded.step}',
                              position=f.position, ig_steps=f.ig_steps, **kw)
-  report.write_report(path, text)
+  try:
+    report.write_report(path, text)
+  except OSError as e:
+    raise usage.output_error(path, '--output', e) from None
   print(f'report: {os.path.abspath(path)}')
+
+
+def check_writable(path: str) -> None:
+  """Makes the report's folder and probes it, so that a folder that cannot take it fails before the work."""
+  from symjax.system import files
+  folder = os.path.dirname(os.path.abspath(path))
+  try:
+    files.make_writable_folder(folder)
+  except OSError as e:
+    raise usage.output_error(path, '--output', e) from None
 
 
 def run():
   define_flags()
-  try:
-    app.run(main)
-  except (InputError, OSError, RuntimeError) as e:  # OSError: e.g. an --output folder that cannot be made
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+  usage.run(main, required=['workdir'], errors=(InputError, FileNotFoundError, RuntimeError), status=2,
+            verbosity=logging.ERROR)

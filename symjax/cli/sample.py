@@ -5,10 +5,9 @@
 Modes ``greedy``, ``temperature``, ``top_k``, ``top_p``; ``--checkpoint`` is ``best``, ``latest`` or a step.
 """
 
-import sys
+from absl import flags
 
-from absl import app, flags, logging
-
+from symjax.cli import usage
 from symjax.run.sample import MODES, sample_text
 from symjax.system.errors import InputError
 
@@ -26,26 +25,18 @@ def define_flags() -> None:
   flags.DEFINE_string('checkpoint', 'best', "Which checkpoint to load: 'best', 'latest' or a step number.")
 
 
-def main(argv):
-  del argv
+def main():
   from symjax.run.workdir import checkpoint_choice, load
   f = flags.FLAGS
-  if not flags.FLAGS['verbosity'].present:  # Orbax logs every save at INFO; --verbosity=0 shows it
-    logging.set_verbosity(logging.WARNING)
-  if not f.workdir:
-    raise app.UsageError('--workdir is required')
-  try:
-    loaded = load(f.workdir, checkpoint_choice(f.checkpoint, '--checkpoint'))
-    print(sample_text(loaded, f.prompt, f.num_tokens, mode=f.mode, temperature=f.temperature,
-                      top_k=f.top_k, top_p=f.top_p, seed=f.seed))
-  except (InputError, FileNotFoundError, RuntimeError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
+  loaded = load(f.workdir, checkpoint_choice(f.checkpoint, '--checkpoint'))
+  print(sample_text(loaded, f.prompt, f.num_tokens, mode=f.mode, temperature=f.temperature,
+                    top_k=f.top_k, top_p=f.top_p, seed=f.seed))
 
 
 def run():
   define_flags()
-  app.run(main)
+  usage.run(main, required=['workdir'],
+            errors=(InputError, FileNotFoundError, RuntimeError))
 
 
 if __name__ == '__main__':

@@ -7,27 +7,20 @@
 import shlex
 import sys
 
-from absl import app, flags, logging
+from absl import flags
 from ml_collections import config_flags
 
+from symjax.cli import usage
+from symjax.system import files
 from symjax.system.errors import InputError
 from symjax.train import sweep
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+def main():
   f = flags.FLAGS
-  if not f.workdir:
-    raise app.UsageError('--workdir is required')
-  if not f['verbosity'].present:  # Orbax logs every save at INFO
-    logging.set_verbosity(logging.WARNING)
-  try:
+  with files.refused_leaves_no_folder(f.workdir):
     sweep.run(f.config, f.grid, f.seeds, f.workdir, f.select, seed_step=f.seed_step,
-        command='python -m symjax.cli.sweep ' + ' '.join(shlex.quote(a) for a in sys.argv[1:]))
-  except InputError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+              command='python -m symjax.cli.sweep ' + ' '.join(shlex.quote(a) for a in sys.argv[1:]))
 
 
 def define_flags() -> None:
@@ -40,12 +33,12 @@ def define_flags() -> None:
   flags.DEFINE_string('select', 'loss', 'Validation metric that chooses the grid point.')
   flags.DEFINE_enum('seed_step', 'auto', ['auto', 'vmap', 'unroll'],
                     'How the seeds share one compiled step (symjax.train.seeds.combined_step); auto: unroll on CPU.')
-  flags.mark_flag_as_required('config')
 
 
 def run():
   define_flags()
-  app.run(main)
+  usage.run(main, required=['config', 'workdir'], errors=(InputError,), status=2,
+            describe=usage.config_error, rewrite=usage.resolve_recipe)
 
 
 if __name__ == '__main__':

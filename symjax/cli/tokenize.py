@@ -8,11 +8,13 @@ reads windows from the map without loading the corpus: ``python -m symjax.main
 --config=configs/token_factored.py:task=text --config.token_path=corpus_tokens``.
 """
 
-import sys
+import os
 import time
 
-from absl import app, flags
+from absl import flags
 
+from symjax.cli import usage
+from symjax.system import files
 from symjax.system.errors import InputError
 from symjax.tasks import text
 
@@ -23,20 +25,24 @@ _BPE_SIZE = flags.DEFINE_integer('bpe_vocab_size', 512, 'Vocabulary size of a by
 _CHUNK = flags.DEFINE_integer('chunk_chars', 1 << 22, 'Characters read at a time.')
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  if not _TEXT.value or not _OUT.value:
-    raise app.UsageError('--text_path and --out are required')
+def main():
+  if not os.path.isfile(_TEXT.value):
+    raise InputError(f'--text_path {_TEXT.value!r} is not a file')
   start = time.time()
   try:
-    meta = text.write_token_file(_TEXT.value, _OUT.value, _TOKENIZER.value, _BPE_SIZE.value, _CHUNK.value)
-  except InputError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(1)
+    with files.refused_leaves_no_folder(_OUT.value):
+      meta = text.write_token_file(_TEXT.value, _OUT.value, _TOKENIZER.value, _BPE_SIZE.value, _CHUNK.value)
+  except OSError as e:
+    if os.path.abspath(e.filename or '').startswith(os.path.abspath(_TEXT.value)):
+      raise InputError(f'--text_path {_TEXT.value!r} cannot be read ({e.strerror or e})') from None
+    raise usage.output_error(_OUT.value, '--out', e) from None
   print(f"{meta['count']:,} {meta['tokenizer']} tokens ({meta['dtype']}) from {meta['source_bytes']:,} bytes "
         f'in {time.time() - start:.1f} s: {_OUT.value}')
 
 
+def run():
+  usage.run(main, required=['text_path', 'out'], errors=(InputError,))
+
+
 if __name__ == '__main__':
-  app.run(main)
+  run()

@@ -9,10 +9,11 @@ bare ``JSONDecodeError``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
-from typing import Any
+from typing import Any, Iterator
 
 from symjax.system.errors import InputError
 
@@ -39,6 +40,25 @@ def make_writable_folder(folder: str) -> None:
   os.makedirs(folder, exist_ok=True)
   with tempfile.NamedTemporaryFile(dir=folder, prefix='.symjax_write_test_'):
     pass
+
+
+@contextlib.contextmanager
+def refused_leaves_no_folder(folder: str) -> Iterator[None]:
+  """If the block raises, the folders on the way to ``folder`` that did not exist before it and are still
+  empty are removed again, so that a refused start leaves nothing behind."""
+  created, path = [], os.path.abspath(folder)
+  while not os.path.exists(path) and os.path.dirname(path) != path:
+    created.append(path)
+    path = os.path.dirname(path)
+  try:
+    yield
+  except BaseException:
+    for path in created:  # the deepest first; one that holds anything stays, and so do those above it
+      try:
+        os.rmdir(path)
+      except OSError:
+        break
+    raise
 
 
 def read_json(path: str, hint: str = '') -> dict[str, Any]:

@@ -128,3 +128,65 @@ def test_every_kernel_carries_logical_axis_names_that_rules_alone_shard(kind):
   assert ffn and all('data' in mapped[k] for k in ffn), mapped
   attention = [k for k in weights if "['attention']" in k]
   assert attention and all('vocab' in mapped[k] for k in attention), mapped
+
+
+PEER_ARGS = ['--config=symbolic:size=tiny', '--config.total_steps=40', '--config.warmup_steps=2',
+             '--config.eval_every_steps=10', '--config.log_every_steps=5', '--config.progress_bar=false',
+             '--config.distributed.num_processes=2', '--config.distributed.cpu_collectives=gloo',
+             '--config.distributed.heartbeat_timeout_seconds=20']
+# Process 1 kills itself when it is handed the batch of step 25: after the checkpoint of step 20, before 30.
+KILLED_AT_25 = """
+import os, signal, sys
+from symjax.tasks import base
+batch = base.FixedSetTask.batch
+def killing_batch(self, split, step, *args):
+  if split == 'train' and step == 25:
+    os.kill(os.getpid(), signal.SIGKILL)
+  return batch(self, split, step, *args)
+base.FixedSetTask.batch = killing_batch
+sys.argv = ['symjax.main'] + sys.argv[1:]
+from symjax.cli import train
+train.run()
+"""
+
+
+def two_processes(workdir, first=None):
+  """Starts both processes of a two-process run; process 1 runs ``first`` (a driver script) if given."""
+  port = _free_port()
+  args = [*PEER_ARGS, f'--workdir={workdir}', f'--config.distributed.coordinator_address=localhost:{port}']
+  return [subprocess.Popen([sys.executable, *(['-c', first] if first and i == 1 else ['-m', 'symjax.main']), *args,
+                            f'--config.distributed.process_id={i}'],
+                           env=env_with_devices(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=REPO) for i in range(2)]
+
+
+def test_a_lost_process_stops_the_other_with_one_line_and_both_resume_exactly(tmp_path):
+  """Process 1 is killed after the checkpoint of step 20. Process 0 stops within the heartbeat time-out it
+  was given, with one line naming process 1 and no traceback; both rerun with the same command resume from
+  step 20 and end with the parameters of an uninterrupted two-process run."""
+  whole = str(tmp_path / 'whole')
+  for p in two_processes(whole):
+    _, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-3000:]
+
+  workdir = str(tmp_path / 'killed')
+  survivor, killed = two_processes(workdir, first=KILLED_AT_25)
+  killed.communicate(timeout=600)
+  assert killed.returncode == -9
+  out, err = survivor.communicate(timeout=20)  # the configured heartbeat_timeout_seconds bounds the stop
+  assert survivor.returncode == 1, err[-3000:]
+  assert err.count('\n') == 1 and 'Traceback' not in err, err[-3000:]
+  assert err.startswith('error: lost process 1 of the 2 after step 2'), err
+  assert err.rstrip().endswith('its last checkpoint (step 20) is intact: rerun every process with the same command '
+                               'to resume'), err
+  assert symjax.load(workdir, 'latest').step == 20
+
+  resumed = two_processes(workdir)
+  outputs = [p.communicate(timeout=600) for p in resumed]
+  for p, (_, err) in zip(resumed, outputs):
+    assert p.returncode == 0, err[-3000:]
+  assert 'resuming from step 20' in outputs[0][0]
+  a, b = symjax.load(workdir, 'latest'), symjax.load(whole, 'latest')
+  assert a.step == b.step == 40
+  for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a.params)[0], jax.tree.leaves(b.params)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=jax.tree_util.keystr(path))

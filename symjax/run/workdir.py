@@ -314,9 +314,10 @@ def check_checkpoint(workdir: str, step: int) -> None:
 def restore_first_valid(restore: Callable[[int], Any], steps: Sequence[int], workdir: str,
                         quarantine_failed: bool = True, check: Callable[[int], None] | None = None):
   """``restore(step)`` for the first of ``steps`` that succeeds, or None. Before each, ``check(step)`` (by
-  default ``check_checkpoint`` of ``workdir``: its checksums, then every array read) reads the checkpoint, so
-  a damaged one fails there and never reaches Orbax. Each step that fails is reported in one line on stderr and, with ``quarantine_failed`` (the
-  trainer, process 0), moved to ``checkpoints_corrupt/``; Orbax's own log records are not printed."""
+  default ``check_checkpoint`` of ``workdir``: its checksums, then every array read) reads the checkpoint,
+  so a damaged one fails there and never reaches Orbax. Each step that fails is reported in one line on
+  stderr and, with ``quarantine_failed`` (the trainer, process 0), moved to ``checkpoints_corrupt/``;
+  Orbax's own log records are not printed."""
   check = check or (lambda step: check_checkpoint(workdir, step))
   steps = list(steps)
   for i, step in enumerate(steps):

@@ -4,6 +4,8 @@ the ('data', 'vocab') mesh, the state's shardings from the logical-axis rules, a
 from __future__ import annotations
 
 import os
+import re
+import time
 from typing import Any
 
 import jax
@@ -34,16 +36,56 @@ def maybe_initialize_distributed(d: ml_collections.ConfigDict) -> None:
     return
   if d.cpu_collectives:
     jax.config.update('jax_cpu_collectives_implementation', d.cpu_collectives)
+  timeout = d.get('heartbeat_timeout_seconds', 100)
   if d.coordinator_address:
-    jax.distributed.initialize(d.coordinator_address, d.num_processes, d.process_id)
+    jax.distributed.initialize(d.coordinator_address, d.num_processes, d.process_id,
+                               heartbeat_timeout_seconds=timeout)
   elif d.num_processes > 1 or os.environ.get('JAX_COORDINATOR_ADDRESS'):
     try:
-      jax.distributed.initialize()
+      jax.distributed.initialize(heartbeat_timeout_seconds=timeout)
     except ValueError as e:  # JAX found no cluster to join (no SLURM, Cloud TPU or JAX_COORDINATOR_ADDRESS)
       raise InputError(f'config.distributed.num_processes = {d.num_processes} but no coordinator was given or '
                        f'detected: set config.distributed.coordinator_address (host:port of process 0) and '
                        f'config.distributed.process_id, or run where JAX detects the cluster (SLURM, Cloud '
                        f'TPU, JAX_COORDINATOR_ADDRESS); JAX: {e}') from None
+
+
+# What a collective reports when a process it waits on is gone (gloo's TCP pairs, the coordination service).
+_LOST_PEER = re.compile(r'Gloo|Connection (reset|closed|refused)|heartbeat|UNAVAILABLE|DEADLINE_EXCEEDED')
+PEER_WAIT_SECONDS = 5  # how long a survivor waits for the others to say they are alive
+
+
+def peer_failure(e: BaseException) -> bool:
+  """Whether ``e``, raised in a multi-process run, is a collective that lost one of its processes."""
+  return jax.process_count() > 1 and bool(_LOST_PEER.search(str(e)))
+
+
+def lost_processes(wait_seconds: float = PEER_WAIT_SECONDS) -> list[int] | None:
+  """After a collective failed: the processes that did not say they are alive within ``wait_seconds``,
+  through JAX's coordination service (each survivor writes a key; every survivor's collective failed at
+  once, so each writes it at once). None when the service itself is gone (process 0 hosts it)."""
+  from jax._src import distributed  # JAX's handle on its coordination service; no public accessor
+  client, me, n = distributed.global_state.client, jax.process_index(), jax.process_count()
+  key = lambda i: f'symjax/alive_after_failure/{i}'
+  try:
+    client.key_value_set(key(me), '1')
+    alive, deadline = {me}, time.monotonic() + wait_seconds
+    while len(alive) < n and time.monotonic() < deadline:
+      alive |= {i for i in range(n) if i not in alive and _has_key(client, key(i))}
+      time.sleep(0.1)
+  except Exception:  # pylint: disable=broad-except  # the service is unreachable
+    return None
+  return sorted(set(range(n)) - alive)
+
+
+def _has_key(client, key: str) -> bool:
+  try:
+    client.key_value_try_get(key)
+    return True
+  except Exception as e:  # pylint: disable=broad-except
+    if 'NOT_FOUND' in str(e):
+      return False
+    raise
 
 
 def make_mesh(data: int, vocab: int, batch_size: int) -> jax.sharding.Mesh:

@@ -132,6 +132,8 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   c.distributed.num_processes = 1
   c.distributed.process_id = 0
   c.distributed.cpu_collectives = ''      # 'gloo' for multi-process runs on CPU
+  # A process silent this long is taken as lost and the others stop (JAX's heartbeat; JAX's default).
+  c.distributed.heartbeat_timeout_seconds = 100
   return c
 # --8<-- [end:fields]
 
@@ -248,6 +250,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if not 0 <= d.process_id < d.num_processes:
     raise InputError(f'config.distributed.process_id must be in [0, {d.num_processes}) (0 .. num_processes - 1), '
                      f'got {d.process_id!r}')
+  timeout = d.get('heartbeat_timeout_seconds', 100)
+  if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+    raise InputError(f'config.distributed.heartbeat_timeout_seconds must be an integer >= 1, got {timeout!r}')
   if d.cpu_collectives not in CPU_COLLECTIVES:
     raise InputError(f"config.distributed.cpu_collectives must be one of {list(CPU_COLLECTIVES)} ('' = JAX's "
                      f"default), got {d.cpu_collectives!r}")

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -35,7 +36,7 @@ from symjax.ops import readout as readout_ops
 from symjax.run import workdir as rundir
 from symjax.system import files, host
 from symjax.system import mesh as mesh_lib
-from symjax.system.errors import InputError, TrainingDiverged
+from symjax.system.errors import InputError, PeerLost, TrainingDiverged
 from symjax.train import config as config_lib
 from symjax.train import distill, exported
 from symjax.train import early as early_lib
@@ -204,6 +205,20 @@ def finite(state: TrainState, all_finite) -> TrainState:
   if not bool(all_finite(state)):
     raise ValueError('its parameters or optimiser state hold non-finite values')
   return state
+
+
+def peer_lost(e: BaseException, step: int, workdir: str) -> PeerLost:
+  """The one-line error for a collective that lost a process: which one, and how to go on."""
+  lost = mesh_lib.lost_processes()
+  who = ('process 0 (the coordinator)' if lost is None else
+         ' and '.join(f'process {i}' for i in lost) if lost else 'another process')
+  saved = rundir.checkpoint_steps(workdir)
+  kept = f'its last checkpoint (step {saved[-1]}) is intact' if saved else 'no checkpoint was saved yet'
+  text = ' '.join(str(e).split())
+  op, why = re.search(r'Gloo [\w-]+ failed', text), re.search(r'Connection (reset|closed|refused)[a-z ]*', text)
+  cause = ': '.join(m.group(0).strip() for m in (op, why) if m) or text[:120]
+  return PeerLost(f'lost {who} of the {jax.process_count()} after step {step} ({cause}); {kept}: rerun every '
+                  f'process with the same command to resume')
 
 
 def initial_state(run: CompiledRun, rng, kept: str | None) -> TrainState:
@@ -537,7 +552,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, early: e
             if lead:
               say(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
             break
-    except BaseException:  # a divergence, an interrupt or a bug: finish what was being saved, then fail
+    except BaseException as e:  # a divergence, an interrupt or a bug: finish what was being saved, then fail
+      if mesh_lib.peer_failure(e):  # the save in flight waits on the lost process: not waited for
+        writer.close()
+        raise peer_lost(e, step, workdir) from None
       if manager is not None:
         manager.wait_until_finished()
       writer.close()

@@ -35,6 +35,7 @@ def main():
   from symjax.system import files
   path = os.path.abspath(f.output or os.path.join(f.workdir, 'program', 'program.py'))
   decompile.check_output(path, named=bool(f.output))  # before the work, not after
+  usage.check_writable(os.path.dirname(path), '--output', path)
   if f.split not in ('train', 'validation', 'test'):
     raise InputError(f"--split must be one of ['train', 'validation', 'test'], got {f.split!r}")
   loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))

@@ -92,13 +92,8 @@ def main():
 
 
 def check_writable(path: str) -> None:
-  """Makes the report's folder and probes it, so that a folder that cannot take it fails before the work."""
-  from symjax.system import files
-  folder = os.path.dirname(os.path.abspath(path))
-  try:
-    files.make_writable_folder(folder)
-  except OSError as e:
-    raise usage.output_error(path, '--output', e) from None
+  """The report's folder made and probed before the work."""
+  usage.check_writable(os.path.dirname(os.path.abspath(path)), '--output', path)
 
 
 def run():

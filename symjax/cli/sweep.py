@@ -19,6 +19,7 @@ from symjax.train import sweep
 def main():
   f = flags.FLAGS
   with files.refused_leaves_no_folder(f.workdir):
+    usage.check_writable(f.workdir, '--workdir')
     sweep.run(f.config, f.grid, f.seeds, f.workdir, f.select, seed_step=f.seed_step,
               command='python -m symjax.cli.sweep ' + ' '.join(shlex.quote(a) for a in sys.argv[1:]))
 

@@ -181,3 +181,13 @@ def resolve_recipe(argv: list[str]) -> list[str]:
 def output_error(path: str, flag: str, e: OSError) -> InputError:
   """A file-system error on ``path`` as one line naming the flag that chooses it."""
   return InputError(f'cannot write {path!r} ({e.strerror or e}); choose another place with {flag}')
+
+
+def check_writable(folder: str, flag: str, path: str | None = None) -> None:
+  """Makes ``folder`` and probes it, so that a place that cannot take a command's output fails before the
+  work, as one line naming ``path`` (default: the folder) and ``flag``."""
+  from symjax.system import files
+  try:
+    files.make_writable_folder(folder)
+  except OSError as e:
+    raise output_error(path or folder, flag, e) from None

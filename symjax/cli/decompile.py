@@ -35,15 +35,16 @@ def main():
   from symjax.system import files
   path = os.path.abspath(f.output or os.path.join(f.workdir, 'program', 'program.py'))
   decompile.check_output(path, named=bool(f.output))  # before the work, not after
-  usage.check_writable(os.path.dirname(path), '--output', path)
   if f.split not in ('train', 'validation', 'test'):
     raise InputError(f"--split must be one of ['train', 'validation', 'test'], got {f.split!r}")
-  loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
-  program = decompile.decompile(loaded, os.path.basename(decompile.data_path(path)))
-  try:
-    source, data = decompile.write(program, path)
-  except OSError as e:
-    raise usage.output_error(path, '--output', e) from None
+  with files.refused_leaves_no_folder(os.path.dirname(path)):  # a refused run writes nothing
+    usage.check_writable(os.path.dirname(path), '--output', path)
+    loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
+    program = decompile.decompile(loaded, os.path.basename(decompile.data_path(path)))
+    try:
+      source, data = decompile.write(program, path)
+    except OSError as e:
+      raise usage.output_error(path, '--output', e) from None
   measured = decompile.evaluate(loaded, decompile.load_program(source), f.split)
   measured.update(lines=program.lines, table_entries=program.entries, program=source, tables=data,
                   workdir=os.path.abspath(f.workdir), step=loaded.step, task=loaded.task)

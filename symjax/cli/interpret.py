@@ -68,26 +68,28 @@ def main():
   from symjax.tasks import induction
   path = f.output or os.path.join(f.workdir, REPORT_DIR, 'report.html')
   report.check_report_path(path)  # before the work, not after
-  check_writable(path)
-  loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
-  ids = encode(loaded, f.input) if f.input else default_input(loaded)
-  check_position(ids, f.position)
-  decode = loaded.tokenizer.decode
-  kw = {}
-  if loaded.task == 'induction':  # score the heads on the test split, as the benchmark does
-    vocab = loaded.tokenizer.vocab
-    task = tasks.get_task(loaded.config)
-    batch = next(task.eval_batches('test', 500, loaded.config.seed))
-    kw = dict(circuit=induction_tools.find_circuit(loaded.model, loaded.params, batch, vocab),
-              circuit_source='500 test sequences',
-              ignore=frozenset(set(range(len(vocab))) - {vocab.id(s) for s in induction.LETTERS}))
-  text = report.build_report(loaded.model, loaded.params, ids, decode,
-                             title=f'{loaded.model_config.kind} · {loaded.task} · step {loaded.step}',
-                             position=f.position, ig_steps=f.ig_steps, **kw)
-  try:
-    report.write_report(path, text)
-  except OSError as e:
-    raise usage.output_error(path, '--output', e) from None
+  from symjax.system import files
+  with files.refused_leaves_no_folder(os.path.dirname(os.path.abspath(path))):  # a refused run writes nothing
+    check_writable(path)
+    loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
+    ids = encode(loaded, f.input) if f.input else default_input(loaded)
+    check_position(ids, f.position)
+    decode = loaded.tokenizer.decode
+    kw = {}
+    if loaded.task == 'induction':  # score the heads on the test split, as the benchmark does
+      vocab = loaded.tokenizer.vocab
+      task = tasks.get_task(loaded.config)
+      batch = next(task.eval_batches('test', 500, loaded.config.seed))
+      kw = dict(circuit=induction_tools.find_circuit(loaded.model, loaded.params, batch, vocab),
+                circuit_source='500 test sequences',
+                ignore=frozenset(set(range(len(vocab))) - {vocab.id(s) for s in induction.LETTERS}))
+    text = report.build_report(loaded.model, loaded.params, ids, decode,
+                               title=f'{loaded.model_config.kind} · {loaded.task} · step {loaded.step}',
+                               position=f.position, ig_steps=f.ig_steps, **kw)
+    try:
+      report.write_report(path, text)
+    except OSError as e:
+      raise usage.output_error(path, '--output', e) from None
   print(f'report: {os.path.abspath(path)}')
 
 

@@ -7,13 +7,9 @@ clone). Rerunning the same command resumes from its latest checkpoint. The imple
 ``symjax.cli.train``.
 """
 
-from symjax.system import host
+from absl import flags
 
-host.defer_garbage_collection()  # before the imports below: JAX's and Flax's objects are never garbage
-
-from absl import flags  # noqa: E402
-
-from symjax.cli import train  # noqa: E402
+from symjax.cli import train
 
 flags.adopt_module_key_flags(train)  # --help lists the training flags, not only this module's (none)
 

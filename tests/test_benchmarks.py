@@ -231,12 +231,3 @@ def test_part_costs_pytorch_block_without_knockout_is_torch_gpts():
   assert not torch.allclose(knockouts.torch_block_forward(block, x, distance, future, 'FFN'), expected)
 
 
-def test_gc_pauses_splits_collections_at_the_first_step_by_generation():
-  from benchmarks.lib.profiling import collections_by_phase
-  collections = [(0.5, 0.001, 0), (1.0, 0.2, 2), (1.5, 0.004, 0), (2.5, 0.3, 2), (3.0, 0.05, 2), (4.0, 0.01, 1)]
-  s = collections_by_phase(collections, 2.0)
-  assert s['start-up/gen0'] == {'count': 2, 'total_s': 0.005, 'longest_s': 0.004}
-  assert s['start-up/gen2'] == {'count': 1, 'total_s': 0.2, 'longest_s': 0.2}
-  assert s['training/gen2'] == {'count': 2, 'total_s': 0.35, 'longest_s': 0.3}
-  assert s['training/gen1']['count'] == 1 and s['start-up/gen1']['count'] == 0
-  assert collections_by_phase(collections, None)['training/gen2']['count'] == 0  # no first step: all start-up

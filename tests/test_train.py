@@ -2,9 +2,7 @@
 sampling, and clear errors for bad configs and inputs."""
 
 import dataclasses
-import gc
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -28,7 +26,7 @@ from symjax.system import mesh as mesh_lib
 from symjax.tasks import base as tasks_base
 from symjax.tasks import text as text_tasks
 from symjax.train import config as config_lib
-from symjax.train import early, exported, optim
+from symjax.train import optim
 from symjax.train import trainer as train
 
 pytestmark = pytest.mark.slow  # end to end: every test here trains or runs a command
@@ -432,21 +430,6 @@ def test_resume_that_cannot_continue_the_checkpoints_is_refused_and_moves_nothin
   assert symjax.load(workdir).step == 20 and final['test']['loss'] > 0
 
 
-def test_the_trainer_turns_garbage_collection_back_on_after_the_first_step(tmp_path):
-  """The training command defers the collector (``host.defer_garbage_collection``); the trainer turns it back on
-  after the first step, and in a finished run resumed, which takes none."""
-  workdir = str(tmp_path / 'w')
-  try:
-    for _ in range(2):  # trains 2 steps, then resumes the finished run
-      assert host.defer_garbage_collection() and not gc.isenabled()
-      train.train_and_evaluate(tiny_config(total_steps=2, warmup_steps=1, eval_every_steps=2), workdir)
-      assert gc.isenabled() and gc.get_freeze_count() > 0
-      gc.unfreeze()
-  finally:
-    gc.unfreeze()
-    gc.enable()
-
-
 def test_compiled_steps_are_kept_in_the_persistent_cache(tmp_path):
   cache = tmp_path / 'cache'
   env = {k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
@@ -456,32 +439,12 @@ def test_compiled_steps_are_kept_in_the_persistent_cache(tmp_path):
                   f'--workdir={tmp_path / "run"}'], check=True, capture_output=True, env=env, cwd=tmp_path)
   names = os.listdir(cache)
   assert any(name.startswith('jit_eval_step') for name in names), names  # quick to compile, kept all the same
-  kept = os.listdir(cache / exported.FOLDER)  # and the traced training step and initial state (symjax.train.exported)
-  assert sorted(os.path.splitext(name)[1] for name in kept) == sorted([exported.SUFFIX, exported.STATE_SUFFIX,
-                                                                       early.NOTE_SUFFIX]), kept
-  # The same command again: its step, noted by the first, is compiled before the trainer is imported and runs.
-  spy = textwrap.dedent('''
-      import sys
-      from symjax.train import early, exported
-      start, read = early.start, exported.read
-      def early_start(config):
-        made = start(config)
-        print('early step:', made is not None and made.future.result() is not None, file=sys.stderr)
-        return made
-      def logged_read(path, *args, **kwargs):
-        print('read', path[-10:], kwargs.get('quiet', False), file=sys.stderr)
-        return read(path, *args, **kwargs)
-      early.start, exported.read = early_start, logged_read
-      sys.argv[0] = 'symjax.main'
-      import symjax.main
-      symjax.main.train.run()
-  ''')
-  args = [f'--config={REPO}/configs/symbolic.py:size=tiny', '--config.total_steps=4', '--config.warmup_steps=1',
-          '--config.eval_every_steps=2', '--config.progress_bar=false', f'--config.compilation_cache_dir={cache}']
-  again = subprocess.run([sys.executable, '-c', spy, *args, f'--workdir={tmp_path / "again"}'], check=True,
-                         capture_output=True, text=True, env=env, cwd=tmp_path).stderr
-  assert 'early step: True' in again and f'read {exported.SUFFIX[-10:]} True' in again, again
-  assert f'read {exported.SUFFIX[-10:]} False' not in again, again  # the trainer's own worker read no step
+  # The same command again reads every program from the cache and ends with the same metrics.
+  subprocess.run([sys.executable, '-m', 'symjax.main', f'--config={REPO}/configs/symbolic.py:size=tiny',
+                  '--config.total_steps=4', '--config.warmup_steps=1', '--config.eval_every_steps=2',
+                  '--config.progress_bar=false', f'--config.compilation_cache_dir={cache}',
+                  f'--workdir={tmp_path / "again"}'], check=True, capture_output=True, env=env, cwd=tmp_path)
+  assert sorted(os.listdir(cache)) == sorted(names)  # nothing compiled anew
   final = [json.loads((tmp_path / run / rundir.FINAL_FILE).read_text()) for run in ('run', 'again')]
   assert final[0] == final[1]
 
@@ -492,7 +455,7 @@ def test_an_unwritable_compilation_cache_is_one_warning_and_no_cache(tmp_path, c
   before = jax.config.jax_compilation_cache_dir  # set by an earlier run in this process, if any
   jax.config.update('jax_compilation_cache_dir', None)  # else the config's folder is not used at all
   try:
-    early.use_compilation_cache(tiny_config(compilation_cache_dir=str(blocker / 'cache')))
+    host.use_compilation_cache(str(blocker / 'cache'))
     err = capsys.readouterr().err
     assert err.count('\n') == 1, err
     assert 'cannot be created or written (Not a directory); compiling without the persistent cache' in err
@@ -502,7 +465,6 @@ def test_an_unwritable_compilation_cache_is_one_warning_and_no_cache(tmp_path, c
 
 
 def test_top_k_counts_ties_as_random_tie_breaking_and_nan_as_wrong():
-  import jax.numpy as jnp
 
   from symjax.train import metrics
   logits = jnp.array([[0.0, 0.0, 0.0, 0.0],      # uniform: the target is first with probability 1/4
@@ -614,43 +576,6 @@ def test_a_loaded_run_gives_its_batches_its_loss_on_text_and_decodes_one_id(shak
     tagging.loss([1, 2, 3])
 
 
-def test_prefetched_makes_each_step_in_order_on_a_worker_while_the_caller_holds_the_one_before():
-  import threading
-  made, next_started = [], threading.Event()
-
-  def make(step):
-    made.append((step, threading.get_ident()))
-    if step == 4:
-      next_started.set()
-    return 10 * step
-
-  batches = train.prefetched(make, range(3, 7))
-  assert next(batches) == 30
-  assert next_started.wait(timeout=60)  # step 4 is made while the caller still works on step 3's batch
-  assert list(batches) == [40, 50, 60]
-  assert [s for s, _ in made] == [3, 4, 5, 6]
-  assert threading.get_ident() not in {thread for _, thread in made}
-
-
-def test_prefetched_raises_a_failed_step_where_the_caller_asks_for_it_and_stops_on_close():
-  def make(step):
-    if step == 2:
-      raise ValueError('no batch 2')
-    return step
-
-  batches = train.prefetched(make, range(5))
-  assert [next(batches), next(batches)] == [0, 1]
-  with pytest.raises(ValueError, match='no batch 2'):
-    next(batches)
-  calls = []
-  batches = train.prefetched(calls.append, range(100))
-  next(batches)
-  batches.close()  # waits for the one call in flight (or cancels it if not begun), starts no other
-  assert calls in ([0], [0, 1])
-  with pytest.raises(StopIteration):
-    next(batches)
-
-
 def test_a_task_whose_inputs_never_pad_trains_without_its_all_true_key_mask(tmp_path):
   """Text windows are full, so the step functions pass attention no key mask (a fused kernel would add the
   all-true mask as a bias): the same step to float32 rounding; a step told to read the mask still does."""
@@ -679,29 +604,6 @@ def test_a_task_whose_inputs_never_pad_trains_without_its_all_true_key_mask(tmp_
   assert float(padded_masked[1]['loss']) != float(padded_unmasked[1]['loss'])
 
 
-def test_the_step_compiled_ahead_runs_at_its_first_call_without_tracing_again(tmp_path, monkeypatch):
-  """``compile_ahead`` on a worker thread fills the jitted step's own caches for the shapes and shardings of
-  the state and of ``batch_putter``'s batches: the trainer's first call finds the program there."""
-  traced = []
-  real = train.token_stats
-  monkeypatch.setattr(train, 'token_stats', lambda *a, **k: (traced.append(1), real(*a, **k))[1])
-  config = tiny_config('standard')
-  config_lib.validate(config)
-  s = train.setup(config, [(str(tmp_path), config)])
-  mesh = mesh_lib.make_mesh(1, 1, config.batch_size)
-  rng = jax.random.key(config.seed)
-  with jax.set_mesh(mesh):
-    run = train.compile_run(s.model, s.tx, train.StepOptions.of(config, s.task), rng, mesh, (), s.task.seq_len)
-    train.compile_ahead(lambda: (run.train_step, run.abstract_state), mesh,
-                        train.abstract_batch(s.task, config, mesh)).result()
-    assert traced == [1]
-    put = mesh_lib.batch_putter(mesh)
-    state, metrics = run.train_step(run.init(rng), put(s.task.batch('train', 0, config.batch_size, config.seed)))
-    assert traced == [1] and np.isfinite(float(metrics['loss']))
-    state, _ = run.train_step(state, put(s.task.batch('train', 1, config.batch_size, config.seed)))
-    assert traced == [1] and int(state.step) == 2
-
-
 def _compiled_tiny_run(tmp_path, kind='symbolic'):
   config = tiny_config(kind)
   config_lib.validate(config)
@@ -711,225 +613,6 @@ def _compiled_tiny_run(tmp_path, kind='symbolic'):
     run = train.compile_run(s.model, s.tx, train.StepOptions.of(config, s.task), jax.random.key(config.seed), mesh,
                             (), s.task.seq_len)
   return config, s, mesh, run
-
-
-def test_a_kept_step_runs_without_tracing_and_gives_the_traced_step_bit_for_bit(tmp_path, monkeypatch):
-  """The first start traces the step and keeps it; the next, with new jitted functions as a new process has,
-  traces nothing and its steps give the traced step's states and metrics exactly."""
-  traced = []
-  real = train.token_stats
-  monkeypatch.setattr(train, 'token_stats', lambda *a, **k: (traced.append(1), real(*a, **k))[1])
-  kept = str(tmp_path / 'kept' / 'step.jaxexport')
-  config, s, mesh, run = _compiled_tiny_run(tmp_path)
-  batch_shapes = train.abstract_batch(s.task, config, mesh)
-  first = train.compile_ahead(lambda: (run.train_step, run.abstract_state), mesh, batch_shapes, kept).result()
-  assert traced == [1] and os.path.isfile(kept) and first is not run.train_step
-  _, _, _, again = _compiled_tiny_run(tmp_path)
-  order = []
-  real_lower = exported.lower
-  monkeypatch.setattr(exported, 'lower', lambda *a: (order.append('lowered'), real_lower(*a))[1])
-
-  def given():  # the main thread's trace of the state's shapes, which a kept step does not wait for
-    order.append('traced')
-    return again.train_step, again.abstract_state
-
-  second = train.compile_ahead(given, mesh, batch_shapes, kept).result()
-  assert traced == [1] and order == ['lowered', 'traced']
-  put = mesh_lib.batch_putter(mesh)
-  rng = jax.random.key(config.seed)
-  with jax.set_mesh(mesh):
-    outputs = {}
-    for name, step in (('traced', run.train_step), ('kept', second)):
-      state = run.init(rng)
-      for i in range(3):
-        state, metrics = step(state, put(s.task.batch('train', i, config.batch_size, config.seed)))
-      outputs[name] = (state, metrics)
-  assert traced == [1]  # the traced step reuses the trace the export made
-  assert int(outputs['kept'][0].step) == 3
-  assert_trees_equal(outputs['kept'], outputs['traced'])
-
-
-def test_an_unusable_kept_step_is_one_warning_line_and_the_run_goes_on(tmp_path, capsys):
-  """A corrupt file is traced, kept again and used; one kept for other shapes, or one that cannot be
-  written, leaves the traced step to run."""
-  config, s, mesh, run = _compiled_tiny_run(tmp_path)
-  batch_shapes = train.abstract_batch(s.task, config, mesh)
-  kept = tmp_path / 'step.jaxexport'
-  kept.write_bytes(b'not a program' * 10)
-  step = train.compile_ahead(lambda: (run.train_step, run.abstract_state), mesh, batch_shapes,
-                             str(kept)).result()
-  err = capsys.readouterr().err
-  assert err.count('\n') == 1 and 'is corrupt (its checksum does not match)' in err, err
-  assert step is not run.train_step and exported.read(str(kept)) is not None  # kept again
-
-  other = dict(batch_shapes, inputs=jax.ShapeDtypeStruct((3, 5), batch_shapes['inputs'].dtype))
-  kept.write_bytes(exported.export(jax.jit(lambda st, b: (st, {'loss': b['inputs'].sum()})), run.abstract_state,
-                                   other))
-  step = train.compile_ahead(lambda: (run.train_step, run.abstract_state), mesh, batch_shapes,
-                             str(kept)).result()
-  err = capsys.readouterr().err
-  assert err.count('\n') == 1 and 'cannot be used (ValueError: exported for inputs' in err, err
-  assert step is run.train_step
-
-  blocker = tmp_path / 'a_file'
-  blocker.write_text('x')
-  step = train.compile_ahead(lambda: (run.train_step, run.abstract_state), mesh, batch_shapes,
-                             str(blocker / 's.jaxexport')).result()
-  err = capsys.readouterr().err
-  assert err.count('\n') == 1 and 'the training step cannot be kept in' in err, err
-  assert step is not run.train_step  # exported in memory all the same: the run calls what a rerun would
-
-
-def test_the_initial_state_is_kept_and_read_back_bit_for_bit_without_the_initialiser(tmp_path):
-  config, s, mesh, run = _compiled_tiny_run(tmp_path)
-  rng = jax.random.key(config.seed)
-  kept = str(tmp_path / 'kept' / 'init.state')
-  with jax.set_mesh(mesh):
-    first = train.initial_state(run, rng, kept)
-    assert os.path.isfile(kept)
-    _, _, _, again = _compiled_tiny_run(tmp_path)  # a new start: its initialiser must not run
-    again = dataclasses.replace(again, init=lambda key: pytest.fail('the initialiser ran'))
-    second = train.initial_state(again, rng, kept)
-  assert_trees_equal(second, first)
-  assert_trees_equal(first, run.init(rng))
-  assert jax.tree.map(lambda a: a.sharding, second) == jax.tree.map(lambda a: a.sharding, first)
-
-
-def test_an_unusable_kept_state_is_one_warning_line_and_the_state_is_initialised(tmp_path, monkeypatch, capsys):
-  config, s, mesh, run = _compiled_tiny_run(tmp_path)
-  rng = jax.random.key(config.seed)
-  want = run.init(rng)
-  kept = tmp_path / 'init.state'
-  with jax.set_mesh(mesh):
-    kept.write_bytes(b'not a state' * 10)
-    assert_trees_equal(train.initial_state(run, rng, str(kept)), want)
-    err = capsys.readouterr().err
-    assert err.count('\n') == 1 and 'initial state' in err and 'is corrupt' in err, err
-    assert exported.read_state(str(kept), run.abstract_state) is not None  # kept again
-
-    exported.write_state(str(kept), {'w': np.zeros((2, 3), np.float32)})  # another model's
-    assert_trees_equal(train.initial_state(run, rng, str(kept)), want)
-    err = capsys.readouterr().err
-    assert err.count('\n') == 1 and 'holds other arrays (1 against' in err, err
-
-    blob = b'a checksummed file of another format'  # passes the checksum, then NumPy refuses it
-    kept.write_bytes(blob + hashlib.sha256(blob).digest())
-    assert_trees_equal(train.initial_state(run, rng, str(kept)), want)
-    err = capsys.readouterr().err
-    assert err.count('\n') == 1 and 'cannot be read (ValueError' in err, err
-
-    blocker = tmp_path / 'a_file'
-    blocker.write_text('x')
-    assert_trees_equal(train.initial_state(run, rng, str(blocker / 'init.state')), want)
-    err = capsys.readouterr().err
-    assert err.count('\n') == 1 and 'the initial state cannot be kept in' in err, err
-
-    monkeypatch.setattr(exported, 'MAX_STATE_BYTES', 1024)  # a state too large to keep is initialised each time
-    big = tmp_path / 'big.state'
-    assert_trees_equal(train.initial_state(run, rng, str(big)), want)
-    assert not big.exists() and capsys.readouterr().err == ''
-
-
-def test_kept_states_past_their_total_drop_the_least_recently_read(tmp_path, monkeypatch):
-  state = {'w': jnp.ones((256,), jnp.float32)}  # 1 KiB of arrays: each file a little more
-  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
-  size = lambda: sum(os.path.getsize(p) for p in glob.glob(str(tmp_path / '*.state')))
-  exported.write_state(str(tmp_path / 'a.state'), state)
-  monkeypatch.setattr(exported, 'MAX_KEPT_STATES_BYTES', 2 * size())  # room for two
-  exported.write_state(str(tmp_path / 'b.state'), state)
-  os.utime(tmp_path / 'a.state', (1, 1))  # written long ago ...
-  os.utime(tmp_path / 'b.state', (2, 2))
-  assert exported.read_state(str(tmp_path / 'a.state'), abstract) is not None  # ... but a was read just now
-  exported.write_state(str(tmp_path / 'c.state'), state)
-  assert sorted(os.listdir(tmp_path)) == ['a.state', 'c.state']
-
-
-def test_a_kept_state_keeps_dtypes_numpy_cannot_name(tmp_path):
-  state = {'b': jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3) / 7, 'n': jnp.array(3, jnp.int32),
-           'f': jnp.array([True, False])}
-  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
-  path = str(tmp_path / 'x.state')
-  assert exported.write_state(path, state)
-  back = exported.read_state(path, abstract)
-  assert jax.tree.map(lambda a: a.dtype, back) == jax.tree.map(lambda a: a.dtype, state)
-  assert_trees_equal(back, state)
-  assert not exported.write_state(path, {'key': jax.random.key(0)})  # a PRNG key is not kept
-
-
-def test_the_kept_steps_key_follows_what_the_trace_reads(tmp_path, monkeypatch):
-  config, s, mesh, run = _compiled_tiny_run(tmp_path)
-  batch_shapes = train.abstract_batch(s.task, config, mesh)
-  options = train.StepOptions.of(config, s.task)
-  key = lambda config=config, name='train': exported.step_key(name, config, s.model_config, options, mesh,
-                                                              batch_shapes)
-  assert key() == key() and len(key()) == 64
-  changed = tiny_config('symbolic')
-  changed.learning_rate = config.learning_rate * 2  # a constant of the traced step
-  assert key(changed) != key() and key(name='soft') != key()
-  before = key()
-  monkeypatch.setattr(exported, 'source_digest', lambda: 'edited')  # symjax's code changed
-  assert key() != before
-  previous = jax.config.jax_compilation_cache_dir
-  try:
-    jax.config.update('jax_compilation_cache_dir', str(tmp_path / 'cache'))
-    assert exported.path_for(before) == str(tmp_path / 'cache' / exported.FOLDER / (before + exported.SUFFIX))
-    for elsewhere in (None, 'gs://bucket/cache'):  # no cache, or one JAX reads through another file system
-      jax.config.update('jax_compilation_cache_dir', elsewhere)
-      assert exported.path_for(before) is None
-  finally:
-    jax.config.update('jax_compilation_cache_dir', previous)
-
-
-def test_a_step_with_custom_calls_is_exported_for_the_jax_that_wrote_it():
-  """jax.export refuses custom calls without its promise of stability across versions (a fused GPU kernel);
-  the key pins the exact JAX, so they are allowed by name."""
-  def step(state, batch):
-    out = jax.ffi.ffi_call('symjax_test_target', jax.ShapeDtypeStruct(batch['x'].shape, batch['x'].dtype))(batch['x'])
-    return state, {'loss': out.sum()}
-  state = {'w': jax.ShapeDtypeStruct((2,), np.float32)}
-  batch = {'x': jax.ShapeDtypeStruct((3,), np.float32)}
-  with pytest.raises(ValueError, match='custom calls'):
-    jax.export.export(jax.jit(step))(state, batch)
-  data = exported.export(jax.jit(step), state, batch)
-  restored = jax.export.deserialize(bytearray(data[:-32]))
-  assert 'symjax_test_target' in restored.mlir_module()
-  assert [a.shape for a in restored.in_avals] == [(2,), (3,)]
-
-
-def test_a_kept_step_without_lapack_is_lowered_without_scipy_and_one_with_lapack_runs(tmp_path):
-  """``exported.lower`` skips JAX's LAPACK set-up (SciPy's import) only for a program that calls no LAPACK
-  kernel; one that does (a Cholesky factor) is lowered as JAX does it and gives the right numbers. Each step is
-  exported in one fresh interpreter and run in another, as at a warm start: tracing a LAPACK call readies the
-  kernels, and so would hide a set-up skipped wrongly."""
-  code = '''
-import sys
-import jax, jax.numpy as jnp, numpy as np
-from symjax.train import exported
-steps = {'plain': lambda s, b: ({'w': s['w'] * 2}, {'loss': (b['x'] ** 2).sum()}),
-         'lapack': lambda s, b: (s, {'c': jnp.linalg.cholesky(b['x'])})}
-x = np.array([[4., 2.], [2., 3.]], np.float32)
-state, batch = {'w': jax.ShapeDtypeStruct(x.shape, x.dtype)}, {'x': jax.ShapeDtypeStruct(x.shape, x.dtype)}
-for name, fn in steps.items():
-  path = f'{sys.argv[1]}/{name}'
-  if sys.argv[2] == 'write':
-    exported.write(path, exported.export(jax.jit(fn), state, batch))
-    continue
-  data = exported.read(path)
-  flat, args = exported.flat_step(data, jax.make_mesh((1,), ('d',)))
-  exported.lower(flat, data, *args).compile()
-  new_state, metrics = exported.as_step(flat, args, state, batch)({'w': x}, {'x': x})
-  if name == 'plain':
-    assert b'lapack_' not in data and float(metrics['loss']) == 33.0, metrics
-    print('scipy after a plain step:', 'scipy.linalg' in sys.modules)
-  else:
-    assert b'lapack_' in data
-    np.testing.assert_allclose(metrics['c'], np.linalg.cholesky(x), rtol=1e-6)
-    print('lapack step ok')
-'''
-  for mode in ('write', 'read'):
-    out = subprocess.run([sys.executable, '-c', code, str(tmp_path), mode], capture_output=True, text=True, cwd=REPO)
-    assert out.returncode == 0, (mode, out.returncode, out.stderr[-2000:])
-  assert out.stdout.split('\n')[:2] == ['scipy after a plain step: False', 'lapack step ok'], out.stdout
 
 
 def test_the_initialiser_traced_once_gives_the_state_of_the_model_initialised_directly():
@@ -958,81 +641,3 @@ def test_importing_the_trainer_leaves_orbax_tensorstore_and_tensorboardx_for_lat
   assert out.stdout.strip() == '[]'
 
 
-def test_a_start_compiles_the_step_its_last_start_noted_and_the_trainer_checks_the_note(tmp_path, monkeypatch):
-  """The trainer notes its step's key under the config's digest; ``early.start`` compiles the step noted, and
-  the trainer calls it (its own worker reads nothing) with the same results as a run without it. A note that
-  names another step is not used, and the trainer notes the right key again."""
-  previous = jax.config.jax_compilation_cache_dir
-  jax.config.update('jax_compilation_cache_dir', str(tmp_path / 'cache'))
-  try:
-    config = tiny_config('standard', total_steps=3, warmup_steps=1, eval_every_steps=3)
-    assert early.start(config) is None  # nothing noted yet
-    first = train.train_and_evaluate(config, str(tmp_path / 'a'))
-    (note,) = glob.glob(str(tmp_path / 'cache' / exported.FOLDER / ('*' + early.NOTE_SUFFIX)))
-    with open(note) as f:
-      noted = f.read()
-    assert os.path.isfile(exported.path_for(noted))
-    assert early.start(tiny_config('standard', total_steps=3, warmup_steps=1, eval_every_steps=3, seed=1)) is None
-
-    made = early.start(config)
-    assert made is not None and made.key == noted and made.future.result() is not None
-    reads = []
-    real_read = exported.read
-    monkeypatch.setattr(exported, 'read', lambda path, *a, **k: (reads.append(path), real_read(path, *a, **k))[1])
-    second = train.train_and_evaluate(config, str(tmp_path / 'b'), early=made)
-    assert not [p for p in reads if p.endswith(exported.SUFFIX)], reads  # the early step ran
-    assert second == first
-
-    with open(note, 'w') as f:
-      f.write('0' * 64)  # as if the corpus had changed under the same config
-    wrong = early.start(config)
-    assert wrong is not None and wrong.future.result() is None  # no step kept under that key
-    reads.clear()
-    third = train.train_and_evaluate(config, str(tmp_path / 'c'), early=wrong)
-    assert [p for p in reads if p.endswith(exported.SUFFIX)] == [exported.path_for(noted)]
-    assert third == first
-    with open(note) as f:
-      assert f.read() == noted
-  finally:
-    jax.config.update('jax_compilation_cache_dir', previous)
-
-
-def test_no_early_start_for_several_processes_a_soft_phase_or_a_teacher():
-  multi = tiny_config('standard')
-  multi.distributed.num_processes = 2
-  gloo = tiny_config('standard')
-  gloo.distributed.cpu_collectives = 'gloo'
-  assert not early.single_process(multi) and not early.single_process(gloo)
-  assert early.single_process(tiny_config('standard'))
-  assert early.start(multi) is None and early.start(gloo) is None
-
-
-def test_priming_a_kept_step_runs_it_on_zeros_and_changes_no_later_result(monkeypatch):
-  """``exported.prime`` calls the flat step once on zeros of its arguments' shapes (the state is donated, so the
-  zeros are gone afterwards); the step's results on real arrays are those of a step never primed. Not for a
-  state above MAX_STATE_BYTES, nor one holding a PRNG key."""
-  def step_fn(state, batch):
-    return {'w': state['w'] * 2 + batch['x'].sum()}, {'loss': (batch['x'] ** 2).sum()}
-
-  x = np.arange(6, dtype=np.float32).reshape(2, 3)
-  state, batch = {'w': jax.ShapeDtypeStruct(x.shape, x.dtype)}, {'x': jax.ShapeDtypeStruct(x.shape, x.dtype)}
-  data = exported.export(jax.jit(step_fn), state, batch)
-  mesh = jax.make_mesh((1,), ('d',))
-  outputs = []
-  for primed in (False, True):
-    flat, args = exported.flat_step(data, mesh)
-    exported.lower(flat, data, *args).compile()
-    if primed:
-      executed = []
-      real_call = flat.__call__
-      assert exported.prime(lambda *a: (executed.append([np.asarray(v) for v in jax.tree.leaves(a)]),
-                                         real_call(*a))[1], args)
-      assert all(not v.any() for v in executed[0]) and len(executed[0]) == 2  # the state and batch, all zeros
-    outputs.append(exported.as_step(flat, args, state, batch)({'w': jnp.asarray(x)}, {'x': jnp.asarray(x)}))
-  assert_trees_equal(outputs[0], outputs[1])
-  np.testing.assert_array_equal(outputs[1][0]['w'], x * 2 + x.sum())
-  monkeypatch.setattr(exported, 'MAX_STATE_BYTES', 40)  # the 48 bytes of the two arrays
-  assert not exported.prime(flat, args)
-  keyed = (jax.ShapeDtypeStruct((), jax.random.key(0).dtype), args[1])
-  monkeypatch.undo()
-  assert not exported.prime(flat, keyed)

@@ -130,17 +130,3 @@ def trace_events(log_dir: str, names) -> tuple[list[tuple[str, float]], int]:
   out = [(e['name'], e.get('dur', 0.0)) for e in load_trace(log_dir) if e.get('ph') == 'X' and e.get('name') in names]
   counts = collections.Counter(collections.Counter(name for name, _ in out).values())
   return out, counts.most_common(1)[0][0] if counts else 0
-
-
-def collections_by_phase(events, first_step_s: float | None) -> dict[str, dict[str, float]]:
-  """Python's garbage collections, ``events`` of ``(seconds since start, duration, generation)``, per phase
-  ('start-up' before its first step ended at ``first_step_s``, 'training' after; all start-up without one) and
-  generation: their count, total and longest duration (benchmarks/speed/gc_pauses.py)."""
-  first = float('inf') if first_step_s is None else first_step_s
-  out = {}
-  for phase in ('start-up', 'training'):
-    for generation in (0, 1, 2):
-      durations = [d for t, d, g in events if g == generation and (t < first) == (phase == 'start-up')]
-      out[f'{phase}/gen{generation}'] = {'count': len(durations), 'total_s': round(sum(durations), 4),
-                                         'longest_s': round(max(durations, default=0.0), 4)}
-  return out

@@ -1,5 +1,5 @@
 """The compiled training step of one model kind at the text recipe, on random tokens, for the CPU benchmarks
-(benchmarks/speed/throughput.py, benchmarks/speed/malloc_settings.py): `configs/<kind>.py:task=text,size=medium`
+(benchmarks/speed/throughput.py): `configs/<kind>.py:task=text,size=medium`
 (4 layers, 4 heads × 32, context 64, batch 12), |V| = 65 as for Tiny Shakespeare, float32, one device."""
 
 from __future__ import annotations

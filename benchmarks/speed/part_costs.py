@@ -51,7 +51,7 @@ _WORKER = flags.DEFINE_enum('worker', '', ['', 'symjax', 'pytorch'], 'Internal: 
 def symjax_steps() -> dict:
   """{variant: a function running one step and waiting for it}, the whole step and each knockout."""
   from symjax.system import host
-  host.set_defaults('standard')
+  host.set_cpu_compiler_defaults('standard')
   import jax
 
   from benchmarks.lib.recipe import compile_recipe_step

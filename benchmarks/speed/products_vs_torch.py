@@ -32,7 +32,7 @@ def main(_):
   if _XLA_FLAGS.value:
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_XLA_FLAGS.value}".strip()
   from symjax.system import host
-  host.set_defaults()
+  host.set_cpu_compiler_defaults()
   import jax
   import jax.numpy as jnp
   import numpy as np

@@ -151,7 +151,7 @@ def worker(kind: str, one_core: bool, with_torch: bool) -> dict:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     os.environ['OPENBLAS_NUM_THREADS'] = os.environ['OMP_NUM_THREADS'] = '1'  # NumPy's BLAS on this core
   from symjax.system import host
-  host.set_defaults(kind)
+  host.set_cpu_compiler_defaults(kind)
   import jax
 
   from benchmarks.lib import profiling

@@ -98,7 +98,7 @@ def time_rounds(runs: dict, steps: int, repeats: int) -> dict[str, float]:
 
 
 def main(_):
-  host.set_defaults()  # the trainer's settings; SYMJAX_KEEP_XLA_FLAGS=1 / SYMJAX_KEEP_MALLOC=1 keep XLA's / glibc's
+  host.set_cpu_compiler_defaults()  # the trainer's compiler flags; SYMJAX_KEEP_XLA_FLAGS=1 keeps XLA's
   kinds = {k: recipe_step(k) for k in KINDS}
   kind_times = time_rounds({k: run for k, (run, _) in kinds.items()}, _STEPS.value, _REPEATS.value)
   print(f'\nOne training step at the text recipe shape (batch 12 × 64, 4 layers, 4 × 32, |V| = 65), '

@@ -10,8 +10,8 @@ exactly the model's matrix products (each forward product and its two backward p
 function, nothing else). The ratio is the fraction of that limit the training step reaches. Also the
 compile time of the step, the time from process start to the first finished step, the loss after the timed
 steps (equal across runs that change only how the step runs) and the process's peak resident memory so
-far (kinds run in the order given). The allocator setting of symjax/system/host.py is applied as the trainer
-applies it; SYMJAX_KEEP_MALLOC=1 measures glibc's defaults.
+far (kinds run in the order given). The compiler flags of symjax/system/host.py are applied as the trainer
+applies them.
 """
 
 import os
@@ -97,7 +97,7 @@ def measure(kind: str) -> dict:
 
 
 def main(_):
-  host.set_defaults()  # as the trainer does; SYMJAX_KEEP_MALLOC=1 keeps glibc's malloc defaults
+  host.set_cpu_compiler_defaults()  # as the trainer does
   rows = [measure(kind) for kind in _KINDS.value]
   print(f'\n{jax.devices()[0].device_kind} ({jax.default_backend()}), text recipe: batch 12 × 64, |V| = {_VOCAB.value}, '  # noqa: E501
         f'float32; median of {_REPEATS.value} rounds of {_STEPS.value} steps')

@@ -57,13 +57,10 @@ def main():
     usage.fail(usage.config_error(e, sys.argv))
   workdir = _WORKDIR.value or default_workdir(flags.FLAGS['config'].config_filename, sys.argv)
   from symjax.system import files
-  from symjax.train import early  # after flag parsing: keeps --help fast
   with files.refused_leaves_no_folder(workdir):
     check_workdir(workdir)
-    # The step an earlier start of this command trained, compiled while the trainer is imported (early's docstring).
-    ahead = early.start(config)
-    from symjax.train import trainer as train
-    train.train_and_evaluate(config, workdir, early=ahead)
+    from symjax.train import trainer as train  # after flag parsing: keeps --help fast
+    train.train_and_evaluate(config, workdir)
 
 
 def run():

@@ -6,7 +6,7 @@ On the CPU backend both backward passes hand XLA products of untransposed operan
 behind an optimisation barrier. Why: without it XLA folds the transpose into the product that reads it, and
 XLA:CPU's YNNPACK then either runs a transposed operand inside its fusion, which gains little from a second
 core, or rejects it and leaves the product to Eigen; the copy and a plain product take less time together
-(the docs' "Performance" page has the measurements).
+(measured in ``benchmarks/results/plain_operand_products_amd.json``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from symjax.run import workdir as rundir
 from symjax.system import files, host
 from symjax.system.errors import InputError
 from symjax.train import config as config_lib
-from symjax.train import distill, early, optim
+from symjax.train import distill, optim
 from symjax.train import metrics as metrics_lib
 from symjax.train import trainer as train
 
@@ -112,7 +112,7 @@ def combined_step(train_step, num_seeds: int, how: str = 'auto'):
   ``'vmap'`` batches every operation over the seeds: one kernel per operation, what fills a GPU or TPU.
   ``'unroll'`` writes each seed's step as an independent subgraph of one program, which XLA:CPU runs
   concurrently on its cores; a small model's batched operations run on one core, so on a CPU unrolling is
-  the faster (the docs' "Performance" page has the measurements). ``'auto'``: unroll on CPU, vmap
+  the faster (measured in ``benchmarks/results/step_time.json``). ``'auto'``: unroll on CPU, vmap
   elsewhere. Either way seed i computes exactly ``train_step`` on its own slice.
   """
   if how not in SEED_STEPS:
@@ -142,10 +142,10 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
     raise InputError(f'seed step must be one of {list(SEED_STEPS)}, got {seed_step!r}')
   if len(seeds) != len(workdirs) or not seeds:
     raise InputError(f'need one work directory per seed, got {len(seeds)} seeds and {len(workdirs)} folders')
-  host.set_defaults()
+  host.set_cpu_compiler_defaults()
   config_lib.validate(config)
   check_config(config)
-  early.use_compilation_cache(config)
+  host.use_compilation_cache(config.compilation_cache_dir)
   done = [finished(w, config.total_steps) for w in workdirs]
   if all(done):
     return done
@@ -193,11 +193,10 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   diverged: dict[int, int] = {}
   tokens_per_step = len(seeds) * config.batch_size * task.seq_len
   last_time, last_step, step, rate = time.time(), start_step, start_step, 0.0
-  batches = train.prefetched(lambda at: _stack([task.batch('train', at, config.batch_size, s) for s in seeds]),
-                             range(start_step, config.total_steps))
   try:
     while step < config.total_steps:
-      state, metrics = v_train(state, next(batches), keys)
+      state, metrics = v_train(state, _stack([task.batch('train', step, config.batch_size, s) for s in seeds]),
+                               keys)
       step += 1
       if step % config.log_every_steps == 0 or step == config.total_steps:
         now = time.time()
@@ -236,8 +235,6 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
       writer.close()
       manager.close()
     raise
-  finally:
-    batches.close()
   for manager in managers:
     manager.wait_until_finished()
 

@@ -8,17 +8,14 @@ uninterrupted one (on CPU).
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import dataclasses
 import json
 import math
 import os
 import re
 import sys
-import threading
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -38,8 +35,7 @@ from symjax.system import files, host
 from symjax.system import mesh as mesh_lib
 from symjax.system.errors import InputError, PeerLost, TrainingDiverged
 from symjax.train import config as config_lib
-from symjax.train import distill, exported
-from symjax.train import early as early_lib
+from symjax.train import distill, optim
 from symjax.train import metrics as metrics_lib
 from symjax.train.optim import TrainState, init_state, learning_rate_schedule, make_optimizer
 
@@ -221,20 +217,6 @@ def peer_lost(e: BaseException, step: int, workdir: str) -> PeerLost:
                   f'process with the same command to resume')
 
 
-def initial_state(run: CompiledRun, rng, kept: str | None) -> TrainState:
-  """``run.init(rng)``; with ``kept`` (a path from ``exported.path_for``), the same arrays read from there if an
-  earlier start kept them, else initialised and kept there (``exported.write_state``).
-
-  Why: at a warm start, reading the initialiser's program from the persistent cache and running it held up the
-  first step by half a second on a laptop's CPU (the docs' "Performance" page)."""
-  state = exported.read_state(kept, run.abstract_state) if kept else None
-  if state is None:
-    state = run.init(rng)
-    if kept:
-      exported.write_state(kept, state)
-  return state
-
-
 def check_task_fits(task: tasks.Task, model_config: ModelConfig) -> None:
   """Raises ValueError when the model cannot read the task's batches (too long, or no graph to read)."""
   if model_config.relational and not task.has_edges:
@@ -280,101 +262,11 @@ def setup(config: ml_collections.ConfigDict, runs: list[tuple[str, ml_collection
   for workdir, run_config in runs:
     rundir.check_same_model(workdir, model_config)
     rundir.check_same_data(workdir, task)
-    rundir.check_same_training(workdir, run_config)
+    optim.check_same_training(workdir, run_config)
     distill.check_same_distillation(workdir, run_config)
   teacher = distill.load_teacher(config, task, model_config, runs[0][0]) if config_lib.distills(config) else None
   return Setup(task, model_config, teacher, model_lib.build(model_config), make_optimizer(config),
                learning_rate_schedule(config))
-
-
-def abstract_batch(task: tasks.Task, config: ml_collections.ConfigDict, mesh) -> dict[str, jax.ShapeDtypeStruct]:
-  """The shapes, dtypes and sharding of every training batch (``mesh_lib.batch_putter``'s arrays)."""
-  sharding = mesh_lib.batch_sharding(mesh)
-  return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding)
-          for k, v in task.batch('train', 0, config.batch_size, config.seed).items()}
-
-
-def compile_ahead(traced: Callable[[], tuple[Any, Any]], mesh, abstract_batch, kept: str | None = None,
-                  early: concurrent.futures.Future | None = None, needed: threading.Event | None = None
-                  ) -> concurrent.futures.Future:
-  """Makes the program of the first training step on a worker thread, for batches of ``abstract_batch``'s
-  shapes and shardings; the future's result is the step to call, ``(state, batch) -> (state, metrics)``.
-  ``traced()`` gives the jitted step and the state's abstract arrays (``CompiledRun.train_step`` and
-  ``abstract_state``); it may wait for the main thread to trace them, and is called only once the worker
-  needs them. JAX keeps the trace, the lowering and the executable in the step's own caches, so its first call
-  with arrays of those shapes and shardings runs the program at once.
-
-  Without ``kept``, the result is the jitted step, traced, lowered and compiled (or read from the persistent
-  cache). With ``kept``, a path from ``exported.path_for``, the step kept there (``symjax.train.exported``) is
-  compiled without tracing anything and without the state's shapes, and the result calls it
-  (``exported.as_step``). If none is kept there, the step is traced and exported there first, and the run
-  calls the kept step all the same: a rerun then finds the program it compiled in the persistent cache.
-  ``early``, the future of that kept step compiled already (``early_lib.EarlyStep.future_for``), spares
-  the worker reading and compiling it; if its result is None, the worker does both. A kept step compiled before
-  ``needed`` is set is primed (``exported.prime``): the caller sets it when what it has left to do before the
-  first step (reading a kept state) takes less time than priming would save.
-
-  Why: a warm start spends most of its time before the first step in Python, importing and tracing, and in
-  reading the compiled program back from the cache. The reading lets go of the GIL, so the main thread traces
-  the initialiser and reads or initialises the state meanwhile (the docs' "Performance" page). Only the mesh
-  is carried over to the worker: under another setting made for the calling thread alone (a ``with
-  jax.default_matmul_precision(...)`` block) the first call misses these caches and compiles its own program."""
-  def use(e: Exception) -> None:
-    print(f'WARNING: the training step kept in {kept} cannot be used ({type(e).__name__}: {e}); tracing '
-          f'the step instead', file=sys.stderr)
-
-  def compile_():
-    with jax.set_mesh(mesh):  # the mesh context is the calling thread's own
-      if kept:
-        made = early.result() if early is not None else None
-        data = None
-        if made is None:
-          data = exported.read(kept)
-          if data is None:
-            step_fn, abstract_state = traced()
-            try:  # a step this JAX cannot export: the traced one runs
-              data = exported.export(step_fn, abstract_state, abstract_batch)
-            except Exception as e:  # pylint: disable=broad-except
-              use(e)
-            else:
-              exported.write(kept, data)
-        if made is not None or data is not None:
-          try:  # a step this JAX cannot read back, compile or call with the run's state: the traced one runs
-            if made is None:
-              made = exported.compile_kept(data, mesh, jax.tree.leaves(abstract_batch)[0].sharding, needed)
-            return exported.as_step(*made, traced()[1], abstract_batch)
-          except Exception as e:  # pylint: disable=broad-except
-            use(e)
-      step_fn, abstract_state = traced()
-      step_fn.lower(abstract_state, abstract_batch).compile()
-      return step_fn
-
-  pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='symjax-compile')
-  try:
-    return pool.submit(compile_)
-  finally:
-    pool.shutdown(wait=False)
-
-
-def prefetched(make: Callable[[int], Any], steps: Iterable[int]) -> Iterator[Any]:
-  """``make(step)`` for each step in order, each made on a worker thread while the caller uses the one before.
-
-  The trainer runs CPU programs inline (``host.run_cpu_programs_inline``), so without this the next batch
-  would be cut and placed only after the step ends; JAX lets go of the GIL while a program runs, and the worker
-  makes it meanwhile. ``make`` must depend on its step alone (a task's batches do). Closing the generator (a
-  break, an exception) waits for the one call in flight and drops its result.
-  """
-  pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='symjax-batches')
-  try:
-    ahead: collections.deque[concurrent.futures.Future] = collections.deque()
-    for step in steps:
-      ahead.append(pool.submit(make, step))
-      if len(ahead) > 1:
-        yield ahead.popleft().result()
-    while ahead:
-      yield ahead.popleft().result()
-  finally:
-    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def interactive_output() -> bool:
@@ -386,206 +278,188 @@ def interactive_output() -> bool:
   return shell is not None and hasattr(shell, 'kernel')
 
 
+def compile_steps(config: ml_collections.ConfigDict, s: Setup, mesh, rng) -> tuple[CompiledRun, Any]:
+  """The run's compiled steps, and program training's soft-phase step (the same parameters through the soft
+  model; None without a soft phase). Call under `jax.set_mesh(mesh)`."""
+  rules, options = tuple(map(tuple, config.sharding_rules)), StepOptions.of(config, s.task)
+  objective = None
+  if s.teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.train.distill)
+    objective = distill.make_objective(s.model_config, distill.teacher_on(mesh, s.teacher), config)
+  run = compile_run(s.model, s.tx, options, rng, mesh, rules, s.task.seq_len, objective)
+  if not config.get('soft_steps', 0):
+    return run, None
+  soft = dataclasses.replace(s.model_config, hard=False, gumbel_scale=0.0, gumbel_scale_end=None)
+  return run, compile_run(model_lib.build(soft), s.tx, options, rng, mesh, rules, s.task.seq_len,
+                          objective).train_step
+
+
+def restore_latest(run: CompiledRun, workdir: str, keep: int, best_metric: str):
+  """(manager, state): the latest checkpoint of ``workdir`` that passes its checks, or (None, None) when the
+  folder holds none. A run that starts from nothing makes its manager at its first save."""
+  if not rundir.checkpoint_steps(workdir):
+    return None, None
+  manager = rundir.checkpoint_manager(workdir, keep, best_metric)
+  state = rundir.restore_first_valid(
+      lambda step: finite(rundir.restore_state(manager, step, run.abstract_state), run.all_finite),
+      sorted(manager.all_steps(), reverse=True), workdir)
+  with rundir.quiet_orbax():
+    manager.reload()  # forget what was moved aside
+  if state is None and jax.process_index() == 0:
+    print(f'WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0',
+          file=sys.stderr)
+  return manager, state
+
+
+class Progress:
+  """What the loop records and tells the user: each logged step's metrics (with tokens/s and the learning
+  rate) to the metric writer, and on process 0 a progress bar on a terminal or in a notebook, else one line
+  per logged step (a log file, nohup, CI)."""
+
+  def __init__(self, start_step: int, total_steps: int, bar: bool, writer: rundir.MetricWriter, tokens_per_step: int,
+               schedule: optax.Schedule):
+    self.lead, self.total, self.started = jax.process_index() == 0, total_steps, time.time()
+    self.writer, self.tokens_per_step, self.schedule = writer, tokens_per_step, schedule
+    self.last_time, self.last_step = time.time(), start_step
+    self.bar = None
+    if bar and interactive_output() and self.lead:
+      from tqdm.auto import tqdm  # a widget in notebooks, a text bar on terminals
+      self.bar = tqdm(total=total_steps, initial=start_step, dynamic_ncols=True)
+
+  def say(self, text: str) -> None:
+    if self.lead:
+      (self.bar.write if self.bar is not None else print)(text)
+
+  def log(self, step: int, metrics: dict[str, float]) -> None:
+    now = time.time()
+    metrics['tokens_per_second'] = (step - self.last_step) * self.tokens_per_step / max(now - self.last_time, 1e-9)
+    metrics['learning_rate'] = float(self.schedule(step))
+    self.last_time, self.last_step = now, step
+    self.writer.write(step, 'train', metrics)
+    if self.bar is not None:
+      self.bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_second']:.0f}")
+    else:
+      self.say(f"step {step}/{self.total}: loss {metrics['loss']:.4f}, {metrics['tokens_per_second']:,.0f} "
+               f'tokens/s, {now - self.started:.1f} s')
+
+  def stepped(self) -> None:
+    if self.bar is not None:
+      self.bar.update(1)
+
+  def close(self) -> None:
+    if self.bar is not None:
+      self.bar.close()
+
+
+def diverged(what: str, workdir: str, start_step: int, step: int, manager) -> TrainingDiverged:
+  """The error for non-finite values. Right after a resume (no checkpoint saved since, which would be the
+  one to blame instead) it names the checkpoint resumed from and how to resume from the one before."""
+  if start_step == 0 or manager is None or max(manager.all_steps(), default=0) > start_step:
+    return TrainingDiverged(f'{what}; the last good checkpoint is kept')
+  resumed = os.path.join(rundir.CHECKPOINT_DIR, str(start_step))
+  return TrainingDiverged(f'{what}, {step - start_step} steps after resuming from {resumed} in {workdir!r}; to '
+                          f'resume from an earlier checkpoint, move {resumed} into {rundir.CORRUPT_DIR}/ and '
+                          f'rerun the same command')
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The trainer.
 # ----------------------------------------------------------------------------------------------------------
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, early: early_lib.EarlyStep | None = None
-                       ) -> dict[str, dict[str, float]]:
-  """Trains (or resumes) in ``workdir``; returns the final metrics per split. ``early``: the step
-  ``early_lib.start`` began compiling for this config, used if it is this run's."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict[str, float]]:
+  """Trains (or resumes) in ``workdir``; returns the final metrics per split."""
   # --- Config, processes and mesh.
-  host.set_defaults(config.get('model', {}).get('kind'))
+  host.set_cpu_compiler_defaults(config.get('model', {}).get('kind'))
   config_lib.validate(config)
-  early_lib.use_compilation_cache(config)
+  host.use_compilation_cache(config.compilation_cache_dir)
   mesh_lib.maybe_initialize_distributed(config.distributed)
   mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.vocab, config.batch_size)
-  rules = tuple(tuple(r) for r in config.sharding_rules)
   lead = jax.process_index() == 0
 
   # --- Data, model and optimizer. Every process builds the same global batches and keeps its devices' rows.
   s = setup(config, [(workdir, config)], vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
-  task, model_config, teacher, model, tx, schedule = s.task, s.model_config, s.teacher, s.model, s.tx, s.schedule
+  task, model_config = s.task, s.model_config
   put = mesh_lib.batch_putter(mesh)
 
   with jax.set_mesh(mesh):
-    # --- The first step's program, compiled (or read from the cache) on a worker thread while the state's shapes
-    # are traced and the state is restored or initialised below. A kept step needs neither.
-    saved_steps = rundir.checkpoint_steps(workdir)
-    soft_first = bool(config.get('soft_steps', 0)) and max(saved_steps, default=0) < config.soft_steps
-    batch_shapes = abstract_batch(task, config, mesh)
-    options = StepOptions.of(config, task)
-    key = lambda name: exported.step_key(name, config, model_config, options, mesh, batch_shapes)
-    kept, made = None, None
-    if teacher is None:  # a teacher's parameters are constants of the traced step: not in the key
-      step_key = key('soft' if soft_first else 'train')
-      kept = exported.path_for(step_key)
-      if kept and not soft_first:
-        made = early.future_for(step_key, mesh) if early is not None else None
-        early_lib.note(config, step_key)
-    needed = early.needed if made is not None else threading.Event()
-    traced: concurrent.futures.Future = concurrent.futures.Future()
-    ahead = compile_ahead(traced.result, mesh, batch_shapes, kept, made, needed)
-
     # --- State shapes and shardings, compiled steps.
-    try:
-      rng = jax.random.key(config.seed)
-      objective = None
-      if teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.train.distill)
-        objective = distill.make_objective(model_config, distill.teacher_on(mesh, teacher), config)
-      run = compile_run(model, tx, options, rng, mesh, rules, task.seq_len, objective)
-      # Program training's soft phase: the same parameters through the soft model (model.hard off).
-      soft = dataclasses.replace(model_config, hard=False, gumbel_scale=0.0, gumbel_scale_end=None)
-      soft_step = compile_run(model_lib.build(soft), tx, options, rng, mesh, rules, task.seq_len,
-                              objective).train_step if config.get('soft_steps', 0) else None
-    except BaseException as e:  # the worker waits for these: it fails too, and the error is raised here
-      traced.set_exception(e)
-      raise
-    traced.set_result((soft_step if soft_first else run.train_step, run.abstract_state))
-    num_params = sum(x.size for x in jax.tree.leaves(run.abstract_state.params))
+    rng = jax.random.key(config.seed)
+    run, soft_step = compile_steps(config, s, mesh, rng)
 
-    # --- Checkpoints: resume from the latest valid one. A run with none to resume makes its manager at its
-    # first save: Orbax's import and set-up would hold up the first step.
-    manager, state = None, None
-    if saved_steps:
-      manager = rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
-      state = rundir.restore_first_valid(lambda step: finite(rundir.restore_state(manager, step, run.abstract_state),
-                                                             run.all_finite),
-                                         sorted(manager.all_steps(), reverse=True), workdir)
-      with rundir.quiet_orbax():
-        manager.reload()  # forget what was moved aside
+    # --- Checkpoints: resume from the latest valid one, or start anew.
+    manager, state = restore_latest(run, workdir, config.keep_checkpoints, config.best_metric)
     if state is None:
-      if saved_steps and lead:
-        print(f'WARNING: no checkpoint in {workdir!r} could be restored; training starts again from step 0',
-              file=sys.stderr)
-      needed.set()  # reading a kept state takes a tenth of a second: less than priming the step would gain
-      state = task_init(initial_state(run, rng, exported.path_for(key('init'), exported.STATE_SUFFIX)), task,
-                        model_config, run.shardings)
-    host.release_freed_memory()
-    start_step = int(state.step)
-    train_step, eval_step, all_finite = run.train_step, run.eval_step, run.all_finite
-    # The first step's caches now hold its program: its first call below skips the compiler.
-    needed.set()  # the worker primes the step no more (compile_ahead)
-    if soft_first:
-      soft_step = ahead.result()
-    else:
-      train_step = ahead.result()
+      state = task_init(run.init(rng), task, model_config, run.shardings)
+    start_step = step = int(state.step)
 
     # --- Loop.
     writer = rundir.MetricWriter(workdir, resume_step=start_step)
-    run_files_written = False
     if lead:
-      print(f'symjax: {model_config.kind} model, {num_params:,} parameters, task {task.name!r} '
-            f'(vocabulary {len(task.vocab)}), mesh {dict(mesh.shape)}, workdir {workdir}')
+      print(f'symjax: {model_config.kind} model, {sum(x.size for x in jax.tree.leaves(state.params)):,} parameters,'
+            f' task {task.name!r} (vocabulary {len(task.vocab)}), mesh {dict(mesh.shape)}, workdir {workdir}')
       if start_step > 0:
         print(f'resuming from step {start_step}')
-    bar = None
-    if config.progress_bar and interactive_output() and lead:
-      from tqdm.auto import tqdm  # a widget in notebooks, a text bar on terminals
-      bar = tqdm(total=config.total_steps, initial=start_step, dynamic_ncols=True)
-    say = bar.write if bar is not None else print
-    started = time.time()
-    tokens_per_step = config.batch_size * task.seq_len
-    last_time, last_step = time.time(), start_step
-    validation: dict[str, float] = {}
-    step = start_step
-    resumed = os.path.join(rundir.CHECKPOINT_DIR, str(start_step)) if start_step > 0 else None
-
-    def diverged(what: str) -> TrainingDiverged:
-      """The error for non-finite values; right after a resume it names the checkpoint resumed from (a
-      checkpoint saved since would be the one to blame instead) and how to resume from the one before."""
-      if resumed is None or manager is None or max(manager.all_steps(), default=0) > start_step:
-        return TrainingDiverged(f'{what}; the last good checkpoint is kept')
-      return TrainingDiverged(f'{what}, {step - start_step} steps after resuming from {resumed} in {workdir!r}; to '
-                              f'resume from an earlier checkpoint, move {resumed} into {rundir.CORRUPT_DIR}/ and '
-                              f'rerun the same command')
-    batches = prefetched(lambda s: put(task.batch('train', s, config.batch_size, config.seed)),
-                         range(start_step, config.total_steps))
+    progress = Progress(start_step, config.total_steps, config.progress_bar, writer, config.batch_size * task.seq_len,
+                        s.schedule)
+    validation, run_files_written = {}, False
+    evaluate = lambda params, split: metrics_lib.evaluate(run.eval_step, params, metrics_lib.split_batches(
+        task, split, config.batch_size, config.data_seed), config.top_ks, put)
     try:
       while step < config.total_steps:
-        step_fn = soft_step if soft_step is not None and step < config.soft_steps else train_step
-        state, metrics = step_fn(state, next(batches))
+        step_fn = soft_step if soft_step is not None and step < config.soft_steps else run.train_step
+        state, metrics = step_fn(state, put(task.batch('train', step, config.batch_size, config.seed)))
         step += 1
         if step == start_step + 1 and lead:  # how long compilation (or the cache) held the user up
           jax.block_until_ready(metrics['loss'])
-          say(f'first step done after {time.time() - started:.1f} s (compilation included)')
-        if step == start_step + 1:  # compiled by now on every process (dispatch compiles)
-          # The initialiser ran once. Its program (a large one: every initialiser) is freed here, after the first
-          # step and not before it: unloading it holds the main thread up for a tenth of a second or more.
-          run.init.clear_cache()
-          host.collect_start_up_garbage()  # the command's start-up, uncollected until now (host's docstring)
-          host.release_freed_memory()  # what the compiler and the collector freed
+          progress.say(f'first step done after {time.time() - progress.started:.1f} s (compilation included)')
         if step % config.log_every_steps == 0 or step == config.total_steps:
           metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
           if not all(math.isfinite(v) for v in metrics.values()):
-            raise diverged(f'non-finite training metrics at step {step}: {metrics}')
-          now = time.time()
-          metrics['tokens_per_second'] = (step - last_step) * tokens_per_step / max(now - last_time, 1e-9)
-          metrics['learning_rate'] = float(schedule(step))
-          last_time, last_step = now, step
-          writer.write(step, 'train', metrics)
-          if bar is not None:
-            bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_second']:.0f}")
-          elif lead:  # a log file, nohup, CI: one line per logged step
-            say(f"step {step}/{config.total_steps}: loss {metrics['loss']:.4f}, "
-                f"{metrics['tokens_per_second']:,.0f} tokens/s, {now - started:.1f} s")
-        if bar is not None:
-          bar.update(1)
+            raise diverged(f'non-finite training metrics at step {step}: {metrics}', workdir, start_step, step,
+                           manager)
+          progress.log(step, metrics)
+        progress.stepped()
         if step % config.eval_every_steps == 0 or step == config.total_steps:
-          if not bool(all_finite(state.params)):
-            raise diverged(f'non-finite parameters at step {step}')
-          validation = metrics_lib.evaluate(eval_step, state.params, metrics_lib.split_batches(
-              task, 'validation', config.batch_size, config.data_seed), config.top_ks, put)
+          if not bool(run.all_finite(state.params)):
+            raise diverged(f'non-finite parameters at step {step}', workdir, start_step, step, manager)
+          validation = evaluate(state.params, 'validation')
           writer.write(step, 'validation', validation)
-          first_evaluation = not run_files_written
           if not run_files_written:  # the folder now holds checkpoints this config trained
             rundir.save_run_files(workdir, config, task, model_config, start_step)
             run_files_written = True
-          if manager is None:
-            manager = rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
+          manager = manager or rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
           rundir.save_state(manager, step, state, validation)
-          if first_evaluation:
-            host.release_freed_memory()  # what compiling the evaluation freed
-          if lead:
-            say(f'step {step}: validation ' + ' '.join(
-                f'{k}={v:.4f}' for k, v in validation.items()))
+          progress.say(f'step {step}: validation ' + ' '.join(f'{k}={v:.4f}' for k, v in validation.items()))
           if config.stop_at_accuracy and validation['accuracy'] >= config.stop_at_accuracy:
-            if lead:
-              say(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
+            progress.say(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
             break
     except BaseException as e:  # a divergence, an interrupt or a bug: finish what was being saved, then fail
+      writer.close()
       if mesh_lib.peer_failure(e):  # the save in flight waits on the lost process: not waited for
-        writer.close()
         raise peer_lost(e, step, workdir) from None
       if manager is not None:
         manager.wait_until_finished()
-      writer.close()
-      if manager is not None:
         manager.close()
       raise
     finally:
-      batches.close()
-      if bar is not None:
-        bar.close()
-    if manager is not None:
-      manager.wait_until_finished()
-    host.collect_start_up_garbage()  # a finished run resumed takes no step
+      progress.close()
 
     # --- Final evaluation of the final parameters; final_metrics.json is never replaced by non-finite ones.
     try:
-      if not bool(all_finite(state.params)):
-        raise diverged(f'non-finite parameters at step {step}; {rundir.FINAL_FILE} is left as it was')
-      score = lambda split: metrics_lib.evaluate(eval_step, state.params, metrics_lib.split_batches(
-          task, split, config.batch_size, config.data_seed), config.top_ks, put)
-      final = {'train': score('train'), 'validation': validation or score('validation'),
-               **{split: score(split) for split in ('test', *task.eval_splits)}}
+      if manager is not None:
+        manager.wait_until_finished()
+      kept = lambda what: diverged(f'non-finite {what} at step {step}; {rundir.FINAL_FILE} is left as it was',
+                                   workdir, start_step, step, manager)
+      if not bool(run.all_finite(state.params)):
+        raise kept('parameters')
+      final = {split: evaluate(state.params, split) if split != 'validation' or not validation else validation
+               for split in ('train', 'validation', 'test', *task.eval_splits)}
       if not all(math.isfinite(v) for m in final.values() for v in m.values()):
-        raise diverged(f'non-finite final metrics at step {step}; {rundir.FINAL_FILE} is left as it was')
+        raise kept('final metrics')
       writer.write(step, 'test', final['test'])
     finally:
       writer.close()
       if manager is not None:
         manager.close()
-    if lead:
-      metrics_lib.print_table(f'final metrics at step {step}', final)
-      files.write_atomically(os.path.join(workdir, rundir.FINAL_FILE), json.dumps({'step': step, **final}, indent=1))
+  if lead:
+    metrics_lib.print_table(f'final metrics at step {step}', final)
+    files.write_atomically(os.path.join(workdir, rundir.FINAL_FILE), json.dumps({'step': step, **final}, indent=1))
   return final

@@ -16,7 +16,7 @@ Run files are written when the first checkpoint of an invocation is saved, so a 
 (a bad override, a divergence) leaves the folder describing the checkpoints that are in it.
 
 Orbax and TensorStore are imported by the functions that use them: a run that starts from nothing needs
-neither before its first save, and importing them would hold up its first step (the docs' "Performance" page).
+neither before its first save, and importing them would hold up its first step.
 """
 
 from __future__ import annotations
@@ -44,13 +44,12 @@ from symjax.run import checksums
 from symjax.system import files
 from symjax.system.errors import InputError
 from symjax.tasks.text import tokenizer_from_json
-from symjax.train import config as config_lib
-from symjax.train import optim
 
 if TYPE_CHECKING:
   import orbax.checkpoint as ocp
 
-checkpoint_choice = config_lib.checkpoint_choice  # re-exported: the CLIs and load take it
+# The validation metrics that can pick the best checkpoint (config.best_metric), and which way is better.
+BEST_METRICS = {'accuracy': 'max', 'loss': 'min', 'perplexity': 'min', 'sequence_accuracy': 'max'}
 CONFIG_FILE = 'config.json'
 CONFIG_HISTORY_FILE = 'config_history.jsonl'
 RUN_FILE = 'run.json'
@@ -60,12 +59,20 @@ UNREADABLE_SUFFIX = '.unreadable'  # lines of METRICS_FILE that are not records,
 CHECKPOINT_DIR = 'checkpoints'
 CORRUPT_DIR = 'checkpoints_corrupt'
 
-# A resume under another value would train the restored parameters on other data, or with other keys.
-RESUME_FIELDS = ('task', 'data_seed', 'seed')
 
 
 # config.json can be rebuilt from the newest line of config_history.jsonl ('config' field).
 CONFIG_HINT = f'the "config" of the last line of {CONFIG_HISTORY_FILE} is the same config'
+
+
+def checkpoint_choice(text: str, flag: str) -> str | int:
+  """The value of a command line's checkpoint ``flag``: ``'best'``, ``'latest'`` or a step number, as
+  ``load`` takes it."""
+  if text in ('best', 'latest'):
+    return text
+  if text.isdigit():
+    return int(text)
+  raise InputError(f"{flag} must be 'best', 'latest' or a checkpointed step number, got {text!r}")
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
@@ -131,35 +138,6 @@ def check_same_data(workdir: str, task: tasks.Task) -> None:
                    f'trained on (the text file or a token folder of it) or choose a new --workdir')
 
 
-def check_same_training(workdir: str, config: ml_collections.ConfigDict) -> None:
-  """Refuses to resume checkpoints under a config that cannot continue them — another task, data_seed or
-  seed, or an option that changes the optimiser state's structure (e.g. clipping switched on or off) —
-  before anything is restored, moved or rewritten. A restore that failed on such a mismatch would
-  otherwise look like a corrupt checkpoint."""
-  config_path = os.path.join(workdir, CONFIG_FILE)
-  if not (os.path.isfile(config_path) and checkpoint_steps(workdir)):
-    return
-  saved = files.read_json(config_path, CONFIG_HINT)
-  scalar = lambda v: isinstance(v, (bool, int, float, str))
-  differ = {k: (saved[k], config[k]) for k in sorted(saved)
-            if k in config and scalar(saved[k]) and scalar(config[k]) and saved[k] != config[k]}
-  details = lambda keys: ', '.join(f'{k}: {differ[k][0]!r} -> {differ[k][1]!r}' for k in keys)
-  changed = [k for k in RESUME_FIELDS if k in differ]
-  if changed:
-    raise InputError(f'work directory {workdir!r} was trained with other data or keys ({details(changed)}); '
-                     f'resume it with its own values (its {CONFIG_FILE}) or choose a new --workdir')
-  old = config.copy_and_resolve_references()
-  with old.unlocked():
-    for k, (was, _) in differ.items():
-      old[k] = type(config[k])(was)
-  probe = {'kernel': jax.ShapeDtypeStruct((2, 2), jnp.float32), 'scale': jax.ShapeDtypeStruct((2,), jnp.float32)}
-  structure = lambda c: jax.tree.structure(jax.eval_shape(optim.make_optimizer(c).init, probe))
-  if structure(old) != structure(config):
-    raise InputError(f'work directory {workdir!r} holds checkpoints whose optimiser state this config cannot '
-                     f'continue ({details(differ)}); resume with the values in its {CONFIG_FILE} or choose a new '
-                     f'--workdir (nothing was moved)')
-
-
 @contextlib.contextmanager
 def quiet_orbax() -> Iterator[None]:
   """Silences Orbax's and asyncio's log records (tracebacks of a failed restore, read-only notices) for
@@ -214,7 +192,7 @@ def checkpoint_manager(workdir: str, keep: int, best_metric: str) -> ocp.Checkpo
 def _manager(workdir: str, keep: int, metric: str, read_only: bool) -> ocp.CheckpointManager:
   import orbax.checkpoint as ocp
   from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
-  mode = config_lib.BEST_METRICS[metric]
+  mode = BEST_METRICS[metric]
   policy = pp.AnyPreservationPolicy([
       pp.LatestN(keep),
       pp.BestN(get_metric_fn=lambda m: m[metric], reverse=mode == 'min', n=1,
@@ -348,12 +326,24 @@ def restore_state(manager: ocp.CheckpointManager, step: int, abstract_state):
   return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
 
 
-def restore_without_manager(workdir: str, step: int, abstract_state):
-  """Restores checkpoint ``step`` without a checkpoint manager (for reading a folder, never writing it)."""
+def restore_params(workdir: str, step: int, params_shapes) -> tuple[int, Any]:
+  """(step, parameters) of checkpoint ``step``, restored onto one device whatever mesh the run trained on,
+  without a checkpoint manager (for reading a folder, never writing it). The arrays' shapes come from the
+  checkpoint's own metadata, so reading needs no optimiser; the parameters must have ``params_shapes``' tree,
+  shapes and dtypes (the model of the folder's run.json), else ValueError."""
   import orbax.checkpoint as ocp
   path = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR, str(step), 'default'))
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   with ocp.StandardCheckpointer() as checkpointer:
-    return checkpointer.restore(path, abstract_state)
+    metadata = checkpointer.metadata(path)
+    tree = getattr(metadata, 'item_metadata', metadata)
+    tree = getattr(tree, 'tree', tree)
+    state = checkpointer.restore(path, jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), tree))
+  describe = lambda t: jax.tree.map(lambda a: (tuple(a.shape), jnp.dtype(a.dtype)), t)
+  if describe(state['params']) != describe(params_shapes):
+    raise ValueError(f'its parameters are not those of the model its {RUN_FILE} describes')
+  return int(state['step']), state['params']
 
 
 def _record(line: str) -> dict | None:
@@ -421,9 +411,9 @@ def summary_writer_class():
   """tensorboardX's ``SummaryWriter``, imported without PyTorch.
 
   tensorboardX imports PyTorch whenever it is installed, only to accept PyTorch tensors; a run logs floats, and
-  would pay PyTorch's import on every start (about a second, and a fifth of the trainer's peak resident memory
-  on the CPU benchmark's machine: the docs' "Performance" page). Unless PyTorch is already imported, the
-  import is hidden from tensorboardX for that one import.
+  would pay PyTorch's import on every start (a second, and much of the trainer's resident memory, where
+  PyTorch is installed beside it). Unless PyTorch is already imported, the import is hidden from
+  tensorboardX for that one import.
   """
   if 'torch' in sys.modules or 'tensorboardX' in sys.modules:
     from tensorboardX import SummaryWriter
@@ -501,12 +491,9 @@ def load(workdir: str, which: str | int = 'best') -> Loaded:
   model_config = model_lib.for_backend(ModelConfig.from_dict(run['model']))
   model = model_lib.build(model_config)
 
-  tx = optim.make_optimizer(config)
-  # Restored onto one device, whatever mesh the run trained on.
-  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
-                          nn.meta.unbox(jax.eval_shape(lambda k: optim.init_state(model, tx, k, 1),
-                                                       jax.random.key(0))))
+  edges = jnp.zeros((1, 1, 1), jnp.int32) if model_config.relational else None  # edge projections
+  params_shapes = nn.meta.unbox(jax.eval_shape(
+      lambda k: model.init(k, jnp.zeros((1, 1), jnp.int32), edges=edges)['params'], jax.random.key(0)))
   steps = sorted(checkpoint_steps(workdir), reverse=True)
   if not steps:
     raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, CHECKPOINT_DIR)}')
@@ -517,13 +504,14 @@ def load(workdir: str, which: str | int = 'best') -> Loaded:
   elif which == 'best':
     best = best_step(workdir, config.best_metric)
     steps = [best] + [s for s in steps if s != best] if best is not None else steps
-  state = restore_first_valid(lambda step: restore_without_manager(workdir, step, abstract), steps,
-                                     workdir, quarantine_failed=False)
-  if state is None:
+  restored = restore_first_valid(lambda step: restore_params(workdir, step, params_shapes), steps, workdir,
+                                 quarantine_failed=False)
+  if restored is None:
     raise InputError(f'no checkpoint in {workdir!r} could be restored (each is named above); its '
                      f'{CHECKPOINT_DIR}/ folder is as it was')
-  return Loaded(model, state.params, config, model_config, tokenizer, int(state.step), run['task'],
-                run['seq_len'], run['language_model'], workdir)
+  step, params = restored
+  return Loaded(model, params, config, model_config, tokenizer, step, run['task'], run['seq_len'],
+                run['language_model'], workdir)
 
 
 class TokenVocab:

@@ -20,6 +20,7 @@ from ml_collections import config_dict
 import symjax.configs as configs  # configs/ at the top of the repository, shipped as symjax.configs
 from symjax import tasks
 from symjax.model import ModelConfig
+from symjax.run.workdir import BEST_METRICS, checkpoint_choice
 from symjax.system import mesh
 from symjax.system.errors import InputError
 from symjax.tasks import text
@@ -27,7 +28,6 @@ from symjax.tasks import text
 SIZES = configs.SIZES  # the model shapes by name, with the recipes
 # config.distributed.cpu_collectives: JAX's cross-process collectives on CPU ('' keeps JAX's default).
 CPU_COLLECTIVES = ('', 'gloo', 'mpi')
-BEST_METRICS = {'accuracy': 'max', 'loss': 'min', 'perplexity': 'min', 'sequence_accuracy': 'max'}
 
 
 def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
@@ -259,16 +259,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
   validate_distill(config)
   # The model fields, with placeholders for what the task decides.
   model_config(config, vocab_size=2, causal=True)
-
-
-def checkpoint_choice(text: str, flag: str) -> str | int:
-  """The value of a command line's checkpoint ``flag``: ``'best'``, ``'latest'`` or a step number, as
-  ``load`` takes it."""
-  if text in ('best', 'latest'):
-    return text
-  if text.isdigit():
-    return int(text)
-  raise InputError(f"{flag} must be 'best', 'latest' or a checkpointed step number, got {text!r}")
 
 
 DISTILL_STREAMS = ('x_t', 'x_e', 'x')

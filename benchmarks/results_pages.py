@@ -6,8 +6,9 @@ the docs is typed by hand from a JSON file.
 
 Each page starts with the file's provenance (command, commit, device, date) and renders the rest
 generically: scalars as a field table, lists of records and maps of records as tables (a mean ± 95%
-interval record as one cell), anything deeper under a heading of its key. It also rewrites the README's
-generated tables (``README_BLOCKS``, between ``<!-- results:NAME start/end -->`` markers). CI runs ``--check``.
+interval record as one cell), anything deeper under a heading of its key. It also rewrites the generated
+tables of README.md and docs/performance.md (``GENERATED``, between ``<!-- results:NAME start/end -->`` markers).
+CI runs ``--check``.
 """
 
 from __future__ import annotations
@@ -155,8 +156,8 @@ def pages() -> dict[str, str]:
 README = 'README.md'
 
 
-def vs_pytorch_table(data: dict, json_name: str = 'vs_pytorch_cpu') -> str:
-  """A README performance table, from ``json_name``.json (``benchmarks/speed/vs_pytorch.py``).
+def vs_pytorch_table(data: dict, json_name: str = 'vs_pytorch_cpu', pages: str = 'docs/results/data') -> str:
+  """A performance table, from ``json_name``.json (``benchmarks/speed/vs_pytorch.py``).
 
   Where the run sampled where the machine had put its two cores, a column gives the tokens/s ratio over the
   50-step blocks run with the cores near, the comparison that does not depend on when each program ran."""
@@ -174,7 +175,7 @@ def vs_pytorch_table(data: dict, json_name: str = 'vs_pytorch_cpu') -> str:
 
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}, commit `{data['commit'][:7]}`; the whole "
            f"{data['steps']}-step command, median of {data['rounds_run']} interleaved rounds, ratios to PyTorch "
-           f"within a round ([all figures](docs/results/data/{json_name}.md)):", '',
+           f"within a round ([all figures]({pages}/{json_name}.md)):", '',
            '| program | tokens/s | vs PyTorch | ' + ('vs PyTorch, cores near | ' if near else '') +
            'wall time | vs PyTorch | first step, warm cache | peak memory | vs PyTorch |',
            '|---|---:|---:|' + ('---:|' if near else '') + '---:|---:|---:|---:|---:|']
@@ -188,21 +189,55 @@ def vs_pytorch_table(data: dict, json_name: str = 'vs_pytorch_cpu') -> str:
   return '\n'.join(lines) + '\n'
 
 
-# README blocks written from result files: (marker name, JSON file, renderer of the JSON and the file's name).
-# The CPU benchmark has one file per CPU vendor the project's machines have had.
-README_BLOCKS = (('vs-pytorch', 'vs_pytorch_cpu', vs_pytorch_table),
-                 ('vs-pytorch-amd', 'vs_pytorch_cpu_amd', vs_pytorch_table))
+def first_step_table(data: dict, json_name: str, pages: str) -> str:
+  """The warm first step of each source tree and kind (``benchmarks/speed/first_step.py``)."""
+  trees = list(data['trees'])
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; seconds from the training command's start to "
+           f"its first finished step with a warm compilation cache, median and range of {data['runs']} runs per "
+           f"tree, the trees alternated ([all figures]({pages}/{json_name}.md)):", '',
+           '| kind | ' + ' | '.join(trees) + ' |', '|---|' + '---:|' * len(trees)]
+  for kind, row in data['summary'].items():
+    lines.append(f'| {kind} | ' + ' | '.join(f"{row[t]['median_s']:.1f} s ({row[t]['min_s']:.1f}–{row[t]['max_s']:.1f})"
+                                             for t in trees) + ' |')
+  return '\n'.join(lines) + '\n'
 
 
-def readme(text: str) -> str:
-  """``text`` with every generated block rewritten from its JSON file."""
-  for marker, name, render_block in README_BLOCKS:
+def accelerator_table(data: dict, json_name: str, pages: str) -> str:
+  """The standard model's step on a GPU by batch (``benchmarks/speed/accelerator.py``)."""
+  lines = [f"{data['device'].split(' (')[0]}, {data['date']}, commit `{data['commit'][:7]}`; each row one timed "
+           f"run of {next(iter(data['rows'].values()))['timed_steps']} steps "
+           f"([all figures]({pages}/{json_name}.md)):", '',
+           '| row | batch | step | tokens/s | MFU | peak memory |', '|---|---:|---:|---:|---:|---:|']
+  for name, row in data['rows'].items():
+    lines.append(f"| {name.split(' ', 1)[1]} | {row['batch']} | {row['step_s'] * 1e3:.1f} ms | "
+                 f"{row['tokens_per_s']:,.0f} | {row['mfu_percent']:.1f}% | "
+                 f"{row['peak_bytes_in_use'] / 2**30:.2f} GiB |")
+  return '\n'.join(lines) + '\n'
+
+
+# Blocks written from result files into each page: (marker name, JSON file, renderer of the JSON, the file's
+# name and the data pages' folder as the page links it). The CPU benchmark has one file per CPU vendor the
+# project's machines have had.
+CPU_BLOCKS = (('vs-pytorch', 'vs_pytorch_cpu', vs_pytorch_table),
+              ('vs-pytorch-amd', 'vs_pytorch_cpu_amd', vs_pytorch_table))
+GENERATED = {
+    README: (CPU_BLOCKS, 'docs/results/data'),
+    'docs/performance.md': (CPU_BLOCKS + (('first-step', 'first_step_cpu', first_step_table),
+                                          ('accelerator', 'accelerator_h100_batch64', accelerator_table)),
+                            'results/data'),
+}
+
+
+def generated(path: str, text: str) -> str:
+  """``text`` of the page at ``path`` with every generated block rewritten from its JSON file."""
+  blocks, pages = GENERATED[path]
+  for marker, name, render_block in blocks:
     start, end = f'<!-- results:{marker} start -->\n', f'<!-- results:{marker} end -->'
-    path = os.path.join(RESULTS, name + '.json')
-    if start not in text or not os.path.isfile(path):
+    source = os.path.join(RESULTS, name + '.json')
+    if start not in text or not os.path.isfile(source):
       continue
-    with open(path) as f:
-      block = render_block(json.load(f), name)
+    with open(source) as f:
+      block = render_block(json.load(f), name, pages)
     head, rest = text.split(start, 1)
     text = head + start + block + end + rest.split(end, 1)[1]
   return text
@@ -213,11 +248,12 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--check', action='store_true', help='compare instead of writing; exit 1 on a difference')
   args = parser.parse_args(argv)
   wanted = pages()
-  with open(README) as f:
-    wanted[README] = readme(f.read())
+  for path in GENERATED:
+    with open(path) as f:
+      wanted[path] = generated(path, f.read())
   if args.check:
     stale = [p for p, text in wanted.items() if not os.path.isfile(p) or open(p).read() != text]
-    extra = sorted(set(glob.glob(os.path.join(PAGES, '*.md'))) - set(wanted) - {README})
+    extra = sorted(set(glob.glob(os.path.join(PAGES, '*.md'))) - set(wanted))
     for p in stale + extra:
       print(f'{p} differs from its JSON: run python -m benchmarks.results_pages', file=sys.stderr)
     return 1 if stale or extra else 0
@@ -225,7 +261,7 @@ def main(argv: list[str]) -> int:
   for p, text in wanted.items():
     with open(p, 'w') as f:
       f.write(text)
-  print(f'wrote {len(wanted) - 1} pages under {PAGES}, and {README}\'s generated tables')
+  print(f'wrote {len(wanted) - len(GENERATED)} pages under {PAGES}, and the generated tables of {list(GENERATED)}')
   return 0
 
 

@@ -47,8 +47,13 @@ def stream_attribution(model: Transformer, params, tokens, key_mask=None) -> dic
   """Direct logit attribution: {term name: logits contribution ``[batch, time, vocab]``} with the terms
   of ``core.components`` and 'bias'. They sum to the model's logits."""
   model = core.analysis_model(model)
-  cfg = model.config
   _, inter = core.run(model, params, tokens, key_mask)
+  return attribution_of(model.config, params, inter)
+
+
+def attribution_of(cfg, params, inter) -> dict[str, np.ndarray]:
+  """``stream_attribution`` of a pass already run: ``inter``, its sown intermediates (a cache's, with the
+  hooks and key mask it was made with)."""
   final = core.streams(cfg, inter)[-1]['x']
   a, beta = core.final_norm_affine(cfg, params, final)
   table = core.readout_table(cfg, params)

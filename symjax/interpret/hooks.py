@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core, mixtures
+from symjax.interpret import core, decomposition, mixtures
 from symjax.model import Transformer
 from symjax.model import intermediates as names
 from symjax.system.errors import InputError
@@ -163,13 +163,103 @@ class Cache(Mapping):
     return self._ranked(lens[head], k) if head is not None else {h: self._ranked(lens[h], k)
                                                                   for h in range(cfg.num_heads)}
 
+  @functools.cached_property
+  def _inter(self) -> dict[str, Any]:
+    return core._unwrap(self.intermediates)
+
   def decompose(self, position: int = -1) -> dict[str, np.ndarray]:
-    """The exact stream attribution of the logits at ``position``: the embedding and every block's attention
-    and FFN update, whose terms sum to the logits (``symjax.interpret.attribution.stream_attribution``)."""
+    """The exact stream attribution of the logits at ``position``, ``{term: [batch, vocab]}``: the embedding
+    and every block's attention and FFN update, whose terms sum to this pass's logits, with the hooks and
+    key mask it was cached with (``symjax.interpret.attribution.stream_attribution``)."""
     from symjax.interpret import attribution
     pos = self._position(position)
-    parts = attribution.stream_attribution(self.model, self.params, self.tokens)
+    parts = attribution.attribution_of(self.model.config, self.params, self._inter)
     return {k: v[:, pos] for k, v in parts.items()}
+
+  # TransformerLens's decomposition of the residual stream (symjax.interpret.decomposition).
+  def decompose_resid(self, layer: int | None = None, pos_slice: int | slice | None = None,
+                      return_labels: bool = False):
+    """The embedding and each block's attention and FFN update before block ``layer`` (None: all),
+    ``[components, batch, time, d_model]``; with every block they sum to the state the final norm reads.
+    Two-stream labels name the stream each term is added to (``0_attn_out.x_t``, ``0_ffn_out.x_e``)."""
+    cfg = self.model.config
+    terms = decomposition.block_terms(cfg, self._inter)
+    keep = len(terms) - 2 * (cfg.num_layers - decomposition._layer_count(cfg, layer))
+    stack = decomposition._positions(np.stack([t for _, t in terms[:keep]]), pos_slice, 2)
+    return (stack, [label for label, _ in terms[:keep]]) if return_labels else stack
+
+  def accumulated_resid(self, layer: int | None = None, pos_slice: int | slice | None = None,
+                        return_labels: bool = False):
+    """The residual stream after the embedding and after each block up to ``layer`` (None: all),
+    ``[layers + 1, batch, time, d_model]`` (X_t + X_e for two streams): labels ``embed``, ``0``, ``1``..."""
+    cfg = self.model.config
+    terms = [t for _, t in decomposition.block_terms(cfg, self._inter)]
+    first = len(terms) - 2 * cfg.num_layers
+    states = [np.sum(terms[:first], axis=0)]
+    for l in range(decomposition._layer_count(cfg, layer)):
+      states.append(states[-1] + terms[first + 2 * l] + terms[first + 2 * l + 1])
+    stack = decomposition._positions(np.stack(states), pos_slice, 2)
+    labels = ['embed'] + [str(l) for l in range(len(states) - 1)]
+    return (stack, labels) if return_labels else stack
+
+  def stack_head_results(self, layer: int | None = None, pos_slice: int | slice | None = None,
+                         return_labels: bool = False, incl_remainder: bool = False):
+    """Each head's term of the blocks before ``layer`` (None: all), ``[layers × heads, batch, time,
+    d_model]``, labels ``L{l}H{h}`` (``.x_t`` in two-stream models, where head h writes channel h of X_t).
+    ``incl_remainder``: one more term, the rest of the final state (embedding, FFN updates, later blocks),
+    so that the stack sums to the state the final norm reads."""
+    cfg = self.model.config
+    two = '' if cfg.kind == 'standard' else '.x_t'
+    blocks = range(decomposition._layer_count(cfg, layer))
+    labels = [f'L{l}H{h}{two}' for l in blocks for h in range(cfg.num_heads)]
+    stack = (np.concatenate([decomposition.head_terms(cfg, self.params, self.arrays, l) for l in blocks])
+             if labels else np.zeros((0, *self.arrays['embed'].shape)))
+    if incl_remainder:
+      rest = decomposition.final_state(cfg, self._inter) - stack.sum(0)
+      stack, labels = np.concatenate([stack, rest[None]]), labels + ['remainder']
+    stack = decomposition._positions(stack, pos_slice, 2)
+    return (stack, labels) if return_labels else stack
+
+  def apply_ln_to_stack(self, stack: np.ndarray, pos_slice: int | slice | None = None) -> np.ndarray:
+    """Each term of ``stack`` through the final norm with its scale frozen at this pass's final state,
+    a ⊙ (c − μ(c)) (no β, which ``ln_bias_logits`` gives): linear, so the terms still add up. ``pos_slice``
+    must be the one the stack was made with."""
+    a, _ = decomposition.frozen_norm(self.model.config, self.params, self._inter)
+    a = decomposition._positions(a, pos_slice, 1)
+    stack = np.asarray(stack, np.float64)
+    if stack.shape[1:] != a.shape:
+      raise InputError(f'the stack has terms of shape {stack.shape[1:]}, this cache\'s final state {a.shape} '
+                       f'(after pos_slice): make the stack with the same pos_slice')
+    return a * core.centre(self.model.config, stack)
+
+  def _rows(self, tokens, shape) -> np.ndarray:
+    try:
+      tokens = np.broadcast_to(np.asarray(tokens), shape)
+    except ValueError:
+      raise InputError(f'tokens of shape {np.shape(tokens)} do not fit the stack\'s {shape} (batch, and time '
+                       f'unless one position was taken)') from None
+    return decomposition.readout_rows(self.model.config, self.params, tokens)
+
+  def logit_attrs(self, stack: np.ndarray, tokens, incorrect_tokens=None, pos_slice: int | slice | None = None
+                  ) -> np.ndarray:
+    """Each term's direct effect on the logit of ``tokens`` (minus that of ``incorrect_tokens``), through the
+    frozen final norm: ``[components, batch(, time)]``. ``tokens``: one id, or one per batch row (and
+    position). With every term, these plus ``ln_bias_logits`` are the logits themselves."""
+    applied = self.apply_ln_to_stack(stack, pos_slice)
+    rows = self._rows(tokens, applied.shape[1:-1])
+    if incorrect_tokens is not None:
+      rows = rows - self._rows(incorrect_tokens, applied.shape[1:-1])
+    return decomposition.token_logits(applied, rows)
+
+  def ln_bias_logits(self, tokens, incorrect_tokens=None, pos_slice: int | slice | None = None) -> np.ndarray:
+    """The final norm's β read out at ``tokens`` (minus ``incorrect_tokens``): the part of the logits that no
+    term of the stream owns, ``[batch(, time)]``."""
+    _, beta = decomposition.frozen_norm(self.model.config, self.params, self._inter)
+    beta = decomposition._positions(beta, pos_slice, 1)
+    rows = self._rows(tokens, beta.shape[:-1])
+    if incorrect_tokens is not None:
+      rows = rows - self._rows(incorrect_tokens, beta.shape[:-1])
+    return decomposition.token_logits(beta[None], rows)[0]
 
   def to_str_tokens(self, batch: int = 0) -> list[str]:
     if self.decode is None:

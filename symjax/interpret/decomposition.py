@@ -1,0 +1,127 @@
+"""The residual stream of one cached pass taken apart, with TransformerLens's names: per head
+(``stack_head_results``), per block (``decompose_resid``), block by block (``accumulated_resid``), through
+the final norm with its scale frozen (``apply_ln_to_stack``) and onto the logits of chosen tokens
+(``logit_attrs``). ``symjax.interpret.hooks.Cache`` has each as a method.
+
+The final state is a sum of terms, X = embedding + Σ_l (attention update + FFN update). The standard model
+adds both updates to one residual stream; the two-stream models add the attention update to X_t and the FFN
+update to X_e ("Symbolic Transformers" §4, eqs. 12 and 15), and each label names its stream. A head's term:
+in a two-stream model head h writes only channel h of X_t (no output projection: the heads' outputs are
+concatenated, eq. 12), so its term is that channel of ``attn.out`` and zero elsewhere; in the standard model
+it is z_h W_O[h], and the heads' terms sum to ``attn.out``.
+
+The final norm is LN_f(X) = a(X) ⊙ (X − μ(X)) + β with a = γ / s(X) (``core.final_norm_affine``; per channel
+for the symbolic model's channel LayerNorm, eq. 18). With a evaluated at the cached X and frozen, LN_f is
+linear, so for terms c summing to X
+  logits = Σ_c [a ⊙ (c − μ(c))] Eᵀ + β Eᵀ,
+exactly: ``apply_ln_to_stack`` gives a ⊙ (c − μ(c)) for each term, ``logit_attrs`` its logit for chosen
+tokens, and ``ln_bias_logits`` the β Eᵀ part no term owns. Everything is computed in float64 from the
+cached float32 arrays, so the terms sum to the cached logits to float32 rounding.
+
+Shapes: a stack is ``[components, batch, time, d_model]``, or ``[components, batch, d_model]`` with an integer
+``pos_slice``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import numpy as np
+
+from symjax.interpret import core
+from symjax.model import ModelConfig
+from symjax.system.errors import InputError
+
+
+def _positions(x: np.ndarray, pos_slice: int | slice | None, time_axis: int) -> np.ndarray:
+  """``x`` with ``pos_slice`` (an int drops the axis, a slice keeps it) applied along ``time_axis``."""
+  if pos_slice is None:
+    return x
+  time = x.shape[time_axis]
+  if isinstance(pos_slice, (int, np.integer)):
+    if not -time <= pos_slice < time:
+      raise InputError(f'position {pos_slice} is outside the input of {time} tokens (allowed: {-time}..{time - 1})')
+    return np.take(x, int(pos_slice), axis=time_axis)
+  if isinstance(pos_slice, slice):
+    index = [slice(None)] * x.ndim
+    index[time_axis] = pos_slice
+    return x[tuple(index)]
+  raise InputError(f'pos_slice must be None, an integer position or a slice, got {pos_slice!r}')
+
+
+def _layer_count(cfg: ModelConfig, layer: int | None) -> int:
+  """How many blocks a stack ``up to layer`` covers: all of them for None."""
+  if layer is None:
+    return cfg.num_layers
+  if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer <= cfg.num_layers:
+    raise InputError(f'layer must be None or an integer in 0..{cfg.num_layers} (the blocks before it are '
+                     f'stacked), got {layer!r}')
+  return int(layer)
+
+
+def block_terms(cfg: ModelConfig, inter: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+  """(label, term ``[batch, time, d_model]``) for the embedding and each block's attention and FFN update,
+  float64, from the sown states; they sum to the final state. Labels as TransformerLens's
+  ``decompose_resid`` writes them, with the stream a two-stream term is added to."""
+  f64 = lambda a: np.asarray(a, np.float64)
+  if cfg.kind == 'standard':
+    out, prev = [('embed', f64(inter['x_0']))], f64(inter['x_0'])
+    for l in range(cfg.num_layers):
+      layer = inter[f'layer_{l}']
+      attn, ffn = f64(layer['x_attn']), f64(layer['x_ffn'])
+      out += [(f'{l}_attn_out', attn - prev), (f'{l}_mlp_out', ffn - attn)]
+      prev = ffn
+    return out
+  prev_t, prev_e = f64(inter['x_t_0']), f64(inter['x_e_0'])
+  out = [('embed.x_t', prev_t)] + ([('embed.x_e', prev_e)] if np.any(prev_e) else [])
+  for l in range(cfg.num_layers):
+    layer = inter[f'layer_{l}']
+    t, e = f64(layer['x_t_ffn']), f64(layer['x_e_ffn'])
+    out += [(f'{l}_attn_out.x_t', t - prev_t), (f'{l}_ffn_out.x_e', e - prev_e)]
+    prev_t, prev_e = t, e
+  return out
+
+
+def final_state(cfg: ModelConfig, inter: dict[str, Any]) -> np.ndarray:
+  """The state the final norm reads, ``[batch, time, d_model]`` float64 (X_t + X_e for two streams)."""
+  return np.sum([term for _, term in block_terms(cfg, inter)], axis=0)
+
+
+def head_terms(cfg: ModelConfig, params, arrays: dict[str, np.ndarray], layer: int) -> np.ndarray:
+  """Each head's term in block ``layer``'s attention update, ``[heads, batch, time, d_model]`` float64."""
+  out = np.asarray(arrays[f'blocks.{layer}.attn.out'], np.float64)
+  h, dh = cfg.num_heads, cfg.head_dim
+  if cfg.kind == 'standard':  # z_h W_O[h]: the output projection's rows of head h
+    z = np.asarray(arrays[f'blocks.{layer}.attn.z'], np.float64)                       # [b, t, heads, dh]
+    w_o = np.asarray(nn.meta.unbox(params)[f'layer_{layer}']['attention']['out']['kernel'], np.float64)
+    return np.einsum('bthd,hde->hbte', z, w_o)
+  # Two streams: head h writes channel h of X_t (eq. 12).
+  terms = np.zeros((h, *out.shape))
+  for head in range(h):
+    terms[head, ..., head * dh:(head + 1) * dh] = out[..., head * dh:(head + 1) * dh]
+  return terms
+
+
+def frozen_norm(cfg: ModelConfig, params, inter: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+  """(a, β) of the final norm at the cached final state, ``[batch, time, d_model]`` each."""
+  return core.final_norm_affine(cfg, params, final_state(cfg, inter))
+
+
+def readout_rows(cfg: ModelConfig, params, tokens) -> np.ndarray:
+  """The readout rows of ``tokens`` (ids, any shape), ``[*tokens.shape, d_model]`` float64."""
+  tokens = np.asarray(tokens)
+  if not np.issubdtype(tokens.dtype, np.integer) or tokens.size and not (
+      0 <= tokens.min() and tokens.max() < cfg.vocab_size):
+    raise InputError(f'tokens must be integer ids in 0..{cfg.vocab_size - 1}, got {tokens.tolist()!r}')
+  return core.readout_table(cfg, params)[tokens]
+
+
+def token_logits(stack: np.ndarray, rows: np.ndarray) -> np.ndarray:
+  """Σ_d stack[..., d] rows[..., d], the token rows broadcast over the stack's leading component axis:
+  ``rows`` is ``[batch, d_model]`` or ``[batch, time, d_model]``, matching the stack after its first axis."""
+  if rows.shape != stack.shape[1:]:
+    raise InputError(f'the tokens give readout rows of shape {rows.shape[:-1]}, the stack has '
+                     f'{stack.shape[1:-1]} (batch, and time unless one position was taken): pass one token per '
+                     f'batch row and position of the stack')
+  return np.einsum('c...d,...d->c...', stack, rows)

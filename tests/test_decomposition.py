@@ -1,0 +1,126 @@
+"""The residual stream taken apart with TransformerLens's names: per head, per block, block by block, through
+the frozen final norm onto chosen tokens. The terms add up to the cached logits for all three kinds, with
+the hooks and key mask the cache was made with."""
+
+import jax
+import numpy as np
+import pytest
+from helpers import KINDS, randomize, small
+
+from symjax.interpret import hooks
+from symjax.model import Transformer
+from symjax.system.errors import InputError
+
+TOL = 1e-5  # float32 logits, terms summed in float64
+
+
+def model_and_params(kind, seed=0):
+  cfg = small(kind=kind)
+  model = Transformer(cfg)
+  tokens = np.asarray(jax.random.randint(jax.random.key(seed), (2, 9), 0, cfg.vocab_size))
+  params = randomize(model.init(jax.random.key(1), tokens)['params'], seed + 2)
+  return model, params, tokens
+
+
+@pytest.fixture(scope='module', params=KINDS)
+def cached(request):
+  model, params, tokens = model_and_params(request.param)
+  logits, cache = hooks.run_with_cache(model, params, tokens)
+  targets = np.asarray(jax.random.randint(jax.random.key(5), tokens.shape, 0, model.config.vocab_size))
+  return model, params, tokens, logits, cache, targets
+
+
+def logit_of(logits, targets):
+  return np.take_along_axis(logits, targets[..., None], -1)[..., 0]
+
+
+def test_heads_and_the_remainder_sum_to_the_logits_through_the_frozen_norm(cached):
+  model, _, _, logits, cache, targets = cached
+  stack, labels = cache.stack_head_results(incl_remainder=True, return_labels=True)
+  cfg = model.config
+  assert stack.shape == (cfg.num_layers * cfg.num_heads + 1, *cache['embed'].shape)
+  assert labels[1] == ('L0H1' if cfg.kind == 'standard' else 'L0H1.x_t') and labels[-1] == 'remainder'
+  got = cache.logit_attrs(stack, targets).sum(0) + cache.ln_bias_logits(targets)
+  np.testing.assert_allclose(got, logit_of(logits, targets), atol=TOL)
+
+
+def test_blocks_and_accumulated_states_sum_to_the_logits_and_name_their_streams(cached):
+  model, _, _, logits, cache, targets = cached
+  stack, labels = cache.decompose_resid(return_labels=True)
+  L = model.config.num_layers
+  two = model.config.kind != 'standard'
+  assert labels[-2:] == ([f'{L - 1}_attn_out.x_t', f'{L - 1}_ffn_out.x_e'] if two else
+                         [f'{L - 1}_attn_out', f'{L - 1}_mlp_out'])
+  got = cache.logit_attrs(stack, targets).sum(0) + cache.ln_bias_logits(targets)
+  np.testing.assert_allclose(got, logit_of(logits, targets), atol=TOL)
+  acc, acc_labels = cache.accumulated_resid(return_labels=True)
+  assert acc_labels == ['embed'] + [str(l) for l in range(L)] and acc.shape[0] == L + 1
+  embeds = len(stack) - 2 * L  # a two-stream model's X_e starts at zero: one embedding term
+  np.testing.assert_allclose(acc, np.cumsum(stack, 0)[[embeds - 1 + 2 * l for l in range(L + 1)]], atol=1e-9)
+  # The last accumulated state is the state the final norm reads: read out, it gives the logits.
+  last = cache.logit_attrs(acc[-1:], targets)[0] + cache.ln_bias_logits(targets)
+  np.testing.assert_allclose(last, logit_of(logits, targets), atol=TOL)
+  # Up to a layer: the blocks before it only.
+  assert cache.decompose_resid(layer=1).shape[0] == len(stack) - 2 * (L - 1)
+
+
+def test_a_head_of_a_two_stream_model_is_its_channel_of_attn_out_and_standard_heads_sum_to_it(cached):
+  model, _, _, _, cache, _ = cached
+  cfg = model.config
+  h, dh = cfg.num_heads, cfg.head_dim
+  stack = cache.stack_head_results()
+  for l in range(cfg.num_layers):
+    out = cache[f'blocks.{l}.attn.out'].astype(np.float64)
+    heads = stack[l * h:(l + 1) * h]
+    if cfg.kind == 'standard':
+      np.testing.assert_allclose(heads.sum(0), out, atol=1e-5)
+      continue
+    for head in range(h):
+      channel = slice(head * dh, (head + 1) * dh)
+      np.testing.assert_array_equal(heads[head][..., channel], out[..., channel])
+      assert not np.delete(heads[head], np.r_[channel], axis=-1).any()
+
+
+def test_one_position_and_a_logit_difference(cached):
+  model, _, _, logits, cache, targets = cached
+  other = (targets + 1) % model.config.vocab_size
+  stack = cache.stack_head_results(pos_slice=-1, incl_remainder=True)
+  diff = cache.logit_attrs(stack, targets[:, -1], other[:, -1], pos_slice=-1)
+  assert diff.shape == (len(stack), 2)
+  want = logit_of(logits, targets)[:, -1] - logit_of(logits, other)[:, -1]
+  np.testing.assert_allclose(diff.sum(0) + cache.ln_bias_logits(targets[:, -1], other[:, -1], pos_slice=-1), want,
+                             atol=TOL)
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_decompose_keeps_the_hooks_and_key_mask_of_the_cache(kind):
+  """A head zeroed by a hook and padded keys: the terms sum to the hooked, masked logits, not the plain ones."""
+  model, params, tokens = model_and_params(kind, seed=3)
+  key_mask = np.ones(tokens.shape, bool)
+  key_mask[1, 6:] = False
+  logits, cache = hooks.run_with_cache(model, params, tokens, key_mask=key_mask,
+                                       hooks={'blocks.0.attn.z': hooks.zero_head(1)})
+  plain = np.asarray(model.apply({'params': params}, tokens))
+  assert np.abs(plain - logits).max() > 1e-3  # the hook and the mask change the logits
+  parts = cache.decompose(position=5)
+  np.testing.assert_allclose(sum(parts.values()), logits[:, 5], atol=TOL)
+  stack = cache.stack_head_results(incl_remainder=True)
+  assert not stack[1].any()  # the zeroed head writes nothing
+  targets = np.zeros(tokens.shape, int)
+  np.testing.assert_allclose(cache.logit_attrs(stack, targets).sum(0) + cache.ln_bias_logits(targets),
+                             logits[..., 0], atol=TOL)
+
+
+def test_bad_input_is_a_one_line_error(cached):
+  model, _, _, _, cache, targets = cached
+  stack = cache.stack_head_results()
+  for call, message in [
+      (lambda: cache.stack_head_results(layer=model.config.num_layers + 1), r'layer must be None or an integer'),
+      (lambda: cache.decompose_resid(pos_slice=99), r'position 99 is outside the input of 9 tokens'),
+      (lambda: cache.logit_attrs(stack, model.config.vocab_size), r'tokens must be integer ids in 0\.\.12'),
+      (lambda: cache.logit_attrs(stack, targets[:, :3]), r'do not fit the stack'),
+      (lambda: cache.apply_ln_to_stack(stack, pos_slice=-1), r'make the stack with the same pos_slice'),
+  ]:
+    with pytest.raises(InputError, match=message) as e:
+      call()
+    assert '\n' not in str(e.value)

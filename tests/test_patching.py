@@ -85,3 +85,47 @@ def test_patching_errors_are_one_line():
     patching.patch(model, params, clean, corrupt, 'blocks.0.attn.zz')
   with pytest.raises(InputError, match='predict the same token'):
     patching.sweep_heads(model, params, clean, clean)
+
+
+def two_pairs(kind):
+  """Two prompt pairs of 8 tokens; the second pair corrupts another position, so it recovers differently."""
+  model, params, clean, corrupt = setup(kind)
+  clean2 = np.asarray(jax.random.randint(jax.random.key(7), (1, 8), 0, model.config.vocab_size))
+  corrupt2 = clean2.copy()
+  corrupt2[0, 5] = (corrupt2[0, 5] + 3) % model.config.vocab_size
+  return model, params, np.concatenate([clean, clean2]), np.concatenate([corrupt, corrupt2])
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_a_sweep_scores_every_prompt_pair_of_the_batch(kind):
+  model, params, clean, corrupt = two_pairs(kind)
+  both = patching.sweep_heads(model, params, clean, corrupt, metric=patching.logit_difference(1, 2))
+  rows = [patching.sweep_heads(model, params, clean[i:i + 1], corrupt[i:i + 1],
+                               metric=patching.logit_difference(1, 2)).values for i in range(2)]
+  np.testing.assert_allclose(both.values, (rows[0] + rows[1]) / 2, rtol=1e-5, atol=1e-6)  # the mean of the pairs
+  assert np.abs(both.values - rows[0]).max() > 1e-4  # not the first pair alone
+  per_row = patching.patch(model, params, clean, corrupt, 'blocks.0.attn.z', heads=0,
+                           metric=patching.logit_difference(1, 2, reduce='none'))
+  assert per_row.shape == (2,) and np.isclose(per_row.mean(), both.values[0, 0], atol=1e-6)
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_prompts_of_unequal_length_patch_as_when_they_stand_alone(kind):
+  """A pair of 5 tokens padded to 8 beside a pair of 8, with the key mask: its patched metric at its last real
+  position equals that of the 5-token pair run alone (the models are causal: padding after it changes
+  nothing before it)."""
+  model, params, clean, corrupt = two_pairs(kind)
+  short_clean, short_corrupt = clean[:1, :5], corrupt[:1, :5]
+  key_mask = np.ones(clean.shape, bool)
+  key_mask[0, 5:] = False
+  metric = patching.logit_difference(3, 4, position=[4, 7], reduce='none')
+  padded = patching.patch(model, params, clean, corrupt, 'blocks.0.attn.z', heads=1, metric=metric,
+                          key_mask=key_mask)
+  alone = patching.patch(model, params, short_clean, short_corrupt, 'blocks.0.attn.z', heads=1,
+                         metric=patching.logit_difference(3, 4, position=4))
+  np.testing.assert_allclose(padded[0], alone, rtol=1e-5, atol=1e-5)
+  sweep = patching.sweep_positions(model, params, clean, corrupt, key_mask=key_mask,
+                                   metric=patching.logit_difference(3, 4, position=[4, 7]))
+  assert sweep.values.shape == (model.config.num_layers, 8) and np.isfinite(sweep.values).all()
+  with pytest.raises(InputError, match=r"key_mask must have the prompts' shape \(2, 8\)"):
+    patching.patch(model, params, clean, corrupt, 'blocks.0.attn.z', key_mask=key_mask[:, :5])

@@ -4,9 +4,11 @@ layers × heads and layers × positions, as TransformerLens researchers do it.
   recovered = patching.sweep_heads(model, params, clean, corrupt)      # [layers, heads]
   recovered.figure()                                                   # a heatmap
 
-The default metric is the fraction of the logit difference recovered at the last position:
+The default metric is the fraction of the logit difference recovered at the last (real) position:
 (m(patched) − m(corrupt)) / (m(clean) − m(corrupt)), with m the logit of the clean prediction minus the logit
-of the corrupt one (or of ``answer`` minus ``wrong`` when given). Any function of the logits can replace it.
+of the corrupt one (or of ``answer`` minus ``wrong`` when given), averaged over the batch's prompt pairs.
+Any function of the logits can replace it. Prompts of unequal length are padded to one length and patched
+with ``key_mask`` (False at the padding).
 """
 
 from __future__ import annotations
@@ -65,37 +67,64 @@ def _selector(model, name, shape, positions, heads):
   return tuple(index)
 
 
-def _pair(model: Transformer, clean, corrupt) -> tuple[np.ndarray, np.ndarray]:
+def _pair(model: Transformer, clean, corrupt, key_mask=None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
   clean = core.as_batch(clean, model.config.vocab_size)
   corrupt = core.as_batch(corrupt, model.config.vocab_size)
   if clean.shape != corrupt.shape:
     raise InputError(f'clean and corrupt prompts must have the same shape to patch position by position: '
-                     f'{clean.shape} vs {corrupt.shape} (pad them to one length)')
-  return clean, corrupt
+                     f'{clean.shape} vs {corrupt.shape} (pad them to one length and pass key_mask= with False at '
+                     f'the padding)')
+  if key_mask is not None:
+    key_mask = np.asarray(key_mask, bool)
+    if key_mask.shape != clean.shape:
+      raise InputError(f'key_mask must have the prompts\' shape {clean.shape} (True at real tokens), got '
+                       f'{key_mask.shape}')
+  return clean, corrupt, key_mask
 
 
 def patch(model: Transformer, params, clean, corrupt, name: str | Sequence[str], positions=None, heads=None,
-          metric: Callable[[np.ndarray], float] | None = None, clean_cache: hooks.Cache | None = None):
+          metric: Callable[[np.ndarray], float] | None = None, clean_cache: hooks.Cache | None = None,
+          key_mask=None):
   """``metric`` of the logits of ``corrupt`` run with ``name`` (one site or several) taken from ``clean`` at
-  ``positions`` and ``heads`` (default: all of them); the logits themselves without a metric."""
-  clean, corrupt = _pair(model, clean, corrupt)
+  ``positions`` and ``heads`` (default: all of them); the logits themselves without a metric. Every prompt
+  pair of the batch is patched. ``key_mask`` ``[batch, time]`` (False at padding) runs both prompts with
+  their padding masked, so that prompts of unequal length patch as padded to one length."""
+  clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
   sites = [name] if isinstance(name, str) else list(name)
   hooks.check_names(model, sites, hooking=True)
   if clean_cache is None or any(s not in clean_cache for s in sites):
-    _, clean_cache = hooks.run_with_cache(model, params, clean, sites)
+    _, clean_cache = hooks.run_with_cache(model, params, clean, sites, key_mask=key_mask)
 
   def take_clean(value, site):
     source = np.asarray(clean_cache[site])
     index = _selector(model, site, value.shape, positions, heads)
     return value.at[index].set(source[index].astype(value.dtype))
 
-  logits = hooks.run_with_hooks(model, params, corrupt, {s: take_clean for s in sites})
+  logits = hooks.run_with_hooks(model, params, corrupt, {s: take_clean for s in sites}, key_mask=key_mask)
   return logits if metric is None else metric(logits)
 
 
-def logit_difference(answer: int, wrong: int, position: int = -1, batch: int = 0) -> Callable[[np.ndarray], float]:
-  """logits[answer] − logits[wrong] at ``position``."""
-  return lambda logits: float(logits[batch, position, answer] - logits[batch, position, wrong])
+REDUCTIONS = ('mean', 'none')
+
+
+def logit_difference(answer, wrong, position=-1, batch: int | None = None, reduce: str = 'mean'
+                     ) -> Callable[[np.ndarray], float | np.ndarray]:
+  """logits[answer] − logits[wrong] at ``position``, for every prompt of the batch: ``answer``, ``wrong`` and
+  ``position`` are one value or one per batch row (a padded batch's last real positions). ``reduce='mean'``
+  averages over the rows, ``'none'`` gives one value per row; ``batch=i`` reads row i alone."""
+  if reduce not in REDUCTIONS:
+    raise InputError(f'reduce must be one of {list(REDUCTIONS)}, got {reduce!r}')
+
+  def metric(logits):
+    logits = np.asarray(logits)
+    rows = np.arange(logits.shape[0])
+    at = np.broadcast_to(np.asarray(position), rows.shape)
+    values = (logits[rows, at, np.broadcast_to(np.asarray(answer), rows.shape)]
+              - logits[rows, at, np.broadcast_to(np.asarray(wrong), rows.shape)])
+    if batch is not None:
+      return float(values[batch])
+    return values if reduce == 'none' else float(values.mean())
+  return metric
 
 
 @dataclasses.dataclass
@@ -122,18 +151,23 @@ class Sweep:
     return fig
 
 
-def _recovered(model, params, clean, corrupt, metric, answer, wrong):
-  """The metric of a sweep: the user's, or the fraction of the logit difference recovered."""
+def _recovered(model, params, clean, corrupt, metric, answer, wrong, key_mask=None):
+  """The metric of a sweep: the user's, or the fraction of the logit difference recovered, the difference
+  averaged over the batch's prompt pairs at each one's last real position."""
   if metric is not None:
     return metric
-  clean_logits = hooks.run_with_hooks(model, params, clean, {})
-  corrupt_logits = hooks.run_with_hooks(model, params, corrupt, {})
+  clean_logits = hooks.run_with_hooks(model, params, clean, {}, key_mask=key_mask)
+  corrupt_logits = hooks.run_with_hooks(model, params, corrupt, {}, key_mask=key_mask)
+  rows = np.arange(clean.shape[0])
+  last = np.full(rows.shape, clean.shape[1] - 1) if key_mask is None else key_mask.shape[1] - 1 - np.argmax(
+      key_mask[:, ::-1], axis=1)
   if answer is None or wrong is None:
-    answer, wrong = int(np.argmax(clean_logits[0, -1])), int(np.argmax(corrupt_logits[0, -1]))
-    if answer == wrong:
-      raise InputError(f'clean and corrupt prompts predict the same token ({answer}) at the last position: give '
-                       f'answer= and wrong= tokens, or a metric=')
-  diff = logit_difference(answer, wrong)
+    answer, wrong = np.argmax(clean_logits[rows, last], -1), np.argmax(corrupt_logits[rows, last], -1)
+    same = np.flatnonzero(answer == wrong)
+    if same.size:
+      raise InputError(f'clean and corrupt prompts predict the same token ({int(answer[same[0]])}) at the last '
+                       f'position of pair {int(same[0])}: give answer= and wrong= tokens, or a metric=')
+  diff = logit_difference(answer, wrong, last)
   low, high = diff(corrupt_logits), diff(clean_logits)
   if abs(high - low) < 1e-9:
     raise InputError('the logit difference is the same on the clean and the corrupt prompt: nothing to recover')
@@ -141,34 +175,34 @@ def _recovered(model, params, clean, corrupt, metric, answer, wrong):
 
 
 def sweep_heads(model: Transformer, params, clean, corrupt, site: str = 'attn.z', metric=None, answer=None,
-                wrong=None) -> Sweep:
-  """Every head of every block patched from ``clean`` at ``blocks.{l}.{site}`` (all positions): values
-  ``[layers, heads]``."""
-  clean, corrupt = _pair(model, clean, corrupt)
-  metric = _recovered(model, params, clean, corrupt, metric, answer, wrong)
+                wrong=None, key_mask=None) -> Sweep:
+  """Every head of every block patched from ``clean`` at ``blocks.{l}.{site}`` (all positions), in every
+  prompt pair of the batch: values ``[layers, heads]``."""
+  clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
+  metric = _recovered(model, params, clean, corrupt, metric, answer, wrong, key_mask)
   cfg = model.config
   sites = [f'blocks.{l}.{site}' for l in range(cfg.num_layers)]
-  _, cache = hooks.run_with_cache(model, params, clean, sites)
-  values = np.array([[patch(model, params, clean, corrupt, s, heads=h, metric=metric, clean_cache=cache)
-                      for h in range(cfg.num_heads)] for s in sites])
+  _, cache = hooks.run_with_cache(model, params, clean, sites, key_mask=key_mask)
+  values = np.array([[patch(model, params, clean, corrupt, s, heads=h, metric=metric, clean_cache=cache,
+                            key_mask=key_mask) for h in range(cfg.num_heads)] for s in sites])
   return Sweep(values, [f'block {l}' for l in range(cfg.num_layers)], [f'head {h}' for h in range(cfg.num_heads)],
                f'patching {site} per head')
 
 
 def sweep_positions(model: Transformer, params, clean, corrupt, streams: Sequence[str] | None = None, metric=None,
-                    answer=None, wrong=None, decode: Callable | None = None) -> Sweep:
+                    answer=None, wrong=None, decode: Callable | None = None, key_mask=None) -> Sweep:
   """The state after every block patched from ``clean`` at one position at a time: values ``[layers, time]``.
   The state is ``resid`` for the standard model and both streams, X_t and X_e, for the two-stream kinds
   (``streams`` picks others, e.g. ``['x_e']``)."""
-  clean, corrupt = _pair(model, clean, corrupt)
-  metric = _recovered(model, params, clean, corrupt, metric, answer, wrong)
+  clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
+  metric = _recovered(model, params, clean, corrupt, metric, answer, wrong, key_mask)
   cfg = model.config
   streams = list(streams or (['resid'] if cfg.kind == 'standard' else ['x_t', 'x_e']))
   per_layer = [[f'blocks.{l}.{s}' for s in streams] for l in range(cfg.num_layers)]
-  _, cache = hooks.run_with_cache(model, params, clean, [s for layer in per_layer for s in layer])
+  _, cache = hooks.run_with_cache(model, params, clean, [s for layer in per_layer for s in layer], key_mask=key_mask)
   t = clean.shape[1]
-  values = np.array([[patch(model, params, clean, corrupt, sites, positions=p, metric=metric, clean_cache=cache)
-                      for p in range(t)] for sites in per_layer])
+  values = np.array([[patch(model, params, clean, corrupt, sites, positions=p, metric=metric, clean_cache=cache,
+                            key_mask=key_mask) for p in range(t)] for sites in per_layer])
   labels = [f'{p}:{decode([int(clean[0, p])])}' if decode else str(p) for p in range(t)]
   return Sweep(values, [f'block {l}' for l in range(cfg.num_layers)], labels,
                f'patching {"+".join(streams)} per position')

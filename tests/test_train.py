@@ -307,6 +307,9 @@ def test_load_and_sample_errors(finished_run, tmp_path):
   for temperature in (0.0, float('nan'), float('inf')):
     with pytest.raises(ValueError, match='temperature must be a finite number > 0'):
       sample.generate(loaded.model, loaded.params, [1, 4], 2, mode='temperature', temperature=temperature)
+  with pytest.raises(ValueError, match=r'generate continues one prompt, a 1-D sequence of token ids; got an array '
+                                       r'of shape \(2, 2\)'):
+    sample.generate(loaded.model, loaded.params, [[1, 4], [2, 3]], 2)
 
 
 def test_load_a_given_checkpoint_step(finished_run):

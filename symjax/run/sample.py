@@ -60,6 +60,9 @@ def generate(model, params, prompt_ids, num_tokens: int, *, mode: str = 'greedy'
   if mode not in MODES:
     raise InputError(f'mode must be one of {list(MODES)}, got {mode!r}')
   prompt_ids = np.asarray(prompt_ids, np.int32)
+  if prompt_ids.ndim != 1:
+    raise InputError(f'generate continues one prompt, a 1-D sequence of token ids; got an array of shape '
+                     f'{prompt_ids.shape} (generate each row of a batch in turn)')
   max_len = model.config.max_len
   vocab_size = model.config.vocab_size
   if len(prompt_ids) == 0:

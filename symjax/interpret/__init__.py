@@ -1,5 +1,6 @@
 """Reading symjax models: a named cache and hooks on every site, traces and lenses, the exact mixture trace,
-interventions, attributions, head finding, the program view and an HTML report.
+interventions, attributions, head finding, the program view and an HTML report; ``HookedModel`` holds a
+model, its parameters and its tokenizer for TransformerLens's calls.
 ``python -m symjax.interpret --workdir=... --input=...`` writes the report."""
 
 from symjax.interpret.attribution import (
@@ -18,6 +19,7 @@ from symjax.interpret.circuits import (
                                           program,
 )
 from symjax.interpret.core import analysis_model, channel_lens, head_parameters, readout
+from symjax.interpret.hooked import HookedModel
 from symjax.interpret.hooks import Cache, run_with_cache, run_with_hooks, valid_names, zero_head
 from symjax.interpret.interventions import Ablation, capture, effect, run_with
 from symjax.interpret.mixtures import MixtureTrace, mixture_trace, reconstruction_error, reconstruction_errors
@@ -25,7 +27,8 @@ from symjax.interpret.patching import Sweep, logit_difference, patch, sweep_head
 from symjax.interpret.tracing import Trace, cone, trace
 
 __all__ = [
-    'Ablation', 'Cache', 'MixtureTrace', 'Trace', 'analysis_model', 'capture', 'channel_lens', 'cone', 'effect',
+    'Ablation', 'Cache', 'HookedModel', 'MixtureTrace', 'Trace', 'analysis_model', 'capture', 'channel_lens', 'cone',
+    'effect',
     'evaluate_importance', 'find_induction_circuit', 'format_program', 'gradient_importance',
     'group_attribution', 'head_parameters', 'induction_scores', 'mixture_trace', 'native_importance',
     'previous_token_scores', 'program', 'readout', 'reconstruction_error', 'reconstruction_errors',

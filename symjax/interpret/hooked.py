@@ -1,0 +1,117 @@
+"""A trained model as one object with TransformerLens's calls, so that each call need not restate the model,
+its parameters and its tokenizer:
+
+  hm = interpret.HookedModel(symjax.load('runs/symbolic'))
+  logits, cache = hm.run_with_cache('<s> a 1 b 2 c 3 d 0 a')
+  hm.to_str_tokens('<s> a 1 b 2')
+
+Every call takes a text, a list of texts (padded to one length, with the key mask carried along), a 1-D
+sequence of token ids or a 2-D batch of them. The functional API (``run_with_cache(model, params, ids)``)
+stays for composing JAX code; this object calls it, with no second implementation of the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from symjax.interpret import hooks
+from symjax.system.errors import InputError
+
+
+def _is_batch(inputs) -> bool:
+  """A list of texts, a list of id lists or a 2-D array, as against one text or one id sequence."""
+  if isinstance(inputs, str):
+    return False
+  if isinstance(inputs, np.ndarray):
+    return inputs.ndim == 2
+  return bool(inputs) and isinstance(inputs[0], (str, Sequence, np.ndarray))
+
+
+class HookedModel:
+  """``HookedModel(run)`` for a loaded run (``symjax.load``), or ``HookedModel(model, params, tokenizer)``
+  (the tokenizer is needed only for text: anything with ``encode(text) -> ids`` and ``decode(ids) -> text``)."""
+
+  def __init__(self, run_or_model, params=None, tokenizer=None):
+    if params is None:  # a loaded run
+      if not all(hasattr(run_or_model, a) for a in ('model', 'params')):
+        raise InputError('HookedModel takes a loaded run (symjax.load(workdir)) or a model and its params')
+      run_or_model, params, tokenizer = run_or_model.model, run_or_model.params, run_or_model.tokenizer
+    self.model, self.params, self.tokenizer = run_or_model, params, tokenizer
+
+  @property
+  def cfg(self):
+    """The model's ``ModelConfig`` (TransformerLens's ``cfg``)."""
+    return self.model.config
+
+  def _encoded(self, text: str) -> np.ndarray:
+    if self.tokenizer is None:
+      raise InputError('this HookedModel has no tokenizer: pass token ids, or build it from symjax.load(...) or '
+                       'with tokenizer=')
+    ids = np.asarray(self.tokenizer.encode(text), np.int32).reshape(-1)
+    if ids.size == 0:
+      raise InputError(f'{text!r} is empty after tokenisation')
+    return ids
+
+  def to_tokens(self, inputs, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
+    """(token ids ``[batch, time]``, key mask ``[batch, time]`` or None): a text or a 1-D id sequence is a
+    batch of one; texts or id lists of unequal length are padded at the end with ``pad_id``, and the key mask
+    is False at the padding (None when nothing is padded)."""
+    if isinstance(inputs, str):
+      rows = [self._encoded(inputs)]
+    elif isinstance(inputs, np.ndarray) or (isinstance(inputs, Sequence) and inputs and not _is_batch(inputs)):
+      ids = np.asarray(inputs)
+      if ids.ndim not in (1, 2):
+        raise InputError(f'token ids must be 1-D (one prompt) or 2-D (a batch), got shape {ids.shape}')
+      return ids.reshape(1, -1) if ids.ndim == 1 else ids, None
+    elif isinstance(inputs, Sequence) and inputs:
+      rows = [self._encoded(x) if isinstance(x, str) else np.asarray(x, np.int32).reshape(-1) for x in inputs]
+    else:
+      raise InputError(f'inputs must be a text, a list of texts, or token ids; got {type(inputs).__name__}')
+    length = max(len(r) for r in rows)
+    ids = np.full((len(rows), length), pad_id, np.int32)
+    mask = np.zeros((len(rows), length), bool)
+    for i, r in enumerate(rows):
+      ids[i, :len(r)], mask[i, :len(r)] = r, True
+    return ids, (None if mask.all() else mask)
+
+  def to_str_tokens(self, inputs) -> list[str] | list[list[str]]:
+    """Each token of a text or of one id sequence as its string; a list per row for a batch (padding left
+    out)."""
+    ids, mask = self.to_tokens(inputs)
+    mask = np.ones(ids.shape, bool) if mask is None else mask
+    rows = [[self.to_string([t]) for t, keep in zip(row, m) if keep] for row, m in zip(ids, mask)]
+    return rows if _is_batch(inputs) else rows[0]
+
+  def to_string(self, ids) -> str:
+    """The text of token ids."""
+    if self.tokenizer is None:
+      raise InputError('this HookedModel has no tokenizer to decode with')
+    return self.tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
+
+  def __call__(self, inputs, return_type: str = 'logits', key_mask=None, **kw) -> np.ndarray | float:
+    """The logits ``[batch, time, vocab]`` (or the loss: ``return_type='loss'``) of the inputs."""
+    return self.run_with_hooks(inputs, {}, return_type=return_type, key_mask=key_mask, **kw)
+
+  def run_with_cache(self, inputs, names: Sequence[str] | Callable[[str], bool] | None = None,
+                     fwd_hooks: dict[str, Callable] | None = None, key_mask=None) -> tuple[np.ndarray, hooks.Cache]:
+    """``symjax.interpret.run_with_cache`` on the inputs, the padding masked (``fwd_hooks`` applied while
+    caching)."""
+    ids, mask = self._ids_and_mask(inputs, key_mask)
+    decode = (lambda i: self.to_string(i)) if self.tokenizer is not None else None
+    return hooks.run_with_cache(self.model, self.params, ids, names, key_mask=mask, decode=decode, hooks=fwd_hooks)
+
+  def run_with_hooks(self, inputs, fwd_hooks: dict[str, Callable], return_type: str = 'logits', key_mask=None,
+                     **kw) -> Any:
+    """``symjax.interpret.run_with_hooks`` on the inputs, the padding masked."""
+    ids, mask = self._ids_and_mask(inputs, key_mask)
+    return hooks.run_with_hooks(self.model, self.params, ids, fwd_hooks, key_mask=mask, return_type=return_type, **kw)
+
+  def _ids_and_mask(self, inputs, key_mask):
+    ids, mask = self.to_tokens(inputs)
+    if key_mask is not None:
+      if mask is not None:
+        raise InputError('texts of unequal length carry their own key mask: pass key_mask= only with token ids')
+      mask = np.asarray(key_mask, bool).reshape(ids.shape)
+    return ids, mask

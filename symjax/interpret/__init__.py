@@ -12,6 +12,7 @@ from symjax.interpret.attribution import (
                                           stream_attribution,
 )
 from symjax.interpret.circuits import (
+                                          detect_head,
                                           find_induction_circuit,
                                           format_program,
                                           induction_scores,
@@ -28,7 +29,7 @@ from symjax.interpret.tracing import Trace, cone, trace
 
 __all__ = [
     'Ablation', 'Cache', 'HookedModel', 'MixtureTrace', 'Trace', 'analysis_model', 'capture', 'channel_lens', 'cone',
-    'effect',
+    'detect_head', 'effect',
     'evaluate_importance', 'find_induction_circuit', 'format_program', 'gradient_importance',
     'group_attribution', 'head_parameters', 'induction_scores', 'mixture_trace', 'native_importance',
     'previous_token_scores', 'program', 'readout', 'reconstruction_error', 'reconstruction_errors',

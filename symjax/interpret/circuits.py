@@ -63,6 +63,60 @@ def induction_scores(attention: np.ndarray, tokens: np.ndarray, key_mask: np.nda
   return (mass * queries[None, :, None]).sum((1, 3)) / queries.sum()
 
 
+HEAD_PATTERNS = ('previous_token_head', 'duplicate_token_head', 'induction_head')
+
+
+def detection_pattern(name: str, tokens: np.ndarray, key_mask: np.ndarray | None = None) -> np.ndarray:
+  """TransformerLens's detection patterns, ``[batch, query, key]`` of 0 and 1: ``previous_token_head`` the key
+  just before the query; ``duplicate_token_head`` the earlier keys holding the query's token;
+  ``induction_head`` the keys just after those."""
+  tokens = np.asarray(tokens)
+  b, t = tokens.shape
+  valid = core.valid_keys(tokens, key_mask)
+  if name == 'previous_token_head':
+    out = np.broadcast_to(np.eye(t, k=-1, dtype=bool), (b, t, t)) & valid[:, None, :] & valid[:, :, None]
+  elif name == 'duplicate_token_head':
+    same = (tokens[:, :, None] == tokens[:, None, :]) & valid[:, :, None] & valid[:, None, :]
+    out = same & np.tril(np.ones((t, t), bool), -1)[None]
+  elif name == 'induction_head':
+    out = induction_targets(tokens, key_mask)
+  else:
+    raise InputError(f'unknown detection pattern {name!r}; patterns: {list(HEAD_PATTERNS)}, or an array '
+                     f'[query, key] or [batch, query, key]')
+  return out.astype(np.float64)
+
+
+def detect_head(attention: np.ndarray, pattern: str | np.ndarray, tokens: np.ndarray | None = None,
+                key_mask: np.ndarray | None = None, exclude_bos: bool = False,
+                exclude_current_token: bool = False) -> np.ndarray:
+  """How much each head attends as ``pattern`` says, ``[layers, heads]`` in [0, 1]: Σ A ⊙ P / Σ A, as
+  TransformerLens's ``detect_head`` ("mul") computes it, over the batch's valid queries that the pattern has
+  a key for (a query whose token has not occurred before has no duplicate or induction key, and would only
+  dilute the score). ``attention`` ``[layers, batch, heads,
+  query, key]``; ``pattern`` one of ``HEAD_PATTERNS`` (which need ``tokens``) or an array ``[query, key]`` or
+  ``[batch, query, key]``. ``exclude_bos`` / ``exclude_current_token`` leave key 0 / the diagonal out of both
+  sums."""
+  attention = np.asarray(attention, np.float64)
+  L, b, H, t, _ = attention.shape
+  if isinstance(pattern, str):
+    if tokens is None:
+      raise InputError(f'the {pattern!r} pattern is made from the tokens: pass tokens=')
+    pattern = detection_pattern(pattern, tokens, key_mask)
+  pattern = np.asarray(pattern, np.float64)
+  if pattern.shape not in ((t, t), (b, t, t)):
+    raise InputError(f'a detection pattern must be [query, key] = {(t, t)} or [batch, query, key] = {(b, t, t)}, '
+                     f'got {pattern.shape}')
+  pattern = np.broadcast_to(pattern, (b, t, t))
+  keep = np.broadcast_to((core.valid_keys(np.zeros((b, t)), key_mask) & pattern.any(-1))[:, :, None],
+                         (b, t, t)).copy()
+  if exclude_bos:
+    keep[:, :, 0] = False
+  if exclude_current_token:
+    keep &= ~np.eye(t, dtype=bool)[None]
+  weights = attention * keep[None, :, None]
+  return np.einsum('lbhqk,bqk->lh', weights, pattern) / np.maximum(weights.sum((1, 3, 4)), 1e-30)
+
+
 @dataclasses.dataclass
 class Circuit:
   """The strongest previous-token and induction heads, and every head within ``share`` of the strongest

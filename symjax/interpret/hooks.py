@@ -85,6 +85,7 @@ class Cache(Mapping):
   arrays: dict[str, np.ndarray]
   intermediates: dict[str, Any]
   decode: Callable | None = None
+  key_mask: np.ndarray | None = None  # [batch, time], False at padding: the mask the pass ran with
 
   def __getitem__(self, name: str) -> np.ndarray:
     if name not in self.arrays:
@@ -261,6 +262,14 @@ class Cache(Mapping):
       rows = rows - self._rows(incorrect_tokens, beta.shape[:-1])
     return decomposition.token_logits(beta[None], rows)[0]
 
+  def detect_head(self, pattern, exclude_bos: bool = False, exclude_current_token: bool = False) -> np.ndarray:
+    """``[layers, heads]``: how much each head of this pass attends as ``pattern`` says
+    (``symjax.interpret.circuits.detect_head``): 'previous_token_head', 'duplicate_token_head',
+    'induction_head', or an array ``[query, key]`` / ``[batch, query, key]``."""
+    from symjax.interpret import circuits
+    attention = np.stack([self[f'blocks.{l}.attn.pattern'] for l in range(self.model.config.num_layers)])
+    return circuits.detect_head(attention, pattern, self.tokens, self.key_mask, exclude_bos, exclude_current_token)
+
   def to_str_tokens(self, batch: int = 0) -> list[str]:
     if self.decode is None:
       raise InputError('this cache has no tokenizer: pass decode= (e.g. run.tokenizer.decode) to run_with_cache')
@@ -281,7 +290,8 @@ def run_with_cache(model: Transformer, params, tokens, names_: Sequence[str] | C
     keep = names_
   analysis, tokens, logits, state = _apply(model, params, tokens, key_mask, hooks or {}, keep,
                                            ['hooks', 'intermediates'])
-  cache = Cache(analysis, params, tokens, _flat_hooks(state.get('hooks', {})), state['intermediates'], decode)
+  km = None if key_mask is None else np.asarray(key_mask, bool).reshape(tokens.shape)
+  cache = Cache(analysis, params, tokens, _flat_hooks(state.get('hooks', {})), state['intermediates'], decode, km)
   return np.asarray(logits), cache
 
 

@@ -213,7 +213,8 @@ def peer_lost(e: BaseException, step: int, workdir: str) -> PeerLost:
   text = ' '.join(str(e).split())
   op, why = re.search(r'Gloo [\w-]+ failed', text), re.search(r'Connection (reset|closed|refused)[a-z ]*', text)
   cause = ': '.join(m.group(0).strip() for m in (op, why) if m) or text[:120]
-  return PeerLost(f'lost {who} of the {jax.process_count()} after step {step} ({cause}); {kept}: rerun every '
+  # The failure surfaces where the loop next waits on a result: steps are dispatched ahead of it.
+  return PeerLost(f'lost {who} of the {jax.process_count()} by step {step} ({cause}); {kept}: rerun every '
                   f'process with the same command to resume')
 
 

@@ -73,6 +73,20 @@ def assert_trees_equal(a, b):
                                  err_msg=jax.tree_util.keystr(path))
 
 
+# Python run in a fresh process before a training call: the process kills itself with SIGKILL when it is
+# handed the training batch of step 25 (after the checkpoint of step 20, before that of step 30).
+KILLED_AT_STEP_25 = """
+import os, signal
+from symjax.tasks import base
+batch = base.FixedSetTask.batch
+def killing_batch(self, split, step, *args):
+  if split == 'train' and step == 25:
+    os.kill(os.getpid(), signal.SIGKILL)
+  return batch(self, split, step, *args)
+base.FixedSetTask.batch = killing_batch
+"""
+
+
 # Ways a checkpoint's files get damaged on disk, each of which once left Orbax reads in flight after the
 # failed restore (a flood of "Event loop is closed" tracebacks).
 DAMAGE = ('short', 'half', 'zero', 'garbage', 'manifest', 'array_metadatas', 'metadata')

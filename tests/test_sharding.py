@@ -10,6 +10,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from helpers import KILLED_AT_STEP_25
 
 import symjax
 from symjax.run import workdir as rundir
@@ -137,15 +138,8 @@ PEER_ARGS = ['--config=symbolic:size=tiny', '--config.total_steps=40', '--config
              '--config.distributed.num_processes=2', '--config.distributed.cpu_collectives=gloo',
              '--config.distributed.heartbeat_timeout_seconds=20']
 # Process 1 kills itself when it is handed the batch of step 25: after the checkpoint of step 20, before 30.
-KILLED_AT_25 = """
-import os, signal, sys
-from symjax.tasks import base
-batch = base.FixedSetTask.batch
-def killing_batch(self, split, step, *args):
-  if split == 'train' and step == 25:
-    os.kill(os.getpid(), signal.SIGKILL)
-  return batch(self, split, step, *args)
-base.FixedSetTask.batch = killing_batch
+KILLED_AT_25 = KILLED_AT_STEP_25 + """
+import sys
 sys.argv = ['symjax.main'] + sys.argv[1:]
 from symjax.cli import train
 train.run()

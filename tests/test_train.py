@@ -15,7 +15,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import DAMAGE, REPO, SHAKESPEARE, TOTAL_STEPS, assert_trees_equal, damage, params_of, tiny_config
+from helpers import (
+  DAMAGE,
+  KILLED_AT_STEP_25,
+  REPO,
+  SHAKESPEARE,
+  TOTAL_STEPS,
+  assert_trees_equal,
+  damage,
+  params_of,
+  tiny_config,
+)
 
 import symjax
 from symjax.model import Transformer
@@ -69,17 +79,9 @@ def test_killed_run_resumes_to_exactly_the_uninterrupted_parameters(finished_run
   reference, _ = finished_run
   workdir = str(tmp_path / 'killed')
   # Kill the process outright (SIGKILL) when it asks for the batch of step 25: no clean-up runs.
-  driver = textwrap.dedent(f"""
-      import os, signal
+  driver = KILLED_AT_STEP_25 + textwrap.dedent(f"""
       from symjax.train import trainer as train
-      from symjax.tasks import base
       from tests.helpers import tiny_config
-      batch = base.FixedSetTask.batch
-      def killing_batch(self, split, step, *args):
-        if split == 'train' and step == 25:
-          os.kill(os.getpid(), signal.SIGKILL)
-        return batch(self, split, step, *args)
-      base.FixedSetTask.batch = killing_batch
       train.train_and_evaluate(tiny_config(), {workdir!r})
   """)
   proc = subprocess.run([sys.executable, '-c', driver], cwd=REPO, capture_output=True, text=True)

@@ -21,15 +21,24 @@ from symjax.interpret.circuits import (
 )
 from symjax.interpret.core import analysis_model, channel_lens, head_parameters, readout
 from symjax.interpret.hooked import HookedModel
-from symjax.interpret.hooks import Cache, run_with_cache, run_with_hooks, valid_names, zero_head
+from symjax.interpret.hooks import (
+                                          Cache,
+                                          apply_with_hooks,
+                                          attribution_patch,
+                                          run_with_cache,
+                                          run_with_hooks,
+                                          site_gradients,
+                                          valid_names,
+                                          zero_head,
+)
 from symjax.interpret.interventions import Ablation, capture, effect, run_with
 from symjax.interpret.mixtures import MixtureTrace, mixture_trace, reconstruction_error, reconstruction_errors
 from symjax.interpret.patching import Sweep, logit_difference, patch, sweep_heads, sweep_positions
 from symjax.interpret.tracing import Trace, cone, trace
 
 __all__ = [
-    'Ablation', 'Cache', 'HookedModel', 'MixtureTrace', 'Trace', 'analysis_model', 'capture', 'channel_lens', 'cone',
-    'detect_head', 'effect',
+    'Ablation', 'Cache', 'HookedModel', 'MixtureTrace', 'Trace', 'analysis_model', 'apply_with_hooks',
+    'attribution_patch', 'capture', 'channel_lens', 'cone', 'detect_head', 'effect', 'site_gradients',
     'evaluate_importance', 'find_induction_circuit', 'format_program', 'gradient_importance',
     'group_attribution', 'head_parameters', 'induction_scores', 'mixture_trace', 'native_importance',
     'previous_token_scores', 'program', 'readout', 'reconstruction_error', 'reconstruction_errors',

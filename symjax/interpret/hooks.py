@@ -277,10 +277,16 @@ class Cache(Mapping):
 
 
 def run_with_cache(model: Transformer, params, tokens, names_: Sequence[str] | Callable[[str], bool] | None = None,
-                   key_mask=None, decode: Callable | None = None, hooks: dict[str, Callable] | None = None
+                   key_mask=None, decode: Callable | None = None, hooks: dict[str, Callable] | None = None,
+                   incl_grad: bool = False, metric: Callable[[jax.Array], jax.Array] | None = None
                    ) -> tuple[np.ndarray, Cache]:
   """Logits ``[batch, time, vocab]`` and a ``Cache`` of every named site (or of ``names_``: a list of names
-  or a predicate on them), with ``hooks`` (as ``run_with_hooks``) applied while caching."""
+  or a predicate on them), with ``hooks`` (as ``run_with_hooks``) applied while caching. ``incl_grad``: the
+  cache also holds ``{site}_grad``, the gradient of ``metric`` (logits -> scalar, with ``jnp``) at each
+  cached site that can be hooked (``site_gradients``)."""
+  if incl_grad and metric is None:
+    raise InputError('incl_grad=True needs metric= (a function of the logits giving a scalar, e.g. '
+                     'lambda l: l[:, -1, answer].mean())')
   check_names(model, list(hooks or {}), hooking=True)
   if names_ is not None and not callable(names_):
     check_names(model, list(names_))
@@ -292,6 +298,11 @@ def run_with_cache(model: Transformer, params, tokens, names_: Sequence[str] | C
                                            ['hooks', 'intermediates'])
   km = None if key_mask is None else np.asarray(key_mask, bool).reshape(tokens.shape)
   cache = Cache(analysis, params, tokens, _flat_hooks(state.get('hooks', {})), state['intermediates'], decode, km)
+  if incl_grad:
+    two_stream = model.config.kind != 'standard'
+    sites = [n for n in cache.arrays if not (two_stream and n.endswith('.resid'))]  # a read-only sum
+    _, grads = site_gradients(model, params, tokens, metric, sites, key_mask, hooks)
+    cache.arrays.update({f'{n}_grad': g for n, g in grads.items()})
   return np.asarray(logits), cache
 
 
@@ -313,6 +324,49 @@ def run_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable
   nll = -jnp.take_along_axis(logp, jnp.asarray(targets)[..., None], -1)[..., 0]
   w = jnp.ones_like(nll) if weights is None else jnp.asarray(weights, jnp.float32)
   return float((nll * w).sum() / jnp.maximum(w.sum(), 1e-9))
+
+
+def apply_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable], key_mask=None) -> jax.Array:
+  """The logits ``[batch, time, vocab]`` of the model with ``hooks`` applied, as a JAX array: the functional
+  core of ``run_with_hooks``, which ``jax.grad`` and ``jax.jit`` go through (hooks written with ``jnp``)."""
+  check_names(model, list(hooks), hooking=True)
+  return _apply(model, params, tokens, key_mask, hooks, lambda name: False, [])[2]
+
+
+def site_gradients(model: Transformer, params, tokens, metric: Callable[[jax.Array], jax.Array],
+                   names_: Sequence[str], key_mask=None, hooks: dict[str, Callable] | None = None
+                   ) -> tuple[float, dict[str, np.ndarray]]:
+  """(metric of the logits, {site: ∂ metric / ∂ its value}): the gradient at each named site through the
+  rest of the model (TransformerLens's backward hooks), with ``hooks`` applied as in the forward pass.
+  ``metric`` maps the logits to a scalar with ``jnp``. A zero is added at each site, and the gradients are
+  those of the metric with respect to these zeros."""
+  names_ = list(names_)
+  check_names(model, names_ + list(hooks or {}), hooking=True)
+  _, cache = run_with_cache(model, params, tokens, names_, key_mask=key_mask, hooks=hooks)
+
+  def with_deltas(deltas):
+    fns = dict(hooks or {})
+    for n in names_:
+      inner = fns.get(n)
+      fns[n] = lambda v, name, n=n, inner=inner: (inner(v, name) if inner else v) + deltas[n].astype(v.dtype)
+    return metric(apply_with_hooks(model, params, tokens, fns, key_mask))
+
+  value, grads = jax.value_and_grad(with_deltas)({n: jnp.zeros(cache[n].shape, jnp.float32) for n in names_})
+  return float(value), {n: np.asarray(g) for n, g in grads.items()}
+
+
+def attribution_patch(model: Transformer, params, clean, corrupt, metric: Callable[[jax.Array], jax.Array],
+                      names_: Sequence[str], key_mask=None) -> dict[str, np.ndarray]:
+  """Attribution patching: the first-order estimate of what patching each site from ``clean`` into
+  ``corrupt`` does to ``metric``, (clean − corrupt) ⊙ ∂metric/∂site at the corrupt run, summed over the
+  site's last axis: ``[batch, time]`` for a state, ``[batch, time, heads]`` for a per-head site
+  (``attn.z``, ``attn.q``...), ``[batch, heads, query]`` for ``attn.pattern`` and ``attn.scores``. Summed
+  over any positions and heads, it estimates patching those; it is exact for a metric linear in the site."""
+  names_ = list(names_)
+  _, clean_cache = run_with_cache(model, params, clean, names_, key_mask=key_mask)
+  _, corrupt_cache = run_with_cache(model, params, corrupt, names_, key_mask=key_mask)
+  _, grads = site_gradients(model, params, corrupt, metric, names_, key_mask)
+  return {n: ((clean_cache[n].astype(np.float64) - corrupt_cache[n]) * grads[n]).sum(-1) for n in names_}
 
 
 def zero_head(head: int) -> Callable:

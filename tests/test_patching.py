@@ -129,3 +129,21 @@ def test_prompts_of_unequal_length_patch_as_when_they_stand_alone(kind):
   assert sweep.values.shape == (model.config.num_layers, 8) and np.isfinite(sweep.values).all()
   with pytest.raises(InputError, match=r"key_mask must have the prompts' shape \(2, 8\)"):
     patching.patch(model, params, clean, corrupt, 'blocks.0.attn.z', key_mask=key_mask[:, :5])
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_a_compiled_sweep_equals_the_loop_of_single_patches(kind):
+  """Every patch of a sweep in one compiled program: the logits of each patch equal those of ``patch`` to
+  float32 rounding, and so do the sweeps' values for a metric that is a plain logit difference."""
+  model, params, clean, corrupt = two_pairs(kind)
+  metric = patching.logit_difference(1, 2)
+  for sweep in (patching.sweep_heads, patching.sweep_positions):
+    loop, compiled = (sweep(model, params, clean, corrupt, metric=metric, compiled=c) for c in (False, True))
+    np.testing.assert_allclose(compiled.values, loop.values, rtol=1e-5, atol=1e-5)
+    assert compiled.rows == loop.rows and compiled.columns == loop.columns
+  site = 'blocks.1.attn.z'
+  _, cache = hooks.run_with_cache(model, params, clean, [site])
+  masks = {site: patching._one_hot(cache[site].shape, 2, model.config.num_heads)}
+  many = patching.patch_many(model, params, clean, corrupt, masks, chunk=2)  # two chunks: one program, reused
+  for h in range(model.config.num_heads):
+    np.testing.assert_allclose(many[h], patching.patch(model, params, clean, corrupt, site, heads=h), atol=1e-5)

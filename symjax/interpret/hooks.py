@@ -326,6 +326,14 @@ def run_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable
   return float((nll * w).sum() / jnp.maximum(w.sum(), 1e-9))
 
 
+def hooked_logits(model: Transformer, params, tokens: jax.Array, key_mask: jax.Array | None,
+                  fns: dict[str, Callable]) -> jax.Array:
+  """The logits of ``model`` (an ``analysis_model``) with ``fns`` applied at their sites: arrays in, arrays
+  out, no checks, so that it can be traced with every argument abstract (compiled sweeps)."""
+  with names.session(fns, lambda name: False):
+    return model.apply({'params': nn.meta.unbox(params)}, tokens, key_mask)
+
+
 def apply_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable], key_mask=None) -> jax.Array:
   """The logits ``[batch, time, vocab]`` of the model with ``hooks`` applied, as a JAX array: the functional
   core of ``run_with_hooks``, which ``jax.grad`` and ``jax.jit`` go through (hooks written with ``jnp``)."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from symjax.interpret import core, hooks
@@ -104,6 +106,56 @@ def patch(model: Transformer, params, clean, corrupt, name: str | Sequence[str],
   return logits if metric is None else metric(logits)
 
 
+# One compiled program per (model, sites): every patch of a sweep runs in it, vmapped over the patches, and a
+# later sweep of the same sites reuses it (jax.jit retraces only for new shapes).
+_PATCHERS: dict = {}
+CHUNK = 32  # patches per call of the compiled program: bounds its memory to CHUNK forward passes
+
+
+def _patcher(model: Transformer, sites: tuple[str, ...]):
+  key = (model, sites)
+  if key not in _PATCHERS:
+    def one(params, corrupt, key_mask, clean, mask):
+      take = lambda s: lambda v, name: jnp.where(mask[s], clean[s].astype(v.dtype), v)
+      return hooks.hooked_logits(model, params, corrupt, key_mask, {s: take(s) for s in sites})
+    _PATCHERS[key] = jax.jit(jax.vmap(one, in_axes=(None, None, None, None, 0)))
+  return _PATCHERS[key]
+
+
+def patch_many(model: Transformer, params, clean, corrupt, masks: dict[str, np.ndarray], key_mask=None,
+               clean_cache: hooks.Cache | None = None, chunk: int = CHUNK) -> np.ndarray:
+  """The logits ``[patches, batch, time, vocab]`` of ``corrupt`` with, in patch i, each site s of ``masks``
+  taken from ``clean`` where ``masks[s][i]`` (broadcast to the site's shape) is True: every patch in one
+  compiled program, vmapped over the patches in chunks of ``chunk``. ``patch`` with one site equals row i
+  of this with the mask of its positions and heads."""
+  clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
+  sites = tuple(masks)
+  hooks.check_names(model, list(sites), hooking=True)
+  if clean_cache is None or any(s not in clean_cache for s in sites):
+    _, clean_cache = hooks.run_with_cache(model, params, clean, list(sites), key_mask=key_mask)
+  count = {len(m) for m in masks.values()}
+  if len(count) != 1:
+    raise InputError(f'every site needs one mask per patch; got {sorted(count)} masks')
+  run = _patcher(core.analysis_model(model), sites)
+  values = {s: jnp.asarray(clean_cache[s]) for s in sites}
+  km = None if key_mask is None else jnp.asarray(key_mask)
+  out = []
+  for start in range(0, count.pop(), chunk):
+    mask = {s: jnp.asarray(m[start:start + chunk]) for s, m in masks.items()}
+    out.append(np.asarray(run(params, jnp.asarray(corrupt), km, values, mask)))
+  return np.concatenate(out)
+
+
+def _one_hot(shape: tuple[int, ...], axis: int, count: int) -> np.ndarray:
+  """``[count, *shape]`` masks (every axis but ``axis`` of size 1, to broadcast): mask i is True at index i of
+  ``axis``."""
+  out = np.zeros((count, *[shape[a] if a == axis else 1 for a in range(len(shape))]), bool)
+  index = [np.arange(count)] + [0] * len(shape)
+  index[1 + axis] = np.arange(count)
+  out[tuple(index)] = True
+  return out
+
+
 REDUCTIONS = ('mean', 'none')
 
 
@@ -175,23 +227,44 @@ def _recovered(model, params, clean, corrupt, metric, answer, wrong, key_mask=No
 
 
 def sweep_heads(model: Transformer, params, clean, corrupt, site: str = 'attn.z', metric=None, answer=None,
-                wrong=None, key_mask=None) -> Sweep:
+                wrong=None, key_mask=None, compiled: bool = False) -> Sweep:
   """Every head of every block patched from ``clean`` at ``blocks.{l}.{site}`` (all positions), in every
-  prompt pair of the batch: values ``[layers, heads]``."""
+  prompt pair of the batch: values ``[layers, heads]``. ``compiled``: all the patches in one compiled
+  program (``patch_many``), far faster; its logits differ from the eager passes' by float32 rounding, which a
+  ratio of small logit differences (the default metric) can magnify."""
   clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
   metric = _recovered(model, params, clean, corrupt, metric, answer, wrong, key_mask)
   cfg = model.config
   sites = [f'blocks.{l}.{site}' for l in range(cfg.num_layers)]
+  hooks.check_names(model, sites, hooking=True)
   _, cache = hooks.run_with_cache(model, params, clean, sites, key_mask=key_mask)
-  values = np.array([[patch(model, params, clean, corrupt, s, heads=h, metric=metric, clean_cache=cache,
-                            key_mask=key_mask) for h in range(cfg.num_heads)] for s in sites])
-  return Sweep(values, [f'block {l}' for l in range(cfg.num_layers)], [f'head {h}' for h in range(cfg.num_heads)],
+  _, head_axis = axes(model, sites[0])
+  if head_axis is None:
+    raise InputError(f'{site} has no head axis; sweep_heads patches {list(_PER_HEAD + _HEAD_FIRST)}')
+  L, H = cfg.num_layers, cfg.num_heads
+  if not compiled:
+    values = np.array([[patch(model, params, clean, corrupt, s, heads=h, metric=metric, clean_cache=cache,
+                              key_mask=key_mask) for h in range(H)] for s in sites])
+    return Sweep(values, [f'block {l}' for l in range(L)], [f'head {h}' for h in range(H)],
+                 f'patching {site} per head')
+  # Patch (l, h) takes head h of block l's site: the masks of the other blocks' sites are all False.
+  shape = cache[sites[0]].shape
+  masks = {}
+  for l, s in enumerate(sites):
+    one_hot = _one_hot(shape, head_axis, H)
+    masks[s] = np.zeros((L * H, *one_hot.shape[1:]), bool)
+    masks[s][l * H:(l + 1) * H] = one_hot
+  logits = patch_many(model, params, clean, corrupt, masks, key_mask, cache)
+  values = np.array([metric(row) for row in logits]).reshape(L, H)
+  return Sweep(values, [f'block {l}' for l in range(L)], [f'head {h}' for h in range(H)],
                f'patching {site} per head')
 
 
 def sweep_positions(model: Transformer, params, clean, corrupt, streams: Sequence[str] | None = None, metric=None,
-                    answer=None, wrong=None, decode: Callable | None = None, key_mask=None) -> Sweep:
-  """The state after every block patched from ``clean`` at one position at a time: values ``[layers, time]``.
+                    answer=None, wrong=None, decode: Callable | None = None, key_mask=None,
+                    compiled: bool = False) -> Sweep:
+  """The state after every block patched from ``clean`` at one position at a time: values ``[layers, time]``
+  (``compiled``: in one compiled program, as ``sweep_heads``).
   The state is ``resid`` for the standard model and both streams, X_t and X_e, for the two-stream kinds
   (``streams`` picks others, e.g. ``['x_e']``)."""
   clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
@@ -199,10 +272,26 @@ def sweep_positions(model: Transformer, params, clean, corrupt, streams: Sequenc
   cfg = model.config
   streams = list(streams or (['resid'] if cfg.kind == 'standard' else ['x_t', 'x_e']))
   per_layer = [[f'blocks.{l}.{s}' for s in streams] for l in range(cfg.num_layers)]
-  _, cache = hooks.run_with_cache(model, params, clean, [s for layer in per_layer for s in layer], key_mask=key_mask)
-  t = clean.shape[1]
-  values = np.array([[patch(model, params, clean, corrupt, sites, positions=p, metric=metric, clean_cache=cache,
-                            key_mask=key_mask) for p in range(t)] for sites in per_layer])
-  labels = [f'{p}:{decode([int(clean[0, p])])}' if decode else str(p) for p in range(t)]
-  return Sweep(values, [f'block {l}' for l in range(cfg.num_layers)], labels,
-               f'patching {"+".join(streams)} per position')
+  every = [s for layer in per_layer for s in layer]
+  hooks.check_names(model, every, hooking=True)
+  _, cache = hooks.run_with_cache(model, params, clean, every, key_mask=key_mask)
+  t, L = clean.shape[1], len(per_layer)
+  if not compiled:
+    values = np.array([[patch(model, params, clean, corrupt, sites, positions=p, metric=metric, clean_cache=cache,
+                              key_mask=key_mask) for p in range(t)] for sites in per_layer])
+    return _position_sweep(values, clean, decode, streams)
+  # Patch (l, p) takes position p of block l's states: the masks of the other blocks' states are all False.
+  masks = {}
+  for l, layer in enumerate(per_layer):
+    for s in layer:
+      shape = cache[s].shape
+      one_hot = _one_hot(shape, axes(model, s)[0], t)
+      masks[s] = np.zeros((L * t, *one_hot.shape[1:]), bool)
+      masks[s][l * t:(l + 1) * t] = one_hot
+  logits = patch_many(model, params, clean, corrupt, masks, key_mask, cache)
+  return _position_sweep(np.array([metric(row) for row in logits]).reshape(L, t), clean, decode, streams)
+
+
+def _position_sweep(values: np.ndarray, clean: np.ndarray, decode, streams) -> Sweep:
+  labels = [f'{p}:{decode([int(clean[0, p])])}' if decode else str(p) for p in range(clean.shape[1])]
+  return Sweep(values, [f'block {l}' for l in range(len(values))], labels, f'patching {"+".join(streams)} per position')

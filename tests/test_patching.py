@@ -66,9 +66,14 @@ def test_sweeps_measure_the_logit_difference_recovered(kind):
   assert by_head.values.shape == (model.config.num_layers, model.config.num_heads)
   assert np.all(np.isfinite(by_head.values))
   fig = by_head.figure()
-  assert fig.axes[0].get_title() == 'patching attn.z per head'
+  ax = fig.axes[0]
+  assert ax.get_title() == 'patching attn.z per head: fraction of logit difference recovered'
+  assert len(ax.texts) == by_head.values.size  # each cell's value is written in it
+  low, high = ax.images[0].get_clim()  # the scale is symmetric about 0 and as wide as the values
+  assert low == -high and high == pytest.approx(np.abs(by_head.values).max())
   custom = patching.sweep_heads(model, params, clean, corrupt, metric=lambda logits: float(logits[0, -1, 0]))
   assert custom.values.shape == by_head.values.shape
+  assert custom.figure().axes[0].get_title() == 'patching attn.z per head: metric'
 
 
 def test_patching_errors_are_one_line():

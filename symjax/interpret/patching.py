@@ -181,23 +181,33 @@ def logit_difference(answer, wrong, position=-1, batch: int | None = None, reduc
 
 @dataclasses.dataclass
 class Sweep:
-  """A patching sweep: ``values[i, j]`` the metric with site row i patched at column j."""
+  """A patching sweep: ``values[i, j]`` the metric with site row i patched at column j; ``metric`` names
+  what the values measure."""
 
   values: np.ndarray
   rows: list[str]
   columns: list[str]
   title: str
+  metric: str = 'metric'
 
-  def figure(self):
-    """A heatmap of ``values`` with its row and column labels (matplotlib Figure)."""
+  def figure(self, annotate: bool | None = None):
+    """A heatmap of ``values`` (matplotlib Figure): its colour scale symmetric about 0 and as wide as the
+    values, each cell's value written in it (``annotate``; by default up to 400 cells), the row and column
+    labels, and the metric in the title."""
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(max(3.0, 0.45 * len(self.columns) + 1.5), max(2.0, 0.45 * len(self.rows) + 1.0)))
+    rows, cols = self.values.shape
+    fig = Figure(figsize=(min(24.0, max(4.5, 0.55 * cols + 2.0)), min(16.0, max(3.0, 0.45 * rows + 1.6))))
     ax = fig.add_subplot()
-    bound = max(1.0, float(np.nanmax(np.abs(self.values))))
+    finite = np.abs(self.values[np.isfinite(self.values)])
+    bound = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
     image = ax.imshow(self.values, cmap='RdBu', vmin=-bound, vmax=bound, aspect='auto')
-    ax.set_xticks(range(len(self.columns)), self.columns, fontsize=7, rotation=90)
-    ax.set_yticks(range(len(self.rows)), self.rows, fontsize=7)
-    ax.set_title(self.title, fontsize=9)
+    ax.set_xticks(range(cols), self.columns, fontsize=7, rotation=90)
+    ax.set_yticks(range(rows), self.rows, fontsize=7)
+    if annotate or (annotate is None and rows * cols <= 400):
+      for (i, j), v in np.ndenumerate(self.values):
+        ax.text(j, i, f'{v:.2f}', ha='center', va='center', fontsize=6,
+                color='white' if abs(v) > 0.6 * bound else 'black')
+    ax.set_title(f'{self.title}: {self.metric}', fontsize=9)
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
     return fig
@@ -223,7 +233,10 @@ def _recovered(model, params, clean, corrupt, metric, answer, wrong, key_mask=No
   low, high = diff(corrupt_logits), diff(clean_logits)
   if abs(high - low) < 1e-9:
     raise InputError('the logit difference is the same on the clean and the corrupt prompt: nothing to recover')
-  return lambda logits: (diff(logits) - low) / (high - low)
+
+  def fraction_of_logit_difference_recovered(logits):
+    return (diff(logits) - low) / (high - low)
+  return fraction_of_logit_difference_recovered
 
 
 def sweep_heads(model: Transformer, params, clean, corrupt, site: str = 'attn.z', metric=None, answer=None,
@@ -246,7 +259,7 @@ def sweep_heads(model: Transformer, params, clean, corrupt, site: str = 'attn.z'
     values = np.array([[patch(model, params, clean, corrupt, s, heads=h, metric=metric, clean_cache=cache,
                               key_mask=key_mask) for h in range(H)] for s in sites])
     return Sweep(values, [f'block {l}' for l in range(L)], [f'head {h}' for h in range(H)],
-                 f'patching {site} per head')
+                 f'patching {site} per head', _metric_name(metric))
   # Patch (l, h) takes head h of block l's site: the masks of the other blocks' sites are all False.
   shape = cache[sites[0]].shape
   masks = {}
@@ -257,7 +270,7 @@ def sweep_heads(model: Transformer, params, clean, corrupt, site: str = 'attn.z'
   logits = patch_many(model, params, clean, corrupt, masks, key_mask, cache)
   values = np.array([metric(row) for row in logits]).reshape(L, H)
   return Sweep(values, [f'block {l}' for l in range(L)], [f'head {h}' for h in range(H)],
-               f'patching {site} per head')
+               f'patching {site} per head', _metric_name(metric))
 
 
 def sweep_positions(model: Transformer, params, clean, corrupt, streams: Sequence[str] | None = None, metric=None,
@@ -279,7 +292,7 @@ def sweep_positions(model: Transformer, params, clean, corrupt, streams: Sequenc
   if not compiled:
     values = np.array([[patch(model, params, clean, corrupt, sites, positions=p, metric=metric, clean_cache=cache,
                               key_mask=key_mask) for p in range(t)] for sites in per_layer])
-    return _position_sweep(values, clean, decode, streams)
+    return _position_sweep(values, clean, decode, streams, _metric_name(metric))
   # Patch (l, p) takes position p of block l's states: the masks of the other blocks' states are all False.
   masks = {}
   for l, layer in enumerate(per_layer):
@@ -289,9 +302,19 @@ def sweep_positions(model: Transformer, params, clean, corrupt, streams: Sequenc
       masks[s] = np.zeros((L * t, *one_hot.shape[1:]), bool)
       masks[s][l * t:(l + 1) * t] = one_hot
   logits = patch_many(model, params, clean, corrupt, masks, key_mask, cache)
-  return _position_sweep(np.array([metric(row) for row in logits]).reshape(L, t), clean, decode, streams)
+  return _position_sweep(np.array([metric(row) for row in logits]).reshape(L, t), clean, decode, streams,
+                         _metric_name(metric))
 
 
-def _position_sweep(values: np.ndarray, clean: np.ndarray, decode, streams) -> Sweep:
+def _position_sweep(values: np.ndarray, clean: np.ndarray, decode, streams, metric: str) -> Sweep:
   labels = [f'{p}:{decode([int(clean[0, p])])}' if decode else str(p) for p in range(clean.shape[1])]
-  return Sweep(values, [f'block {l}' for l in range(len(values))], labels, f'patching {"+".join(streams)} per position')
+  return Sweep(values, [f'block {l}' for l in range(len(values))], labels, f'patching {"+".join(streams)} per position',
+               metric)
+
+
+def _metric_name(metric) -> str:
+  """What a sweep's metric measures, for its figure's title: the recovered fraction's own name, a named
+  function's name, else 'metric'."""
+  name = getattr(metric, '__name__', '')
+  return name.replace('_', ' ') if name and name != '<lambda>' else 'metric'
+

@@ -62,25 +62,15 @@ def _layer_count(cfg: ModelConfig, layer: int | None) -> int:
 
 def block_terms(cfg: ModelConfig, inter: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
   """(label, term ``[batch, time, d_model]``) for the embedding and each block's attention and FFN update,
-  float64, from the sown states; they sum to the final state. Labels as TransformerLens's
-  ``decompose_resid`` writes them, with the stream a two-stream term is added to."""
-  f64 = lambda a: np.asarray(a, np.float64)
+  float64: ``core.components`` (the sown states' differences, which sum to the final state; X_e starts at
+  zero) labelled as TransformerLens's ``decompose_resid`` labels them, with the stream a two-stream term is
+  added to."""
+  parts = core.components(cfg, inter)
   if cfg.kind == 'standard':
-    out, prev = [('embed', f64(inter['x_0']))], f64(inter['x_0'])
-    for l in range(cfg.num_layers):
-      layer = inter[f'layer_{l}']
-      attn, ffn = f64(layer['x_attn']), f64(layer['x_ffn'])
-      out += [(f'{l}_attn_out', attn - prev), (f'{l}_mlp_out', ffn - attn)]
-      prev = ffn
-    return out
-  prev_t, prev_e = f64(inter['x_t_0']), f64(inter['x_e_0'])
-  out = [('embed.x_t', prev_t)] + ([('embed.x_e', prev_e)] if np.any(prev_e) else [])
-  for l in range(cfg.num_layers):
-    layer = inter[f'layer_{l}']
-    t, e = f64(layer['x_t_ffn']), f64(layer['x_e_ffn'])
-    out += [(f'{l}_attn_out.x_t', t - prev_t), (f'{l}_ffn_out.x_e', e - prev_e)]
-    prev_t, prev_e = t, e
-  return out
+    labels = ['embed'] + [f'{l}_{part}' for l in range(cfg.num_layers) for part in ('attn_out', 'mlp_out')]
+  else:
+    labels = ['embed.x_t'] + [f'{l}_{part}' for l in range(cfg.num_layers) for part in ('attn_out.x_t', 'ffn_out.x_e')]
+  return [(label, np.asarray(term, np.float64)) for label, term in zip(labels, parts.values())]
 
 
 def final_state(cfg: ModelConfig, inter: dict[str, Any]) -> np.ndarray:

@@ -194,11 +194,10 @@ class Cache(Mapping):
     """The residual stream after the embedding and after each block up to ``layer`` (None: all),
     ``[layers + 1, batch, time, d_model]`` (X_t + X_e for two streams): labels ``embed``, ``0``, ``1``..."""
     cfg = self.model.config
-    terms = [t for _, t in decomposition.block_terms(cfg, self._inter)]
-    first = len(terms) - 2 * cfg.num_layers
-    states = [np.sum(terms[:first], axis=0)]
+    terms = [t for _, t in decomposition.block_terms(cfg, self._inter)]  # embedding, then two per block
+    states = [terms[0]]
     for l in range(decomposition._layer_count(cfg, layer)):
-      states.append(states[-1] + terms[first + 2 * l] + terms[first + 2 * l + 1])
+      states.append(states[-1] + terms[1 + 2 * l] + terms[2 + 2 * l])
     stack = decomposition._positions(np.stack(states), pos_slice, 2)
     labels = ['embed'] + [str(l) for l in range(len(states) - 1)]
     return (stack, labels) if return_labels else stack

@@ -32,8 +32,9 @@ def test_the_cache_holds_every_named_site_with_the_models_own_values(cached):
   cfg = model.config
   assert list(cache) == hooks.valid_names(model)  # every site, in the order the pass meets them
   plain, inter = core.run(model, params, tokens)
-  np.testing.assert_array_equal(logits, np.asarray(model.apply({'params': params}, tokens)))
-  np.testing.assert_allclose(cache['final.logits'], plain, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(logits, np.asarray(model.apply({'params': params}, tokens)), rtol=1e-5, atol=1e-5)
+  # The cache comes from a compiled pass, ``plain`` from an eager one: float32 rounding apart.
+  np.testing.assert_allclose(cache['final.logits'], plain, rtol=1e-5, atol=1e-5)
   streams = core.streams(cfg, inter)
   for l in range(cfg.num_layers):
     np.testing.assert_allclose(cache[f'blocks.{l}.attn.pattern'], inter[f'layer_{l}']['attention']['weights'],
@@ -64,10 +65,10 @@ def test_the_cache_holds_every_named_site_with_the_models_own_values(cached):
 def test_identity_hooks_everywhere_change_nothing(kind):
   model, params, tokens = model_and_params(kind)
   seen = []
-  hookable = [n for n in hooks.valid_names(model) if kind == 'standard' or not n.endswith('.resid')]
+  hookable = [n for n in hooks.valid_names(model) if kind == 'standard' or not n.endswith(('.resid', '.resid_mid'))]
   fns = {name: (lambda v, n: (seen.append(n), v)[1]) for name in hookable}
   logits = hooks.run_with_hooks(model, params, tokens, fns)
-  np.testing.assert_array_equal(logits, np.asarray(model.apply({'params': params}, tokens)))
+  np.testing.assert_allclose(logits, np.asarray(model.apply({'params': params}, tokens)), rtol=1e-5, atol=1e-5)
   assert seen == hookable
 
 

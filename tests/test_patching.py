@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import KINDS, randomize, small
 
-from symjax.interpret import hooks, interventions, patching
+from symjax.interpret import HookedModel, hooks, interventions, patching
 from symjax.model import Transformer
 from symjax.system.errors import InputError
 
@@ -33,21 +33,14 @@ def test_patching_a_whole_state_gives_the_clean_run_and_one_head_equals_the_patc
                                    source=clean)
   got = patching.patch(model, params, clean, corrupt, 'blocks.0.attn.z', heads=1)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-  # Positions and heads together patch their product, and nothing else.
-  seen = {}
+  # Positions and heads together patch their product, and nothing else: the same as a hook writing it.
   _, clean_cache = hooks.run_with_cache(model, params, clean, ['blocks.0.attn.pattern'])
-  _, corrupt_cache = hooks.run_with_cache(model, params, corrupt, ['blocks.0.attn.pattern'])
-  record = lambda v, n: (seen.setdefault('pattern', np.asarray(v)), v)[1]
-  original = hooks.run_with_hooks
-  hooks.run_with_hooks = lambda m, p, t, fns, **kw: original(
-      m, p, t, {n: (lambda v, n, f=f: record(f(v, n), n)) for n, f in fns.items()}, **kw)
-  try:
-    patching.patch(model, params, clean, corrupt, 'blocks.0.attn.pattern', positions=[5], heads=[0, 2])
-  finally:
-    hooks.run_with_hooks = original
-  want = corrupt_cache['blocks.0.attn.pattern'].copy()
-  want[:, [0, 2], 5] = clean_cache['blocks.0.attn.pattern'][:, [0, 2], 5]
-  np.testing.assert_array_equal(seen['pattern'], want)
+  source = clean_cache['blocks.0.attn.pattern']
+  product = lambda v, name: v.at[:, [0, 2], 5].set(source[:, [0, 2], 5])
+  want = hooks.run_with_hooks(model, params, corrupt, {'blocks.0.attn.pattern': product})
+  got = patching.patch(model, params, clean, corrupt, 'blocks.0.attn.pattern', positions=[5], heads=[0, 2])
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  assert np.abs(got - hooks.run_with_hooks(model, params, corrupt, {})).max() > 1e-4  # the patch changed them
 
 
 @pytest.mark.parametrize('kind', ['standard', 'symbolic'])
@@ -138,17 +131,70 @@ def test_prompts_of_unequal_length_patch_as_when_they_stand_alone(kind):
 
 @pytest.mark.parametrize('kind', KINDS)
 def test_a_compiled_sweep_equals_the_loop_of_single_patches(kind):
-  """Every patch of a sweep in one compiled program: the logits of each patch equal those of ``patch`` to
-  float32 rounding, and so do the sweeps' values for a metric that is a plain logit difference."""
+  """Every patch of a sweep runs in one compiled program, and a single patch in the same program: the loop of
+  ``patch`` equals the sweep to 1e-6 for a metric that is a plain logit difference."""
   model, params, clean, corrupt = two_pairs(kind)
+  cfg = model.config
   metric = patching.logit_difference(1, 2)
-  for sweep in (patching.sweep_heads, patching.sweep_positions):
-    loop, compiled = (sweep(model, params, clean, corrupt, metric=metric, compiled=c) for c in (False, True))
-    np.testing.assert_allclose(compiled.values, loop.values, rtol=1e-5, atol=1e-5)
-    assert compiled.rows == loop.rows and compiled.columns == loop.columns
+  heads = patching.sweep_heads(model, params, clean, corrupt, metric=metric)
+  loop = [[patching.patch(model, params, clean, corrupt, f'blocks.{l}.attn.z', heads=h, metric=metric)
+           for h in range(cfg.num_heads)] for l in range(cfg.num_layers)]
+  np.testing.assert_allclose(heads.values, loop, rtol=0, atol=1e-6)
+  streams = ['resid'] if kind == 'standard' else ['x_t', 'x_e']
+  positions = patching.sweep_positions(model, params, clean, corrupt, metric=metric)
+  loop = [[patching.patch(model, params, clean, corrupt, [f'blocks.{l}.{s}' for s in streams], positions=p,
+                          metric=metric) for p in range(clean.shape[1])] for l in range(cfg.num_layers)]
+  np.testing.assert_allclose(positions.values, loop, rtol=0, atol=1e-6)
   site = 'blocks.1.attn.z'
   _, cache = hooks.run_with_cache(model, params, clean, [site])
-  masks = {site: patching._one_hot(cache[site].shape, 2, model.config.num_heads)}
-  many = patching.patch_many(model, params, clean, corrupt, masks, chunk=2)  # two chunks: one program, reused
-  for h in range(model.config.num_heads):
-    np.testing.assert_allclose(many[h], patching.patch(model, params, clean, corrupt, site, heads=h), atol=1e-5)
+  masks = {site: patching._one_hot(cache[site].shape, 2, cfg.num_heads)}
+  many = patching.patch_many(model, params, clean, corrupt, masks, chunk=2)  # two calls: one program, reused
+  for h in range(cfg.num_heads):
+    np.testing.assert_allclose(many[h], patching.patch(model, params, clean, corrupt, site, heads=h), atol=1e-6)
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_transformer_lens_families_patch_the_sites_they_name(kind):
+  """``get_act_patch_*``: the state before block l+1 is the state after block l; the state before block 0
+  is the embedding; the mid state of a two-stream block holds X_t after the attention and X_e before the
+  FFN; each family's entry equals the single patch of its site; a HookedModel stands for (model, params)."""
+  model, params, clean, corrupt = two_pairs(kind)
+  cfg = model.config
+  metric = patching.logit_difference(1, 2)
+  pre = patching.get_act_patch_resid_pre(model, params, clean, corrupt, metric)
+  post = patching.get_act_patch_resid_post(model, params, clean, corrupt, metric)
+  assert pre.shape == post.shape == (cfg.num_layers, clean.shape[1])
+  np.testing.assert_allclose(pre[1:], post[:-1], rtol=0, atol=1e-6)
+  np.testing.assert_allclose(pre[0, 3], patching.patch(model, params, clean, corrupt, 'embed', positions=3,
+                                                       metric=metric), atol=1e-6)
+  np.testing.assert_allclose(post, patching.sweep_positions(model, params, clean, corrupt, metric=metric).values,
+                             atol=1e-6)
+  mid = patching.get_act_patch_resid_mid(model, params, clean, corrupt, metric)
+  mid_sites = ['blocks.1.resid_mid'] if kind == 'standard' else ['blocks.1.x_t_mid', 'blocks.1.x_e_mid']
+  np.testing.assert_allclose(mid[1, 6], patching.patch(model, params, clean, corrupt, mid_sites, positions=6,
+                                                       metric=metric), atol=1e-6)
+  _, cache = hooks.run_with_cache(model, params, clean)
+  if kind != 'standard':  # the attention writes X_t only, the FFN X_e only
+    np.testing.assert_array_equal(cache['blocks.1.x_t_mid'], cache['blocks.1.x_t'])
+    np.testing.assert_array_equal(cache['blocks.1.x_e_mid'], cache['blocks.0.x_e'])
+  else:
+    np.testing.assert_allclose(cache['blocks.1.resid_mid'], cache['blocks.0.resid'] + cache['blocks.1.attn.out'],
+                               rtol=1e-5, atol=1e-5)
+  attn, ffn = (patching.get_act_patch_attn_out(model, params, clean, corrupt, metric),
+               patching.get_act_patch_mlp_out(model, params, clean, corrupt, metric))
+  np.testing.assert_allclose(attn[0, 4], patching.patch(model, params, clean, corrupt, 'blocks.0.attn.out',
+                                                        positions=4, metric=metric), atol=1e-6)
+  np.testing.assert_allclose(ffn[1, 7], patching.patch(model, params, clean, corrupt, 'blocks.1.ffn.out',
+                                                       positions=7, metric=metric), atol=1e-6)
+  every = patching.get_act_patch_block_every(model, params, clean, corrupt, metric)
+  np.testing.assert_allclose(every, np.stack([pre, attn, ffn]), atol=1e-6)
+  by_pos = patching.get_act_patch_attn_head_out_by_pos(model, params, clean, corrupt, metric)
+  assert by_pos.shape == (cfg.num_layers, clean.shape[1], cfg.num_heads)
+  np.testing.assert_allclose(by_pos[1, 5, 2], patching.patch(model, params, clean, corrupt, 'blocks.1.attn.z',
+                                                             positions=5, heads=2, metric=metric), atol=1e-6)
+  # Before either pair's corrupted token (positions 0 and 1) nothing differs: the corrupt run's own metric.
+  np.testing.assert_allclose(by_pos[:, :2], metric(hooks.run_with_hooks(model, params, corrupt, {})), atol=1e-5)
+  all_pos = patching.get_act_patch_attn_head_out_all_pos(model, params, clean, corrupt, metric)
+  hm = HookedModel(model, params)
+  np.testing.assert_array_equal(all_pos, patching.get_act_patch_attn_head_out_all_pos(hm, clean, corrupt, metric))
+  np.testing.assert_array_equal(all_pos, patching.sweep_heads(hm, clean, corrupt, metric=metric).values)

@@ -10,6 +10,7 @@ its slice ``[h·d_head, (h+1)·d_head)``; E^(h) is the same slice of the input e
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -23,6 +24,17 @@ from symjax.model import attention as attn
 from symjax.model import intermediates as names
 from symjax.model.symbolic import split_channels
 from symjax.system.errors import InputError
+
+
+def takes_hooked_model(fn):
+  """Lets ``fn(model, params, ...)`` be called as ``fn(hm, ...)`` with a ``HookedModel`` or a loaded run
+  (anything with ``.model`` and ``.params``), whose model and parameters it then reads."""
+  @functools.wraps(fn)
+  def wrapper(model, *args, **kw):
+    if not isinstance(model, nn.Module) and hasattr(model, 'model') and hasattr(model, 'params'):
+      return fn(model.model, model.params, *args, **kw)
+    return fn(model, *args, **kw)
+  return wrapper
 
 
 def analysis_model(model) -> Transformer:

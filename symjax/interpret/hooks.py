@@ -14,6 +14,7 @@ block l = 0..L−1 ``blocks.{l}.attn.{q,k,scores,pattern,values,v_mixture,z,out}
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from collections.abc import Mapping
@@ -49,19 +50,65 @@ def check_names(model: Transformer, requested: Sequence[str], hooking: bool = Fa
   unknown = [n for n in requested if n not in valid]
   if unknown:
     raise InputError(f'unknown site name {unknown[0]!r}; this {model.config.kind} model has {valid}')
-  resid = [n for n in requested if n.endswith('.resid')] if hooking and model.config.kind != 'standard' else []
+  resid = [n for n in requested if n.endswith(names.READ_ONLY)] if hooking and model.config.kind != 'standard' else []
   if resid:
-    base = resid[0][:-len('resid')]
-    raise InputError(f'{resid[0]} is read-only in a two-stream model (the sum X_t + X_e); hook its streams '
-                     f'{base}x_t and {base}x_e instead')
+    raise InputError(names.read_only_message(resid[0]))
+
+
+# Compiled forward passes, one per (model, hooks, cached sites, collections): a call that repeats reuses it and
+# jax.jit retraces only for new shapes. A hook function is compiled from the second call that passes the same
+# function object: a loop that builds a new closure per call would otherwise compile every time, which costs
+# more than the eager pass it replaces. Kept to the most recent few, so closures do not pile up.
+_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
+_SEEN: collections.OrderedDict = collections.OrderedDict()
+_KEPT = 32
+_UNTRACEABLE = (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
+                jax.errors.TracerIntegerConversionError)
+
+
+def _program(model: Transformer, fns: dict[str, Callable], keep, mutable: tuple[str, ...]):
+  """The jitted pass for these hooks, or None when it should run eagerly (a hook seen for the first time)."""
+  key = (model, tuple(sorted(fns.items())), keep, mutable)
+  if key in _PROGRAMS:  # None: a hook that cannot be traced
+    _PROGRAMS.move_to_end(key)
+    return _PROGRAMS[key]
+  if fns and key not in _SEEN:
+    _SEEN[key] = None
+    while len(_SEEN) > _KEPT:
+      _SEEN.popitem(last=False)
+    return None
+  keep_fn = keep.__contains__ if isinstance(keep, frozenset) else keep
+
+  def run(params, tokens, key_mask):
+    with names.session(fns, keep_fn):
+      return model.apply({'params': params}, tokens, key_mask, mutable=list(mutable) or False)
+  _PROGRAMS[key] = jax.jit(run)
+  while len(_PROGRAMS) > _KEPT:
+    _PROGRAMS.popitem(last=False)
+  return _PROGRAMS[key]
 
 
 def _apply(model: Transformer, params, tokens, key_mask, fns: dict[str, Callable], keep, mutable: list[str]):
+  """One forward pass with ``fns`` at their sites, caching the sites ``keep`` names (None: all; a frozenset
+  of names; a predicate): compiled when it repeats (``_program``), eager otherwise and inside a caller's
+  trace (``jax.grad`` of a metric, a vmapped sweep), where the caller compiles."""
   model = core.analysis_model(model)
-  tokens = core.as_batch(tokens, model.config.vocab_size)
-  km = None if key_mask is None else jnp.asarray(np.asarray(key_mask, bool).reshape(tokens.shape))
-  with names.session(fns, keep):
-    out = model.apply({'params': nn.meta.unbox(params)}, jnp.asarray(tokens), km, mutable=mutable or False)
+  tokens = core.as_batch(tokens, model.config.vocab_size) if not isinstance(tokens, jax.core.Tracer) else tokens
+  km = None if key_mask is None else (key_mask if isinstance(key_mask, jax.core.Tracer)
+                                      else jnp.asarray(np.asarray(key_mask, bool).reshape(tokens.shape)))
+  params = nn.meta.unbox(params)
+  traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((params, tokens, km)))
+  program = None if traced else _program(model, fns, keep, tuple(mutable))
+  out = None
+  if program is not None:
+    try:
+      out = program(params, jnp.asarray(tokens), km)
+    except _UNTRACEABLE:  # a hook that needs concrete values (NumPy, Python branches): it stays eager
+      _PROGRAMS[(model, tuple(sorted(fns.items())), keep, tuple(mutable))] = None
+  if out is None:
+    keep_fn = keep.__contains__ if isinstance(keep, frozenset) else keep
+    with names.session(fns, keep_fn):
+      out = model.apply({'params': params}, jnp.asarray(tokens), km, mutable=mutable or False)
   logits, state = out if mutable else (out, {})
   return model, tokens, logits, state
 
@@ -289,17 +336,18 @@ def run_with_cache(model: Transformer, params, tokens, names_: Sequence[str] | C
   check_names(model, list(hooks or {}), hooking=True)
   if names_ is not None and not callable(names_):
     check_names(model, list(names_))
-    wanted = set(names_)
-    keep = wanted.__contains__
+    keep = frozenset(names_)
   else:
     keep = names_
   analysis, tokens, logits, state = _apply(model, params, tokens, key_mask, hooks or {}, keep,
                                            ['hooks', 'intermediates'])
   km = None if key_mask is None else np.asarray(key_mask, bool).reshape(tokens.shape)
-  cache = Cache(analysis, params, tokens, _flat_hooks(state.get('hooks', {})), state['intermediates'], decode, km)
+  sown = _flat_hooks(state.get('hooks', {}))  # a compiled pass returns it sorted by name: back to the pass's order
+  cache = Cache(analysis, params, tokens, {n: sown[n] for n in valid_names(model) if n in sown},
+                state['intermediates'], decode, km)
   if incl_grad:
     two_stream = model.config.kind != 'standard'
-    sites = [n for n in cache.arrays if not (two_stream and n.endswith('.resid'))]  # a read-only sum
+    sites = [n for n in cache.arrays if not (two_stream and n.endswith(names.READ_ONLY))]  # a read-only sum
     _, grads = site_gradients(model, params, tokens, metric, sites, key_mask, hooks)
     cache.arrays.update({f'{n}_grad': g for n, g in grads.items()})
   return np.asarray(logits), cache
@@ -313,16 +361,18 @@ def run_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable
   if return_type not in RETURN_TYPES:
     raise InputError(f'return_type must be one of {list(RETURN_TYPES)}, got {return_type!r}')
   check_names(model, list(hooks), hooking=True)
-  _, tokens, logits, _ = _apply(model, params, tokens, key_mask, hooks, lambda name: False, [])
+  _, tokens, logits, _ = _apply(model, params, tokens, key_mask, hooks, frozenset(), [])
   if return_type == 'logits':
     return np.asarray(logits)
-  logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), -1)
+  logits = np.asarray(logits, np.float64)  # a few small arrays: NumPy, not a string of eager JAX calls
+  logp = logits - logits.max(-1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
   if targets is None:
     logp, targets = logp[:, :-1], tokens[:, 1:]
     weights = None if weights is None else np.asarray(weights)[:, 1:]
-  nll = -jnp.take_along_axis(logp, jnp.asarray(targets)[..., None], -1)[..., 0]
-  w = jnp.ones_like(nll) if weights is None else jnp.asarray(weights, jnp.float32)
-  return float((nll * w).sum() / jnp.maximum(w.sum(), 1e-9))
+  nll = -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
+  w = np.ones_like(nll) if weights is None else np.asarray(weights, np.float64)
+  return float((nll * w).sum() / max(w.sum(), 1e-9))
 
 
 def hooked_logits(model: Transformer, params, tokens: jax.Array, key_mask: jax.Array | None,
@@ -337,7 +387,7 @@ def apply_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callab
   """The logits ``[batch, time, vocab]`` of the model with ``hooks`` applied, as a JAX array: the functional
   core of ``run_with_hooks``, which ``jax.grad`` and ``jax.jit`` go through (hooks written with ``jnp``)."""
   check_names(model, list(hooks), hooking=True)
-  return _apply(model, params, tokens, key_mask, hooks, lambda name: False, [])[2]
+  return _apply(model, params, tokens, key_mask, hooks, frozenset(), [])[2]
 
 
 def site_gradients(model: Transformer, params, tokens, metric: Callable[[jax.Array], jax.Array],

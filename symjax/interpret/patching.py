@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -84,66 +85,139 @@ def _pair(model: Transformer, clean, corrupt, key_mask=None) -> tuple[np.ndarray
   return clean, corrupt, key_mask
 
 
-def patch(model: Transformer, params, clean, corrupt, name: str | Sequence[str], positions=None, heads=None,
-          metric: Callable[[np.ndarray], float] | None = None, clean_cache: hooks.Cache | None = None,
-          key_mask=None):
-  """``metric`` of the logits of ``corrupt`` run with ``name`` (one site or several) taken from ``clean`` at
-  ``positions`` and ``heads`` (default: all of them); the logits themselves without a metric. Every prompt
-  pair of the batch is patched. ``key_mask`` ``[batch, time]`` (False at padding) runs both prompts with
-  their padding masked, so that prompts of unequal length patch as padded to one length."""
-  clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
-  sites = [name] if isinstance(name, str) else list(name)
-  hooks.check_names(model, sites, hooking=True)
-  if clean_cache is None or any(s not in clean_cache for s in sites):
-    _, clean_cache = hooks.run_with_cache(model, params, clean, sites, key_mask=key_mask)
-
-  def take_clean(value, site):
-    source = np.asarray(clean_cache[site])
-    index = _selector(model, site, value.shape, positions, heads)
-    return value.at[index].set(source[index].astype(value.dtype))
-
-  logits = hooks.run_with_hooks(model, params, corrupt, {s: take_clean for s in sites}, key_mask=key_mask)
-  return logits if metric is None else metric(logits)
+# One compiled program per (model, sites, patches per call): it runs the clean and the corrupt prompt, then the
+# corrupt one once per patch, vmapped over the patches, with each site's clean value taken from the clean pass
+# of the same program. Where a patch changes nothing (positions before the corrupted token) its logits are the
+# corrupt run's, so the recovered fraction is 0 there. Only what follows the first patched site is batched over
+# the patches (vmap leaves the rest unbatched), so a sweep over block l's sites recomputes blocks l… alone:
+# large sweeps run one program per block for that reason, small ones one program for all. jax.jit retraces for
+# new shapes only, and the next sweep of the same sites reuses the program.
+_PROGRAMS: dict = {}
+CHUNK_TOKENS = 4096  # tokens per vmapped call (patches × batch × time): bounds the program's memory
 
 
-# One compiled program per (model, sites): every patch of a sweep runs in it, vmapped over the patches, and a
-# later sweep of the same sites reuses it (jax.jit retraces only for new shapes).
-_PATCHERS: dict = {}
-CHUNK = 32  # patches per call of the compiled program: bounds its memory to CHUNK forward passes
-
-
-def _patcher(model: Transformer, sites: tuple[str, ...]):
+def _program(model: Transformer, sites: tuple[str, ...]):
   key = (model, sites)
-  if key not in _PATCHERS:
-    def one(params, corrupt, key_mask, clean, mask):
-      take = lambda s: lambda v, name: jnp.where(mask[s], clean[s].astype(v.dtype), v)
-      return hooks.hooked_logits(model, params, corrupt, key_mask, {s: take(s) for s in sites})
-    _PATCHERS[key] = jax.jit(jax.vmap(one, in_axes=(None, None, None, None, 0)))
-  return _PATCHERS[key]
+  if key not in _PROGRAMS:
+    def run(params, tokens, key_mask, fns):
+      return hooks.hooked_logits(model, params, tokens, key_mask, fns)
+
+    def passes(params, clean, corrupt, key_mask, masks):
+      values = {}
+      keep = {s: (lambda v, name, s=s: values.setdefault(s, v)) for s in sites}
+      clean_logits = run(params, clean, key_mask, keep)
+
+      def patched(mask):
+        take = {s: (lambda v, name, s=s: jnp.where(mask[s], values[s].astype(v.dtype), v)) for s in sites}
+        return run(params, corrupt, key_mask, take)
+      return clean_logits, run(params, corrupt, key_mask, {}), jax.vmap(patched)(masks)
+    _PROGRAMS[key] = jax.jit(passes)
+  return _PROGRAMS[key]
 
 
-def patch_many(model: Transformer, params, clean, corrupt, masks: dict[str, np.ndarray], key_mask=None,
-               clean_cache: hooks.Cache | None = None, chunk: int = CHUNK) -> np.ndarray:
-  """The logits ``[patches, batch, time, vocab]`` of ``corrupt`` with, in patch i, each site s of ``masks``
-  taken from ``clean`` where ``masks[s][i]`` (broadcast to the site's shape) is True: every patch in one
-  compiled program, vmapped over the patches in chunks of ``chunk``. ``patch`` with one site equals row i
-  of this with the mask of its positions and heads."""
-  clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
-  sites = tuple(masks)
-  hooks.check_names(model, list(sites), hooking=True)
-  if clean_cache is None or any(s not in clean_cache for s in sites):
-    _, clean_cache = hooks.run_with_cache(model, params, clean, list(sites), key_mask=key_mask)
+@dataclasses.dataclass
+class _Patched:
+  """One program's passes: the clean and corrupt runs' logits ``[batch, time, vocab]`` and the patches'
+  ``[patches, batch, time, vocab]``."""
+  clean: np.ndarray
+  corrupt: np.ndarray
+  patched: np.ndarray
+
+
+def _rows(count: int, limit: int) -> int:
+  """Patches per call: a power of two up to ``limit``, so that few shapes are compiled."""
+  return min(limit, 1 << max(0, (count - 1).bit_length()))
+
+
+def _run(model: Transformer, params, clean, corrupt, key_mask, masks: dict[str, np.ndarray],
+         chunk: int | None = None) -> _Patched:
+  """``masks`` {site: ``[patches, ...]`` booleans broadcast to the site's value}: patch i takes each site from
+  the clean run where its mask is True, all in one compiled program (``_program``)."""
   count = {len(m) for m in masks.values()}
   if len(count) != 1:
     raise InputError(f'every site needs one mask per patch; got {sorted(count)} masks')
-  run = _patcher(core.analysis_model(model), sites)
-  values = {s: jnp.asarray(clean_cache[s]) for s in sites}
+  count = count.pop()
+  run = _program(core.analysis_model(model), tuple(masks))
+  params = nn.meta.unbox(params)
   km = None if key_mask is None else jnp.asarray(key_mask)
+  rows = _rows(count, chunk or max(1, CHUNK_TOKENS // clean.size))
+  total = -(-count // rows) * rows
+  padded = {s: np.concatenate([m, np.zeros((total - count, *m.shape[1:]), bool)]) for s, m in masks.items()}
   out = []
-  for start in range(0, count.pop(), chunk):
-    mask = {s: jnp.asarray(m[start:start + chunk]) for s, m in masks.items()}
-    out.append(np.asarray(run(params, jnp.asarray(corrupt), km, values, mask)))
-  return np.concatenate(out)
+  for start in range(0, total, rows):
+    clean_logits, corrupt_logits, logits = run(params, jnp.asarray(clean), jnp.asarray(corrupt), km,
+                                               {s: jnp.asarray(m[start:start + rows]) for s, m in padded.items()})
+    out.append(np.asarray(logits))
+  return _Patched(np.asarray(clean_logits), np.asarray(corrupt_logits), np.concatenate(out)[:count])
+
+
+def _merged(groups: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  """Groups of patches as one: each site's masks, all False in the other groups' rows."""
+  sites = {s: m.shape[1:] for g in groups for s, m in g.items()}
+  return {s: np.concatenate([g[s] if s in g else np.zeros((len(next(iter(g.values()))), *shape), bool)
+                             for g in groups]) for s, shape in sites.items()}
+
+
+def _site_shapes(model, params, tokens, key_mask, sites) -> dict[str, tuple[int, ...]]:
+  """The shapes of the sites' values, traced without running the model (once per model, sites and shapes)."""
+  key = (model, sites, tuple(np.shape(tokens)), key_mask is None,
+         tuple((tuple(x.shape), str(x.dtype)) for x in jax.tree.leaves(params)))
+  if key not in _SHAPES:
+    _SHAPES[key] = _traced_shapes(model, params, tokens, key_mask, sites)
+  return _SHAPES[key]
+
+
+_SHAPES: dict = {}
+
+
+def _traced_shapes(model, params, tokens, key_mask, sites):
+  def values(params, tokens, key_mask):
+    seen = {}
+    fns = {s: (lambda v, name, s=s: seen.setdefault(s, v)) for s in sites}
+    hooks.hooked_logits(model, params, tokens, key_mask, fns)
+    return seen
+  return {s: v.shape for s, v in jax.eval_shape(values, params, jnp.asarray(tokens), key_mask).items()}
+
+
+def _masks(model, sites, shape_of, positions, heads) -> dict[str, np.ndarray]:
+  """One patch's masks: True at ``positions`` and ``heads`` (default: all of them) of each site."""
+  out = {}
+  for s in sites:
+    m = np.zeros(shape_of[s], bool)
+    m[_selector(model, s, m.shape, positions, heads)] = True
+    out[s] = m[None]
+  return out
+
+
+@core.takes_hooked_model
+def patch(model: Transformer, params, clean, corrupt, name: str | Sequence[str], positions=None, heads=None,
+          metric: Callable[[np.ndarray], float] | None = None, key_mask=None):
+  """``metric`` of the logits of ``corrupt`` run with ``name`` (one site or several) taken from ``clean`` at
+  ``positions`` and ``heads`` (default: all of them); the logits themselves without a metric. Every prompt
+  pair of the batch is patched. ``key_mask`` ``[batch, time]`` (False at padding) runs both prompts with
+  their padding masked, so that prompts of unequal length patch as padded to one length. It runs in the
+  compiled program of a sweep over the same sites (``patch_many``), so a loop of patches equals the sweep."""
+  clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
+  sites = [name] if isinstance(name, str) else list(name)
+  hooks.check_names(model, sites, hooking=True)
+  shapes = _site_shapes(core.analysis_model(model), nn.meta.unbox(params), clean,
+                        None if key_mask is None else jnp.asarray(key_mask), tuple(sites))
+  masks = _masks(model, sites, shapes, positions, heads)
+  logits = _run(model, params, clean, corrupt, key_mask, masks).patched[0]
+  return logits if metric is None else metric(logits)
+
+
+@core.takes_hooked_model
+def patch_many(model: Transformer, params, clean, corrupt, masks: dict[str, np.ndarray], key_mask=None,
+               chunk: int | None = None) -> np.ndarray:
+  """The logits ``[patches, batch, time, vocab]`` of ``corrupt`` with, in patch i, each site s of ``masks``
+  taken from ``clean`` where ``masks[s][i]`` (broadcast to the site's shape) is True: every patch in one
+  compiled program, vmapped over the patches in calls of ``chunk`` patches (default: as many as keep a call
+  within ``CHUNK_TOKENS`` tokens)."""
+  clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
+  hooks.check_names(model, list(masks), hooking=True)
+  return _run(model, params, clean, corrupt, key_mask, {s: np.asarray(m, bool) for s, m in masks.items()},
+              chunk).patched
 
 
 def _one_hot(shape: tuple[int, ...], axis: int, count: int) -> np.ndarray:
@@ -213,97 +287,203 @@ class Sweep:
     return fig
 
 
-def _recovered(model, params, clean, corrupt, metric, answer, wrong, key_mask=None):
-  """The metric of a sweep: the user's, or the fraction of the logit difference recovered, the difference
-  averaged over the batch's prompt pairs at each one's last real position."""
-  if metric is not None:
-    return metric
-  clean_logits = hooks.run_with_hooks(model, params, clean, {}, key_mask=key_mask)
-  corrupt_logits = hooks.run_with_hooks(model, params, corrupt, {}, key_mask=key_mask)
-  rows = np.arange(clean.shape[0])
-  last = np.full(rows.shape, clean.shape[1] - 1) if key_mask is None else key_mask.shape[1] - 1 - np.argmax(
-      key_mask[:, ::-1], axis=1)
-  if answer is None or wrong is None:
-    answer, wrong = np.argmax(clean_logits[rows, last], -1), np.argmax(corrupt_logits[rows, last], -1)
-    same = np.flatnonzero(answer == wrong)
-    if same.size:
-      raise InputError(f'clean and corrupt prompts predict the same token ({int(answer[same[0]])}) at the last '
-                       f'position of pair {int(same[0])}: give answer= and wrong= tokens, or a metric=')
-  diff = logit_difference(answer, wrong, last)
-  low, high = diff(corrupt_logits), diff(clean_logits)
-  if abs(high - low) < 1e-9:
-    raise InputError('the logit difference is the same on the clean and the corrupt prompt: nothing to recover')
+class _Score:
+  """A sweep's metric of each patch: the user's function of the logits, or the fraction of the logit
+  difference recovered, (m(patched) − m(corrupt)) / (m(clean) − m(corrupt)), with m the logit difference at
+  each prompt pair's last real position, averaged over the pairs, and the clean and corrupt runs those of the
+  same compiled program as the patches."""
 
-  def fraction_of_logit_difference_recovered(logits):
-    return (diff(logits) - low) / (high - low)
-  return fraction_of_logit_difference_recovered
+  def __init__(self, metric, answer, wrong, key_mask, shape):
+    self.metric, self.answer, self.wrong = metric, answer, wrong
+    rows = np.arange(shape[0])
+    self.last = (np.full(rows.shape, shape[1] - 1) if key_mask is None
+                 else key_mask.shape[1] - 1 - np.argmax(key_mask[:, ::-1], axis=1))
+    self.name = _metric_name(metric) if metric is not None else 'fraction of logit difference recovered'
+
+  def __call__(self, run: _Patched) -> np.ndarray:
+    if self.metric is not None:
+      return np.array([self.metric(row) for row in run.patched])
+    rows = np.arange(run.clean.shape[0])
+    if self.answer is None or self.wrong is None:
+      self.answer = np.argmax(run.clean[rows, self.last], -1)
+      self.wrong = np.argmax(run.corrupt[rows, self.last], -1)
+      same = np.flatnonzero(self.answer == self.wrong)
+      if same.size:
+        raise InputError(f'clean and corrupt prompts predict the same token ({int(self.answer[same[0]])}) at the '
+                         f'last position of pair {int(same[0])}: give answer= and wrong= tokens, or a metric=')
+    diff = logit_difference(self.answer, self.wrong, self.last)
+    low, high = diff(run.corrupt), diff(run.clean)
+    if abs(high - low) < 1e-9:
+      raise InputError('the logit difference is the same on the clean and the corrupt prompt: nothing to recover')
+    return np.array([(diff(row) - low) / (high - low) for row in run.patched])
 
 
+def _sweep(model, params, clean, corrupt, groups: list[dict[str, np.ndarray]], score: _Score, key_mask):
+  """The score of every patch of ``groups`` (one per block), in order: a program per group when each fills
+  calls of its own, else one program for all (fewer calls beat recomputing fewer blocks)."""
+  patches = sum(len(next(iter(g.values()))) for g in groups)
+  if patches * clean.size <= CHUNK_TOKENS:
+    groups = [_merged(groups)]
+  return np.concatenate([score(_run(model, params, clean, corrupt, key_mask, g)) for g in groups])
+
+
+def _one_site_per_patch(model, params, clean, key_mask, sites: list[str], axis: str) -> list[dict]:
+  """One group per site: patch i of site s takes index i of its ``axis`` ('time' or 'head'); a list of sites
+  in one entry (a two-stream state) are patched together."""
+  analysis = core.analysis_model(model)
+  every = tuple(s for group in sites for s in ([group] if isinstance(group, str) else group))
+  shapes = _site_shapes(analysis, nn.meta.unbox(params), clean, None if key_mask is None else jnp.asarray(key_mask),
+                        every)
+  groups = []
+  for group in sites:
+    group = [group] if isinstance(group, str) else group
+    masks = {}
+    for s in group:
+      time_axis, head_axis = axes(model, s)
+      a = time_axis if axis == 'time' else head_axis
+      masks[s] = _one_hot(shapes[s], a, shapes[s][a])
+    groups.append(masks)
+  return groups
+
+
+def _heads_by_position(model, params, clean, key_mask, sites: list[str]) -> list[dict]:
+  """One group per site: patch (p, h) takes head h at position p."""
+  analysis = core.analysis_model(model)
+  shapes = _site_shapes(analysis, nn.meta.unbox(params), clean, None if key_mask is None else jnp.asarray(key_mask),
+                        tuple(sites))
+  groups = []
+  for s in sites:
+    time_axis, head_axis = axes(model, s)
+    shape = shapes[s]
+    t, h = shape[time_axis], shape[head_axis]
+    m = np.zeros((t * h, *[shape[a] if a in (time_axis, head_axis) else 1 for a in range(len(shape))]), bool)
+    for p in range(t):
+      for k in range(h):
+        index = [p * h + k] + [0] * len(shape)
+        index[1 + time_axis], index[1 + head_axis] = p, k
+        m[tuple(index)] = True
+    groups.append({s: m})
+  return groups
+
+
+@core.takes_hooked_model
 def sweep_heads(model: Transformer, params, clean, corrupt, site: str = 'attn.z', metric=None, answer=None,
-                wrong=None, key_mask=None, compiled: bool = False) -> Sweep:
+                wrong=None, key_mask=None) -> Sweep:
   """Every head of every block patched from ``clean`` at ``blocks.{l}.{site}`` (all positions), in every
-  prompt pair of the batch: values ``[layers, heads]``. ``compiled``: all the patches in one compiled
-  program (``patch_many``), far faster; its logits differ from the eager passes' by float32 rounding, which a
-  ratio of small logit differences (the default metric) can magnify."""
+  prompt pair of the batch: values ``[layers, heads]``, all the patches of a block in one compiled program."""
   clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
-  metric = _recovered(model, params, clean, corrupt, metric, answer, wrong, key_mask)
   cfg = model.config
   sites = [f'blocks.{l}.{site}' for l in range(cfg.num_layers)]
   hooks.check_names(model, sites, hooking=True)
-  _, cache = hooks.run_with_cache(model, params, clean, sites, key_mask=key_mask)
-  _, head_axis = axes(model, sites[0])
-  if head_axis is None:
+  if axes(model, sites[0])[1] is None:
     raise InputError(f'{site} has no head axis; sweep_heads patches {list(_PER_HEAD + _HEAD_FIRST)}')
-  L, H = cfg.num_layers, cfg.num_heads
-  if not compiled:
-    values = np.array([[patch(model, params, clean, corrupt, s, heads=h, metric=metric, clean_cache=cache,
-                              key_mask=key_mask) for h in range(H)] for s in sites])
-    return Sweep(values, [f'block {l}' for l in range(L)], [f'head {h}' for h in range(H)],
-                 f'patching {site} per head', _metric_name(metric))
-  # Patch (l, h) takes head h of block l's site: the masks of the other blocks' sites are all False.
-  shape = cache[sites[0]].shape
-  masks = {}
-  for l, s in enumerate(sites):
-    one_hot = _one_hot(shape, head_axis, H)
-    masks[s] = np.zeros((L * H, *one_hot.shape[1:]), bool)
-    masks[s][l * H:(l + 1) * H] = one_hot
-  logits = patch_many(model, params, clean, corrupt, masks, key_mask, cache)
-  values = np.array([metric(row) for row in logits]).reshape(L, H)
-  return Sweep(values, [f'block {l}' for l in range(L)], [f'head {h}' for h in range(H)],
-               f'patching {site} per head', _metric_name(metric))
+  score = _Score(metric, answer, wrong, key_mask, clean.shape)
+  values = _sweep(model, params, clean, corrupt, _one_site_per_patch(model, params, clean, key_mask, sites, 'head'),
+                  score, key_mask).reshape(cfg.num_layers, cfg.num_heads)
+  return Sweep(values, [f'block {l}' for l in range(cfg.num_layers)], [f'head {h}' for h in range(cfg.num_heads)],
+               f'patching {site} per head', score.name)
 
 
+@core.takes_hooked_model
 def sweep_positions(model: Transformer, params, clean, corrupt, streams: Sequence[str] | None = None, metric=None,
-                    answer=None, wrong=None, decode: Callable | None = None, key_mask=None,
-                    compiled: bool = False) -> Sweep:
-  """The state after every block patched from ``clean`` at one position at a time: values ``[layers, time]``
-  (``compiled``: in one compiled program, as ``sweep_heads``).
+                    answer=None, wrong=None, decode: Callable | None = None, key_mask=None) -> Sweep:
+  """The state after every block patched from ``clean`` at one position at a time: values ``[layers, time]``.
   The state is ``resid`` for the standard model and both streams, X_t and X_e, for the two-stream kinds
   (``streams`` picks others, e.g. ``['x_e']``)."""
   clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
-  metric = _recovered(model, params, clean, corrupt, metric, answer, wrong, key_mask)
   cfg = model.config
   streams = list(streams or (['resid'] if cfg.kind == 'standard' else ['x_t', 'x_e']))
   per_layer = [[f'blocks.{l}.{s}' for s in streams] for l in range(cfg.num_layers)]
-  every = [s for layer in per_layer for s in layer]
-  hooks.check_names(model, every, hooking=True)
-  _, cache = hooks.run_with_cache(model, params, clean, every, key_mask=key_mask)
-  t, L = clean.shape[1], len(per_layer)
-  if not compiled:
-    values = np.array([[patch(model, params, clean, corrupt, sites, positions=p, metric=metric, clean_cache=cache,
-                              key_mask=key_mask) for p in range(t)] for sites in per_layer])
-    return _position_sweep(values, clean, decode, streams, _metric_name(metric))
-  # Patch (l, p) takes position p of block l's states: the masks of the other blocks' states are all False.
-  masks = {}
-  for l, layer in enumerate(per_layer):
-    for s in layer:
-      shape = cache[s].shape
-      one_hot = _one_hot(shape, axes(model, s)[0], t)
-      masks[s] = np.zeros((L * t, *one_hot.shape[1:]), bool)
-      masks[s][l * t:(l + 1) * t] = one_hot
-  logits = patch_many(model, params, clean, corrupt, masks, key_mask, cache)
-  return _position_sweep(np.array([metric(row) for row in logits]).reshape(L, t), clean, decode, streams,
-                         _metric_name(metric))
+  hooks.check_names(model, [s for layer in per_layer for s in layer], hooking=True)
+  score = _Score(metric, answer, wrong, key_mask, clean.shape)
+  values = _sweep(model, params, clean, corrupt, _one_site_per_patch(model, params, clean, key_mask, per_layer, 'time'),
+                  score, key_mask).reshape(cfg.num_layers, clean.shape[1])
+  return _position_sweep(values, clean, decode, streams, score.name)
+
+
+# TransformerLens's patching families (``transformer_lens.patching.get_act_patch_*``), one call each, with its
+# names and shapes: clean and corrupt token batches in, the metric of each patch out. Each takes what the
+# sweeps take (``metric``, or ``answer``/``wrong`` for the recovered fraction; ``key_mask``).
+def _resid_pre(model, l: int) -> list[str]:
+  """The state before block l: the embedding for l = 0 (X_e⁰ = 0 in both runs), else the state after l − 1."""
+  if l == 0:
+    return ['embed']
+  return [f'blocks.{l - 1}.resid'] if model.config.kind == 'standard' else [f'blocks.{l - 1}.x_t',
+                                                                          f'blocks.{l - 1}.x_e']
+
+
+def _resid_mid(model, l: int) -> list[str]:
+  return [f'blocks.{l}.resid_mid'] if model.config.kind == 'standard' else [f'blocks.{l}.x_t_mid',
+                                                                          f'blocks.{l}.x_e_mid']
+
+
+def _by_position(model, params, clean, corrupt, sites_of, metric, answer, wrong, key_mask) -> np.ndarray:
+  clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
+  per_layer = [sites_of(model, l) for l in range(model.config.num_layers)]
+  hooks.check_names(model, [s for layer in per_layer for s in layer], hooking=True)
+  score = _Score(metric, answer, wrong, key_mask, clean.shape)
+  return _sweep(model, params, clean, corrupt, _one_site_per_patch(model, params, clean, key_mask, per_layer, 'time'),
+                score, key_mask).reshape(model.config.num_layers, clean.shape[1])
+
+
+@core.takes_hooked_model
+def get_act_patch_resid_pre(model, params, clean, corrupt, metric=None, answer=None, wrong=None, key_mask=None):
+  """``[layers, time]``: the state before block l patched at one position."""
+  return _by_position(model, params, clean, corrupt, _resid_pre, metric, answer, wrong, key_mask)
+
+
+@core.takes_hooked_model
+def get_act_patch_resid_mid(model, params, clean, corrupt, metric=None, answer=None, wrong=None, key_mask=None):
+  """``[layers, time]``: the state between block l's attention and its FFN patched at one position."""
+  return _by_position(model, params, clean, corrupt, _resid_mid, metric, answer, wrong, key_mask)
+
+
+@core.takes_hooked_model
+def get_act_patch_resid_post(model, params, clean, corrupt, metric=None, answer=None, wrong=None, key_mask=None):
+  """``[layers, time]``: the state after block l patched at one position (``sweep_positions``' values)."""
+  return _by_position(model, params, clean, corrupt, lambda m, l: _resid_pre(m, l + 1), metric, answer, wrong,
+                      key_mask)
+
+
+@core.takes_hooked_model
+def get_act_patch_attn_out(model, params, clean, corrupt, metric=None, answer=None, wrong=None, key_mask=None):
+  """``[layers, time]``: block l's attention update (``attn.out``) patched at one position."""
+  return _by_position(model, params, clean, corrupt, lambda m, l: [f'blocks.{l}.attn.out'], metric, answer, wrong,
+                      key_mask)
+
+
+@core.takes_hooked_model
+def get_act_patch_mlp_out(model, params, clean, corrupt, metric=None, answer=None, wrong=None, key_mask=None):
+  """``[layers, time]``: block l's FFN update (``ffn.out``) patched at one position."""
+  return _by_position(model, params, clean, corrupt, lambda m, l: [f'blocks.{l}.ffn.out'], metric, answer, wrong,
+                      key_mask)
+
+
+@core.takes_hooked_model
+def get_act_patch_attn_head_out_all_pos(model, params, clean, corrupt, metric=None, answer=None, wrong=None,
+                                        key_mask=None):
+  """``[layers, heads]``: head h's output (``attn.z``) of block l patched at every position."""
+  return sweep_heads(model, params, clean, corrupt, 'attn.z', metric, answer, wrong, key_mask).values
+
+
+@core.takes_hooked_model
+def get_act_patch_attn_head_out_by_pos(model, params, clean, corrupt, metric=None, answer=None, wrong=None,
+                                       key_mask=None):
+  """``[layers, time, heads]``: head h's output (``attn.z``) of block l patched at one position."""
+  clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
+  cfg = model.config
+  sites = [f'blocks.{l}.attn.z' for l in range(cfg.num_layers)]
+  score = _Score(metric, answer, wrong, key_mask, clean.shape)
+  values = _sweep(model, params, clean, corrupt, _heads_by_position(model, params, clean, key_mask, sites), score,
+                  key_mask)
+  return values.reshape(cfg.num_layers, clean.shape[1], cfg.num_heads)
+
+
+@core.takes_hooked_model
+def get_act_patch_block_every(model, params, clean, corrupt, metric=None, answer=None, wrong=None, key_mask=None):
+  """``[3, layers, time]``: ``resid_pre``, ``attn_out`` and ``mlp_out`` of every block, one position at a time."""
+  return np.stack([fn(model, params, clean, corrupt, metric, answer, wrong, key_mask)
+                   for fn in (get_act_patch_resid_pre, get_act_patch_attn_out, get_act_patch_mlp_out)])
 
 
 def _position_sweep(values: np.ndarray, clean: np.ndarray, decode, streams, metric: str) -> Sweep:

@@ -96,6 +96,8 @@ def streams(kind: str, num_layers: int, inter) -> list[dict]:
 #   blocks.{l}.attn.pattern    [batch, heads, q_time, k_time]  attention weights
 #   blocks.{l}.attn.z          [batch, time, heads, head_dim]  each head's output
 #   blocks.{l}.attn.out        [batch, time, d_model]          the attention update (two-stream: ΔX_t)
+#   blocks.{l}.x_t_mid, .x_e_mid [batch, time, d_model]        two-stream models: the streams after the attention
+#   blocks.{l}.resid_mid       [batch, time, d_model]          the state after the attention (X_t + X_e)
 #   blocks.{l}.ffn.pre         [batch, time, d_model]          the FFN's normalised input
 #   blocks.{l}.ffn.hidden      [batch, time, ff] or [heads, batch·time, ff]  the FFN's hidden units
 #   blocks.{l}.ffn.mixture     [batch, time, heads, vocab]     symbolic: α of the FFN update (eq. 19)
@@ -110,6 +112,8 @@ SOWN_PREFIX = '@'
 ATTN_SITES = ('v_mixture', 'q', 'k', 'values', 'scores', 'pattern', 'z', 'out')  # the order a pass meets them
 FFN_SITES = ('pre', 'hidden', 'mixture', 'out')
 STREAM_SITES = ('x_t', 'x_e', 'resid')
+MID_SITES = ('x_t_mid', 'x_e_mid', 'resid_mid')
+READ_ONLY = ('.resid', '.resid_mid')  # in a two-stream model: the sum X_t + X_e, which the model never passes on
 
 
 def site_names(kind: str, num_layers: int, symbolic_layers: tuple[int, ...] = ()) -> list[str]:
@@ -120,8 +124,9 @@ def site_names(kind: str, num_layers: int, symbolic_layers: tuple[int, ...] = ()
     attn = [s for s in ATTN_SITES if s != 'v_mixture' or l in symbolic_layers]
     ffn = [s for s in FFN_SITES if s != 'mixture' or l in symbolic_layers]
     streams_ = STREAM_SITES if kind != 'standard' else ('resid',)
-    names_ += [f'blocks.{l}.attn.{s}' for s in attn] + [f'blocks.{l}.ffn.{s}' for s in ffn]
-    names_ += [f'blocks.{l}.{s}' for s in streams_]
+    mid = MID_SITES if kind != 'standard' else ('resid_mid',)
+    names_ += [f'blocks.{l}.attn.{s}' for s in attn] + [f'blocks.{l}.{s}' for s in mid]
+    names_ += [f'blocks.{l}.ffn.{s}' for s in ffn] + [f'blocks.{l}.{s}' for s in streams_]
   return names_ + ['final.norm', 'final.logits']
 
 
@@ -157,6 +162,14 @@ def site(module, local: str) -> str:
   return local if layer_ is None else f'blocks.{layer_[len("layer_"):]}.{local}'
 
 
+def read_only_message(name: str) -> str:
+  """The error for a hook at a two-stream model's ``resid`` or ``resid_mid``: the streams to hook instead."""
+  base, _, last = name.rpartition('.')
+  suffix = last.removeprefix('resid')
+  return (f'{name} is read-only in a two-stream model (the sum X_t + X_e); hook its streams {base}.x_t{suffix} '
+          f'and {base}.x_e{suffix} instead')
+
+
 def hooked(name: str) -> bool:
   """Whether a hook function is registered at ``name`` in the open session."""
   s = _SESSION.get()
@@ -174,8 +187,7 @@ def hook(module, local: str, value, replaceable: bool = True):
   fn = s.fns.get(name)
   if fn is not None:
     if not replaceable:
-      raise InputError(f'{name} is read-only in a two-stream model (the sum X_t + X_e); hook its streams '
-                       f'{name[:-len("resid")]}x_t and {name[:-len("resid")]}x_e instead')
+      raise InputError(read_only_message(name))
     new = fn(value, name)
     if getattr(new, 'shape', None) != value.shape:
       raise InputError(f'the hook at {name} returned shape {getattr(new, "shape", None)}; the site has '

@@ -102,6 +102,7 @@ class StandardBlock(nn.Module):
     ln = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
     x = x + drop(attention_layer(cfg, True, cfg.positions == 'alibi')(
         ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic, edges=edges))
+    x = names.hook(self, 'resid_mid', x)
     self.sow(names.COLLECTION, names.X_ATTN, x)
     pre = names.hook(self, 'ffn.pre', ln('norm_ffn')(x))
     x = x + drop(names.hook(self, 'ffn.out', MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(pre)))
@@ -175,6 +176,9 @@ class FactoredBlock(nn.Module):
           name='count_projection')(
               symbolic.split_channels(delta_t, cfg.num_heads), table))
     x_t = x_t + drop(delta_t)
+    if names.active():
+      x_t, x_e = names.hook(self, 'x_t_mid', x_t), names.hook(self, 'x_e_mid', x_e)
+      names.hook(self, 'resid_mid', x_t + x_e, replaceable=False)
     self.sow(names.COLLECTION, names.X_T_ATTN, x_t)
     self.sow(names.COLLECTION, names.X_E_ATTN, x_e)
 

@@ -1,0 +1,207 @@
+"""symjax's interpretability loop against TransformerLens's own, side by side in one process on this CPU.
+
+  pip install -e '.[bench]'      # PyTorch and TransformerLens 3.x
+  python -m benchmarks.speed.vs_transformer_lens [--json=benchmarks/results/vs_transformer_lens_cpu.json]
+
+The model is nanoGPT's CPU shape (4 layers, 4 heads × 32, MLP 512, vocabulary 65, context 64), the standard
+kind with learned positions, and the same weights are loaded into TransformerLens's ``HookedTransformer``, so
+that both compute the same function: the script checks the logits and every sweep's values against each other
+before it times anything. Workloads, each timed as the median of warm calls (the first call, with its
+compilation, reported apart):
+- a forward pass, ``run_with_cache`` of every site and a hooked loss (one head zeroed) on 8 × 64 tokens;
+- patching sweeps of one prompt pair (``--sweep_batch`` pairs) of 64 tokens, TransformerLens's
+  ``get_act_patch_*`` against symjax's functions of the same names: heads of every block at all positions
+  (16 patches), the residual stream before every block at every position (256), heads by position (1,024);
+- the same symjax workloads on the symbolic kind of the same shape (TransformerLens has no such model: its
+  ratios are against TransformerLens's standard model).
+The metric is the logit difference of two tokens at the last position. Run it on an idle machine: with both
+cores busy, eager PyTorch slows far more than XLA. Tests time nothing; ``docs/results/data/`` pages are
+generated from the JSON (``python -m benchmarks.results_pages``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from benchmarks.lib import results as result_files
+
+_JSON = flags.DEFINE_string('json', 'benchmarks/results/vs_transformer_lens_cpu.json', 'Where to write the results.')
+_REPEATS = flags.DEFINE_integer('repeats', 5, 'Warm calls timed per workload (the median is reported).')
+_SWEEP_BATCH = flags.DEFINE_integer('sweep_batch', 1, 'Prompt pairs patched in every sweep.')
+
+LAYERS, HEADS, HEAD_DIM, MLP, VOCAB, CONTEXT, BATCH = 4, 4, 32, 512, 65, 64, 8
+ANSWER, WRONG = 1, 2
+
+
+def symjax_model(kind: str):
+  import flax.linen as nn
+
+  from symjax.interpret import HookedModel
+  from symjax.model import ModelConfig, Transformer
+  cfg = ModelConfig(kind=kind, vocab_size=VOCAB, num_layers=LAYERS, num_heads=HEADS, head_dim=HEAD_DIM,
+                    ff_dim=MLP, ff_dim_per_head=MLP // HEADS, max_len=CONTEXT,
+                    positions='learned' if kind == 'standard' else 'alibi')
+  model = Transformer(cfg)
+  params = nn.meta.unbox(model.init(jax.random.key(0), jnp.zeros((1, CONTEXT), jnp.int32))['params'])
+  # Away from the initialisation, so that the patches move the metric.
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(1), len(leaves))
+  params = jax.tree.unflatten(tree, [x + 0.3 * jax.random.normal(k, x.shape) * (np.std(x) + 0.05)
+                                     for x, k in zip(leaves, keys)])
+  return HookedModel(model, params)
+
+
+def lens_model(params):
+  """TransformerLens's HookedTransformer holding the standard model's weights (biases it lacks set to 0)."""
+  import torch
+  from transformer_lens import HookedTransformer, HookedTransformerConfig
+  cfg = HookedTransformerConfig(n_layers=LAYERS, d_model=HEADS * HEAD_DIM, d_head=HEAD_DIM, n_heads=HEADS,
+                                d_mlp=MLP, d_vocab=VOCAB, n_ctx=CONTEXT, act_fn='gelu_new',
+                                normalization_type='LN', positional_embedding_type='standard', device='cpu',
+                                eps=1e-5)
+  model = HookedTransformer(cfg)
+  t = lambda x: torch.tensor(np.asarray(x, np.float32))
+  sd = model.state_dict()
+  new = {'embed.W_E': t(params['embed']['embedding']), 'pos_embed.W_pos': t(params['pos_embedding']),
+         'ln_final.w': t(params['norm_final']['scale']), 'ln_final.b': t(params['norm_final']['bias']),
+         'unembed.W_U': t(params['embed']['embedding']).T.contiguous(), 'unembed.b_U': torch.zeros(VOCAB)}
+  for l in range(LAYERS):
+    p, b = params[f'layer_{l}'], f'blocks.{l}.'
+    for ours, theirs in (('query', 'Q'), ('key', 'K'), ('value', 'V')):
+      new[b + f'attn.W_{theirs}'] = t(np.transpose(p['attention'][ours]['kernel'], (1, 0, 2)))
+      new[b + f'attn.b_{theirs}'] = torch.zeros(HEADS, HEAD_DIM)
+    new[b + 'attn.W_O'] = t(p['attention']['out']['kernel'])
+    new[b + 'attn.b_O'] = torch.zeros(HEADS * HEAD_DIM)
+    new[b + 'ln1.w'], new[b + 'ln1.b'] = t(p['norm_attn']['scale']), t(p['norm_attn']['bias'])
+    new[b + 'ln2.w'], new[b + 'ln2.b'] = t(p['norm_ffn']['scale']), t(p['norm_ffn']['bias'])
+    new[b + 'mlp.W_in'], new[b + 'mlp.b_in'] = t(p['ffn']['wi']['kernel']), t(p['ffn']['wi']['bias'])
+    new[b + 'mlp.W_out'], new[b + 'mlp.b_out'] = t(p['ffn']['wo']['kernel']), t(p['ffn']['wo']['bias'])
+  missing = sorted(k for k in sd if k not in new and not k.endswith(('.IGNORE', '.mask')))
+  if missing:
+    raise SystemExit(f'weights not mapped into TransformerLens: {missing}')
+  sd.update(new)
+  model.load_state_dict(sd)
+  return model.eval()
+
+
+def timed(fn, repeats: int) -> tuple[float, float]:
+  """(first call's seconds, median of ``repeats`` warm calls' seconds)."""
+  start = time.perf_counter()
+  fn()
+  first = time.perf_counter() - start
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return first, statistics.median(times)
+
+
+def symjax_workloads(hm, tokens, clean, corrupt):
+  from symjax.interpret import hooks, patching
+  metric = patching.logit_difference(ANSWER, WRONG)
+  zero = hooks.zero_head(0)
+  ready = lambda x: jax.block_until_ready(x)
+  return {
+      'forward': lambda: ready(hm(tokens)),
+      'run_with_cache': lambda: ready(hm.run_with_cache(tokens)[0]),
+      'hooked_loss': lambda: hm.run_with_hooks(tokens, {'blocks.1.attn.z': zero}, return_type='loss'),
+      'heads_sweep_16': lambda: patching.get_act_patch_attn_head_out_all_pos(hm, clean, corrupt, metric),
+      'resid_pre_sweep_256': lambda: patching.get_act_patch_resid_pre(hm, clean, corrupt, metric),
+      'heads_by_position_sweep_1024': lambda: patching.get_act_patch_attn_head_out_by_pos(hm, clean, corrupt, metric),
+  }
+
+
+def lens_workloads(model, tokens, clean, corrupt):
+  import torch
+  from transformer_lens import patching
+  to = lambda x: torch.tensor(np.asarray(x), dtype=torch.long)
+  tokens, clean, corrupt = to(tokens), to(clean), to(corrupt)
+  with torch.no_grad():
+    _, clean_cache = model.run_with_cache(clean)
+
+  def metric(logits):
+    return (logits[:, -1, ANSWER] - logits[:, -1, WRONG]).mean()
+
+  def zero(value, hook):
+    value[:, :, 0] = 0.0
+    return value
+
+  def no_grad(fn):
+    def run():
+      with torch.no_grad():
+        return fn()
+    return run
+  return {
+      'forward': no_grad(lambda: model(tokens)),
+      'run_with_cache': no_grad(lambda: model.run_with_cache(tokens)),
+      'hooked_loss': no_grad(lambda: model.run_with_hooks(tokens, return_type='loss',
+                                                          fwd_hooks=[('blocks.1.attn.hook_z', zero)])),
+      'heads_sweep_16': no_grad(lambda: patching.get_act_patch_attn_head_out_all_pos(model, corrupt, clean_cache,
+                                                                                      metric)),
+      'resid_pre_sweep_256': no_grad(lambda: patching.get_act_patch_resid_pre(model, corrupt, clean_cache, metric)),
+      'heads_by_position_sweep_1024': no_grad(lambda: patching.get_act_patch_attn_head_out_by_pos(
+          model, corrupt, clean_cache, metric)),
+  }
+
+
+def check_same(hm, lens, tokens, clean, corrupt) -> dict[str, float]:
+  """The largest difference between the two libraries' logits and sweep values (the same weights)."""
+  sym, tl = symjax_workloads(hm, tokens, clean, corrupt), lens_workloads(lens, tokens, clean, corrupt)
+  out = {'logits': float(np.abs(np.asarray(sym['forward']()) - tl['forward']().numpy()).max())}
+  for name in ('heads_sweep_16', 'resid_pre_sweep_256', 'heads_by_position_sweep_1024'):
+    ours, theirs = np.asarray(sym[name]()), tl[name]().numpy()
+    if name == 'heads_by_position_sweep_1024':
+      theirs = theirs.reshape(ours.shape)  # TransformerLens: [layers, positions, heads], as symjax
+    out[name] = float(np.abs(ours - theirs).max())
+  return out
+
+
+def main(argv):
+  del argv
+  import torch
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(0, VOCAB, (BATCH, CONTEXT))
+  clean = rng.integers(0, VOCAB, (_SWEEP_BATCH.value, CONTEXT))
+  corrupt = clean.copy()
+  corrupt[:, CONTEXT // 2] = (corrupt[:, CONTEXT // 2] + 7) % VOCAB
+  standard, symbolic = symjax_model('standard'), symjax_model('symbolic')
+  lens = lens_model(standard.params)
+  rows = {}
+  # TransformerLens first, then symjax, each workload in turn; symjax's first calls compile.
+  for name, fn in lens_workloads(lens, tokens, clean, corrupt).items():
+    rows.setdefault(name, {})['transformer_lens'] = timed(fn, _REPEATS.value)
+  for kind, hm in (('symjax', standard), ('symjax_symbolic', symbolic)):
+    for name, fn in symjax_workloads(hm, tokens, clean, corrupt).items():
+      rows[name][kind] = timed(fn, _REPEATS.value)
+  same = check_same(standard, lens, tokens, clean, corrupt)
+  print(f'largest differences, symjax against TransformerLens (same weights): {same}')
+  print(f'{"workload":30s} {"TL s":>9s} {"symjax s":>9s} {"ratio":>7s} {"symbolic s":>10s} {"ratio":>7s} '
+        f'{"first call s":>12s}')
+  table = {}
+  for name, r in rows.items():
+    tl, sj, sy = r['transformer_lens'][1], r['symjax'][1], r['symjax_symbolic'][1]
+    table[name] = {'transformer_lens_s': tl, 'symjax_s': sj, 'symjax_symbolic_s': sy, 'speedup': tl / sj,
+                   'speedup_symbolic': tl / sy, 'symjax_first_call_s': r['symjax'][0],
+                   'symjax_symbolic_first_call_s': r['symjax_symbolic'][0],
+                   'transformer_lens_first_call_s': r['transformer_lens'][0]}
+    print(f'{name:30s} {tl:9.4f} {sj:9.4f} {tl / sj:7.1f} {sy:10.4f} {tl / sy:7.1f} {r["symjax"][0]:12.2f}')
+  result_files.write(_JSON.value, {
+      'what': 'symjax interpretability workloads against TransformerLens (HookedTransformer, same weights), one '
+              'process, warm medians; first calls (compilation included) apart',
+      'shape': {'layers': LAYERS, 'heads': HEADS, 'head_dim': HEAD_DIM, 'mlp': MLP, 'vocab': VOCAB,
+                'context': CONTEXT, 'batch': BATCH, 'sweep_batch': _SWEEP_BATCH.value},
+      'repeats': _REPEATS.value, 'transformer_lens': importlib.metadata.version('transformer_lens'),
+      'torch': torch.__version__, 'torch_threads': torch.get_num_threads(), 'jax': jax.__version__,
+      'largest_difference': same, 'workloads': table})
+
+
+if __name__ == '__main__':
+  app.run(main)

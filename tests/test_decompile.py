@@ -82,8 +82,8 @@ def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow
   _, _, _, params, hard = setting
   model, x = model_lib.build(hard), jnp.asarray(every_sequence(3)[:50])
   _, state = model.apply({'params': params}, x, mutable=[names.COLLECTION])
-  sown = [np.asarray(v) for path, v in jax.tree_util.tree_flatten_with_path(state[names.COLLECTION])[0]
-          if any(getattr(k, 'key', None) in (names.MIXTURE, names.WEIGHTS) for k in path)]
+  sown = [np.asarray(v) for n, v in names.flat(state[names.COLLECTION]).items()
+          if n.endswith(('.attn.pattern', '.v_mixture', '.ffn.mixture'))]
   assert len(sown) == 3 * hard.num_layers  # value and FFN mixtures, attention weights, per layer
   first = hard.num_heads - hard.numerical_heads
   for s in sown:
@@ -117,7 +117,7 @@ def test_numerical_heads_without_positions_select_by_tokens_alone(setting):
 
   def numerical_weights(tokens):  # layer 0's numerical heads: [batch, heads, q, k]
     _, state = model_lib.build(hard).apply({'params': params}, tokens, mutable=[names.COLLECTION])
-    return np.asarray(state[names.COLLECTION]['layer_0']['attention'][names.WEIGHTS][0])[:, -hard.numerical_heads:]
+    return np.asarray(names.flat(state[names.COLLECTION])['blocks.0.attn.pattern'])[:, -hard.numerical_heads:]
 
   moved, permuted = numerical_weights(x)[:, :, order][..., order], numerical_weights(x[:, order])
   if hard.numerical_positions:  # ALiBi and the position rows: where a key is changes what is selected
@@ -284,8 +284,8 @@ def test_gumbel_noise_samples_while_training_only():
   a, b = (run(noisy, rngs={GUMBEL_RNG: jax.random.key(i)}) for i in (1, 2))
   assert not np.array_equal(a, b) and not np.array_equal(a, run(noisy))
   _, state = noisy.apply({'params': params}, x, rngs={GUMBEL_RNG: jax.random.key(1)}, mutable=[names.COLLECTION])
-  mixtures = [np.asarray(v) for path, v in jax.tree_util.tree_flatten_with_path(state[names.COLLECTION])[0]
-              if any(getattr(k, 'key', None) == names.MIXTURE for k in path)]
+  mixtures = [np.asarray(v) for n, v in names.flat(state[names.COLLECTION]).items()
+              if n.endswith(('.v_mixture', '.ffn.mixture'))]
   for m in mixtures:  # a sample is still one token
     np.testing.assert_array_equal(m.max(-1), 1.0)
   with pytest.raises(InputError, match=r'model.gumbel_scale .* needs model.hard = True, got model.hard = False'):

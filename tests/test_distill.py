@@ -64,7 +64,7 @@ def test_a_standard_models_streams_are_what_attention_and_the_ffns_wrote(teacher
     x_e = sum(parts[f'ffn_{k}'] for k in range(l + 1))
     np.testing.assert_allclose(s['x_t'], x_t, atol=1e-10)
     np.testing.assert_allclose(s['x_e'], x_e, atol=1e-10)
-    np.testing.assert_allclose(s['x'], inter[f'layer_{l}']['x_ffn'], atol=1e-10)
+    np.testing.assert_allclose(s['x'], inter[f'blocks.{l}.resid'], atol=1e-10)
 
 
 def test_a_teacher_distilled_into_itself_costs_nothing_and_the_objective_adds_up(teachers):

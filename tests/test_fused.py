@@ -18,6 +18,7 @@ from helpers import randomize
 
 from symjax.model import ModelConfig, Transformer, symbolic
 from symjax.model import attention as model_attention
+from symjax.model import intermediates as names
 from symjax.ops import attention, readout
 
 TOL = 1e-5
@@ -187,7 +188,7 @@ def test_weights_are_read_explicitly_whatever_the_setting():
   model = Transformer(cfg)
   variables = model.init(jax.random.key(0), tokens)
   _, inter = model.apply(variables, tokens, key_mask, mutable=['intermediates'])
-  weights = inter['intermediates']['layer_0']['attention']['weights'][0]
+  weights = names.flat(inter['intermediates'])['blocks.0.attn.pattern']
   assert weights.shape == (2, 3, 8, 8)
   np.testing.assert_allclose(np.asarray(weights).sum(-1)[0], 1.0, rtol=1e-6)
   assert float(jnp.abs(jnp.triu(weights, 1)).max()) == 0.0  # causal

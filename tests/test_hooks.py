@@ -37,7 +37,7 @@ def test_the_cache_holds_every_named_site_with_the_models_own_values(cached):
   np.testing.assert_allclose(cache['final.logits'], plain, rtol=1e-5, atol=1e-5)
   streams = core.streams(cfg, inter)
   for l in range(cfg.num_layers):
-    np.testing.assert_allclose(cache[f'blocks.{l}.attn.pattern'], inter[f'layer_{l}']['attention']['weights'],
+    np.testing.assert_allclose(cache[f'blocks.{l}.attn.pattern'], inter[f'blocks.{l}.attn.pattern'],
                                atol=1e-6)
     np.testing.assert_allclose(cache[f'blocks.{l}.resid'], streams[l + 1]['x'], rtol=1e-5, atol=1e-6)
     assert cache[f'blocks.{l}.attn.q'].shape == (2, 9, cfg.num_heads, cfg.head_dim)
@@ -52,9 +52,9 @@ def test_the_cache_holds_every_named_site_with_the_models_own_values(cached):
                                  rtol=1e-4, atol=1e-5)
     if cfg.kind == 'symbolic':
       np.testing.assert_allclose(cache[f'blocks.{l}.attn.v_mixture'],
-                                 inter[f'layer_{l}']['value_projection']['mixture'], atol=1e-6)
+                                 inter[f'blocks.{l}.attn.v_mixture'], atol=1e-6)
       np.testing.assert_allclose(cache[f'blocks.{l}.ffn.mixture'],
-                                 inter[f'layer_{l}']['ffn']['projection']['mixture'], atol=1e-6)
+                                 inter[f'blocks.{l}.ffn.mixture'], atol=1e-6)
   # Causal scores are -inf exactly where the pattern is masked.
   scores, pattern = cache['blocks.0.attn.scores'], cache['blocks.0.attn.pattern']
   assert np.all(np.isneginf(scores[..., np.triu_indices(9, 1)[0], np.triu_indices(9, 1)[1]]))

@@ -181,13 +181,13 @@ def test_no_intervention_changes_nothing_and_ablating_a_stream_update_removes_it
   _, hit = interventions.run_with(model, params, tokens, [interventions.Ablation('attention', 1)])
   _, hit_ffn = interventions.run_with(model, params, tokens, [interventions.Ablation('ffn', 0)])
   if cfg.kind == 'standard':
-    np.testing.assert_allclose(hit['layer_1']['x_attn'], hit['layer_0']['x_ffn'], atol=1e-6)
-    np.testing.assert_allclose(hit_ffn['layer_0']['x_ffn'], hit_ffn['layer_0']['x_attn'], atol=1e-6)
+    np.testing.assert_allclose(hit['blocks.1.resid_mid'], hit['blocks.0.resid'], atol=1e-6)
+    np.testing.assert_allclose(hit_ffn['blocks.0.resid'], hit_ffn['blocks.0.resid_mid'], atol=1e-6)
   else:   # layer 1's attention no longer writes X_t; layer 0's FFN no longer writes X_e
-    np.testing.assert_allclose(hit['layer_1']['x_t_attn'], hit['layer_0']['x_t_ffn'], atol=1e-6)
-    np.testing.assert_allclose(hit_ffn['layer_0']['x_e_ffn'], 0.0, atol=1e-7)
-  np.testing.assert_array_equal(hit['layer_0']['x_ffn' if cfg.kind == 'standard' else 'x_t_ffn'],
-                                inter['layer_0']['x_ffn' if cfg.kind == 'standard' else 'x_t_ffn'])
+    np.testing.assert_allclose(hit['blocks.1.x_t_mid'], hit['blocks.0.x_t'], atol=1e-6)
+    np.testing.assert_allclose(hit_ffn['blocks.0.x_e'], 0.0, atol=1e-7)
+  state = 'blocks.0.resid' if cfg.kind == 'standard' else 'blocks.0.x_t'
+  np.testing.assert_array_equal(hit[state], inter[state])
 
 
 def test_knocking_out_every_head_equals_ablating_the_attention(model_and_params):

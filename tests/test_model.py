@@ -12,6 +12,7 @@ from helpers import EPS, KINDS, SMALL, f64, randomize, small
 from symjax import model as model_lib
 from symjax.interpret import mixtures as symjax_mixtures
 from symjax.model import FactoredBlock, ModelConfig, StandardBlock, Transformer
+from symjax.model import intermediates as names
 
 TOL = 1e-5
 def streams(seed, t=6, batch=2, cfg=SMALL):
@@ -57,7 +58,7 @@ def test_token_factored_block_matches_eqs_6_to_15(causal):
                                                       causal, EPS)
     assert ref.rel_err(y_t[b], want_t) <= TOL
     assert ref.rel_err(y_e[b], want_e) <= TOL
-    assert ref.rel_err(state['intermediates']['attention']['weights'][0][b], want_w) <= TOL
+    assert ref.rel_err(names.flat(state['intermediates'])['attn.pattern'][b], want_w) <= TOL
 
 
 @pytest.mark.parametrize('causal,vocab_ffn,qk_positions', [(True, 'channel', False), (False, 'channel', False),
@@ -71,7 +72,7 @@ def test_symbolic_block_matches_algorithm_1(causal, vocab_ffn, qk_positions):
   block = FactoredBlock(cfg, symbolic=True)
   variables = randomize(block.init(jax.random.key(0), x_t, x_e, table), 8, scale=0.3)
   (y_t, y_e), state = block.apply(variables, x_t, x_e, table, mutable=['intermediates'])
-  inter = state['intermediates']
+  inter = names.flat(state['intermediates'])
   p = factored_params(variables['params'], symbolic=True)
   p['f_dense'] = vocab_ffn == 'dense'
   assert ('qk_position' in variables['params']) == qk_positions
@@ -84,10 +85,10 @@ def test_symbolic_block_matches_algorithm_1(causal, vocab_ffn, qk_positions):
         f64(x_t[b]), f64(x_e[b]), f64(table), p, cfg.num_heads, causal, EPS)
     assert ref.rel_err(y_t[b], want_t) <= TOL
     assert ref.rel_err(y_e[b], want_e) <= TOL
-    assert ref.rel_err(inter['attention']['weights'][0][b], want_w) <= TOL
+    assert ref.rel_err(inter['attn.pattern'][b], want_w) <= TOL
     for h in range(cfg.num_heads):
-      assert ref.rel_err(inter['value_projection']['mixture'][0][b, :, h], want_va[h]) <= TOL
-      assert ref.rel_err(inter['ffn']['projection']['mixture'][0][b, :, h], want_fa[h]) <= TOL
+      assert ref.rel_err(inter['attn.v_mixture'][b, :, h], want_va[h]) <= TOL
+      assert ref.rel_err(inter['ffn.mixture'][b, :, h], want_fa[h]) <= TOL
 
 
 @pytest.mark.parametrize('positions', ['alibi', 'learned'])
@@ -152,7 +153,7 @@ def run_with_intermediates(cfg, seed=0, t=8, batch=2, scale=0.3):
   model = Transformer(cfg)
   variables = randomize(model.init(jax.random.key(seed), tokens), seed + 1, scale=scale)
   logits, state = model.apply(variables, tokens, mutable=['intermediates'])
-  return tokens, variables, logits, state['intermediates']
+  return tokens, variables, logits, names.flat(state['intermediates'])
 
 
 @pytest.mark.slow
@@ -160,21 +161,19 @@ def run_with_intermediates(cfg, seed=0, t=8, batch=2, scale=0.3):
 def test_attention_updates_only_x_t_and_ffn_only_x_e(kind):
   cfg = small(kind=kind, num_layers=3)
   _, _, _, inter = run_with_intermediates(cfg)
-  np.testing.assert_array_equal(inter['x_e_0'][0], 0.0)  # X_e^0 = 0
-  x_t, x_e = inter['x_t_0'][0], inter['x_e_0'][0]
+  x_t, x_e = inter['embed'], np.zeros_like(inter['embed'])  # X_e^0 = 0
   for l in range(cfg.num_layers):
-    layer = inter[f'layer_{l}']
-    assert not np.allclose(layer['x_t_attn'][0], x_t)          # attention changed X_t ...
-    np.testing.assert_array_equal(layer['x_e_attn'][0], x_e)   # ... and left X_e alone
-    np.testing.assert_array_equal(layer['x_t_ffn'][0], layer['x_t_attn'][0])  # FFN left X_t alone
-    assert not np.allclose(layer['x_e_ffn'][0], x_e)           # ... and changed X_e
-    x_t, x_e = layer['x_t_ffn'][0], layer['x_e_ffn'][0]
+    assert not np.allclose(inter[f'blocks.{l}.x_t_mid'], x_t)          # attention changed X_t ...
+    np.testing.assert_array_equal(inter[f'blocks.{l}.x_e_mid'], x_e)   # ... and left X_e alone
+    np.testing.assert_array_equal(inter[f'blocks.{l}.x_t'], inter[f'blocks.{l}.x_t_mid'])  # FFN left X_t alone
+    assert not np.allclose(inter[f'blocks.{l}.x_e'], x_e)           # ... and changed X_e
+    x_t, x_e = inter[f'blocks.{l}.x_t'], inter[f'blocks.{l}.x_e']
 
 
 def test_x_t_0_is_the_token_embedding():
   tokens, variables, _, inter = run_with_intermediates(small(kind='token_factored'))
   table = variables['params']['embed']['embedding']
-  np.testing.assert_array_equal(inter['x_t_0'][0], table[tokens])
+  np.testing.assert_array_equal(inter['embed'], table[tokens])
 
 
 @pytest.mark.slow
@@ -194,7 +193,7 @@ def test_causal_model_does_not_look_ahead(kind):
   flat_b = jax.tree.leaves(sb['intermediates'])
   for (path, x), y in zip(flat_a, flat_b):
     name = jax.tree_util.keystr(path)
-    if 'weights' in name:     # [batch, heads, query, key]
+    if 'pattern' in name:     # [batch, heads, query, key]
       np.testing.assert_allclose(x[:, :, :j], y[:, :, :j], atol=1e-6, err_msg=name)
     else:                     # [batch, time, ...]
       np.testing.assert_allclose(x[:, :j], y[:, :j], atol=1e-6, err_msg=name)
@@ -239,12 +238,11 @@ def test_all_symbolic_streams_are_sums_of_convex_token_mixtures(tie, vocab_ffn, 
   w_t, w_e, reconstruct = embedding_reading(cfg, tokens, variables['params'])
 
   for l in range(cfg.num_layers):
-    layer = inter[f'layer_{l}']
-    a = f64(layer['attention']['weights'][0])                         # [b, h, i, s]
-    alpha_v = f64(layer['value_projection']['mixture'][0])            # [b, s, h, v]
+    a = f64(inter[f'blocks.{l}.attn.pattern'])                         # [b, h, i, s]
+    alpha_v = f64(inter[f'blocks.{l}.attn.v_mixture'])            # [b, s, h, v]
     w_t = w_t + np.einsum('bhis,bshv->bihv', a, alpha_v)
-    w_e = w_e + f64(layer['ffn']['projection']['mixture'][0])
-    for w, mass, x in ((w_t, l + 2, layer['x_t_ffn'][0]), (w_e, l + 1, layer['x_e_ffn'][0])):
+    w_e = w_e + f64(inter[f'blocks.{l}.ffn.mixture'])
+    for w, mass, x in ((w_t, l + 2, inter[f'blocks.{l}.x_t']), (w_e, l + 1, inter[f'blocks.{l}.x_e'])):
       assert (w >= 0).all()
       np.testing.assert_allclose(w.sum(-1), mass, rtol=1e-5)
       assert ref.rel_err(x, reconstruct(w)) <= 1e-5
@@ -270,19 +268,19 @@ def test_symbolic_variants_keep_an_exact_token_reading_where_they_project(sites,
     return np.exp(f64(p['log_gain'])) if gain else np.ones(nh)
 
   for l in range(cfg.num_layers):
-    layer, p = inter[f'layer_{l}'], params[f'layer_{l}']
+    p = params[f'layer_{l}']
     assert ('value_projection' in p) == (sites != 'ffn') and ('projection' in p['ffn']) == (sites != 'values')
     if sites != 'ffn':
       g = gain_of(p['value_projection'])
-      a = f64(layer['attention']['weights'][0])
-      w_t = w_t + np.einsum('bhis,bshv,h->bihv', a, f64(layer['value_projection']['mixture'][0]), g)
+      a = f64(inter[f'blocks.{l}.attn.pattern'])
+      w_t = w_t + np.einsum('bhis,bshv,h->bihv', a, f64(inter[f'blocks.{l}.attn.v_mixture']), g)
       mass_t = mass_t + g
     if sites != 'values':
       g = gain_of(p['ffn']['projection'])
-      w_e = w_e + f64(layer['ffn']['projection']['mixture'][0]) * g[:, None]
+      w_e = w_e + f64(inter[f'blocks.{l}.ffn.mixture']) * g[:, None]
       mass_e = mass_e + g
-    for w, mass, x, projected in ((w_t, mass_t, layer['x_t_ffn'][0], sites != 'ffn'),
-                                  (w_e, mass_e, layer['x_e_ffn'][0], sites != 'values')):
+    for w, mass, x, projected in ((w_t, mass_t, inter[f'blocks.{l}.x_t'], sites != 'ffn'),
+                                  (w_e, mass_e, inter[f'blocks.{l}.x_e'], sites != 'values')):
       if projected:
         assert (w >= 0).all()
         np.testing.assert_allclose(w.sum(-1), np.broadcast_to(mass, w.shape[:-1]), rtol=1e-5)
@@ -306,14 +304,13 @@ def test_nonnegative_ffn_mixtures_keep_an_exact_nonnegative_token_reading(vocab_
   w_t, w_e, reconstruct = embedding_reading(cfg, tokens, params)
 
   for l in range(cfg.num_layers):
-    layer = inter[f'layer_{l}']
-    a = f64(layer['attention']['weights'][0])
-    w_t = w_t + np.einsum('bhis,bshv->bihv', a, f64(layer['value_projection']['mixture'][0]))
-    w_e = w_e + f64(layer['ffn']['projection']['mixture'][0])
+    a = f64(inter[f'blocks.{l}.attn.pattern'])
+    w_t = w_t + np.einsum('bhis,bshv->bihv', a, f64(inter[f'blocks.{l}.attn.v_mixture']))
+    w_e = w_e + f64(inter[f'blocks.{l}.ffn.mixture'])
     np.testing.assert_allclose(w_t.sum(-1), l + 2, rtol=1e-5)
     assert (w_e >= 0).all()
     assert np.abs(w_e.sum(-1) - (l + 1)).max() > 1e-2
-    for w, x in ((w_t, layer['x_t_ffn'][0]), (w_e, layer['x_e_ffn'][0])):
+    for w, x in ((w_t, inter[f'blocks.{l}.x_t']), (w_e, inter[f'blocks.{l}.x_e'])):
       assert ref.rel_err(x, reconstruct(w)) <= 1e-5
   assert not cfg.exact_mixtures
   with pytest.raises(ValueError, match="ffn_mixture"):
@@ -344,7 +341,7 @@ def test_token_factored_streams_are_not_token_mixtures():
   cfg = small(kind='token_factored', num_layers=1)
   _, variables, _, inter = run_with_intermediates(cfg, scale=0.5)
   table = f64(variables['params']['embed']['embedding'])
-  x_e = f64(inter['layer_0']['x_e_ffn'][0]).reshape(-1, cfg.num_heads, cfg.head_dim)
+  x_e = f64(inter['blocks.0.x_e']).reshape(-1, cfg.num_heads, cfg.head_dim)
   # Least-squares coefficients of channel 0 of X_e on E^(0): the residual is not zero in general, or the
   # coefficients are negative somewhere.
   e0 = table[:, :cfg.head_dim]
@@ -358,7 +355,7 @@ def test_selective_symbolic_layers():
   params = model_lib.param_shapes(cfg)
   assert 'value_projection' not in params['layer_0'] and 'value_projection' in params['layer_1']
   _, _, logits, inter = run_with_intermediates(cfg)
-  assert 'value_projection' in inter['layer_1'] and 'value_projection' not in inter['layer_2']
+  assert 'blocks.1.attn.v_mixture' in inter and 'blocks.2.attn.v_mixture' not in inter
   assert np.isfinite(np.asarray(logits)).all()
 
 

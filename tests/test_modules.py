@@ -12,6 +12,7 @@ import pytest
 from helpers import f64, randomize
 
 from symjax.model import attention as attn
+from symjax.model import intermediates as names
 from symjax.model import symbolic
 from symjax.model.transformer import Dense
 from symjax.ops import dense
@@ -123,7 +124,7 @@ def test_vocab_projection_matches_eqs_21_22_and_is_a_convex_mixture():
   table = jax.random.normal(jax.random.key(2), (vocab, num_heads * head_dim))
   variables = randomize(module.init(jax.random.key(0), z, table), 4)
   out, state = module.apply(variables, z, table, mutable=['intermediates'])
-  alpha = np.asarray(state['intermediates']['mixture'][0])
+  alpha = np.asarray(names.flat(state['intermediates'])['ffn.mixture'])
   chex.assert_shape(alpha, (2, 5, num_heads, vocab))
   tau = np.exp(f64(variables['params']['log_tau']))
   for h in range(num_heads):
@@ -146,7 +147,7 @@ def test_nonnegative_vocab_projection_matches_its_transcription_and_has_free_mas
   table = jax.random.normal(jax.random.key(2), (vocab, num_heads * head_dim))
   variables = randomize(module.init(jax.random.key(0), z, table), 4)
   out, state = module.apply(variables, z, table, mutable=['intermediates'])
-  alpha = f64(state['intermediates']['mixture'][0])
+  alpha = f64(names.flat(state['intermediates'])['ffn.mixture'])
   tau = np.exp(f64(variables['params']['log_tau']))
   for h in range(num_heads):
     e_h = f64(table)[:valid, h * head_dim:(h + 1) * head_dim]
@@ -175,7 +176,7 @@ def test_vocab_ffn_matches_eqs_19_22():
   want, want_alphas = ref.vocab_ffn(f64(x), p['w1'], p['b1'], p['w2'], p['b2'], f64(table),
                                     np.exp(p['projection']['log_tau']), num_heads)
   assert ref.rel_err(out, want) <= TOL
-  alpha = state['intermediates']['projection']['mixture'][0]
+  alpha = names.flat(state['intermediates'])['ffn.mixture']
   for h in range(num_heads):
     assert ref.rel_err(alpha[..., h, :], want_alphas[h]) <= TOL
 
@@ -192,7 +193,7 @@ def test_factored_attention_matches_eq_11(causal):
   p = jax.tree.map(f64, variables['params'])
   assert set(p) == {'query', 'key', 'alibi'}  # no value or output projection
   out, state = module.apply(variables, x, v, mutable=['intermediates'])
-  w = state['intermediates']['weights'][0]
+  w = names.flat(state['intermediates'])['attn.pattern']
   for b in range(2):
     want, want_w = ref.attention(f64(x[b]) @ p['query']['kernel'].reshape(d, d),
                                  f64(x[b]) @ p['key']['kernel'].reshape(d, d),
@@ -209,7 +210,7 @@ def test_attention_key_mask_removes_padding_keys():
   variables = module.init(jax.random.key(0), x)
   key_mask = jnp.array([[True, True, True, False, False]])
   _, state = module.apply(variables, x, key_mask=key_mask, mutable=['intermediates'])
-  w = np.asarray(state['intermediates']['weights'][0])
+  w = np.asarray(names.flat(state['intermediates'])['attn.pattern'])
   np.testing.assert_array_equal(w[..., 3:], 0.0)
   np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-6)
 

@@ -14,6 +14,7 @@ from helpers import f64, randomize, tiny_config
 from symjax import tasks
 from symjax.model import ModelConfig, Transformer
 from symjax.model import attention as attn
+from symjax.model import intermediates as names
 from symjax.tasks import graph
 from symjax.train import config as config_lib
 from symjax.train import trainer as train
@@ -101,7 +102,7 @@ def test_models_with_blocked_attention_equal_dense_ones(kind):
   out_b, inter_b = run(blocked)(variables, tokens)
   assert ref.rel_err(out_b, out_d) < 1e-5
   for l in range(cfg.num_layers):
-    w_d, w_b = (x['intermediates'][f'layer_{l}']['attention']['weights'][0] for x in (inter_d, inter_b))
+    w_d, w_b = (names.flat(x['intermediates'])[f'blocks.{l}.attn.pattern'] for x in (inter_d, inter_b))
     assert ref.rel_err(w_b, w_d) < 1e-5
 
 
@@ -165,22 +166,23 @@ def test_symbolic_relational_values_stay_convex_token_mixtures():
   model = Transformer(cfg)
   variables = randomize(model.init(jax.random.key(0), tokens, edges=edges), 1, scale=0.5)
   _, state = model.apply(variables, tokens, edges=edges, mutable=['intermediates'])
-  inter = state['intermediates']
+  inter = names.flat(state['intermediates'])
   table = f64(variables['params']['embed']['embedding'])
   hd, nh = cfg.head_dim, cfg.num_heads
   w_t = np.repeat(np.eye(cfg.vocab_size)[np.asarray(tokens)][:, :, None, :], nh, axis=2)
   for l in range(cfg.num_layers):
-    layer = inter[f'layer_{l}']
-    a = f64(layer['attention']['weights'][0])                                 # [b, h, i, j]
-    alpha_node, alpha_tokens = (f64(m) for m in layer['value_projection']['mixture'])
+    a = f64(inter[f'blocks.{l}.attn.pattern'])                                 # [b, h, i, j]
+    # The projection is met twice, for the nodes and for the edge tokens: the sown tuple holds both.
+    sown = state['intermediates'][f'layer_{l}']['value_projection'][f'{names.SOWN_PREFIX}blocks.{l}.attn.v_mixture']
+    alpha_node, alpha_tokens = (f64(m) for m in sown)
     alpha_edge = alpha_tokens[np.maximum(np.asarray(edges), 0)]              # [b, i, j, h, v]; a_ij = 0 off edges
     w_t = w_t + 0.5 * (np.einsum('bhij,bjhv->bihv', a, alpha_node) + np.einsum('bhij,bijhv->bihv', a, alpha_edge))
     assert (w_t >= 0).all()
     np.testing.assert_allclose(w_t.sum(-1), l + 2, rtol=1e-5)
     rebuilt = np.concatenate([w_t[:, :, h] @ table[:, h * hd:(h + 1) * hd] for h in range(nh)], axis=-1)
-    assert ref.rel_err(layer['x_t_ffn'][0], rebuilt) <= 1e-5
+    assert ref.rel_err(inter[f'blocks.{l}.x_t'], rebuilt) <= 1e-5
   # Nodes attend only along edges.
-  assert (np.asarray(inter['layer_0']['attention']['weights'][0])[np.broadcast_to(
+  assert (np.asarray(inter['blocks.0.attn.pattern'])[np.broadcast_to(
       (np.asarray(edges) < 0)[:, None], (b, nh, n, n))] == 0).all()
 
 

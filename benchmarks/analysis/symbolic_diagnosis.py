@@ -28,6 +28,7 @@ from absl import app, flags
 import symjax
 from benchmarks.lib import results as result_files
 from symjax import tasks
+from symjax.model import intermediates as names
 from symjax.run import workdir as rundir
 
 _RUNS = flags.DEFINE_multi_string('runs', [], 'Sweep grid-point folders or work directories.')
@@ -50,18 +51,11 @@ def mixture_entropy(run, batches) -> dict[str, list[float]]:
     _, state = run.model.apply({'params': run.params}, batch['inputs'], batch['key_mask'],
                                mutable=['intermediates'])
     weights = jnp.asarray(batch['weights'])[..., None]                      # [batch, time, 1]
-    for layer, inter in state['intermediates'].items():
-      if not isinstance(inter, dict) or not layer.startswith('layer_'):
+    for name, alpha in names.flat(state[names.COLLECTION]).items():
+      if not name.endswith(('.v_mixture', '.ffn.mixture')):
         continue
-      sites = {'values': inter.get('value_projection', {}).get('mixture'),
-               'ffn': inter.get('ffn', {}).get('projection', {}).get('mixture')}
-      for site, alpha in sites.items():
-        if alpha is None:
-          continue
-        alpha = alpha[0]                                                    # [batch, time, heads, vocab]
-        h = -(alpha * jnp.log(jnp.clip(alpha, 1e-30))).sum(-1) / log_v      # [batch, time, heads]
-        key = f'{layer}/{site}'
-        sums[key] = sums.get(key, 0.0) + np.asarray((h * weights).sum((0, 1)))
+      h = -(alpha * jnp.log(jnp.clip(alpha, 1e-30))).sum(-1) / log_v        # [batch, time, heads]
+      sums[name] = sums.get(name, 0.0) + np.asarray((h * weights).sum((0, 1)))
     count += float(batch['weights'].sum())
   return {k: (v / count).round(4).tolist() for k, v in sorted(sums.items())}
 
@@ -77,8 +71,8 @@ def readable_share(run, batches) -> float:
   for batch in batches:
     _, state = run.model.apply({'params': run.params}, batch['inputs'], batch['key_mask'],
                                mutable=['intermediates'])
-    last = state['intermediates'][f'layer_{cfg.num_layers - 1}']
-    energy = {k: jnp.sum(last[f'{k}_ffn'][0] ** 2, -1) for k in ('x_t', 'x_e')}   # [batch, time]
+    sites = names.flat(state[names.COLLECTION])
+    energy = {k: jnp.sum(sites[f'blocks.{cfg.num_layers - 1}.{k}'] ** 2, -1) for k in ('x_t', 'x_e')}  # [batch, time]
     share = sum(energy[k] for k in energy if readable[k]) / (energy['x_t'] + energy['x_e'])
     total += float((share * batch['weights']).sum())
     count += float(batch['weights'].sum())

@@ -188,12 +188,11 @@ def head_writes(model, params, tokens, key_mask=None) -> tuple[np.ndarray, np.nd
   table = np.asarray(p['embed']['embedding'], np.float64)
   writes, attention = [], []
   for l, kind in enumerate(cfg.layer_kinds()):
-    layer = inter[f'layer_{l}']
-    A = layer['attention']['weights']
+    A = inter[f'blocks.{l}.attn.pattern']
     attention.append(A)
     if cfg.projects(l, 'values') and not cfg.projection_gain:
       # the head's update is Σ_s A[i, s] α_v[s] E^(h): coefficients of mass 1
-      w = np.einsum('bhis,bshv->bihv', A, layer['value_projection']['mixture'])[..., :cfg.vocab_size]
+      w = np.einsum('bhis,bshv->bihv', A, inter[f'blocks.{l}.attn.v_mixture'])[..., :cfg.vocab_size]
     elif kind != 'standard':
       w = core.channel_lens(comps[f'attention_{l}'], table, cfg.num_heads, cfg.vocab_size)
     else:                    # standard: each head's share of the output projection, read by the unembedding

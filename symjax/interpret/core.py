@@ -71,12 +71,14 @@ def _unwrap(tree):
 
 
 def run(model: Transformer, params, tokens, key_mask=None) -> tuple[np.ndarray, dict[str, Any]]:
-  """Logits ``[batch, time, vocab]`` and every sown intermediate (see ``symjax.model``) as float64."""
+  """Logits ``[batch, time, vocab]`` and every sown site (``symjax.model.intermediates.SOWN``) as float64,
+  by name (``blocks.1.attn.pattern``...)."""
   tokens = as_batch(tokens, model.config.vocab_size)
   km = None if key_mask is None else jnp.asarray(np.asarray(key_mask, bool).reshape(tokens.shape))
   logits, state = model.apply({'params': nn.meta.unbox(params)}, jnp.asarray(tokens), km,
                               mutable=['intermediates'])
-  return np.asarray(logits, np.float64), _unwrap(state['intermediates'])
+  sown = names.flat(state[names.COLLECTION])
+  return np.asarray(logits, np.float64), {n: np.asarray(v, np.float64) for n, v in sown.items()}
 
 
 def stream_names(cfg: ModelConfig) -> tuple[str, ...]:
@@ -94,26 +96,24 @@ def components(cfg: ModelConfig, inter) -> dict[str, np.ndarray]:
   and 'ffn_l' (the X_e update); standard: the input (token + position) and the two residual updates."""
   out = {}
   if cfg.kind == 'standard':
-    prev = out['embedding'] = inter['x_0']
+    prev = out['embedding'] = inter['embed']
     for l in range(cfg.num_layers):
-      layer = inter[f'layer_{l}']
-      out[f'attention_{l}'] = layer['x_attn'] - prev
-      out[f'ffn_{l}'] = layer['x_ffn'] - layer['x_attn']
-      prev = layer['x_ffn']
+      mid, post = inter[f'blocks.{l}.resid_mid'], inter[f'blocks.{l}.resid']
+      out[f'attention_{l}'], out[f'ffn_{l}'] = mid - prev, post - mid
+      prev = post
     return out
-  prev_t = out['embedding'] = inter['x_t_0']
-  prev_e = inter['x_e_0']
+  prev_t = out['embedding'] = inter['embed']
+  prev_e = np.zeros_like(prev_t)
   for l in range(cfg.num_layers):
-    layer = inter[f'layer_{l}']
-    out[f'attention_{l}'] = layer['x_t_attn'] - prev_t
-    out[f'ffn_{l}'] = layer['x_e_ffn'] - prev_e
-    prev_t, prev_e = layer['x_t_ffn'], layer['x_e_ffn']
+    x_t, x_e = inter[f'blocks.{l}.x_t'], inter[f'blocks.{l}.x_e']
+    out[f'attention_{l}'], out[f'ffn_{l}'] = x_t - prev_t, x_e - prev_e
+    prev_t, prev_e = x_t, x_e
   return out
 
 
 def attention_weights(cfg: ModelConfig, inter) -> np.ndarray:
   """Every layer's sown attention weights, ``[layers, batch, heads, time, time]``."""
-  return np.stack([inter[f'layer_{l}']['attention']['weights'] for l in range(cfg.num_layers)])
+  return np.stack([inter[f'blocks.{l}.attn.pattern'] for l in range(cfg.num_layers)])
 
 
 def valid_keys(tokens: np.ndarray, key_mask=None) -> np.ndarray:

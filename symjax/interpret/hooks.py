@@ -20,7 +20,6 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Sequence
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -113,13 +112,6 @@ def _apply(model: Transformer, params, tokens, key_mask, fns: dict[str, Callable
   return model, tokens, logits, state
 
 
-def _flat_hooks(tree) -> dict[str, np.ndarray]:
-  """The ``hooks`` collection (nested by module, each value a 1-tuple) as {site name: array}."""
-  flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(tree))
-  return {path[-1].removeprefix(names.SOWN_PREFIX): np.asarray(value[0] if isinstance(value, tuple) else value)
-          for path, value in flat.items()}
-
-
 @dataclasses.dataclass
 class Cache(Mapping):
   """Every cached site of one forward pass, by name (``symjax.model.intermediates`` lists them with their
@@ -130,7 +122,7 @@ class Cache(Mapping):
   params: Any
   tokens: np.ndarray                 # [batch, time]
   arrays: dict[str, np.ndarray]
-  intermediates: dict[str, Any]
+  intermediates: dict[str, Any]   # every site the pass sowed (the cached ones and ``names.SOWN``), by name
   decode: Callable | None = None
   key_mask: np.ndarray | None = None  # [batch, time], False at padding: the mask the pass ran with
 
@@ -339,12 +331,13 @@ def run_with_cache(model: Transformer, params, tokens, names_: Sequence[str] | C
     keep = frozenset(names_)
   else:
     keep = names_
-  analysis, tokens, logits, state = _apply(model, params, tokens, key_mask, hooks or {}, keep,
-                                           ['hooks', 'intermediates'])
+  analysis, tokens, logits, state = _apply(model, params, tokens, key_mask, hooks or {}, keep, [names.COLLECTION])
   km = None if key_mask is None else np.asarray(key_mask, bool).reshape(tokens.shape)
-  sown = _flat_hooks(state.get('hooks', {}))  # a compiled pass returns it sorted by name: back to the pass's order
-  cache = Cache(analysis, params, tokens, {n: sown[n] for n in valid_names(model) if n in sown},
-                state['intermediates'], decode, km)
+  sown = {n: np.asarray(v) for n, v in names.flat(state[names.COLLECTION]).items()}
+  wanted = (lambda n: True) if keep is None else keep.__contains__ if isinstance(keep, frozenset) else keep
+  # In the order the pass meets them (a compiled pass returns them sorted by name).
+  cache = Cache(analysis, params, tokens, {n: sown[n] for n in valid_names(model) if n in sown and wanted(n)},
+                sown, decode, km)
   if incl_grad:
     two_stream = model.config.kind != 'standard'
     sites = [n for n in cache.arrays if not (two_stream and n.endswith(names.READ_ONLY))]  # a read-only sum

@@ -63,20 +63,20 @@ def from_intermediates(cfg, tokens: np.ndarray, inter) -> MixtureTrace:
   vocab = cfg.padded_vocab_size
   w_t = np.repeat(np.eye(vocab)[tokens][:, :, None, :], cfg.num_heads, axis=2)
   w_e = np.zeros_like(w_t)
-  trace = MixtureTrace([w_t], [w_e], [], [], [inter['x_t_0']], [inter['x_e_0']])
+  trace = MixtureTrace([w_t], [w_e], [], [], [inter['embed']], [np.zeros_like(inter['embed'])])
   for l in range(cfg.num_layers):
-    layer = inter[f'layer_{l}']
-    attention = layer['attention']['weights']                       # [b, h, i, s]
-    alpha_v = layer['value_projection']['mixture']                  # [b, s, h, v]
+    b = f'blocks.{l}.'
+    attention = inter[b + 'attn.pattern']                           # [b, h, i, s]
+    alpha_v = inter[b + 'attn.v_mixture']                           # [b, s, h, v]
     term_t = np.einsum('bhis,bshv->bihv', attention, alpha_v)
-    term_e = layer['ffn']['projection']['mixture']
+    term_e = inter[b + 'ffn.mixture']
     w_t, w_e = w_t + term_t, w_e + term_e
     trace.attention_terms.append(term_t)
     trace.ffn_terms.append(term_e)
     trace.x_t.append(w_t)
     trace.x_e.append(w_e)
-    trace.streams_t.append(layer['x_t_ffn'])
-    trace.streams_e.append(layer['x_e_ffn'])
+    trace.streams_t.append(inter[b + 'x_t'])
+    trace.streams_e.append(inter[b + 'x_e'])
   return trace
 
 

@@ -90,9 +90,9 @@ def trace(model: Transformer, params, tokens, key_mask=None, with_cone: bool = T
     if with_cone and cfg.kind == 'token_factored':
       cones.append({name: cone(x, table, cfg.num_heads, cfg.vocab_size) for name, x in states.items()})
   attention = core.attention_weights(cfg, inter)
-  value_mix = [inter[f'layer_{l}']['value_projection']['mixture'] if cfg.projects(l, 'values') else None
+  value_mix = [inter[f'blocks.{l}.attn.v_mixture'] if cfg.projects(l, 'values') else None
                for l in range(cfg.num_layers)]
-  ffn_mix = [inter[f'layer_{l}']['ffn']['projection']['mixture'] if cfg.projects(l, 'ffn') else None
+  ffn_mix = [inter[f'blocks.{l}.ffn.mixture'] if cfg.projects(l, 'ffn') else None
              for l in range(cfg.num_layers)]
   mix = None
   if cfg.exact_mixtures:

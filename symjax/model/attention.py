@@ -391,7 +391,7 @@ class Attention(nn.Module):
     if plan is not None and plan.scored_fraction == 1.0:
       plan = None  # every block is needed: the dense computation does the same work in fewer steps
     alibi = ALiBi(self.num_heads, self.learned_slopes, name='alibi') if self.alibi and edges is None else None
-    fused = (self.impl != 'explicit' and not self.is_mutable_collection('intermediates') and not hooked
+    fused = (self.impl != 'explicit' and not self.is_mutable_collection(names.COLLECTION) and not hooked
              and (self.dropout_rate == 0.0 or deterministic))
     # Where the fused kernel runs wider than the heads (ALiBi in the products), the value projection writes
     # that width and the output projection reads it, through zero columns and rows of their kernels.
@@ -408,7 +408,9 @@ class Attention(nn.Module):
                        'attention only')
     if plan is not None:
       out, blocked = blocked_attention(q, k, v, alibi.slopes() if alibi else None, plan, key_mask)
-      weights = scatter_weights(blocked, plan, time) if self.is_mutable_collection('intermediates') else None
+      weights = scatter_weights(blocked, plan, time) if self.is_mutable_collection(names.COLLECTION) else None
+      if weights is not None:
+        names.hook(self, 'attn.pattern', weights)  # sown (no session reaches this path)
     else:
       mask = jnp.asarray(static)[None]
       if key_mask is not None:
@@ -449,6 +451,7 @@ class Attention(nn.Module):
               weights = gumbel_perturbed(weights, self.make_rng(GUMBEL_RNG), self.gumbel_scale)
             weights = straight_through(weights)
             out = self._read(weights, v, None)
+          names.hook(self, 'attn.pattern', weights)  # sown (no session reaches this path)
       else:
         e, onehot = edges.table.astype(self.dtype), edges.onehot
         logits = relational_logits(q, k, dense('edge_query')(e), dense('edge_key')(e), onehot)
@@ -456,13 +459,10 @@ class Attention(nn.Module):
         if hooked:
           logits = names.hook(self, 'attn.scores', jnp.where(allowed, logits, -jnp.inf))
         weights = softmax_over_allowed(logits, allowed)
-        if hooked:
-          weights = names.hook(self, 'attn.pattern', weights)
+        weights = names.hook(self, 'attn.pattern', weights)
         edge_values = (dense('edge_value')(e) if edges.values is None else edges.values.astype(self.dtype),
                        onehot)
         out = self._read(weights, v, edge_values)
-    if weights is not None:
-      self.sow(names.COLLECTION, names.WEIGHTS, weights)
     if self.dropout_rate > 0.0 and not deterministic:
       # Dropout on the weights after they are sown: the readable weights are the model's own.
       drop = nn.Dropout(self.dropout_rate)

@@ -1,20 +1,11 @@
-"""The one list of the intermediates the model sows.
+"""The one list of the named sites of a forward pass, for every reader: caches and hooks, distillation, the
+interpretability tools.
 
-Every module writes its reads with ``self.sow('intermediates', NAME, value)`` under the names below, and
-every reader (distillation, the interpretability tools) finds them here. Read them with
-``model.apply(variables, tokens, mutable=['intermediates'])``; every value is a 1-tuple. Paths are relative
-to the model: ``layer_{l}`` is block l (0 = the first block), and the names at the top level are the input
-state before block 0.
-
-  name                                   shape                        what
-  ``x_t_0``, ``x_e_0``                   [batch, time, d_model]       two-stream models: X_t^0, X_e^0
-  ``x_0``                                [batch, time, d_model]       standard model: the input to block 0
-  ``layer_{l}/x_t_attn``, ``x_e_attn``   [batch, time, d_model]       the streams after block l's attention
-  ``layer_{l}/x_t_ffn``, ``x_e_ffn``     [batch, time, d_model]       the streams after block l's FFN
-  ``layer_{l}/x_attn``, ``x_ffn``        [batch, time, d_model]       standard blocks: the residual stream
-  ``layer_{l}/attention/weights``        [batch, heads, time, time]   attention weights
-  ``layer_{l}/value_projection/mixture`` [batch, time, heads, vocab]  symbolic: α of the values (eq. 27)
-  ``layer_{l}/ffn/projection/mixture``   [batch, time, heads, vocab]  symbolic: α of the FFN update (eq. 19)
+Every site has one name, listed below (``blocks.{l}`` is block l, 0 = the first). The sites in ``SOWN`` are
+written into the ``intermediates`` collection on every pass that makes it mutable
+(``model.apply(variables, tokens, mutable=['intermediates'])``); ``flat(state['intermediates'])`` reads them
+back as {name: array}. A hook session (``session``, used by ``symjax.interpret.run_with_cache`` and
+``run_with_hooks``) sows any other site it keeps and replaces any site it hooks.
 """
 
 import contextlib
@@ -25,32 +16,24 @@ from typing import Callable, Iterator
 from symjax.system.errors import InputError
 
 COLLECTION = 'intermediates'
-
-# The input state (top level of the model).
-X_T_0 = 'x_t_0'
-X_E_0 = 'x_e_0'
-X_0 = 'x_0'
-# Two-stream blocks: the streams after the attention and after the FFN.
-X_T_ATTN = 'x_t_attn'
-X_E_ATTN = 'x_e_attn'
-X_T_FFN = 'x_t_ffn'
-X_E_FFN = 'x_e_ffn'
-# Standard blocks: the residual stream after the attention and after the MLP.
-X_ATTN = 'x_attn'
-X_FFN = 'x_ffn'
-# Inside the attention module and the vocabulary projection.
-WEIGHTS = 'weights'
-MIXTURE = 'mixture'
-# Module names on the paths above.
-ATTENTION = 'attention'
-VALUE_PROJECTION = 'value_projection'
-FFN = 'ffn'
-PROJECTION = 'projection'
+# Sown on every pass that makes COLLECTION mutable (the rest only when a hook session keeps them).
+SOWN = ('embed', 'attn.pattern', 'attn.v_mixture', 'ffn.mixture', 'x_t_mid', 'x_e_mid', 'resid_mid', 'x_t', 'x_e',
+        'resid')
 
 
-def layer(l: int) -> str:
-  """The module name of block ``l`` (0 = the first block)."""
-  return f'layer_{l}'
+def flat(tree) -> dict:
+  """The ``intermediates`` collection (nested by module, each value a 1-tuple) as {site name: value}, values
+  keeping their type (JAX inside a step, NumPy in the tools)."""
+  out = {}
+
+  def walk(node):
+    for key, value in node.items():
+      if key.startswith(SOWN_PREFIX):
+        out[key[len(SOWN_PREFIX):]] = value[0] if isinstance(value, tuple) else value
+      elif hasattr(value, 'items'):
+        walk(value)
+  walk(tree)
+  return out
 
 
 def _one(value):
@@ -60,27 +43,24 @@ def _one(value):
 
 def streams(kind: str, num_layers: int, inter) -> list[dict]:
   """The state before block 0 and after each block l (index l + 1), as {'x_t', 'x_e', 'x'}
-  ``[batch, time, d_model]``, rebuilt from one forward pass's intermediates. Arrays keep their type (JAX
-  inside a step, NumPy in the interpretability tools).
+  ``[batch, time, d_model]``, from one forward pass's ``intermediates`` (the collection or its ``flat`` form).
+  Arrays keep their type (JAX inside a step, NumPy in the interpretability tools).
 
   For the two-stream kinds X_t and X_e are the model's own streams. The standard model has one residual
   stream; it is split the same way, X_t = the input plus every attention update and X_e = the sum of the
   FFN updates, so that the kinds can be compared stream by stream."""
-  if kind == 'standard':
-    x = _one(inter[X_0])
-    x_t, x_e, out = x, x - x, []
-    out.append({'x_t': x_t, 'x_e': x_e, 'x': x})
-    for l in range(num_layers):
-      block = inter[layer(l)]
-      x_attn, x_ffn = _one(block[X_ATTN]), _one(block[X_FFN])
-      x_t, x_e = x_t + (x_attn - x), x_e + (x_ffn - x_attn)
-      x = x_ffn
-      out.append({'x_t': x_t, 'x_e': x_e, 'x': x})
-    return out
-  out = [{'x_t': _one(inter[X_T_0]), 'x_e': _one(inter[X_E_0])}]
-  out += [{'x_t': _one(inter[layer(l)][X_T_FFN]), 'x_e': _one(inter[layer(l)][X_E_FFN])} for l in range(num_layers)]
-  for s in out:
-    s['x'] = s['x_t'] + s['x_e']
+  sites = inter if 'embed' in inter else flat(inter)
+  x = sites['embed']
+  out = [{'x_t': x, 'x_e': x - x, 'x': x}]
+  for l in range(num_layers):
+    b = f'blocks.{l}.'
+    if kind == 'standard':
+      x_t, x_e, prev = out[-1]['x_t'], out[-1]['x_e'], out[-1]['x']
+      mid, x = sites[b + 'resid_mid'], sites[b + 'resid']
+      out.append({'x_t': x_t + (mid - prev), 'x_e': x_e + (x - mid), 'x': x})
+    else:
+      x_t, x_e = sites[b + 'x_t'], sites[b + 'x_e']
+      out.append({'x_t': x_t, 'x_e': x_e, 'x': x_t + x_e})
   return out
 
 
@@ -107,7 +87,6 @@ def streams(kind: str, num_layers: int, inter) -> list[dict]:
 #   final.norm                 [batch, time, d_model]          the final LayerNorm's output
 #   final.logits               [batch, time, vocab]
 # ----------------------------------------------------------------------------------------------------------
-HOOKS = 'hooks'
 SOWN_PREFIX = '@'
 ATTN_SITES = ('v_mixture', 'q', 'k', 'values', 'scores', 'pattern', 'z', 'out')  # the order a pass meets them
 FFN_SITES = ('pre', 'hidden', 'mixture', 'out')
@@ -133,7 +112,7 @@ def site_names(kind: str, num_layers: int, symbolic_layers: tuple[int, ...] = ()
 @dataclasses.dataclass
 class _Session:
   fns: dict[str, Callable]               # site name -> fn(value, name) -> value
-  keep: Callable[[str], bool] | None     # which sites to sow into HOOKS (None: every one)
+  keep: Callable[[str], bool] | None     # which sites to sow (None: every one)
 
 
 _SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar('symjax_hooks', default=None)
@@ -141,8 +120,8 @@ _SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar('symj
 
 @contextlib.contextmanager
 def session(fns: dict[str, Callable] | None = None, keep: Callable[[str], bool] | None = None) -> Iterator[None]:
-  """Within it, every named site passes through ``fns`` (by name) and is sown into the ``hooks`` collection
-  when that collection is mutable and ``keep(name)``. Outside it the sites cost nothing: the model is the
+  """Within it, every named site passes through ``fns`` (by name) and is sown into the ``intermediates``
+  collection when that collection is mutable and ``keep(name)``. Outside it the sites cost nothing: the model is the
   one that trains."""
   token = _SESSION.set(_Session(dict(fns or {}), keep))
   try:
@@ -177,13 +156,16 @@ def hooked(name: str) -> bool:
 
 
 def hook(module, local: str, value, replaceable: bool = True):
-  """The value at a named site: ``value`` itself outside a hook session; inside one, what its hook function
-  returns, sown under its public name. ``replaceable=False`` marks a read-only site (a sum the model does
-  not use as such): a hook there is an error naming the sites to hook instead."""
+  """The value at a named site: ``value`` itself outside a hook session (sown when the site is one of
+  ``SOWN``); inside one, what its hook function returns, sown when the session keeps it or it is one of
+  ``SOWN``. ``replaceable=False`` marks a read-only site (a sum the model does not use as such): a hook there
+  is an error naming the sites to hook instead."""
   s = _SESSION.get()
-  if s is None:
-    return value
   name = site(module, local)
+  if s is None:
+    if local in SOWN:
+      module.sow(COLLECTION, SOWN_PREFIX + name, value)
+    return value
   fn = s.fns.get(name)
   if fn is not None:
     if not replaceable:
@@ -193,6 +175,6 @@ def hook(module, local: str, value, replaceable: bool = True):
       raise InputError(f'the hook at {name} returned shape {getattr(new, "shape", None)}; the site has '
                        f'{tuple(value.shape)}')
     value = new.astype(value.dtype)
-  if s.keep is None or s.keep(name):
-    module.sow(HOOKS, SOWN_PREFIX + name, value)  # the prefix keeps 'embed' apart from the embed module
+  if local in SOWN or s.keep is None or s.keep(name):
+    module.sow(COLLECTION, SOWN_PREFIX + name, value)  # the prefix keeps 'embed' apart from the embed module
   return value

@@ -137,14 +137,12 @@ class VocabProjection(nn.Module):
       channels = jnp.swapaxes(split_channels(table, self.num_heads), 0, 1).astype(alpha.dtype)
       out = tokens_major(jnp.einsum('hnv,hvd->hnd', heads_major(alpha), channels), z.shape[:-2])
     if alpha is not None:
-      self.sow(names.COLLECTION, names.MIXTURE, alpha)
-      if names.active():
-        local = 'ffn.mixture' if 'ffn' in self.path else 'attn.v_mixture'
-        replaced = names.hooked(names.site(self, local))
-        alpha = names.hook(self, local, alpha)
-        if replaced:  # the output is the mixture of the (new) weights: α E per channel
-          channels = jnp.swapaxes(split_channels(table, self.num_heads), 0, 1).astype(alpha.dtype)
-          out = tokens_major(jnp.einsum('hnv,hvd->hnd', heads_major(alpha), channels), z.shape[:-2])
+      local = 'attn.v_mixture' if self.name == 'value_projection' else 'ffn.mixture'
+      replaced = names.hooked(names.site(self, local))
+      alpha = names.hook(self, local, alpha)
+      if replaced:  # the output is the mixture of the (new) weights: α E per channel
+        channels = jnp.swapaxes(split_channels(table, self.num_heads), 0, 1).astype(alpha.dtype)
+        out = tokens_major(jnp.einsum('hnv,hvd->hnd', heads_major(alpha), channels), z.shape[:-2])
     if self.gain:
       log_gain = self.param('log_gain', nn.initializers.zeros, (self.num_heads,))
       out = out * jnp.exp(log_gain)[:, None].astype(out.dtype)
@@ -168,7 +166,7 @@ class CountProjection(nn.Module):
   not an integer: the row is interpolated between its neighbours, which is also how the hard model's
   gradient reaches the predicate (forward at the integer n, gradient row_{n+1} − row_n). Heads
   ``first..num_heads-1`` are numerical; the others pass through. It sows nothing: the stream after it
-  (``x_t_attn``) holds what it wrote. z: ``[..., heads, head_dim]`` (a numerical head's n on every
+  (``blocks.{l}.x_t_mid``) holds what it wrote. z: ``[..., heads, head_dim]`` (a numerical head's n on every
   dimension); table: ``[vocab, d_model]``."""
 
   num_heads: int

@@ -103,10 +103,8 @@ class StandardBlock(nn.Module):
     x = x + drop(attention_layer(cfg, True, cfg.positions == 'alibi')(
         ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic, edges=edges))
     x = names.hook(self, 'resid_mid', x)
-    self.sow(names.COLLECTION, names.X_ATTN, x)
     pre = names.hook(self, 'ffn.pre', ln('norm_ffn')(x))
     x = x + drop(names.hook(self, 'ffn.out', MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(pre)))
-    self.sow(names.COLLECTION, names.X_FFN, x)
     return names.hook(self, 'resid', x)
 
 
@@ -176,11 +174,9 @@ class FactoredBlock(nn.Module):
           name='count_projection')(
               symbolic.split_channels(delta_t, cfg.num_heads), table))
     x_t = x_t + drop(delta_t)
+    x_t, x_e = names.hook(self, 'x_t_mid', x_t), names.hook(self, 'x_e_mid', x_e)
     if names.active():
-      x_t, x_e = names.hook(self, 'x_t_mid', x_t), names.hook(self, 'x_e_mid', x_e)
       names.hook(self, 'resid_mid', x_t + x_e, replaceable=False)
-    self.sow(names.COLLECTION, names.X_T_ATTN, x_t)
-    self.sow(names.COLLECTION, names.X_E_ATTN, x_e)
 
     # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
     x_ffn = names.hook(self, 'ffn.pre', norm('norm_ffn')(x_t + x_e))
@@ -193,10 +189,8 @@ class FactoredBlock(nn.Module):
     else:
       delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
     x_e = x_e + drop(names.hook(self, 'ffn.out', delta_e))
-    self.sow(names.COLLECTION, names.X_T_FFN, x_t)
-    self.sow(names.COLLECTION, names.X_E_FFN, x_e)
+    x_t, x_e = names.hook(self, 'x_t', x_t), names.hook(self, 'x_e', x_e)
     if names.active():
-      x_t, x_e = names.hook(self, 'x_t', x_t), names.hook(self, 'x_e', x_e)
       names.hook(self, 'resid', x_t + x_e, replaceable=False)
     return x_t, x_e
 
@@ -240,15 +234,12 @@ class Transformer(nn.Module):
         pos = self.param('pos_embedding', nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model))
         x = x + pos[:time].astype(x.dtype)
       x = names.hook(self, 'embed', x)
-      self.sow(names.COLLECTION, names.X_0, x)
       block = _remat(StandardBlock, cfg, static_argnums=(3,))
       for l in range(cfg.num_layers):
         x = block(cfg, name=f'layer_{l}')(x, key_mask, deterministic, graph)
       h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
     else:
       x_t, x_e = names.hook(self, 'embed', x), jnp.zeros_like(x)
-      self.sow(names.COLLECTION, names.X_T_0, x_t)
-      self.sow(names.COLLECTION, names.X_E_0, x_e)
       block = _remat(FactoredBlock, cfg, static_argnums=(5,))
       for l, kind in enumerate(cfg.layer_kinds()):
         x_t, x_e = block(cfg, kind == 'symbolic', gumbel_scale, name=f'layer_{l}')(x_t, x_e, table, key_mask,

@@ -56,6 +56,7 @@ import optax
 from symjax import tasks
 from symjax.interpret import core
 from symjax.interpret.attribution import precision_at_k  # noqa: F401  (used below and re-exported)
+from symjax.model import intermediates as names
 from symjax.run import workdir as rundir
 from symjax.system import files
 from symjax.system.errors import InputError
@@ -193,7 +194,7 @@ def backbone_features(loaded: rundir.Loaded, inputs: np.ndarray, batch_size: int
     logits, state = model.apply({'params': loaded.params}, tokens, tokens != pad, mutable=['intermediates'])
     inter = state['intermediates']
     blocks = jnp.stack([s['x'] for s in distill.layer_streams(cfg, inter)], axis=1)
-    att = jnp.stack([inter[f'layer_{l}']['attention']['weights'][0] for l in range(cfg.num_layers)])
+    att = jnp.stack([names.flat(inter)[f'blocks.{l}.attn.pattern'] for l in range(cfg.num_layers)])
     return blocks, att.mean(axis=(0, 2)), logits.argmax(-1)
 
   out = {'blocks': [], 'attention': [], 'prediction': []}

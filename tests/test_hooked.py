@@ -94,3 +94,62 @@ def test_the_detectors_find_the_previous_token_and_induction_heads_of_the_defaul
   assert np.unravel_index(induction.argmax(), induction.shape)[0] == 1, induction
   circuit = circuits.find_induction_circuit(run.model, run.params, batch['inputs'], batch['key_mask'])
   assert circuit.previous_token_head == tuple(int(i) for i in np.unravel_index(previous.argmax(), previous.shape))
+
+
+def test_generate_continues_a_padded_batch_stops_at_the_stop_token_and_applies_hooks(hm):
+  from symjax.run import sample
+  ids = hm.tokenizer.encode('<s> a 1 b')
+  alone = sample.generate(hm.model, hm.params, ids, 6)  # the compiled sampler, one prompt at a time
+  short = sample.generate(hm.model, hm.params, hm.tokenizer.encode('<s> c'), 6)
+  out = hm.generate([ids, hm.tokenizer.encode('<s> c')], 6)
+  np.testing.assert_array_equal(out[0], alone)
+  np.testing.assert_array_equal(out[1], short)  # the padded row continues from its own end
+  assert hm.generate('<s> a 1 b', 6) == hm.to_string(alone)
+  stop = int(alone[len(ids) + 2])
+  stopped = hm.generate(ids, 6, stop_token=stop)
+  first = len(ids) + int(np.flatnonzero(alone[len(ids):] == stop)[0])
+  np.testing.assert_array_equal(stopped, alone[:first + 1])  # up to and with the first stop token
+  zero_all = {'blocks.1.attn.z': lambda v, name: v * 0.0, 'blocks.1.ffn.out': lambda v, name: v * 0.0}
+  hooked = hm.generate(ids, 6, fwd_hooks=zero_all)
+  want = [int(t) for t in ids]
+  for _ in range(6):  # the same greedy loop by hand, through run_with_hooks
+    want.append(int(hm.run_with_hooks(np.asarray(want), zero_all)[0, -1].argmax()))
+  np.testing.assert_array_equal(hooked, want)
+  with pytest.raises(InputError, match=r'stop_token .* is 2 tokens; give one token'):
+    hm.generate(ids, 2, stop_token='a b')
+  with pytest.raises(InputError, match=r'exceeds model.max_len = 16'):
+    hm.generate(ids, 13)
+
+
+def test_test_prompt_gives_each_answer_tokens_rank_and_probability(hm, capsys):
+  result = hm.test_prompt('<s> a 1 b', 'c 2', top_k=3)
+  logits = hm('<s> a 1 b c 2')[0]
+  for j, step in enumerate(result['answer']):
+    at = 3 + j
+    row = logits[at] - logits[at].max()
+    prob = np.exp(row) / np.exp(row).sum()
+    token = step['id']
+    assert step['rank'] == int((logits[at] > logits[at, token]).sum())
+    assert step['prob'] == pytest.approx(prob[token], rel=1e-5)
+    assert step['top'][0][0] == hm.to_string([int(logits[at].argmax())]) and len(step['top']) == 3
+  printed = capsys.readouterr().out
+  assert "answer: ['c', '2']" in printed and 'rank' in printed
+
+
+def test_the_attention_figure_shows_every_head_with_token_labels(hm):
+  _, cache = hm.run_with_cache(['<s> a 1 b', '<s> c'])
+  fig = cache.attention_figure(batch=1)
+  assert len(fig.axes) == hm.cfg.num_layers * hm.cfg.num_heads
+  assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ['<s>', 'c']  # the padding left out
+  assert fig.axes[hm.cfg.num_heads].get_title() == 'L1.H0'
+  assert len(cache.attention_figure(layer=0).axes) == hm.cfg.num_heads
+  with pytest.raises(InputError, match=r'layer 5 is out of range'):
+    cache.attention_figure(layer=5)
+
+
+def test_a_circuit_says_why_a_higher_scoring_previous_token_head_is_not_named():
+  scores = np.array([[0.5, 0.1], [0.9, 0.2]])
+  circuit = circuits.Circuit((0, 0), (1, 1), [(0, 0)], [(1, 1)], scores, np.array([[0.0, 0.0], [0.1, 0.8]]))
+  assert 'L1.H0 scores higher (0.90) but is not in a block before the induction head' in circuit.describe()
+  named = circuits.Circuit((1, 0), (1, 1), [(1, 0)], [(1, 1)], scores, scores)
+  assert 'scores higher' not in named.describe()

@@ -132,8 +132,13 @@ class Circuit:
   def describe(self) -> str:
     (pl, ph), (il, ih) = self.previous_token_head, self.induction_head
     name = lambda heads: ', '.join(f'L{l}.H{h}' for l, h in heads)
+    bl, bh = np.unravel_index(np.argmax(self.previous_token_scores), self.previous_token_scores.shape)
+    why = ''
+    if (bl, bh) != (pl, ph):  # the circuit's previous-token head must act before its induction head
+      why = (f'; L{bl}.H{bh} scores higher ({self.previous_token_scores[bl, bh]:.2f}) but is not in a block '
+             f'before the induction head, so it cannot feed it')
     return (f'previous-token head L{pl}.H{ph} (mean weight on the previous position '
-            f'{self.previous_token_scores[pl, ph]:.2f}; all such heads: {name(self.previous_token_heads)}); '
+            f'{self.previous_token_scores[pl, ph]:.2f}; all such heads: {name(self.previous_token_heads)}{why}); '
             f'induction head L{il}.H{ih} (mean weight on the successor of the earlier occurrence '
             f'{self.induction_scores[il, ih]:.2f}; all such heads: {name(self.induction_heads)})')
 

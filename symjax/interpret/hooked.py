@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from symjax.interpret import hooks
+from symjax.run import sample
 from symjax.system.errors import InputError
 
 
@@ -115,3 +118,91 @@ class HookedModel:
         raise InputError('texts of unequal length carry their own key mask: pass key_mask= only with token ids')
       mask = np.asarray(key_mask, bool).reshape(ids.shape)
     return ids, mask
+
+  def generate(self, inputs, max_new_tokens: int, stop_token: int | str | None = None,
+               fwd_hooks: dict[str, Callable] | None = None, mode: str = 'greedy', temperature: float = 1.0,
+               top_k: int = 40, top_p: float = 0.9, seed: int = 0):
+    """Continues every prompt of ``inputs`` (texts of unequal length too) by up to ``max_new_tokens`` tokens,
+    with ``fwd_hooks`` applied at every step; a row stops after ``stop_token`` (an id, or a text of one
+    token). Returns what came in: a text (or a list of texts) with its continuation, else an id array per
+    prompt. Every step runs the same compiled pass over one fixed buffer (the models are causal, so the
+    tokens after a row's end change nothing before it)."""
+    if mode not in sample.MODES:
+      raise InputError(f'mode must be one of {list(sample.MODES)}, got {mode!r}')
+    if max_new_tokens < 1:
+      raise InputError(f'max_new_tokens must be >= 1, got {max_new_tokens}')
+    if not self.cfg.causal:
+      raise InputError('generate continues text left to right: this model is not causal (model.causal=False)')
+    ids, mask = self.to_tokens(inputs)
+    lengths = ids.shape[1] - np.argmax(mask[:, ::-1], axis=1) if mask is not None else np.full(len(ids),
+                                                                                                ids.shape[1])
+    total = ids.shape[1] + max_new_tokens
+    if total > self.cfg.max_len:
+      raise InputError(f'the longest prompt ({ids.shape[1]} tokens) plus {max_new_tokens} new tokens = {total} '
+                       f'exceeds model.max_len = {self.cfg.max_len}')
+    stop = self._stop_id(stop_token)
+    buffer = np.zeros((len(ids), total), np.int32)
+    buffer[:, :ids.shape[1]] = np.where(mask if mask is not None else True, ids, 0)
+    ends, done = lengths.copy(), np.zeros(len(ids), bool)
+    rows, rng = np.arange(len(ids)), jax.random.key(seed)
+    fns = dict(fwd_hooks or {})
+    for _ in range(max_new_tokens):
+      logits = np.asarray(hooks.apply_with_hooks(self.model, self.params, buffer, fns))[rows, ends - 1]
+      if mode == 'greedy':
+        token = logits.argmax(-1)
+      else:
+        rng, key = jax.random.split(rng)
+        filtered = jax.vmap(lambda x: sample.filter_logits(x, mode, temperature, top_k, top_p))(jnp.asarray(logits))
+        token = np.asarray(jax.random.categorical(key, filtered))
+      live = ~done
+      buffer[rows[live], ends[live]] = token[live]
+      ends = ends + live
+      done |= live & (token == stop) if stop is not None else done
+      if done.all():
+        break
+    out = [buffer[i, :ends[i]] for i in rows]
+    if isinstance(inputs, str):
+      return self.to_string(out[0])
+    if _is_batch(inputs) and isinstance(inputs[0], str):
+      return [self.to_string(o) for o in out]
+    return out if _is_batch(inputs) else out[0]
+
+  def _stop_id(self, stop_token) -> int | None:
+    if stop_token is None or isinstance(stop_token, (int, np.integer)):
+      if stop_token is not None and not 0 <= stop_token < self.cfg.vocab_size:
+        raise InputError(f'stop_token must be a token id in [0, {self.cfg.vocab_size}), got {stop_token}')
+      return stop_token
+    ids = self._encoded(stop_token)
+    if ids.size != 1:
+      raise InputError(f'stop_token {stop_token!r} is {ids.size} tokens; give one token')
+    return int(ids[0])
+
+  def test_prompt(self, prompt, answer, top_k: int = 10, prepend_space: bool = False, print_details: bool = True
+                  ) -> dict[str, Any]:
+    """TransformerLens's ``test_prompt``: how the model continues ``prompt`` with ``answer`` (a text or token
+    ids), token by token: each answer token's rank, logit and probability, and the ``top_k`` tokens the model
+    predicted there. Printed as a table (``print_details``) and returned."""
+    prompt_ids = self.to_tokens(prompt)[0][0]
+    answer_ids = (self._encoded(answer) if isinstance(answer, str)
+                  else np.asarray(answer, np.int32).reshape(-1))
+    if prepend_space and isinstance(answer, str):
+      answer_ids = self._encoded(' ' + answer)
+    ids = np.concatenate([prompt_ids, answer_ids])
+    logits = np.asarray(self(ids), np.float64)[0]
+    logp = logits - logits.max(-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+    label = (lambda i: self.to_string([i])) if self.tokenizer is not None else str
+    steps = []
+    for j, token in enumerate(answer_ids):
+      at = len(prompt_ids) - 1 + j
+      order = np.argsort(-logits[at], kind='stable')
+      steps.append({'token': label(int(token)), 'id': int(token), 'rank': int(np.flatnonzero(order == token)[0]),
+                    'logit': float(logits[at, token]), 'prob': float(np.exp(logp[at, token])),
+                    'top': [(label(int(t)), float(np.exp(logp[at, t]))) for t in order[:top_k]]})
+    if print_details:
+      print(f'prompt: {[label(int(t)) for t in prompt_ids]}')
+      print(f'answer: {[s["token"] for s in steps]}')
+      for s in steps:
+        top = ', '.join(f'{t!r} {p:.2%}' for t, p in s['top'])
+        print(f'  {s["token"]!r}: rank {s["rank"]}, logit {s["logit"]:.2f}, prob {s["prob"]:.2%} | top: {top}')
+    return {'prompt': [label(int(t)) for t in prompt_ids], 'answer': steps}

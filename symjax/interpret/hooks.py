@@ -308,6 +308,24 @@ class Cache(Mapping):
     attention = np.stack([self[f'blocks.{l}.attn.pattern'] for l in range(self.model.config.num_layers)])
     return circuits.detect_head(attention, pattern, self.tokens, self.key_mask, exclude_bos, exclude_current_token)
 
+  def attention_figure(self, layer: int | None = None, batch: int = 0):
+    """The cached attention pattern of every head of ``layer`` (default: every block) for prompt ``batch``,
+    queries down and keys across, labelled with the tokens (its padding left out): a matplotlib Figure."""
+    from symjax.interpret import report  # matplotlib: only for figures
+    num_layers = self.model.config.num_layers
+    if layer is not None and not 0 <= layer < num_layers:
+      raise InputError(f'layer {layer} is out of range: the model has blocks 0..{num_layers - 1}')
+    layers = range(num_layers) if layer is None else [layer]
+    missing = [f'blocks.{l}.attn.pattern' for l in layers if f'blocks.{l}.attn.pattern' not in self.arrays]
+    if missing:
+      raise InputError(f'{missing[0]} is not in this cache: run_with_cache without names=, or name it')
+    keep = np.ones(self.tokens.shape[1], bool) if self.key_mask is None else self.key_mask[batch]
+    pattern = np.stack([self[f'blocks.{l}.attn.pattern'][batch] for l in layers])[:, :, keep][..., keep]
+    labels = [lab for lab, k in zip(self.to_str_tokens(batch) if self.decode else
+                                    [str(int(t)) for t in self.tokens[batch]], keep) if k]
+    titles = [[f'L{l}.H{h}' for h in range(pattern.shape[1])] for l in layers]
+    return report.attention_figure(pattern, labels, titles=titles)
+
   def to_str_tokens(self, batch: int = 0) -> list[str]:
     if self.decode is None:
       raise InputError('this cache has no tokenizer: pass decode= (e.g. run.tokenizer.decode) to run_with_cache')

@@ -41,3 +41,23 @@ def test_the_docs_have_examples_to_run():
 def test_example_runs(path, index, code, trained_run, capsys):
   code = code.replace("'runs/<dir>'", repr(trained_run)).replace("'runs/symbolic'", repr(trained_run))
   exec(compile(code, f'{path} example {index}', 'exec'), {'__name__': '__docs__'})
+
+
+def test_the_api_page_lists_every_public_interpretability_name():
+  """Each name of ``symjax.interpret.__all__`` is on the API page: its module documented whole, or the name
+  itself."""
+  from symjax import interpret
+  with open(os.path.join(REPO, 'docs/api.md')) as f:
+    blocks = re.findall(r'^::: (\S+)\n((?:    .*\n)*)', f.read(), re.M)
+  documented = set()
+  for target, options in blocks:
+    members = re.search(r'members: \[(.*)\]', options)
+    documented.add(target)
+    if members:
+      documented |= {f'{target}.{m.strip()}' for m in members.group(1).split(',')}
+    elif 'members: false' not in options:
+      documented.add(f'{target}.*')
+  missing = [name for name in interpret.__all__
+             if not {f'{getattr(interpret, name).__module__}.{name}', f'{getattr(interpret, name).__module__}.*'}
+             & documented]
+  assert not missing, missing

@@ -194,6 +194,10 @@ def test_transformer_lens_families_patch_the_sites_they_name(kind):
                                                              positions=5, heads=2, metric=metric), atol=1e-6)
   # Before either pair's corrupted token (positions 0 and 1) nothing differs: the corrupt run's own metric.
   np.testing.assert_allclose(by_pos[:, :2], metric(hooks.run_with_hooks(model, params, corrupt, {})), atol=1e-5)
+  if kind == 'symbolic':  # a channel FFN's hidden units are [heads, batch·time, ff]: patched whole
+    _, hidden = hooks.run_with_cache(model, params, clean, ['blocks.0.ffn.hidden'])
+    want = hooks.run_with_hooks(model, params, corrupt, {'blocks.0.ffn.hidden': lambda v, n: hidden['blocks.0.ffn.hidden']})
+    np.testing.assert_allclose(patching.patch(model, params, clean, corrupt, 'blocks.0.ffn.hidden'), want, atol=1e-5)
   all_pos = patching.get_act_patch_attn_head_out_all_pos(model, params, clean, corrupt, metric)
   hm = HookedModel(model, params)
   np.testing.assert_array_equal(all_pos, patching.get_act_patch_attn_head_out_all_pos(hm, clean, corrupt, metric))

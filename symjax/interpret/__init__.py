@@ -33,7 +33,22 @@ from symjax.interpret.hooks import (
 )
 from symjax.interpret.interventions import Ablation, capture, effect, run_with
 from symjax.interpret.mixtures import MixtureTrace, mixture_trace, reconstruction_error, reconstruction_errors
-from symjax.interpret.patching import Sweep, logit_difference, patch, sweep_heads, sweep_positions
+from symjax.interpret.patching import (
+                                          Sweep,
+                                          get_act_patch_attn_head_out_all_pos,
+                                          get_act_patch_attn_head_out_by_pos,
+                                          get_act_patch_attn_out,
+                                          get_act_patch_block_every,
+                                          get_act_patch_mlp_out,
+                                          get_act_patch_resid_mid,
+                                          get_act_patch_resid_post,
+                                          get_act_patch_resid_pre,
+                                          logit_difference,
+                                          patch,
+                                          patch_many,
+                                          sweep_heads,
+                                          sweep_positions,
+)
 from symjax.interpret.tracing import Trace, cone, trace
 
 __all__ = [
@@ -43,5 +58,8 @@ __all__ = [
     'group_attribution', 'head_parameters', 'induction_scores', 'mixture_trace', 'native_importance',
     'previous_token_scores', 'program', 'readout', 'reconstruction_error', 'reconstruction_errors',
     'run_with', 'run_with_cache', 'run_with_hooks', 'stream_ablations', 'stream_attribution', 'trace',
-    'valid_names', 'zero_head', 'Sweep', 'logit_difference', 'patch', 'sweep_heads', 'sweep_positions',
+    'valid_names', 'zero_head', 'Sweep', 'logit_difference', 'patch', 'patch_many', 'sweep_heads',
+    'sweep_positions', 'get_act_patch_resid_pre', 'get_act_patch_resid_mid', 'get_act_patch_resid_post',
+    'get_act_patch_attn_out', 'get_act_patch_mlp_out', 'get_act_patch_attn_head_out_all_pos',
+    'get_act_patch_attn_head_out_by_pos', 'get_act_patch_block_every',
 ]

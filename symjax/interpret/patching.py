@@ -13,7 +13,9 @@ with ``key_mask`` (False at the padding).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import os
 from typing import Callable, Sequence
 
 import flax.linen as nn
@@ -103,16 +105,50 @@ def _program(model: Transformer, sites: tuple[str, ...]):
       return hooks.hooked_logits(model, params, tokens, key_mask, fns)
 
     def passes(params, clean, corrupt, key_mask, masks):
-      values = {}
-      keep = {s: (lambda v, name, s=s: values.setdefault(s, v)) for s in sites}
-      clean_logits = run(params, clean, key_mask, keep)
+      # The clean and corrupt runs as one batch (one copy of the model in the program, not two), then the
+      # patches, each taking its sites from the clean half.
+      values, b = {}, clean.shape[0]
+      # The clean half: the first b rows, or the first half of [heads, batch·time, ...] (a symbolic channel FFN's
+      # hidden units).
+      half = {s: (lambda v: v[:, :v.shape[1] // 2]) if axes(model, s)[0] is None else (lambda v: v[:b])
+              for s in sites}
+      keep = {s: (lambda v, name, s=s: (values.setdefault(s, half[s](v)), v)[1]) for s in sites}
+      both = run(params, jnp.concatenate([clean, corrupt]), None if key_mask is None else
+                 jnp.concatenate([key_mask, key_mask]), keep)
 
       def patched(mask):
         take = {s: (lambda v, name, s=s: jnp.where(mask[s], values[s].astype(v.dtype), v)) for s in sites}
         return run(params, corrupt, key_mask, take)
-      return clean_logits, run(params, corrupt, key_mask, {}), jax.vmap(patched)(masks)
+      return both[:b], both[b:], jax.vmap(patched)(masks)
     _PROGRAMS[key] = jax.jit(passes)
   return _PROGRAMS[key]
+
+
+# Compiled executables by (model, sites, argument shapes): a sweep compiles the programs of its blocks at once,
+# on as many threads as the machine has cores (XLA compiles outside Python's lock), then runs them.
+_EXECUTABLES: dict = {}
+
+
+def _executable_key(model, sites, args) -> tuple:
+  leaves, tree = jax.tree.flatten(args)
+  return model, sites, tree, tuple((tuple(np.shape(x)), str(x.dtype)) for x in leaves)
+
+
+def _executable(model, sites, args):
+  key = _executable_key(model, sites, args)
+  if key not in _EXECUTABLES:
+    _EXECUTABLES[key] = _program(model, sites).lower(*args).compile()
+  return _EXECUTABLES[key]
+
+
+def _compile_all(jobs: list[tuple]) -> None:
+  """Compiles the executables of ``jobs`` [(model, sites, args)] not compiled yet, concurrently."""
+  todo = [j for j in jobs if _executable_key(*j) not in _EXECUTABLES]
+  if len(todo) < 2:
+    return
+  with concurrent.futures.ThreadPoolExecutor(min(len(todo), os.cpu_count() or 1)) as pool:
+    for job, compiled in zip(todo, pool.map(lambda j: _program(j[0], j[1]).lower(*j[2]).compile(), todo)):
+      _EXECUTABLES[_executable_key(*job)] = compiled
 
 
 @dataclasses.dataclass
@@ -133,22 +169,30 @@ def _run(model: Transformer, params, clean, corrupt, key_mask, masks: dict[str, 
          chunk: int | None = None) -> _Patched:
   """``masks`` {site: ``[patches, ...]`` booleans broadcast to the site's value}: patch i takes each site from
   the clean run where its mask is True, all in one compiled program (``_program``)."""
+  count, calls = _calls(model, params, clean, corrupt, key_mask, masks, chunk)
+  analysis, sites = core.analysis_model(model), tuple(masks)
+  out = []
+  for args in calls:
+    clean_logits, corrupt_logits, logits = _executable(analysis, sites, args)(*args)
+    out.append(np.asarray(logits))
+  return _Patched(np.asarray(clean_logits), np.asarray(corrupt_logits), np.concatenate(out)[:count])
+
+
+def _calls(model, params, clean, corrupt, key_mask, masks, chunk=None) -> tuple[int, list[tuple]]:
+  """(patches, the arguments of each call of the program): the patches padded to whole calls of a power of
+  two rows each."""
   count = {len(m) for m in masks.values()}
   if len(count) != 1:
     raise InputError(f'every site needs one mask per patch; got {sorted(count)} masks')
   count = count.pop()
-  run = _program(core.analysis_model(model), tuple(masks))
   params = nn.meta.unbox(params)
   km = None if key_mask is None else jnp.asarray(key_mask)
   rows = _rows(count, chunk or max(1, CHUNK_TOKENS // clean.size))
   total = -(-count // rows) * rows
   padded = {s: np.concatenate([m, np.zeros((total - count, *m.shape[1:]), bool)]) for s, m in masks.items()}
-  out = []
-  for start in range(0, total, rows):
-    clean_logits, corrupt_logits, logits = run(params, jnp.asarray(clean), jnp.asarray(corrupt), km,
-                                               {s: jnp.asarray(m[start:start + rows]) for s, m in padded.items()})
-    out.append(np.asarray(logits))
-  return _Patched(np.asarray(clean_logits), np.asarray(corrupt_logits), np.concatenate(out)[:count])
+  tokens = jnp.asarray(clean), jnp.asarray(corrupt)
+  return count, [(params, *tokens, km, {s: jnp.asarray(m[start:start + rows]) for s, m in padded.items()})
+                 for start in range(0, total, rows)]
 
 
 def _merged(groups: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -324,6 +368,8 @@ def _sweep(model, params, clean, corrupt, groups: list[dict[str, np.ndarray]], s
   patches = sum(len(next(iter(g.values()))) for g in groups)
   if patches * clean.size <= CHUNK_TOKENS:
     groups = [_merged(groups)]
+  analysis = core.analysis_model(model)
+  _compile_all([(analysis, tuple(g), _calls(model, params, clean, corrupt, key_mask, g)[1][0]) for g in groups])
   return np.concatenate([score(_run(model, params, clean, corrupt, key_mask, g)) for g in groups])
 
 

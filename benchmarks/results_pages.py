@@ -215,6 +215,25 @@ def accelerator_table(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def transformer_lens_table(data: dict, json_name: str, pages: str) -> str:
+  """symjax's interpretability workloads against TransformerLens (``benchmarks/speed/vs_transformer_lens.py``)."""
+  shape = data['shape']
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}, TransformerLens {data['transformer_lens']}; "
+           f"{shape['layers']} layers, {shape['heads']} heads × {shape['head_dim']}, MLP {shape['mlp']}, vocabulary "
+           f"{shape['vocab']}, the same weights in both; forward passes on {shape['batch']} × {shape['context']} "
+           f"tokens, sweeps on {shape['sweep_batch']} prompt pair(s) of {shape['context']}; warm medians of "
+           f"{data['repeats']} calls, symjax's first call (compilation included) apart "
+           f"([all figures]({pages}/{json_name}.md)):", '',
+           '| workload | TransformerLens | symjax | speed-up | symbolic model | speed-up | symjax first call |',
+           '|---|---:|---:|---:|---:|---:|---:|']
+  for name, row in data['workloads'].items():
+    lines.append(f"| {name.replace('_', ' ')} | {row['transformer_lens_s'] * 1e3:,.1f} ms | "
+                 f"{row['symjax_s'] * 1e3:,.1f} ms | {row['speedup']:.1f}× | "
+                 f"{row['symjax_symbolic_s'] * 1e3:,.1f} ms | {row['speedup_symbolic']:.1f}× | "
+                 f"{row['symjax_first_call_s']:.1f} s |")
+  return '\n'.join(lines) + '\n'
+
+
 # Blocks written from result files into each page: (marker name, JSON file, renderer of the JSON, the file's
 # name and the data pages' folder as the page links it). The CPU benchmark has one file per CPU vendor the
 # project's machines have had.
@@ -223,7 +242,8 @@ CPU_BLOCKS = (('vs-pytorch', 'vs_pytorch_cpu', vs_pytorch_table),
 GENERATED = {
     README: (CPU_BLOCKS, 'docs/results/data'),
     'docs/performance.md': (CPU_BLOCKS + (('first-step', 'first_step_cpu', first_step_table),
-                                          ('accelerator', 'accelerator_h100_batch64', accelerator_table)),
+                                          ('accelerator', 'accelerator_h100_batch64', accelerator_table),
+                                          ('vs-transformer-lens', 'vs_transformer_lens_cpu', transformer_lens_table)),
                             'results/data'),
 }
 

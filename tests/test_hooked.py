@@ -153,3 +153,15 @@ def test_a_circuit_says_why_a_higher_scoring_previous_token_head_is_not_named():
   assert 'L1.H0 scores higher (0.90) but is not in a block before the induction head' in circuit.describe()
   named = circuits.Circuit((1, 0), (1, 1), [(1, 0)], [(1, 1)], scores, scores)
   assert 'scores higher' not in named.describe()
+
+
+def test_every_function_of_model_and_params_takes_the_model_object(hm):
+  from symjax.interpret import attribution, core, tracing
+  ids = np.asarray(hm.tokenizer.encode('<s> a 1 b 2 a'))
+  np.testing.assert_array_equal(core.run(hm, ids)[0], core.run(hm.model, hm.params, ids)[0])
+  np.testing.assert_array_equal(hooks.run_with_cache(hm, ids)[0], hooks.run_with_cache(hm.model, hm.params, ids)[0])
+  got, want = (attribution.stream_attribution(hm, ids)['bias'],
+               attribution.stream_attribution(hm.model, hm.params, ids)['bias'])
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(tracing.trace(hm, ids).logits, tracing.trace(hm.model, hm.params, ids).logits)
+  assert circuits.program(hm, ids) == circuits.program(hm.model, hm.params, ids)

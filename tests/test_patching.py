@@ -196,7 +196,8 @@ def test_transformer_lens_families_patch_the_sites_they_name(kind):
   np.testing.assert_allclose(by_pos[:, :2], metric(hooks.run_with_hooks(model, params, corrupt, {})), atol=1e-5)
   if kind == 'symbolic':  # a channel FFN's hidden units are [heads, batch·time, ff]: patched whole
     _, hidden = hooks.run_with_cache(model, params, clean, ['blocks.0.ffn.hidden'])
-    want = hooks.run_with_hooks(model, params, corrupt, {'blocks.0.ffn.hidden': lambda v, n: hidden['blocks.0.ffn.hidden']})
+    site = 'blocks.0.ffn.hidden'
+    want = hooks.run_with_hooks(model, params, corrupt, {site: lambda v, n: hidden[site]})
     np.testing.assert_allclose(patching.patch(model, params, clean, corrupt, 'blocks.0.ffn.hidden'), want, atol=1e-5)
   all_pos = patching.get_act_patch_attn_head_out_all_pos(model, params, clean, corrupt, metric)
   hm = HookedModel(model, params)

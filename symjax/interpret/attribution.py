@@ -43,6 +43,7 @@ from symjax.tasks import base, induction
 from symjax.train import metrics
 
 
+@core.takes_hooked_model
 def stream_attribution(model: Transformer, params, tokens, key_mask=None) -> dict[str, np.ndarray]:
   """Direct logit attribution: {term name: logits contribution ``[batch, time, vocab]``} with the terms
   of ``core.components`` and 'bias'. They sum to the model's logits."""
@@ -73,6 +74,7 @@ def group_attribution(parts: dict[str, np.ndarray], two_stream: bool = True) -> 
   return out
 
 
+@core.takes_hooked_model
 def stream_ablations(model: Transformer, params, batches: Sequence[dict[str, np.ndarray]]
                      ) -> dict[str, float]:
   """Accuracy of a two-stream model with each stream removed, over ``batches`` (task format):
@@ -109,6 +111,7 @@ def stream_ablations(model: Transformer, params, batches: Sequence[dict[str, np.
 
 # --- Token importance ---------------------------------------------------------------------------------
 
+@core.takes_hooked_model
 def native_importance(model: Transformer, params, tokens, key_mask=None) -> np.ndarray:
   """``[blocks, batch, time, time]``: row i of block l is the share of each input position in what
   position i holds after block l (see the module docstring). Rows sum to 1."""
@@ -199,6 +202,7 @@ def baseline_embeddings(params, tokens, baseline: str) -> jax.Array:
   return jnp.broadcast_to(row, tuple(np.shape(tokens)) + (table.shape[1],))
 
 
+@core.takes_hooked_model
 def gradient_importance(model: Transformer, params, tokens, targets, key_mask=None,
                         method: str = 'integrated_gradients', steps: int = 128, signed: bool = False,
                         baseline: str = 'mean') -> np.ndarray:
@@ -224,6 +228,7 @@ def gradient_importance(model: Transformer, params, tokens, targets, key_mask=No
   return out if signed else np.abs(out)
 
 
+@core.takes_hooked_model
 def target_logprob(model: Transformer, params, tokens, targets, key_mask=None, baseline: str | None = None
                    ) -> np.ndarray:
   """log p(targets_i) ``[batch, time]``; with ``baseline``, at the integrated-gradients baseline input
@@ -315,6 +320,7 @@ def reverse_truth(tokens: np.ndarray, vocab) -> tuple[np.ndarray, np.ndarray]:
 TRUTHS = {'induction': induction_truth, 'reverse': reverse_truth}
 
 
+@core.takes_hooked_model
 def importance_scores(model: Transformer, params, batch: dict[str, np.ndarray], steps: int = 128
                       ) -> dict[str, np.ndarray]:
   """Every method's ``[batch, i, j]`` scores for the final block on a task batch (targets: the tags)."""
@@ -326,6 +332,7 @@ def importance_scores(model: Transformer, params, batch: dict[str, np.ndarray], 
           'input_x_gradient': ixg, '|integrated_gradients|': np.abs(ig), '|input_x_gradient|': np.abs(ixg)}
 
 
+@core.takes_hooked_model
 def evaluate_importance(model: Transformer, params, batches, task: str, vocab, causal: bool,
                         k: int = 1, steps: int = 128) -> dict[str, float]:
   """precision@k of each method (and the expected precision of a random ranking) against the task's

@@ -143,6 +143,7 @@ class Circuit:
             f'{self.induction_scores[il, ih]:.2f}; all such heads: {name(self.induction_heads)})')
 
 
+@core.takes_hooked_model
 def attention_stack(model, params, tokens, key_mask=None) -> np.ndarray:
   """All attention weights ``[layers, batch, heads, time, time]``."""
   model = core.analysis_model(model)
@@ -150,6 +151,7 @@ def attention_stack(model, params, tokens, key_mask=None) -> np.ndarray:
   return core.attention_weights(model.config, inter)
 
 
+@core.takes_hooked_model
 def find_induction_circuit(model, params, tokens, key_mask=None, ignore=frozenset(),
                            previous_queries: np.ndarray | None = None, share: float = 0.75) -> Circuit:
   """The head with the highest induction score, and the best previous-token head in an earlier layer
@@ -181,6 +183,7 @@ class HeadStep:
   write_weight: float   # its coefficient / probability
 
 
+@core.takes_hooked_model
 def head_writes(model, params, tokens, key_mask=None) -> tuple[np.ndarray, np.ndarray]:
   """Per layer, the distribution of what each head writes, ``[layers, batch, time, heads, vocab]``, and the
   attention ``[layers, batch, heads, time, time]``."""
@@ -215,6 +218,7 @@ def _standard_head_outputs(cfg, p, l, tokens, key_mask, model) -> np.ndarray:
   return np.stack([heads[h] @ out_kernel[h] for h in range(cfg.num_heads)], axis=2)
 
 
+@core.takes_hooked_model
 def program(model, params, tokens, key_mask=None) -> list[HeadStep]:
   """The discretised trace of one sequence (``tokens`` ``[time]`` or ``[1, time]``)."""
   tokens = core.as_batch(tokens, model.config.vocab_size)

@@ -70,6 +70,7 @@ def _unwrap(tree):
   return np.asarray(tree, np.float64)
 
 
+@takes_hooked_model
 def run(model: Transformer, params, tokens, key_mask=None) -> tuple[np.ndarray, dict[str, Any]]:
   """Logits ``[batch, time, vocab]`` and every sown site (``symjax.model.intermediates.SOWN``) as float64,
   by name (``blocks.1.attn.pattern``...)."""

@@ -332,6 +332,7 @@ class Cache(Mapping):
     return [self.decode([int(t)]) for t in self.tokens[batch]]
 
 
+@core.takes_hooked_model
 def run_with_cache(model: Transformer, params, tokens, names_: Sequence[str] | Callable[[str], bool] | None = None,
                    key_mask=None, decode: Callable | None = None, hooks: dict[str, Callable] | None = None,
                    incl_grad: bool = False, metric: Callable[[jax.Array], jax.Array] | None = None
@@ -364,6 +365,7 @@ def run_with_cache(model: Transformer, params, tokens, names_: Sequence[str] | C
   return np.asarray(logits), cache
 
 
+@core.takes_hooked_model
 def run_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable], key_mask=None,
                    return_type: str = 'logits', targets=None, weights=None) -> np.ndarray | float:
   """The model with ``hooks`` {site name: ``fn(value, name) -> value``} applied where the sites are met.
@@ -394,6 +396,7 @@ def hooked_logits(model: Transformer, params, tokens: jax.Array, key_mask: jax.A
     return model.apply({'params': nn.meta.unbox(params)}, tokens, key_mask)
 
 
+@core.takes_hooked_model
 def apply_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable], key_mask=None) -> jax.Array:
   """The logits ``[batch, time, vocab]`` of the model with ``hooks`` applied, as a JAX array: the functional
   core of ``run_with_hooks``, which ``jax.grad`` and ``jax.jit`` go through (hooks written with ``jnp``)."""
@@ -401,6 +404,7 @@ def apply_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callab
   return _apply(model, params, tokens, key_mask, hooks, frozenset(), [])[2]
 
 
+@core.takes_hooked_model
 def site_gradients(model: Transformer, params, tokens, metric: Callable[[jax.Array], jax.Array],
                    names_: Sequence[str], key_mask=None, hooks: dict[str, Callable] | None = None
                    ) -> tuple[float, dict[str, np.ndarray]]:
@@ -423,6 +427,7 @@ def site_gradients(model: Transformer, params, tokens, metric: Callable[[jax.Arr
   return float(value), {n: np.asarray(g) for n, g in grads.items()}
 
 
+@core.takes_hooked_model
 def attribution_patch(model: Transformer, params, clean, corrupt, metric: Callable[[jax.Array], jax.Array],
                       names_: Sequence[str], key_mask=None) -> dict[str, np.ndarray]:
   """Attribution patching: the first-order estimate of what patching each site from ``clean`` into

@@ -28,6 +28,7 @@ def queries(batch, vocab) -> np.ndarray:
   return q & (batch['weights'] > 0)
 
 
+@core.takes_hooked_model
 def find_circuit(model, params, batch, vocab, share: float = 0.75) -> circuits.Circuit:
   tokens = batch['inputs']
   letters, numbers = _ids(vocab, induction.LETTERS), _ids(vocab, induction.NUMBERS)
@@ -62,6 +63,7 @@ def context_guess_accuracy(batch, vocab) -> float:
 KNOCKOUT_MODES = ('mean', 'zero', 'resample')
 
 
+@core.takes_hooked_model
 def knockouts(model, params, batch, vocab, circuit: circuits.Circuit, mode: str = 'resample'
               ) -> dict[str, dict[str, float]]:
   """Accuracies with nothing ablated, the top induction head, all induction heads, and the previous-token

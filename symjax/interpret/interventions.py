@@ -97,6 +97,7 @@ def _interceptor(actions: dict[tuple[str, ...], list[tuple[bool, Callable]]]):
   return intercept
 
 
+@core.takes_hooked_model
 def capture(model: Transformer, params, tokens, sites: Sequence[Ablation], key_mask=None
             ) -> list[np.ndarray]:
   """The value each site takes on ``tokens`` (modes are ignored)."""
@@ -116,6 +117,7 @@ def capture(model: Transformer, params, tokens, sites: Sequence[Ablation], key_m
   return found
 
 
+@core.takes_hooked_model
 def run_with(model: Transformer, params, tokens, ablations: Sequence[Ablation], key_mask=None,
              reference=None, reference_mask=None, source=None, source_mask=None):
   """Logits ``[batch, time, vocab]`` and intermediates of ``tokens`` with every ablation applied.
@@ -165,6 +167,7 @@ def run_with(model: Transformer, params, tokens, ablations: Sequence[Ablation], 
     return core.run(model, params, tokens, key_mask)
 
 
+@core.takes_hooked_model
 def effect(model: Transformer, params, batch: dict[str, np.ndarray], ablations: Sequence[Ablation],
            weights: np.ndarray | None = None, **kw) -> dict[str, float]:
   """Loss and accuracy of ``batch`` (task format: inputs, targets, weights, key_mask) without and with

@@ -38,6 +38,7 @@ class MixtureTrace:
     return [t + e for t, e in zip(self.x_t, self.x_e)]
 
 
+@core.takes_hooked_model
 def mixture_trace(model: Transformer, params, tokens, key_mask=None) -> MixtureTrace:
   """Runs the model and returns the mixture coefficients of every stream after every layer.
 

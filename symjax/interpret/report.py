@@ -113,6 +113,7 @@ th{background:#f3f3f3}pre{background:#f7f7f7;padding:0.6em;font-size:12px;overfl
 img{max-width:100%}h2{border-bottom:1px solid #ddd}"""
 
 
+@core.takes_hooked_model
 def build_report(model, params, tokens, decode: Callable, title: str = 'symjax report',
                  position: int = -1, target: int | None = None, ignore=frozenset(),
                  ig_steps: int = 128, circuit: circuits.Circuit | None = None,

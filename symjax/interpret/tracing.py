@@ -71,6 +71,7 @@ def cone(x: np.ndarray, table: np.ndarray, num_heads: int, vocab_size: int) -> n
   return out.reshape(xh.shape[:-1])
 
 
+@core.takes_hooked_model
 def trace(model: Transformer, params, tokens, key_mask=None, with_cone: bool = True) -> Trace:
   """Runs the model on ``tokens`` (``[time]`` or ``[batch, time]``) and keeps everything above."""
   model = core.analysis_model(model)

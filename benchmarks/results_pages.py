@@ -190,7 +190,7 @@ def vs_pytorch_table(data: dict, json_name: str = 'vs_pytorch_cpu', pages: str =
 
 
 def first_step_table(data: dict, json_name: str, pages: str) -> str:
-  """The warm first step of each source tree and kind (``benchmarks/speed/first_step.py``)."""
+  """The warm first step of each source tree and kind (``first_step_cpu.json``)."""
   trees = list(data['trees'])
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; seconds from the training command's start to "
            f"its first finished step with a warm compilation cache, median and range of {data['runs']} runs per "

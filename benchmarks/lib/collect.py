@@ -1,10 +1,9 @@
-"""What the collect_*.py scripts share: their command line, how a mean ± interval is printed, and the record
-of one finished run's validation accuracy (collect_validation)."""
+"""What benchmarks/analysis/collect.py and the suites share: how a mean ± interval is printed, and the record
+of one finished run's validation accuracy."""
 
 import dataclasses
 import json
 import os
-import sys
 
 from symjax.model import ModelConfig
 from symjax.system.errors import InputError
@@ -13,20 +12,6 @@ from symjax.tasks import rasp
 RASP = rasp.TASKS
 # Test token accuracy (%) of Transformer Programs, "Learning Transformer Programs" Table 1.
 TRANSFORMER_PROGRAMS = rasp.PUBLISHED
-
-
-def root_and_json(argv, root: str, json_path: str) -> tuple[str, str]:
-  """``script.py [ROOT] [--json=PATH]`` -> (ROOT, PATH), with the script's defaults; ``--help`` prints the
-  script's docstring and exits."""
-  if '--help' in argv[1:] or '-h' in argv[1:]:
-    print((sys.modules['__main__'].__doc__ or '').strip())
-    print(f'\nwrites {json_path} (--json=PATH to change); ROOT defaults to {root}')
-    sys.exit(0)
-  args = [a for a in argv[1:] if not a.startswith('--json=')]
-  if len(args) > 1:
-    sys.exit(f'usage: {argv[0]} [ROOT={root}] [--json={json_path}]')
-  out = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--json=')), json_path)
-  return (args[0] if args else root), out
 
 
 def cell(stat: dict | None, scale: float = 1.0, digits: int = 4) -> str:

@@ -7,7 +7,7 @@ line (thread) of the trace and per event name. A line's busy time can exceed the
 host (lines run side by side) and its events nest (a module holds its ops), so compare names within one
 line. ``by_op`` sums the numbered copies of an op (every ``dot.N`` as ``dot``), and is what is printed.
 
-For a trace taken on one thread, where op times add up to the step (benchmarks/speed/step_attribution.py):
+For a trace taken on one thread, where op times add up to the step:
 ``hlo_ops`` reads each instruction's op_name metadata and whether it is a matrix product from the optimised
 HLO text, ``trace_events`` the trace's events of those instructions, and ``classify`` charges an op_name to its
 pass and its part of the model.

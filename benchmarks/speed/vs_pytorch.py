@@ -14,13 +14,6 @@ should be otherwise idle. Per command:
   holds an evaluation and checkpoint; the blocks' spread about that median;
 - the wall time of the whole command, and the time from the command to its first finished step;
 - its peak resident memory (the child's ``ru_maxrss``);
-- for every block, the slowest round trip between the first two cores sampled during it, every
-  ``core_latency.INTERVAL_MS`` (``benchmarks/speed/core_latency.py``, built with the system's C compiler, skipped
-  without one). On a virtual machine the hypervisor may move one virtual CPU far from the other for minutes,
-  and every program's step is slower for as long as it lasts. So the step time and the blocks' spread are also
-  given over the blocks during which the cores were near (round trip within ``core_latency.FAR_FACTOR`` × the
-  benchmark's fastest), with the count of the others, and the tokens/s ratio over them: a program that happened
-  to run while the cores were far is not compared with one that ran while they were near.
 symjax runs keep their compiled steps in a compilation cache made fresh for this benchmark: the first round
 compiles (a cold cache), later rounds read it (a warm one, as a rerun or resume on the user's machine does).
 The ratios against PyTorch are taken within each round and their median reported. Tests time nothing; the
@@ -42,7 +35,6 @@ import time
 from absl import app, flags
 
 from benchmarks.lib import results as result_files
-from benchmarks.speed import core_latency
 
 _TEXT = flags.DEFINE_string('text_path', '../shared/data/tinyshakespeare.txt', 'The corpus (Tiny Shakespeare).')
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Rounds; every command runs once per round.')
@@ -110,60 +102,6 @@ def run_once(argv: list[str], extra_env: dict[str, str] | None = None) -> dict:
           'block_steady': [x['steady'] for x in blocks], 'block_spans_unix': [x['unix'] for x in blocks]}
 
 
-def add_core_latency(run: dict, samples: list[tuple[float, float]]) -> None:
-  """Adds to ``run`` (``run_once``'s) the slowest core-to-core round trip sampled during each of its blocks."""
-  run['block_core_round_trip_ns'] = core_latency.slowest_between(samples, run.pop('block_spans_unix'))
-
-
-def far_above_ns(rounds: list[dict]) -> float | None:
-  """The round trip above which a block counts as run with the cores far apart; None when none was sampled."""
-  every = [ns for rd in rounds for run in rd['runs'].values() for ns in run.get('block_core_round_trip_ns', [])
-           if ns is not None]
-  return core_latency.FAR_FACTOR * min(every) if every else None
-
-
-def near_blocks(run: dict, limit: float) -> list[float]:
-  """The ms per step of ``run``'s steady blocks during which the cores were near (round trip ≤ ``limit``)."""
-  return [t for t, steady, ns in zip(run['block_ms_per_step'], run['block_steady'], run['block_core_round_trip_ns'])
-          if steady and ns is not None and ns <= limit]
-
-
-def spread_with_cores_near(rounds: list[dict], name: str) -> dict | None:
-  """Over the steady blocks of every run of ``name`` during which the two cores were near: the blocks' spread
-  about their run's median, the median ms per step (median over runs), and how many blocks were near and far;
-  None when no latency was sampled."""
-  limit = far_above_ns(rounds)
-  if limit is None:
-    return None
-  worst, far, near_count, medians = 0.0, 0, 0, []
-  for rd in rounds:
-    run = rd['runs'][name]
-    ms = near_blocks(run, limit)
-    far += sum(1 for steady, ns in zip(run['block_steady'], run['block_core_round_trip_ns'])
-               if steady and ns is not None and ns > limit)
-    near_count += len(ms)
-    if ms:
-      median = statistics.median(ms)
-      medians.append(median)
-      worst = max(worst, max(abs(t / median - 1) for t in ms))
-  return {'worst_block_deviation': worst, 'steady_blocks_cores_near': near_count, 'steady_blocks_cores_far': far,
-          'far_above_ns': limit, 'step_ms': statistics.median(medians) if medians else None}
-
-
-def speed_ratio_with_cores_near(rounds: list[dict], name: str, peer: str) -> dict | None:
-  """``name``'s tokens/s over ``peer``'s, each from the median of its blocks run with the cores near, within each
-  round where both had such blocks; None when no round had."""
-  limit = far_above_ns(rounds)
-  if limit is None:
-    return None
-  per_round = []
-  for rd in rounds:
-    mine, theirs = near_blocks(rd['runs'][name], limit), near_blocks(rd['runs'][peer], limit)
-    if mine and theirs:
-      per_round.append(statistics.median(theirs) / statistics.median(mine))
-  return {'median': statistics.median(per_round), 'per_round': per_round} if per_round else None
-
-
 def versions() -> dict[str, str]:
   out = {}
   for name in ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy', 'torch'):
@@ -185,22 +123,17 @@ def main(_):
   rounds = []
   with tempfile.TemporaryDirectory(prefix='vs_pytorch_') as tmp:
     cache = os.path.join(tmp, 'compilation_cache')
-    probe, why_not = core_latency.build(tmp)
-    if probe is None:
-      print(f'not sampling the cores\' round trip: {why_not}', file=sys.stderr)
-    with core_latency.Monitor(probe, os.path.join(tmp, 'core_latency.log'), core_latency.INTERVAL_MS) as monitor:
-      for r in range(_ROUNDS.value):
-        order = names[r % len(names):] + names[:r % len(names)]
-        row = {}
-        for name in order:
-          workdir = os.path.join(tmp, f'{name}_{r}')
-          row[name] = run_once(commands(name, workdir, cache))
-          add_core_latency(row[name], monitor.samples())
-          print(f"round {r + 1} {name}: {row[name]['step_ms']:.1f} ms/step, {row[name]['wall_s']:.1f} s wall, "
-                f"first step {row[name]['seconds_to_first_step']:.1f} s, "
-                f"{row[name]['peak_resident_mib']:.0f} MiB", flush=True)
-        rounds.append({'order': order, 'runs': row})
-    latency_pair = monitor.pair if probe else None
+    for r in range(_ROUNDS.value):
+      order = names[r % len(names):] + names[:r % len(names)]
+      row = {}
+      for name in order:
+        workdir = os.path.join(tmp, f'{name}_{r}')
+        row[name] = run_once(commands(name, workdir, cache))
+        row[name].pop('block_spans_unix')
+        print(f"round {r + 1} {name}: {row[name]['step_ms']:.1f} ms/step, {row[name]['wall_s']:.1f} s wall, "
+              f"first step {row[name]['seconds_to_first_step']:.1f} s, "
+              f"{row[name]['peak_resident_mib']:.0f} MiB", flush=True)
+      rounds.append({'order': order, 'runs': row})
 
   def median_of(name, key, warm_only=False):
     values = [rd['runs'][name][key] for i, rd in enumerate(rounds) if not (warm_only and i == 0)]
@@ -218,37 +151,28 @@ def main(_):
                      'seconds_to_first_step_warm': median_of(name, 'seconds_to_first_step', warm_only=True),
                      'worst_block_deviation': max(max(abs(rd['runs'][name]['block_min_over_median'] - 1),
                                                       abs(rd['runs'][name]['block_max_over_median'] - 1))
-                                                  for rd in rounds),
-                     'blocks_with_cores_near': spread_with_cores_near(rounds, name)}
+                                                  for rd in rounds)}
     if name != PEER:
       summary[name]['vs_pytorch'] = {'tokens_per_s': ratio(name, 'tokens_per_s'),
                                      'wall_time': ratio(name, 'wall_s'),
-                                     'peak_resident_memory': ratio(name, 'peak_resident_mib'),
-                                     'tokens_per_s_cores_near': speed_ratio_with_cores_near(rounds, name, PEER)}
+                                     'peak_resident_memory': ratio(name, 'peak_resident_mib')}
 
   print(f'\n{result_files.cpu_model()}, {os.cpu_count()} cores; median of {_ROUNDS.value} rounds; '
         'ratios within a round')
   print('| program | step | tokens/s | × PyTorch | wall | × PyTorch | first step (cold / warm) | blocks within | '
-        'cores near: step | × PyTorch | blocks within (far) | peak resident | × PyTorch |')
-  print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+        'peak resident | × PyTorch |')
+  print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   for name in names:
     s = summary[name]
     vs = s.get('vs_pytorch')
     cell = lambda key: (f"{vs[key]['median']:.2f}×" if vs[key] else '–') if vs else '1'
     warm = s['seconds_to_first_step_warm']
-    near = s['blocks_with_cores_near']
-    if near is None or near['step_ms'] is None:
-      near_cells = '– | – | –'
-    else:
-      near_cells = (f"{near['step_ms']:.1f} ms | {cell('tokens_per_s_cores_near')} | "
-                    f"±{100 * near['worst_block_deviation']:.0f}% ({near['steady_blocks_cores_far']} of "
-                    f"{near['steady_blocks_cores_far'] + near['steady_blocks_cores_near']})")
     print(f"| {name} | {s['step_ms']:.1f} ms | {s['tokens_per_s']:,.0f} | {cell('tokens_per_s')} | "
           f"{s['wall_s']:.1f} s | {cell('wall_time')} | {s['seconds_to_first_step_cold']:.1f} / "
-          f"{'–' if warm is None else f'{warm:.1f}'} s | ±{100 * s['worst_block_deviation']:.0f}% | {near_cells} | "
+          f"{'–' if warm is None else f'{warm:.1f}'} s | ±{100 * s['worst_block_deviation']:.0f}% | "
           f"{s['peak_resident_mib']:.0f} MiB | {cell('peak_resident_memory')} |")
   result_files.write(_JSON.value, {'versions': versions(), 'rounds_run': _ROUNDS.value, 'steps': _STEPS.value,
-                                   'core_latency_cpus': latency_pair, 'summary': summary, 'rounds': rounds})
+                                   'summary': summary, 'rounds': rounds})
 
 
 if __name__ == '__main__':

@@ -1,10 +1,12 @@
-"""The recipes, one file each, shipped with the package as ``symjax.configs``.
+"""The recipes, one file each, shipped with the package as ``symjax.configs``, and the model sizes they name.
 
 ``--config=NAME[:key=value,...]`` names one from any folder (``--config=symbolic:task=text``); from a clone,
 ``--config=configs/NAME.py[:...]`` is the same file. Every field a recipe sets is written in its file with
-the reason; ``symjax/train/config.py`` defines and comments every field and its default.
+the reason; ``symjax/train/config.py`` defines and comments every field and its default. This folder builds
+on that file and that file never reads this one: each has one owner, and imports go one way.
 """
 
+import importlib.util
 import os
 
 # Model shapes by name (``--config=symbolic:size=...``), for every kind; README and ``--help`` list them.
@@ -16,6 +18,13 @@ SIZES = {
     'paper': dict(num_layers=12, num_heads=12, head_dim=64, ff_dim=3072, ff_dim_per_head=256),
 }
 # --8<-- [end:sizes]
+
+
+def shape(size: str) -> dict:
+  """The model fields of a named size; ValueError naming the sizes for another name."""
+  if size not in SIZES:
+    raise ValueError(f'size must be one of {list(SIZES)}, got {size!r}')
+  return dict(SIZES[size])
 
 
 def describe_sizes() -> str:
@@ -44,3 +53,14 @@ def path(spec: str) -> str:
     return os.path.join(_FOLDER, name + '.py')
   raise FileNotFoundError(f'config {spec!r} is neither a file nor a recipe; recipes: {names()} (or the path of '
                           f'a Python file with get_config())')
+
+
+def from_file(spec: str):
+  """The config ``python -m symjax.main --config=SPEC`` would use: ``NAME[:arguments]`` for a shipped recipe
+  (``symbolic:task=text,size=medium``) or ``path/to/config.py[:arguments]``."""
+  file, _, arg = spec.partition(':')
+  file = path(file)
+  module_spec = importlib.util.spec_from_file_location(f'_config_{os.path.basename(file)[:-3]}', file)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg or None)

@@ -6,6 +6,7 @@ fields in which its recipe differs, each with its reason.
 
 import ml_collections
 
+import symjax.configs as configs
 from symjax.train import config as config_lib
 
 TASKS = ('induction', 'text')
@@ -17,7 +18,7 @@ def base(kind: str, arg: str | None, **extra_args) -> tuple[ml_collections.Confi
   if a.task not in TASKS:
     raise ValueError(f'task must be one of {list(TASKS)}, got {a.task!r}')
   # runlocal is a smoke test: the tiny shape whatever size says.
-  config = config_lib.default_config(kind=kind, size='tiny' if a.runlocal else a.size)
+  config = config_lib.default_config(kind=kind, shape=configs.shape('tiny' if a.runlocal else a.size))
   return config, a
 
 

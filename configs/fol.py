@@ -10,6 +10,7 @@ runlocal=true (20 steps, tiny). Reports perplexity and top-1/5/10 accuracy; ``be
 adds the uniform and n-gram baselines and the syntactic validity of sampled formulas.
 """
 
+import symjax.configs as configs
 from symjax.train import config as config_lib
 
 # Kinds whose readout has a table of its own: chosen on validation loss, for every kind, from the same
@@ -19,7 +20,7 @@ UNTIED_READOUT = ('symbolic',)
 
 def get_config(arg=None):
   a = config_lib.parse_arg(arg, model='symbolic', size='small', glyphs=False, runlocal=False)
-  config = config_lib.default_config(kind=a.model, size='tiny' if a.runlocal else a.size)
+  config = config_lib.default_config(kind=a.model, shape=configs.shape('tiny' if a.runlocal else a.size))
   config.task = 'fol'
   config.model.max_len = 48            # the task's sequences of 48 tokens
   config.model.embed_init_std = 0.25   # one scale for every kind (the symbolic projections need it)

@@ -8,12 +8,13 @@ without edges, which sees only which node is the source. size=tiny|small|medium,
 tiny). 12 nodes of mean degree 2, distances d0..d3 or far.
 """
 
+import symjax.configs as configs
 from symjax.train import config as config_lib
 
 
 def get_config(arg=None):
   a = config_lib.parse_arg(arg, model='symbolic', relational=True, size='small', runlocal=False)
-  config = config_lib.default_config(kind=a.model, size='tiny' if a.runlocal else a.size)
+  config = config_lib.default_config(kind=a.model, shape=configs.shape('tiny' if a.runlocal else a.size))
   config.task = 'graph_distance'
   config.model.num_layers = 4          # one hop per layer: distances up to 3, and "far" beyond
   config.model.relational = a.relational

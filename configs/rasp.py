@@ -11,6 +11,7 @@ includes token accuracy on sequences of length 12 and 16 (splits length_12, leng
 Every kind trains on the same budget; results per kind and longer budgets: the docs' "Results" pages.
 """
 
+import symjax.configs as configs
 from symjax.tasks import rasp
 from symjax.train import config as config_lib
 
@@ -42,7 +43,7 @@ def get_config(arg=None):
     raise ValueError(f'task must be one of {list(rasp.TASKS)}, got {a.task!r}')
   if a.program and a.model != 'symbolic':
     raise ValueError(f'program=true trains a symbolic model toward its program; got model={a.model!r}')
-  config = config_lib.default_config(kind=a.model, size='tiny' if a.runlocal else a.size)
+  config = config_lib.default_config(kind=a.model, shape=configs.shape('tiny' if a.runlocal else a.size))
   config.task = a.task
   config.model.num_layers = 3          # the depth "Learning Transformer Programs" trains these tasks with
   config.model.max_len = 16            # room for the length-generalisation splits (12 and 16)

@@ -9,8 +9,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+import symjax.configs as configs
 from symjax.model import ModelConfig
-from symjax.train import config as config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare.txt')
@@ -29,7 +29,7 @@ def tiny_config(kind='symbolic', **overrides):
   """The recipes' runlocal version (tiny model, evaluation every 10 steps), run for 40 steps with the last
   two checkpoints kept, so that resumes can start in the middle. ``lstm`` (no recipe of its own) is the
   standard recipe with the recurrent model."""
-  config = config_lib.from_file(f"{'standard' if kind == 'lstm' else kind}:runlocal=true")
+  config = configs.from_file(f"{'standard' if kind == 'lstm' else kind}:runlocal=true")
   config.model.kind = kind
   config.total_steps = TOTAL_STEPS
   config.warmup_steps = 5

@@ -13,6 +13,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import symjax.configs as configs
 from symjax.model import Transformer  # noqa: E402
 from symjax.system import mesh as mesh_lib  # noqa: E402
 from symjax.tasks.text import TextTask  # noqa: E402
@@ -24,7 +25,7 @@ MESHES = [(1, 1), (2, 4), (1, 8)]
 
 
 def main(corpus_path):
-  config = config_lib.default_config('symbolic', 'tiny')
+  config = config_lib.default_config('symbolic', configs.shape('tiny'))
   config.model.vocab_projection = 'streamed'
   config.model.vocab_chunk_size = 4
   config.readout = 'streamed'

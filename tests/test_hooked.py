@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from helpers import randomize, small
 
+import symjax.configs as configs
 from symjax.interpret import HookedModel, circuits, hooks
 from symjax.model import Transformer
 from symjax.run.workdir import TokenVocab
@@ -81,9 +82,8 @@ def test_the_detectors_find_the_previous_token_and_induction_heads_of_the_defaul
   finder names."""
   import symjax
   from symjax import tasks
-  from symjax.train import config as config_lib
   from symjax.train import trainer
-  config = config_lib.from_file('symbolic')
+  config = configs.from_file('symbolic')
   config.stop_at_accuracy, config.progress_bar = 1.0, False
   trainer.train_and_evaluate(config, str(tmp_path / 'run'))
   run = symjax.load(str(tmp_path / 'run'))

@@ -14,6 +14,7 @@ import paper_reference as ref
 import pytest
 from helpers import EPS, KINDS, randomize, small
 
+import symjax.configs as configs
 from symjax import interpret
 from symjax.cli import interpret as cli
 from symjax.interpret import attribution, circuits, core, induction, interventions, mixtures, tracing
@@ -388,7 +389,7 @@ def test_head_writes_are_distributions_and_standard_heads_add_up_to_the_attentio
 
 @pytest.fixture(scope='module')
 def tiny_run(tmp_path_factory):
-  config = config_lib.default_config(kind='symbolic', size='tiny')
+  config = config_lib.default_config(kind='symbolic', shape=configs.shape('tiny'))
   config.total_steps = 30
   config.warmup_steps = 5
   config.batch_size = 16

@@ -11,12 +11,12 @@ import pytest
 import scipy.sparse.csgraph
 from helpers import f64, randomize, tiny_config
 
+import symjax.configs as configs
 from symjax import tasks
 from symjax.model import ModelConfig, Transformer
 from symjax.model import attention as attn
 from symjax.model import intermediates as names
 from symjax.tasks import graph
-from symjax.train import config as config_lib
 from symjax.train import trainer as train
 
 SMALL = ModelConfig(kind='standard', vocab_size=12, num_layers=2, num_heads=4, head_dim=8, ff_dim=32,
@@ -233,7 +233,7 @@ def test_relational_config_needs_a_graph_task(tmp_path):
 @pytest.mark.slow
 def test_graph_config_trains_with_and_without_edges(tmp_path):
   for relational in ('true', 'false'):
-    config = config_lib.from_file(f'configs/graph.py:model=symbolic,relational={relational},runlocal=true')
+    config = configs.from_file(f'configs/graph.py:model=symbolic,relational={relational},runlocal=true')
     final = train.train_and_evaluate(config, str(tmp_path / relational))
     assert np.isfinite(final['test']['loss'])
   assert tasks.get_task(config).has_edges

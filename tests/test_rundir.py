@@ -15,6 +15,7 @@ import pytest
 from helpers import DAMAGE, REPO, TOTAL_STEPS, damage, tiny_config
 
 import symjax
+import symjax.configs as configs
 from symjax.run import workdir as rundir
 from symjax.tasks import base as tasks_base
 from symjax.train import config as config_lib
@@ -228,7 +229,7 @@ def test_the_default_work_directory_is_the_same_for_the_same_command():
 
 
 def test_overriding_the_window_moves_max_len_unless_it_is_set_too():
-  config = config_lib.from_file('standard:task=text')
+  config = configs.from_file('standard:task=text')
   assert (config.seq_len, config.model.max_len) == (64, 256)
   config.seq_len = 16  # what --config.seq_len=16 does
   assert config.model.max_len == 64
@@ -243,8 +244,8 @@ def test_overriding_the_window_moves_max_len_unless_it_is_set_too():
                                   'configs/fol.py:model=lstm,runlocal=true',
                                   'configs/graph.py:model=standard,runlocal=true'])
 def test_every_config_file_has_a_seconds_long_runlocal_version(spec, tmp_path):
-  config = config_lib.from_file(spec)
-  full = config_lib.from_file(spec.replace('runlocal=true', 'runlocal=false'))
+  config = configs.from_file(spec)
+  full = configs.from_file(spec.replace('runlocal=true', 'runlocal=false'))
   assert (config.total_steps, config.eval_every_steps, config.keep_checkpoints) == (20, 10, 1)
   assert config.model.num_layers <= full.model.num_layers and config.task == full.task
   assert config.model.kind == full.model.kind and config.total_steps < full.total_steps
@@ -253,15 +254,15 @@ def test_every_config_file_has_a_seconds_long_runlocal_version(spec, tmp_path):
 
 
 def test_config_files_are_the_recipes_they_document():
-  rasp = config_lib.from_file('configs/rasp.py:task=dyck2,model=standard')
+  rasp = configs.from_file('configs/rasp.py:task=dyck2,model=standard')
   assert (rasp.task, rasp.model.kind, rasp.model.num_layers, rasp.model.max_len, rasp.total_steps) == (
       'dyck2', 'standard', 3, 16, 3000)
-  fol = config_lib.from_file('configs/fol.py:model=symbolic,glyphs=true')
+  fol = configs.from_file('configs/fol.py:model=symbolic,glyphs=true')
   assert (fol.task, fol.top_ks, fol.best_metric, fol.numeral_glyph_init) == ('fol', (5, 10), 'loss', True)
   with pytest.raises(ValueError, match=r"task must be one of \['reverse', 'sort'"):
-    config_lib.from_file('configs/rasp.py:task=copy')
+    configs.from_file('configs/rasp.py:task=copy')
   with pytest.raises(FileNotFoundError, match="config 'configs/nope.py' is neither a file nor a recipe"):
-    config_lib.from_file('configs/nope.py')
+    configs.from_file('configs/nope.py')
 
 
 def test_a_read_only_file_system_is_a_one_line_error(tmp_path, monkeypatch):

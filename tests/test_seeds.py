@@ -14,6 +14,7 @@ import pytest
 from helpers import tiny_config
 
 import symjax
+import symjax.configs as configs
 from symjax import model as model_lib
 from symjax import tasks
 from symjax.run import workdir as rundir
@@ -149,7 +150,7 @@ def test_grid_values_take_the_fields_types():
 
 def test_a_grid_point_moves_the_fields_that_follow_it_as_the_command_line_does():
   """The text recipe's model.max_len is four times seq_len by reference (the reference the recipe sets)."""
-  text = config_lib.from_file('standard:task=text')
+  text = configs.from_file('standard:task=text')
   assert sweep.apply(text, {'seq_len': 128}).model.max_len == 512
   assert sweep.apply(text, {'seq_len': 128, 'model.max_len': 200}).model.max_len == 200
   assert (text.seq_len, text.model.max_len) == (64, 256)  # the swept config is a copy

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import symjax
+import symjax.configs as configs
 from symjax import interpret
 
 pytestmark = pytest.mark.slow
@@ -16,12 +17,11 @@ CLEAN, CORRUPT = 'the cat sat on the mat', 'the cat sat on the hat'
 
 @pytest.fixture(scope='module')
 def run(tmp_path_factory):
-  from symjax.train import config as config_lib
   from symjax.train import trainer as train
   folder = tmp_path_factory.mktemp('user')
   (folder / 'corpus.txt').write_text(''.join(f'the {a} sat on the {b}.\n' for a in ('cat', 'dog', 'hen', 'fox')
                                              for b in ('mat', 'hat', 'rug', 'log')) * 40)
-  config = config_lib.from_file('symbolic:task=text,runlocal=true')
+  config = configs.from_file('symbolic:task=text,runlocal=true')
   config.text_path, config.progress_bar = str(folder / 'corpus.txt'), False
   train.train_and_evaluate(config, str(folder / 'run'))
   return symjax.load(str(folder / 'run'))

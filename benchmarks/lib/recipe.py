@@ -11,6 +11,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+import symjax.configs as configs
 from symjax.model import ModelConfig, Transformer
 from symjax.tasks.text import TextTask
 from symjax.train import config as config_lib
@@ -35,7 +36,7 @@ def text_options(config) -> train.StepOptions:
 
 
 def compile_recipe_step(kind: str, vocab: int = 65) -> RecipeStep:
-  config = config_lib.from_file(f'{kind}:task=text,size=medium')
+  config = configs.from_file(f'{kind}:task=text,size=medium')
   config.data_seed = 0
   cfg = config_lib.model_config(config, vocab, causal=True)
   batch, seq_len = config.batch_size, config.seq_len

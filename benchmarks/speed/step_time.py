@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+import symjax.configs as configs
 from benchmarks.lib import recipe
 from benchmarks.lib import results as result_files
 from symjax import model as model_lib
@@ -38,7 +39,7 @@ KINDS = ('standard', 'token_factored', 'symbolic')
 
 def recipe_step(kind: str):
   """A closure running one training step of ``kind`` at the recipe's shape, and the parameter count."""
-  config = config_lib.from_file(f'{kind}:task=text,size=medium')
+  config = configs.from_file(f'{kind}:task=text,size=medium')
   model = model_lib.build(config_lib.model_config(config, 65, causal=True))
   tx = optim.make_optimizer(config)
   train_step, _ = train.make_steps(model, tx, recipe.text_options(config))
@@ -61,7 +62,7 @@ def recipe_step(kind: str):
 def seeds_step(num_seeds: int, how: str = 'vmap'):
   """One training step of ``num_seeds`` seeds of the default induction config, batches built on the host,
   the seeds combined as ``symjax.train.seeds.combined_step(..., how)`` does."""
-  config = config_lib.from_file('symbolic')
+  config = configs.from_file('symbolic')
   task = tasks.get_task(config)
   model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
   tx = optim.make_optimizer(config)

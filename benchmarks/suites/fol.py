@@ -24,10 +24,10 @@ _ORDER = flags.DEFINE_integer('order', 3, 'n of the n-gram baseline.')
 
 def main(_):
   import symjax
+  from symjax import configs
   from symjax.run import sample
   from symjax.tasks import fol
   from symjax.train import baselines
-  from symjax.train import config as config_lib
   from symjax.train import trainer as train
   results = json.load(open(_JSON.value)) if os.path.exists(_JSON.value) else {}
   top_ks = (5, 10)
@@ -48,7 +48,7 @@ def main(_):
   for kind in ('lstm', 'standard', 'token_factored', 'symbolic'):
     if kind in results:
       continue
-    config = config_lib.from_file(f'configs/fol.py:model={kind}')
+    config = configs.from_file(f'configs/fol.py:model={kind}')
     config.total_steps = _STEPS.value
     config.progress_bar = False
     workdir = os.path.join(_WORKDIR.value, kind)

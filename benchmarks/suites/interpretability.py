@@ -59,8 +59,8 @@ def split(batch, size=250):
 
 def main(_):
   logging.set_verbosity(logging.ERROR)
+  from symjax import configs
   from symjax.interpret import attribution, induction
-  from symjax.train import config as config_lib
   results = json.load(open(_JSON.value)) if os.path.exists(_JSON.value) else {}
 
   def save():
@@ -68,11 +68,11 @@ def main(_):
 
   runs = {}
   for kind in KINDS:
-    runs[('induction', kind)] = ensure(_INDUCTION.value.format(kind=kind), lambda: config_lib.from_file(kind))
+    runs[('induction', kind)] = ensure(_INDUCTION.value.format(kind=kind), lambda: configs.from_file(kind))
     for task in sorted(set(_RASP_TASKS.value) | {'reverse'}):
       if task == 'reverse' or kind != 'standard':
         runs[(task, kind)] = ensure(_RASP.value.format(task=task, kind=kind),
-                                    lambda: config_lib.from_file(f'configs/rasp.py:task={task},model={kind}'))
+                                    lambda: configs.from_file(f'configs/rasp.py:task={task},model={kind}'))
 
   # 1. The induction circuit and its knockout, over the whole test split.
   for kind in KINDS:

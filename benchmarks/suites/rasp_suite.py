@@ -24,10 +24,10 @@ _KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 
 
 
 def main(_):
+  from symjax import configs
   from symjax.model import ModelConfig, count_params
   from symjax.run import workdir as rundir
   from symjax.tasks import rasp
-  from symjax.train import config as config_lib
   from symjax.train import trainer as train
   results = json.load(open(_JSON.value)) if os.path.exists(_JSON.value) else {}
   for task in _TASKS.value or rasp.TASKS:
@@ -35,7 +35,7 @@ def main(_):
       key = f'{task}/{kind}'
       if key in results:
         continue
-      config = config_lib.from_file(f'configs/rasp.py:task={task},model={kind}')
+      config = configs.from_file(f'configs/rasp.py:task={task},model={kind}')
       config.total_steps = _STEPS.value
       config.progress_bar = False
       start = time.time()

@@ -151,9 +151,8 @@ def config_error(e: BaseException, argv: list[str]) -> str | None:
 
 def known_fields(config_arg: str, override: str) -> str:
   """'fields of ...: [...]' for the config node an unknown ``--config.a.b`` override points into."""
-  from symjax.train import config as config_lib  # only on this error path: keeps --help fast
   try:
-    node = config_lib.from_file(config_arg)
+    node = configs.from_file(config_arg)
     parents = override[len('--config.'):].split('.')[:-1]
     for name in parents:
       node = node[name]

@@ -8,16 +8,13 @@ commented.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
-import os
 import re
 from typing import Any
 
 import ml_collections
 from ml_collections import config_dict
 
-import symjax.configs as configs  # configs/ at the top of the repository, shipped as symjax.configs
 from symjax import tasks
 from symjax.model import ModelConfig
 from symjax.run.workdir import BEST_METRICS, checkpoint_choice
@@ -25,7 +22,6 @@ from symjax.system import mesh
 from symjax.system.errors import InputError
 from symjax.tasks import text
 
-SIZES = configs.SIZES  # the model shapes by name, with the recipes
 # config.distributed.cpu_collectives: JAX's cross-process collectives on CPU ('' keeps JAX's default).
 CPU_COLLECTIVES = ('', 'gloo', 'mpi')
 
@@ -54,13 +50,12 @@ def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
   return result
 
 
-def model_defaults(kind: str, size: str) -> ml_collections.ConfigDict:
-  """``config.model``: the ModelConfig fields, less those the task decides (vocab_size, causal)."""
-  if size not in SIZES:
-    raise InputError(f'size must be one of {list(SIZES)}, got {size!r}')
+def model_defaults(kind: str, shape: dict | None = None) -> ml_collections.ConfigDict:
+  """``config.model``: the ModelConfig fields, less those the task decides (vocab_size, causal), with
+  ``shape`` (a recipe's size: ``symjax.configs.shape``) over the defaults."""
   fields = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
   del fields['vocab_size'], fields['causal']
-  fields.update(SIZES[size], kind=kind)
+  fields.update(shape or {}, kind=kind)
   model = ml_collections.ConfigDict(fields)
   # None-valued fields need a typed placeholder so that command-line overrides type-check.
   model.symbolic_layers = config_dict.placeholder(tuple)
@@ -69,7 +64,7 @@ def model_defaults(kind: str, size: str) -> ml_collections.ConfigDict:
 
 
 # --8<-- [start:fields]
-def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collections.ConfigDict:
+def default_config(kind: str = 'symbolic', shape: dict | None = None) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   # --- Task -------------------------------------------------------------------------------------------
   c.task = 'induction'         # 'induction' (built in, the default) or 'text' (any UTF-8 file)
@@ -81,7 +76,7 @@ def default_config(kind: str = 'symbolic', size: str = 'small') -> ml_collection
   c.seq_len = 64               # task 'text': window length in tokens
   c.eval_windows = 512         # task 'text': windows per evaluation
   # --- Model ------------------------------------------------------------------------------------------
-  c.model = model_defaults(kind, size)   # see symjax.model.ModelConfig for every field
+  c.model = model_defaults(kind, shape)  # see symjax.model.ModelConfig for every field
   # Embeddings of std 0.25 rather than GPT's 0.02 (ModelConfig's default): the symbolic projections score
   # z_h·E^(h) / τ_h, and with tiny embeddings every mixture α starts uniform and learning stalls. Every recipe
   # sets it again with its reason.
@@ -149,17 +144,6 @@ def runlocal(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   config.eval_windows = 16
   config.keep_checkpoints = 1
   return config
-
-
-def from_file(spec: str) -> ml_collections.ConfigDict:
-  """The config ``python -m symjax.main --config=SPEC`` would use: ``NAME[:arguments]`` for a shipped recipe
-  (``symbolic:task=text,size=medium``) or ``path/to/config.py[:arguments]``."""
-  path, _, arg = spec.partition(':')
-  path = configs.path(path)
-  module_spec = importlib.util.spec_from_file_location(f'_config_{os.path.basename(path)[:-3]}', path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg or None)
 
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int, causal: bool, vocab_shards: int = 1

@@ -274,7 +274,7 @@ def test_gumbel_noise_samples_while_training_only():
   """With model.gumbel_scale, the hard model given the noise stream samples its keys, tokens and counts
   (different streams, different one-hot outputs); without the stream (evaluation, the program) it is the
   noiseless hard model exactly. It is for program training only."""
-  from symjax.model.attention import GUMBEL_RNG
+  from symjax.model.program import GUMBEL_RNG
   config = dataclasses.replace(CONFIG, hard=True, numerical_heads=1)
   params = randomize(model_lib.build(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))['params'], 1)
   noisy = model_lib.build(dataclasses.replace(config, gumbel_scale=1.0))

@@ -13,8 +13,9 @@ from helpers import f64, randomize
 
 from symjax.model import attention as attn
 from symjax.model import intermediates as names
-from symjax.model import symbolic
+from symjax.model import masks, symbolic
 from symjax.model.transformer import Dense
+from symjax.ops import attention as attention_ops
 from symjax.ops import dense
 
 TOL = 1e-5
@@ -56,21 +57,21 @@ def test_alibi_initial_slopes_are_reference():
 
 def test_mask_predicates_compose():
   t = 9
-  m = (attn.causal & attn.sliding_window(3)) | (attn.causal & attn.strided(4))
+  m = (masks.causal & masks.sliding_window(3)) | (masks.causal & masks.strided(4))
   got = np.asarray(m.matrix(t))
   want = np.array([[(j <= i and i - j < 3) or (j <= i and (i - j) % 4 == 0) for j in range(t)]
                    for i in range(t)])
   np.testing.assert_array_equal(got, want)
-  np.testing.assert_array_equal(np.asarray((~attn.causal).matrix(t)), ~np.tril(np.ones((t, t), bool)))
-  assert np.asarray(attn.full.matrix(3, 5)).all()
+  np.testing.assert_array_equal(np.asarray((~masks.causal).matrix(t)), ~np.tril(np.ones((t, t), bool)))
+  assert np.asarray(masks.full.matrix(3, 5)).all()
   with pytest.raises(ValueError, match='width'):
-    attn.sliding_window(0)
+    masks.sliding_window(0)
 
 
 def test_attention_with_no_allowed_key_gives_zero_weights_not_nan():
   q = jnp.ones((1, 3, 1, 2))
   mask = jnp.array([[False, False, False], [True, False, False], [True, True, False]])
-  out, w = attn.dot_product_attention(q, q, q, None, mask[None, None])
+  out, w = attention_ops.dot_product_attention(q, q, q, None, mask[None, None])
   assert np.isfinite(np.asarray(out)).all()
   np.testing.assert_array_equal(np.asarray(w[0, 0, 0]), 0.0)
   np.testing.assert_allclose(np.asarray(w[0, 0, 2]), [0.5, 0.5, 0.0])
@@ -186,7 +187,7 @@ def test_factored_attention_matches_eq_11(causal):
   """Q, K from the given input, values supplied, ALiBi with learned slopes, no output projection."""
   num_heads, head_dim, t = 3, 4, 6
   d = num_heads * head_dim
-  module = attn.Attention(num_heads, head_dim, mask=attn.causal if causal else attn.full)
+  module = attn.Attention(num_heads, head_dim, mask=masks.causal if causal else masks.full)
   x = jax.random.normal(jax.random.key(1), (2, t, d))
   v = jax.random.normal(jax.random.key(2), (2, t, num_heads, head_dim))
   variables = randomize(module.init(jax.random.key(0), x, v), 6)
@@ -205,7 +206,7 @@ def test_factored_attention_matches_eq_11(causal):
 
 @pytest.mark.slow
 def test_attention_key_mask_removes_padding_keys():
-  module = attn.Attention(2, 4, mask=attn.full)
+  module = attn.Attention(2, 4, mask=masks.full)
   x = jax.random.normal(jax.random.key(1), (1, 5, 8))
   variables = module.init(jax.random.key(0), x)
   key_mask = jnp.array([[True, True, True, False, False]])

@@ -13,9 +13,10 @@ from helpers import f64, randomize, tiny_config
 
 import symjax.configs as configs
 from symjax import tasks
-from symjax.model import ModelConfig, Transformer
+from symjax.model import ModelConfig, Transformer, masks, relational
 from symjax.model import attention as attn
 from symjax.model import intermediates as names
+from symjax.ops import attention as attention_ops
 from symjax.tasks import graph
 from symjax.train import trainer as train
 
@@ -36,7 +37,7 @@ def np_mask(text, num_heads, t):
 @pytest.mark.parametrize('text', ['causal & window(3)', 'causal & (window(4) | stride(4))', '~causal | window(2)',
                                   'causal & window(2); causal & stride(3)', 'full; causal; window(2); stride(2)'])
 def test_mask_expressions_mean_what_they_say(text):
-  got = attn.head_mask_matrix(attn.parse_head_masks(text, 4), 11, 11)
+  got = masks.head_mask_matrix(masks.parse_head_masks(text, 4), 11, 11)
   np.testing.assert_array_equal(np.broadcast_to(got, (4, 11, 11)), np_mask(text, 4, 11))
 
 
@@ -71,17 +72,17 @@ def test_blocked_attention_equals_dense_and_scores_only_needed_blocks():
   key_mask = jnp.asarray(rng.random((b, t)) > 0.2)
   slopes = jnp.asarray(ref.alibi_slopes(h), jnp.float32)
   for text, fraction in [('causal & window(5)', 0.4), ('window(3); stride(7)', 1.0)]:
-    static = attn.head_mask_matrix(attn.parse_head_masks(text, h), t, t)
-    plan = attn.block_plan(static, 8)
+    static = masks.head_mask_matrix(masks.parse_head_masks(text, h), t, t)
+    plan = attention_ops.block_plan(static, 8)
     assert plan.scored_fraction == pytest.approx(fraction)
     bias = -slopes[:, None, None] * np.abs(np.arange(t)[:, None] - np.arange(t)[None]).astype(np.float32)
 
     def dense(q, k, v):
-      return attn.dot_product_attention(q, k, v, bias, jnp.asarray(static)[None] & key_mask[:, None, None])
+      return attention_ops.dot_product_attention(q, k, v, bias, jnp.asarray(static)[None] & key_mask[:, None, None])
 
     def blocked(q, k, v):
-      out, w = attn.blocked_attention(q, k, v, slopes, plan, key_mask)
-      return out, attn.scatter_weights(w, plan, t)
+      out, w = attention_ops.blocked_attention(q, k, v, slopes, plan, key_mask)
+      return out, attention_ops.scatter_weights(w, plan, t)
 
     (out_d, w_d), (out_b, w_b) = dense(q, k, v), blocked(q, k, v)
     assert ref.rel_err(out_b, out_d) < 1e-5 and ref.rel_err(w_b, w_d) < 1e-5
@@ -143,13 +144,13 @@ def test_relational_attention_matches_the_pairwise_transcription():
   ids = random_graph_batch(rng, b, n, vocab)
   allowed = np.asarray(ids) >= 0
   e = np.where(allowed[..., None], f64(table)[np.maximum(np.asarray(ids), 0)], 0.0)   # e_ij, pair by pair
-  module = attn.Attention(SMALL.num_heads, SMALL.head_dim, mask=attn.full, output_projection=True)
-  edges = attn.Edges(ids, table)
+  module = attn.Attention(SMALL.num_heads, SMALL.head_dim, mask=masks.full, output_projection=True)
+  edges = relational.Edges(ids, table)
   params = randomize(module.init(jax.random.key(0), x, edges=edges), 2, scale=0.3)['params']
   out = module.apply({'params': params}, x, edges=edges)
   assert ref.rel_err(out, np_relational(f64(x), e, allowed, params, SMALL.num_heads)) < 1e-5
   # Without edges the same module is ordinary attention: the edge terms change the output.
-  plain = attn.Attention(SMALL.num_heads, SMALL.head_dim, mask=attn.full, output_projection=True, alibi=False)
+  plain = attn.Attention(SMALL.num_heads, SMALL.head_dim, mask=masks.full, output_projection=True, alibi=False)
   assert ref.rel_err(plain.apply({'params': params}, x), out) > 1e-2
 
 
@@ -232,9 +233,9 @@ def test_relational_config_needs_a_graph_task(tmp_path):
 
 @pytest.mark.slow
 def test_graph_config_trains_with_and_without_edges(tmp_path):
-  for relational in ('true', 'false'):
-    config = configs.from_file(f'configs/graph.py:model=symbolic,relational={relational},runlocal=true')
-    final = train.train_and_evaluate(config, str(tmp_path / relational))
+  for edges in ('true', 'false'):
+    config = configs.from_file(f'configs/graph.py:model=symbolic,relational={edges},runlocal=true')
+    final = train.train_and_evaluate(config, str(tmp_path / edges))
     assert np.isfinite(final['test']['loss'])
   assert tasks.get_task(config).has_edges
 

@@ -19,6 +19,8 @@ from absl import app, flags
 from benchmarks.lib import results as result_files
 from benchmarks.lib.timing import median_seconds
 from symjax.model import attention as attn
+from symjax.model import masks
+from symjax.ops import attention as attention_ops
 from symjax.system import host
 
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/attention_masks.json', 'Where to write the results.')
@@ -43,15 +45,15 @@ def main(_):
   distance = np.abs(np.arange(t)[:, None] - np.arange(t)[None]).astype(np.float32)
   rows = []
   for text in MASKS:
-    static = attn.head_mask_matrix(attn.parse_head_masks(text, heads), t, t)
-    plan = attn.block_plan(static, _BLOCK.value)
+    static = masks.head_mask_matrix(masks.parse_head_masks(text, heads), t, t)
+    plan = attention_ops.block_plan(static, _BLOCK.value)
     mask = jnp.asarray(static)[None]
 
     def dense(q, k, v):
-      return attn.dot_product_attention(q, k, v, -slopes[:, None, None] * distance, mask)[0]
+      return attention_ops.dot_product_attention(q, k, v, -slopes[:, None, None] * distance, mask)[0]
 
     def blocked(q, k, v):
-      return attn.blocked_attention(q, k, v, slopes, plan, None)[0]
+      return attention_ops.blocked_attention(q, k, v, slopes, plan, None)[0]
 
     grad = lambda f: jax.jit(jax.grad(lambda q, k, v: (f(q, k, v) ** 2).sum(), argnums=(0, 1, 2)))
     np.testing.assert_allclose(jax.jit(blocked)(q, k, v), jax.jit(dense)(q, k, v), rtol=1e-4, atol=1e-5)

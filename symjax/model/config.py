@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.model import attention as attn
-from symjax.model import symbolic
+from symjax.model import masks, symbolic
+from symjax.ops import attention as attention_ops
 from symjax.system.errors import InputError
 
 MODEL_KINDS = ('standard', 'token_factored', 'symbolic', 'lstm')  # lstm: a recurrent baseline
@@ -41,7 +41,7 @@ class ModelConfig:
   max_len: int = 64                    # longest sequence accepted (learned positions need it)
   causal: bool = True                  # causal or bidirectional attention
   window: int = 0                      # > 0: also restrict attention to |i - j| < window
-  # Any mask of the algebra (symjax.attention.MASK_GRAMMAR), e.g. 'causal & (window(8) | stride(8))', or
+  # Any mask of the algebra (symjax.model.masks.MASK_GRAMMAR), e.g. 'causal & (window(8) | stride(8))', or
   # per-head masks 'causal & window(8); causal & stride(8)' (the heads split evenly between them). Empty:
   # causal or full as the task needs, with ``window``. It replaces both; a causal task needs a causal mask.
   mask: str = ''
@@ -164,7 +164,7 @@ class ModelConfig:
     choice('channel_norm_scale', CHANNEL_NORM_SCALES)
     choice('vocab_projection', tuple(symbolic.VOCAB_PROJECTIONS))
     choice('dtype', tuple(DTYPES))
-    choice('attention_impl', attn.ATTENTION_IMPLS)
+    choice('attention_impl', attention_ops.ATTENTION_IMPLS)
     for name in ('attention_impl', 'vocab_projection'):
       if getattr(self, name) == 'cudnn' and self.dtype != 'bfloat16':
         raise InputError(f"model.{name}='cudnn' needs model.dtype='bfloat16' (cuDNN's fused attention "
@@ -187,7 +187,7 @@ class ModelConfig:
         raise InputError(f'model.mask {self.mask!r} and model.window = {self.window} both set: write the '
                          f'window into the mask (e.g. "causal & window({self.window})") and set window = 0')
       # Over every position a sequence can have, so that e.g. stride(n) with n > 64 is caught too.
-      static = attn.head_mask_matrix(self.mask_predicates(), self.max_len, self.max_len)
+      static = masks.head_mask_matrix(self.mask_predicates(), self.max_len, self.max_len)
       if self.causal and np.triu(static.any(0), 1).any():
         raise InputError(f'model.mask {self.mask!r} lets a position read later positions, but this task is '
                          f"causal (it predicts the next token): add 'causal &' to the mask")
@@ -280,12 +280,12 @@ class ModelConfig:
     return (self.exact_mixtures and self.vocab_ffn == 'channel' and not self.qk_positions
             and not self.numerical_heads)
 
-  def mask_predicates(self) -> tuple[attn.Mask, ...]:
+  def mask_predicates(self) -> tuple[masks.Mask, ...]:
     """The attention mask of every head (one entry when all heads share it)."""
     if self.mask:
-      return attn.parse_head_masks(self.mask, self.num_heads)
-    mask = attn.causal if self.causal else attn.full
-    return (mask & attn.sliding_window(self.window) if self.window else mask,)
+      return masks.parse_head_masks(self.mask, self.num_heads)
+    mask = masks.causal if self.causal else masks.full
+    return (mask & masks.sliding_window(self.window) if self.window else mask,)
 
   @property
   def compute_dtype(self):

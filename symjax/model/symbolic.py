@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from symjax.model import intermediates as names
-from symjax.model.attention import GUMBEL_RNG, gumbel_perturbed, sampling, straight_through
+from symjax.model.program import GUMBEL_RNG, gumbel_perturbed, sampling, straight_through
 from symjax.ops.channels import heads_major, merge_channels, split_channels, tokens_major  # noqa: F401
 from symjax.ops.projection import (  # noqa: F401
   VOCAB_PROJECTIONS,

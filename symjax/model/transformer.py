@@ -29,7 +29,7 @@ from flax.linen.dtypes import promote_dtype
 
 from symjax.model import attention as attn
 from symjax.model import intermediates as names
-from symjax.model import symbolic
+from symjax.model import relational, symbolic
 from symjax.model.config import (  # noqa: F401  (re-exported)
   CHANNEL_NORM_SCALES,
   DTYPES,
@@ -96,7 +96,7 @@ class StandardBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, key_mask: Array | None = None, deterministic: bool = True,
-               edges: attn.Edges | None = None) -> Array:
+               edges: relational.Edges | None = None) -> Array:
     cfg = self.config
     drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
     ln = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
@@ -121,16 +121,38 @@ class FactoredBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x_t: Array, x_e: Array, table: Array, key_mask: Array | None = None,
-               deterministic: bool = True, edges: attn.Edges | None = None) -> tuple[Array, Array]:
+               deterministic: bool = True, edges: relational.Edges | None = None) -> tuple[Array, Array]:
     cfg = self.config
     drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
-    if self.symbolic:
-      norm = lambda name: symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale,
-                                                    cfg.layer_norm_epsilon, name=name)
-    else:
-      norm = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
-
     # Attention: values from X_t alone (eq. 8 / eq. 27); update X_t only (eq. 12 / eq. 28).
+    values, edges = self._values(x_t, table, edges)
+    x_attn, positions = self._attention_input(self._norm('norm_attn')(x_t + x_e))
+    delta_t = attention_layer(cfg, False, True, self.gumbel_scale)(x_attn, values=values, key_mask=key_mask,
+                                                               deterministic=deterministic, edges=edges,
+                                                               positions=positions)
+    x_t = x_t + drop(self._counts(delta_t, table))
+    x_t, x_e = names.hook(self, 'x_t_mid', x_t), names.hook(self, 'x_e_mid', x_e)
+    if names.active():
+      names.hook(self, 'resid_mid', x_t + x_e, replaceable=False)
+    # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
+    x_ffn = names.hook(self, 'ffn.pre', self._norm('norm_ffn')(x_t + x_e))
+    x_e = x_e + drop(names.hook(self, 'ffn.out', self._ffn(x_ffn, table)))
+    x_t, x_e = names.hook(self, 'x_t', x_t), names.hook(self, 'x_e', x_e)
+    if names.active():
+      names.hook(self, 'resid', x_t + x_e, replaceable=False)
+    return x_t, x_e
+
+  def _norm(self, name: str) -> nn.Module:
+    """Channel-wise LayerNorm in a symbolic block (eq. 20), LayerNorm over the whole state otherwise."""
+    cfg = self.config
+    if self.symbolic:
+      return symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale, cfg.layer_norm_epsilon, name=name)
+    return nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
+
+  def _values(self, x_t: Array, table: Array, edges: relational.Edges | None):
+    """The values W_head ⊗ I applied to X_t (eq. 8), projected onto the vocabulary in a symbolic block
+    (eq. 27); with edges, each edge token's value too."""
+    cfg = self.config
     if cfg.value_map == 'none':
       value_map = lambda x: symbolic.split_channels(x, cfg.num_heads)
     else:
@@ -144,55 +166,49 @@ class FactoredBlock(nn.Module):
                                             name='value_projection')
     value = lambda x: projection(value_map(x), table) if project else value_map(x)
     values = value(x_t)
-    if edges is not None:
-      # Relational attention: the value node i reads from node j is v_j + ve_ij with ve_ij the same value
-      # map of the edge's token embedding (computed once per vocabulary row, gathered per pair), so a value
-      # stays a combination of token embeddings. Symbolic values average the two projected mixtures,
-      # ½(α_j E + α_ij E), which is again a convex mixture.
-      edge_values = value(edges.table)              # per edge token: [vocab, heads, head_dim]
-      if project:
-        values, edge_values = 0.5 * values, 0.5 * edge_values
-      edges = attn.Edges(edges.ids, edges.table, edge_values)
-    x_attn = norm('norm_attn')(x_t + x_e)
-    if cfg.qk_positions:
-      # Scale comparable to the unit-variance LayerNorm output it is added to (std 0.5 is what was measured).
-      pos = self.param('qk_position', nn.with_logical_partitioning(nn.initializers.normal(0.5), (None, EMBED)),
-                       (cfg.max_len, cfg.d_model))
-      positions = pos[:x_t.shape[-2]].astype(x_attn.dtype)
-    else:
-      positions = None
-    if positions is not None and cfg.numerical_positions:
-      x_attn, positions = x_attn + positions, None
-    # Without numerical_positions the rows go to the attention apart, for the categorical heads alone.
-    delta_t = attention_layer(cfg, False, True, self.gumbel_scale)(x_attn, values=values, key_mask=key_mask,
-                                                               deterministic=deterministic, edges=edges,
-                                                               positions=positions)
-    if cfg.numerical_heads:  # a numerical head's count becomes a token of its channel (a mixture when soft)
-      first = cfg.num_heads - cfg.numerical_heads
-      delta_t = symbolic.merge_channels(symbolic.CountProjection(
-          cfg.num_heads, first, cfg.max_len, cfg.num_valid_rows, cfg.hard, self.gumbel_scale,
-          name='count_projection')(
-              symbolic.split_channels(delta_t, cfg.num_heads), table))
-    x_t = x_t + drop(delta_t)
-    x_t, x_e = names.hook(self, 'x_t_mid', x_t), names.hook(self, 'x_e_mid', x_e)
-    if names.active():
-      names.hook(self, 'resid_mid', x_t + x_e, replaceable=False)
+    if edges is None:
+      return values, None
+    # Relational attention: the value node i reads from node j is v_j + ve_ij with ve_ij the same value map
+    # of the edge's token embedding (computed once per vocabulary row, gathered per pair), so a value stays a
+    # combination of token embeddings. Symbolic values average the two projected mixtures, ½(α_j E + α_ij E),
+    # which is again a convex mixture.
+    edge_values = value(edges.table)              # per edge token: [vocab, heads, head_dim]
+    if project:
+      values, edge_values = 0.5 * values, 0.5 * edge_values
+    return values, relational.Edges(edges.ids, edges.table, edge_values)
 
-    # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
-    x_ffn = names.hook(self, 'ffn.pre', norm('norm_ffn')(x_t + x_e))
+  def _attention_input(self, x_attn: Array) -> tuple[Array, Array | None]:
+    """(the attention's input, position rows for its categorical heads alone or None): learned position
+    rows (``model.qk_positions``) are added to the input, or passed apart without ``numerical_positions``."""
+    cfg = self.config
+    if not cfg.qk_positions:
+      return x_attn, None
+    # Scale comparable to the unit-variance LayerNorm output it is added to (std 0.5 is what was measured).
+    pos = self.param('qk_position', nn.with_logical_partitioning(nn.initializers.normal(0.5), (None, EMBED)),
+                     (cfg.max_len, cfg.d_model))
+    positions = pos[:x_attn.shape[-2]].astype(x_attn.dtype)
+    return (x_attn + positions, None) if cfg.numerical_positions else (x_attn, positions)
+
+  def _counts(self, delta_t: Array, table: Array) -> Array:
+    """A numerical head's count becomes a token of its channel (a mixture when soft)."""
+    cfg = self.config
+    if not cfg.numerical_heads:
+      return delta_t
+    first = cfg.num_heads - cfg.numerical_heads
+    counts = symbolic.CountProjection(cfg.num_heads, first, cfg.max_len, cfg.num_valid_rows, cfg.hard,
+                                      self.gumbel_scale, name='count_projection')
+    return symbolic.merge_channels(counts(symbolic.split_channels(delta_t, cfg.num_heads), table))
+
+  def _ffn(self, x_ffn: Array, table: Array) -> Array:
+    """The FFN update of X_e: the vocabulary FFN in a symbolic block (Algorithm 1 lines 6-8), else an MLP."""
+    cfg = self.config
     if self.symbolic and cfg.symbolic_site('ffn'):
       width = cfg.ff_dim if cfg.vocab_ffn == 'dense' else cfg.ff_dim_per_head
-      delta_e = symbolic.VocabFFN(cfg.num_heads, width, cfg.tau_init, cfg.vocab_projection,
-                                  cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
-                                  gain=cfg.projection_gain, mixing=cfg.vocab_ffn, weights=cfg.ffn_mixture,
-                                  hard=cfg.hard, gumbel_scale=self.gumbel_scale, name='ffn')(x_ffn, table)
-    else:
-      delta_e = MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
-    x_e = x_e + drop(names.hook(self, 'ffn.out', delta_e))
-    x_t, x_e = names.hook(self, 'x_t', x_t), names.hook(self, 'x_e', x_e)
-    if names.active():
-      names.hook(self, 'resid', x_t + x_e, replaceable=False)
-    return x_t, x_e
+      return symbolic.VocabFFN(cfg.num_heads, width, cfg.tau_init, cfg.vocab_projection, cfg.vocab_chunk_size,
+                               cfg.num_valid_rows, cfg.compute_dtype, gain=cfg.projection_gain,
+                               mixing=cfg.vocab_ffn, weights=cfg.ffn_mixture, hard=cfg.hard,
+                               gumbel_scale=self.gumbel_scale, name='ffn')(x_ffn, table)
+    return MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
 
 
 class Transformer(nn.Module):
@@ -211,7 +227,7 @@ class Transformer(nn.Module):
     """tokens: ``[batch, time]`` ints; key_mask: ``[batch, time]``, False for padding keys; edges (with
     ``relational``): ``[batch, time, time]`` token ids of the edge i -> j, -1 where there is none.
     gumbel_scale: program training's noise scale for this call (the trainer's annealed value; default
-    ``model.gumbel_scale``); it is drawn only when the call is given the ``attention.GUMBEL_RNG`` stream."""
+    ``model.gumbel_scale``); it is drawn only when the call is given the ``program.GUMBEL_RNG`` stream."""
     cfg = self.config
     if gumbel_scale is None and cfg.gumbel_scale > 0:
       gumbel_scale = cfg.gumbel_scale
@@ -227,7 +243,7 @@ class Transformer(nn.Module):
       if edges is None or edges.shape != (*tokens.shape, time):
         raise InputError(f'model.relational needs edges of shape {(*tokens.shape, time)} (a graph task), '
                          f'got {None if edges is None else edges.shape}')
-      graph = attn.Edges(edges, table)
+      graph = relational.Edges(edges, table)
 
     if cfg.kind == 'standard':
       if cfg.positions == 'learned':

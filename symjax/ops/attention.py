@@ -268,3 +268,23 @@ def relational_logits(q: Array, k: Array, q_edge: Array, k_edge: Array, onehot: 
   edge_query_key = jnp.einsum('bhjv,bijv->bhij', jnp.einsum('vhd,bjhd->bhjv', q_edge, k, **f32), onehot)
   edge_edge = jnp.einsum('hv,bijv->bhij', jnp.einsum('vhd,vhd->hv', q_edge, k_edge, **f32), onehot)
   return (node + query_edge_key + edge_query_key + edge_edge) / jnp.sqrt(jnp.float32(q.shape[-1]))
+
+
+KERNELS = ('explicit', 'blocked', 'fused', 'relational')
+
+
+def choose(impl: str, block_size: int, static: np.ndarray, *, relational: bool, hooked: bool,
+           weights_kept: bool, dropout: bool) -> tuple[str, BlockPlan | None]:
+  """(which computation serves an attention call, its block plan): 'relational' over a graph's edges;
+  'blocked' where ``block_size`` and the static mask leave blocks out (not under hooks, which read every
+  site); 'fused' (``impl``'s kernel, which keeps no weights) where no weights are kept, read or dropped out;
+  else 'explicit', the einsum of ``dot_product_attention``."""
+  if relational:
+    return 'relational', None
+  if block_size and not hooked:
+    plan = block_plan(static, block_size)
+    if plan.scored_fraction < 1.0:  # else the dense computation does the same work in fewer steps
+      return 'blocked', plan
+  if impl != 'explicit' and not weights_kept and not hooked and not dropout:
+    return 'fused', None
+  return 'explicit', None

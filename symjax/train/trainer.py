@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from symjax import model as model_lib
 from symjax import tasks
 from symjax.model import ModelConfig, Transformer
-from symjax.model.attention import GUMBEL_RNG
+from symjax.model.program import GUMBEL_RNG
 from symjax.ops import readout as readout_ops
 from symjax.run import workdir as rundir
 from symjax.system import files, host

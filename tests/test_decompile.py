@@ -252,21 +252,21 @@ def test_soft_steps_need_program_training_and_fit_in_the_run():
 def test_gumbel_noise_samples_the_weights_and_keeps_zeros_and_gradients_finite():
   """The argmax of gumbel_perturbed at scale 1 is a sample from the weights (Gumbel-max); a zero weight is
   never drawn and passes no NaN back, nor does a row with no weight at all (a padding query)."""
-  from symjax.model import attention
+  from symjax.model import program
   weights = jnp.asarray([0.5, 0.3, 0.2, 0.0])
   keys = jax.random.split(jax.random.key(0), 20_000)
-  drawn = jax.vmap(lambda k: attention.gumbel_perturbed(weights, k, 1.0).argmax())(keys)
+  drawn = jax.vmap(lambda k: program.gumbel_perturbed(weights, k, 1.0).argmax())(keys)
   counts = np.bincount(np.asarray(drawn), minlength=4) / len(keys)
   np.testing.assert_allclose(counts, [0.5, 0.3, 0.2, 0.0], atol=0.015)  # ~4 standard errors
-  sharp = jax.vmap(lambda k: attention.gumbel_perturbed(weights, k, 0.05).argmax())(keys[:2000])
+  sharp = jax.vmap(lambda k: program.gumbel_perturbed(weights, k, 0.05).argmax())(keys[:2000])
   assert (np.asarray(sharp) == 0).mean() > 0.99  # a small scale takes the mode
   rows = jnp.asarray([[0.7, 0.3, 0.0], [0.0, 0.0, 0.0]])
-  grad = jax.grad(lambda w: (attention.straight_through(attention.gumbel_perturbed(w, keys[0], 1.0))
+  grad = jax.grad(lambda w: (program.straight_through(program.gumbel_perturbed(w, keys[0], 1.0))
                              * jnp.arange(3.0)).sum())(rows)
   assert np.isfinite(np.asarray(grad)).all() and np.abs(np.asarray(grad[0, :2])).max() > 0
   # A numerical head's predicate under logistic noise of scale s selects a key with probability sigmoid(score/s).
   scores, allowed = jnp.asarray([[-1.0, 0.0, 2.0]]), jnp.ones((1, 3), bool)
-  picked = jax.vmap(lambda k: attention.predicate_weights(scores, allowed, True, k, 1.0))(keys)
+  picked = jax.vmap(lambda k: program.predicate_weights(scores, allowed, True, k, 1.0))(keys)
   np.testing.assert_allclose(np.asarray(picked).mean(0)[0], jax.nn.sigmoid(scores[0]), atol=0.015)
 
 

@@ -17,7 +17,6 @@ import pytest
 from helpers import randomize
 
 from symjax.model import ModelConfig, Transformer, symbolic
-from symjax.model import attention as model_attention
 from symjax.model import intermediates as names
 from symjax.ops import attention, readout
 
@@ -117,14 +116,14 @@ def test_the_standard_model_projects_values_and_output_at_the_fused_kernels_widt
   """Where ALiBi rides in the products the standard model's value projection writes the kernel's width and
   its output projection reads it, so no pad or slice copies the values or the output between the products
   and the kernel; the parameters keep the heads' width."""
-  seen = []
+  seen, fused = [], attention.fused_attention
 
   def recorded(q, k, v, *args, **kw):
-    out = attention.fused_attention(q, k, v, *args, **kw)
+    out = fused(q, k, v, *args, **kw)
     seen.append((v.shape[-1], out.shape[-1]))
     return out
 
-  monkeypatch.setattr(model_attention, 'fused_attention', recorded)
+  monkeypatch.setattr(attention, 'fused_attention', recorded)
   cfg = dataclasses.replace(CFG, kind=kind, attention_impl='xla', num_layers=1, **change)
   tokens, key_mask = tokens_and_mask()
   params = Transformer(cfg).init(jax.random.key(0), tokens)['params']

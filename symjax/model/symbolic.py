@@ -109,7 +109,7 @@ class VocabProjection(nn.Module):
   gain: bool = False  # opt-in: scale channel h by a learned g_h = exp(log_gain_h) > 0 (starts at 1)
   weights: str = 'convex'  # 'convex' (eq. 22) or 'nonnegative' (opt-in: nonnegative_vocab_projection)
   hard: bool = False  # program training: the forward pass mixes one token, the argmax (straight-through)
-  gumbel_scale: Any = None  # hard only: sample the token at this scale while training (attention.sampling)
+  gumbel_scale: Any = None  # hard only: sample the token at this scale while training (program.sampling)
 
   @nn.compact
   def __call__(self, z: Array, table: Array) -> Array:

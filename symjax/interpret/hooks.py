@@ -66,7 +66,8 @@ _UNTRACEABLE = (jax.errors.TracerArrayConversionError, jax.errors.Concretization
 
 
 def _program(model: Transformer, fns: dict[str, Callable], keep, mutable: tuple[str, ...]):
-  """The jitted pass for these hooks, or None when it should run eagerly (a hook seen for the first time)."""
+  """The jitted pass for these hooks, or None when it should run eagerly (a hook seen for the first time,
+  or one that cannot be traced)."""
   key = (model, tuple(sorted(fns.items())), keep, mutable)
   if key in _PROGRAMS:  # None: a hook that cannot be traced
     _PROGRAMS.move_to_end(key)
@@ -442,9 +443,11 @@ def attribution_patch(model: Transformer, params, clean, corrupt, metric: Callab
   return {n: ((clean_cache[n].astype(np.float64) - corrupt_cache[n]) * grads[n]).sum(-1) for n in names_}
 
 
+@functools.lru_cache(maxsize=None)
 def zero_head(head: int) -> Callable:
   """A hook for a per-head site (``attn.q``, ``.k``, ``.values``, ``.z`` ``[..., heads, d]``; ``.scores``,
-  ``.pattern`` ``[batch, heads, ...]``) that sets one head to zero."""
+  ``.pattern`` ``[batch, heads, ...]``) that sets one head to zero; the same function for the same head, so
+  that its compiled pass is reused."""
   def fn(value, name):
     axis = 1 if name.endswith(('.scores', '.pattern')) else -2
     index = [slice(None)] * value.ndim

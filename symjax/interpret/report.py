@@ -136,113 +136,14 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
   tr = tracing.trace(model, params, tokens)
   pred = tr.logits[0].argmax(-1)
   target = int(pred[pos]) if target is None else int(target)
-  parts = []
-  probs = core.softmax(tr.logits[0])
-  parts.append('<h2>Input and prediction</h2>' + _table(
-      ['position', 'token', 'prediction', 'p'],
-      [[i, decode([int(tokens[0, i])]), decode([int(pred[i])]), f'{probs[i, pred[i]]:.3f}'] for i in range(t)]))
-
-  evidence = induction_evidence(tokens[0], ignore) if circuit is None else None
-  if circuit is None:
-    circuit = circuits.find_induction_circuit(model, params, tokens, ignore=ignore)
-  named = circuit_source != 'this input' or (evidence > 0 and cfg.num_layers > 1 and circuit.induction_head[0] > 0)
-  highlight = {circuit.previous_token_head, circuit.induction_head} if named else set()
-  if named:
-    on = (f'{html.escape(circuit_source)}' if evidence is None else
-          f'this input: {evidence} position(s) repeat an earlier token that has a successor')
-    heads_text = html.escape(circuit.describe()) + f' — scored on {on}; starred in the heatmaps.'
-  else:
-    heads_text = ('No head is named: an induction head needs a token repeated after an earlier occurrence with a '
-                  'successor, read in a block after the first (a previous-token head must come before it); '
-                  f'this input has {evidence} such position(s) and the model {cfg.num_layers} block(s). The scores '
-                  'below are what each head does on this input, not a label.')
-  parts.append('<h2>Heads</h2><p>' + heads_text + '</p>' + _table(
-                   ['layer.head', 'previous-token score', 'induction score'],
-                   [[f'L{l}.H{h}', f'{circuit.previous_token_scores[l, h]:.2f}',
-                     f'{circuit.induction_scores[l, h]:.2f}']
-                    for l in range(cfg.num_layers) for h in range(cfg.num_heads)]))
-  if named:
-    (pl, ph), (il, ih) = circuit.previous_token_head, circuit.induction_head
-    pair = np.stack([tr.attention[pl, 0, ph], tr.attention[il, 0, ih]])[None]
-    pair_titles = [[f'previous-token head L{pl}.H{ph}', f'induction head L{il}.H{ih}']]
-    parts.append(f'<img src="{figure_to_uri(attention_figure(pair, labels, titles=pair_titles))}">')
-  figure = figure_to_uri(attention_figure(tr.attention[:, 0], labels, highlight))
-  parts.append(f'<h2>Attention</h2><img src="{figure}">')
+  parts = [explorer(tr, tokens[0], decode, cfg), _prediction_section(tr, tokens, decode)]
+  parts += _heads_sections(model, params, tokens, tr, labels, ignore, circuit, circuit_source)
   parts.append('<h2>Program view</h2><pre>' + html.escape(
       circuits.format_program(circuits.program(model, params, tokens), tokens, decode)) + '</pre>')
   parts.append(f'<h2>Per-head parameters</h2><img src="{figure_to_uri(head_parameter_figure(tr.heads))}">')
-
-  if tr.mixture is not None:
-    mix_html = []
-    for l in range(len(tr.streams)):
-      where = 'embed (the input)' if l == 0 else f'after block {l - 1}'
-      for name in ('x_t', 'x_e'):
-        if l == 0 and name == 'x_e':
-          continue  # X_e⁰ = 0: no mixture to show
-        weights = getattr(tr.mixture, name)[l][0, pos, :, :cfg.vocab_size]      # [heads, vocab]
-        cells = [' / '.join(f'{decode([int(v)])} {weights[h, v]:.2f}' for v in np.argsort(-weights[h])[:3])
-                 for h in range(cfg.num_heads)]
-        mix_html.append([f'{where}, {name}'] + cells)
-    parts.append(f'<h2>Exact mixtures at position {html.escape(labels[pos])}</h2><p>The weights w of each head '
-                 'channel of X_t and X_e written exactly as Σ_v w_v E^(h)_v (the top three tokens): the model\'s own '
-                 'coefficients, not a lens.</p>' + _table(['state'] + [f'head {h}' for h in range(cfg.num_heads)],
-                                                          mix_html))
-  lens_html = []
-  for l in range(len(tr.streams)):
-    for name in core.stream_names(cfg):
-      rows = tr.lens_table(l, name, decode)
-      where = 'embed (the input)' if l == 0 else f'after block {l - 1}'
-      lens_html.append(f'<h3>{where}, {name}</h3>' + _table(
-          ['position'] + [f'head {h}' for h in range(cfg.num_heads)],
-          [[labels[i]] + r for i, r in enumerate(rows)]))
-  parts.append('<h2>Channel lens</h2><p>A reading, not the model\'s weights: each head channel decoded through '
-               'its embedding slice, softmax(x_h · E^(h) / τ_h), the top two tokens and their probabilities.</p>'
-               + ''.join(lens_html))
-
-  if tr.mixture is not None:
-    errs = mixtures.reconstruction_errors(tr.mixture, core.embedding_table(params),
-                                          cfg.num_heads)
-    parts.append('<h2>Exact mixture trace</h2><p>Every channel of X_t and X_e written as Σ_v w_v E^(h)_v with '
-                 'w ≥ 0 (Property 5.6); largest relative reconstruction error per layer: ' + html.escape(
-                     ', '.join(f'{k}: {max(v):.1e}' for k, v in errs.items())) + '.</p>')
-  if tr.cone_cosine is not None:
-    rows = [[l] + [f'{c[name][0].mean():.2f}' for name in ('x_t', 'x_e', 'x')] for l, c in enumerate(tr.cone_cosine)]
-    spans = spanning_channels(core.embedding_table(params), cfg)
-    note = (f' The {cfg.vocab_size} token embeddings of channel(s) {spans} positively span their {cfg.head_dim}-'
-            'dimensional space: every vector there is a non-negative token combination, so this check cannot '
-            'tell a token mixture from anything else in those channels.' if spans else '')
-    parts.append('<h2>Distance from the vocabulary cone</h2><p>Mean cosine between each channel state and its '
-                 'nearest non-negative combination of the channel\'s token embeddings (1: a token mixture); '
-                 'row 0 is the input, row l the state after block l − 1.' + note + '</p>'
-                 + _table(['state', 'X_t', 'X_e', 'X'], rows))
-
-  parts_attr = attribution.group_attribution(attribution.stream_attribution(model, params, tokens),
-                                            cfg.kind != 'standard')
-  values = {name: v[0, :, target] for name, v in parts_attr.items()}
-  fig = bars_figure(values, labels, f'direct contribution to the logit of {decode([target])!r} at each position')
-  parts.append('<h2>Stream attribution</h2><p>Logits = Σ of the terms below exactly, with the final '
-               'normalisation\'s scale held at its value (direct logit attribution).</p>'
-               f'<img src="{figure_to_uri(fig)}">')
-
-  targets = np.full(tokens.shape, target, np.int32)
-  blocks = attribution.native_importance(model, params, tokens)[:, 0, pos]
-  ig = attribution.gradient_importance(model, params, tokens, targets, None, 'integrated_gradients', ig_steps,
-                                       signed=True)[0, pos]
-  gap = ig.sum() - (attribution.target_logprob(model, params, tokens, targets)[0, pos]
-                    - attribution.target_logprob(model, params, tokens, targets, baseline='mean')[0, pos])
-  scores = {'native (X_t flow, last block)': blocks[-1], 'integrated gradients': ig,
-            'input × gradient': attribution.gradient_importance(model, params, tokens, targets, None,
-                                                                'input_x_gradient', signed=True)[0, pos]}
-  scores.update({f'native, block {l}': blocks[l] for l in range(len(blocks) - 1)})
-  fig = bars_figure(scores, labels, f'importance of each input token for position {labels[pos]} '
-                                    f'(target {decode([target])!r})')
-  parts.append('<h2>Token importance</h2><p>Native: the share of each input position in what the query '
-               'position holds after each block (flow through X_t). Gradient methods: signed attribution '
-               f'of log p(target); integrated gradients from the mean-embedding baseline in {ig_steps} steps '
-               f'(completeness gap {gap:+.2e}).</p>' + f'<img src="{figure_to_uri(fig)}">')
-
-  parts.insert(0, explorer(tr, tokens[0], decode, cfg))
-
+  parts += _stream_sections(tr, params, cfg, labels, pos, decode)
+  parts.append(_attribution_section(model, params, tokens, labels, target, decode))
+  parts.append(_importance_section(model, params, tokens, labels, pos, target, decode, ig_steps))
   summary = (f'{cfg.kind} model, {cfg.num_layers} layers × {cfg.num_heads} heads of {cfg.head_dim}, '
              f'vocabulary {cfg.vocab_size}')
   return (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
@@ -302,6 +203,122 @@ show(D.labels.length - 1);
 attention(document.getElementById('head').value);
 """
 
+
+
+def _prediction_section(tr, tokens, decode) -> str:
+  pred, probs = tr.logits[0].argmax(-1), core.softmax(tr.logits[0])
+  return '<h2>Input and prediction</h2>' + _table(
+      ['position', 'token', 'prediction', 'p'],
+      [[i, decode([int(tokens[0, i])]), decode([int(pred[i])]), f'{probs[i, pred[i]]:.3f}']
+       for i in range(tokens.shape[1])])
+
+
+def _heads_sections(model, params, tokens, tr, labels, ignore, circuit, circuit_source) -> list[str]:
+  """The previous-token and induction heads, named only where the input can show them, with every head's
+  scores; the attention heatmaps, the named heads starred."""
+  cfg = model.config
+  evidence = induction_evidence(tokens[0], ignore) if circuit is None else None
+  if circuit is None:
+    circuit = circuits.find_induction_circuit(model, params, tokens, ignore=ignore)
+  named = circuit_source != 'this input' or (evidence > 0 and cfg.num_layers > 1 and circuit.induction_head[0] > 0)
+  highlight = {circuit.previous_token_head, circuit.induction_head} if named else set()
+  if named:
+    on = (f'{html.escape(circuit_source)}' if evidence is None else
+          f'this input: {evidence} position(s) repeat an earlier token that has a successor')
+    heads_text = html.escape(circuit.describe()) + f' — scored on {on}; starred in the heatmaps.'
+  else:
+    heads_text = ('No head is named: an induction head needs a token repeated after an earlier occurrence with a '
+                  'successor, read in a block after the first (a previous-token head must come before it); '
+                  f'this input has {evidence} such position(s) and the model {cfg.num_layers} block(s). The scores '
+                  'below are what each head does on this input, not a label.')
+  parts = ['<h2>Heads</h2><p>' + heads_text + '</p>' + _table(
+      ['layer.head', 'previous-token score', 'induction score'],
+      [[f'L{l}.H{h}', f'{circuit.previous_token_scores[l, h]:.2f}', f'{circuit.induction_scores[l, h]:.2f}']
+       for l in range(cfg.num_layers) for h in range(cfg.num_heads)])]
+  if named:
+    (pl, ph), (il, ih) = circuit.previous_token_head, circuit.induction_head
+    pair = np.stack([tr.attention[pl, 0, ph], tr.attention[il, 0, ih]])[None]
+    pair_titles = [[f'previous-token head L{pl}.H{ph}', f'induction head L{il}.H{ih}']]
+    parts.append(f'<img src="{figure_to_uri(attention_figure(pair, labels, titles=pair_titles))}">')
+  figure = figure_to_uri(attention_figure(tr.attention[:, 0], labels, highlight))
+  return parts + [f'<h2>Attention</h2><img src="{figure}">']
+
+
+def _stream_sections(tr, params, cfg, labels, pos, decode) -> list[str]:
+  """What the streams hold: the exact mixtures (symbolic), the channel lens, the mixture trace's
+  reconstruction error (symbolic) or the distance from the vocabulary cone (token-factored)."""
+  parts = []
+  if tr.mixture is not None:
+    mix_html = []
+    for l in range(len(tr.streams)):
+      where = 'embed (the input)' if l == 0 else f'after block {l - 1}'
+      for name in ('x_t', 'x_e'):
+        if l == 0 and name == 'x_e':
+          continue  # X_e⁰ = 0: no mixture to show
+        weights = getattr(tr.mixture, name)[l][0, pos, :, :cfg.vocab_size]      # [heads, vocab]
+        cells = [' / '.join(f'{decode([int(v)])} {weights[h, v]:.2f}' for v in np.argsort(-weights[h])[:3])
+                 for h in range(cfg.num_heads)]
+        mix_html.append([f'{where}, {name}'] + cells)
+    parts.append(f'<h2>Exact mixtures at position {html.escape(labels[pos])}</h2><p>The weights w of each head '
+                 'channel of X_t and X_e written exactly as Σ_v w_v E^(h)_v (the top three tokens): the model\'s own '
+                 'coefficients, not a lens.</p>' + _table(['state'] + [f'head {h}' for h in range(cfg.num_heads)],
+                                                          mix_html))
+  lens_html = []
+  for l in range(len(tr.streams)):
+    for name in core.stream_names(cfg):
+      rows = tr.lens_table(l, name, decode)
+      where = 'embed (the input)' if l == 0 else f'after block {l - 1}'
+      lens_html.append(f'<h3>{where}, {name}</h3>' + _table(
+          ['position'] + [f'head {h}' for h in range(cfg.num_heads)],
+          [[labels[i]] + r for i, r in enumerate(rows)]))
+  parts.append('<h2>Channel lens</h2><p>A reading, not the model\'s weights: each head channel decoded through '
+               'its embedding slice, softmax(x_h · E^(h) / τ_h), the top two tokens and their probabilities.</p>'
+               + ''.join(lens_html))
+  if tr.mixture is not None:
+    errs = mixtures.reconstruction_errors(tr.mixture, core.embedding_table(params), cfg.num_heads)
+    parts.append('<h2>Exact mixture trace</h2><p>Every channel of X_t and X_e written as Σ_v w_v E^(h)_v with '
+                 'w ≥ 0 (Property 5.6); largest relative reconstruction error per layer: ' + html.escape(
+                     ', '.join(f'{k}: {max(v):.1e}' for k, v in errs.items())) + '.</p>')
+  if tr.cone_cosine is not None:
+    rows = [[l] + [f'{c[name][0].mean():.2f}' for name in ('x_t', 'x_e', 'x')] for l, c in enumerate(tr.cone_cosine)]
+    spans = spanning_channels(core.embedding_table(params), cfg)
+    note = (f' The {cfg.vocab_size} token embeddings of channel(s) {spans} positively span their {cfg.head_dim}-'
+            'dimensional space: every vector there is a non-negative token combination, so this check cannot '
+            'tell a token mixture from anything else in those channels.' if spans else '')
+    parts.append('<h2>Distance from the vocabulary cone</h2><p>Mean cosine between each channel state and its '
+                 'nearest non-negative combination of the channel\'s token embeddings (1: a token mixture); '
+                 'row 0 is the input, row l the state after block l − 1.' + note + '</p>'
+                 + _table(['state', 'X_t', 'X_e', 'X'], rows))
+  return parts
+
+
+def _attribution_section(model, params, tokens, labels, target, decode) -> str:
+  parts_attr = attribution.group_attribution(attribution.stream_attribution(model, params, tokens),
+                                            model.config.kind != 'standard')
+  values = {name: v[0, :, target] for name, v in parts_attr.items()}
+  fig = bars_figure(values, labels, f'direct contribution to the logit of {decode([target])!r} at each position')
+  return ('<h2>Stream attribution</h2><p>Logits = Σ of the terms below exactly, with the final '
+          'normalisation\'s scale held at its value (direct logit attribution).</p>'
+          f'<img src="{figure_to_uri(fig)}">')
+
+
+def _importance_section(model, params, tokens, labels, pos, target, decode, ig_steps) -> str:
+  targets = np.full(tokens.shape, target, np.int32)
+  blocks = attribution.native_importance(model, params, tokens)[:, 0, pos]
+  ig = attribution.gradient_importance(model, params, tokens, targets, None, 'integrated_gradients', ig_steps,
+                                       signed=True)[0, pos]
+  gap = ig.sum() - (attribution.target_logprob(model, params, tokens, targets)[0, pos]
+                    - attribution.target_logprob(model, params, tokens, targets, baseline='mean')[0, pos])
+  scores = {'native (X_t flow, last block)': blocks[-1], 'integrated gradients': ig,
+            'input × gradient': attribution.gradient_importance(model, params, tokens, targets, None,
+                                                                'input_x_gradient', signed=True)[0, pos]}
+  scores.update({f'native, block {l}': blocks[l] for l in range(len(blocks) - 1)})
+  fig = bars_figure(scores, labels, f'importance of each input token for position {labels[pos]} '
+                                    f'(target {decode([target])!r})')
+  return ('<h2>Token importance</h2><p>Native: the share of each input position in what the query '
+          'position holds after each block (flow through X_t). Gradient methods: signed attribution '
+          f'of log p(target); integrated gradients from the mean-embedding baseline in {ig_steps} steps '
+          f'(completeness gap {gap:+.2e}).</p>' + f'<img src="{figure_to_uri(fig)}">')
 
 def explorer(tr, tokens: np.ndarray, decode: Callable, cfg, k: int = 6) -> str:
   """The interactive part of the report: hover or click a token to see, after each block, the exact mixture

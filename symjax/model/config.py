@@ -145,6 +145,14 @@ class ModelConfig:
 
   def validate(self) -> None:
     """Raises ValueError naming the first field that is wrong and what is allowed."""
+    self._check_values()
+    self._check_attention()
+    self._check_kinds()
+    self._check_program()
+    self._check_layers()
+
+  def _check_values(self) -> None:
+    """Every number finite and in range, every named choice one of its options."""
     def choice(name, allowed):
       if getattr(self, name) not in allowed:
         raise InputError(f"model.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
@@ -182,6 +190,9 @@ class ModelConfig:
       positive(name)
     positive('window', strict=False)
     positive('attention_block', strict=False)
+
+  def _check_attention(self) -> None:
+    """The mask, relational attention and dropout."""
     if self.mask:
       if self.window:
         raise InputError(f'model.mask {self.mask!r} and model.window = {self.window} both set: write the '
@@ -200,6 +211,9 @@ class ModelConfig:
     for name in ('dropout_rate', 'attention_dropout_rate'):
       if not 0.0 <= getattr(self, name) < 1.0:
         raise InputError(f'model.{name} must be in [0, 1), got {getattr(self, name)!r}')
+
+  def _check_kinds(self) -> None:
+    """Options that only some kinds have."""
     if self.kind == 'lstm' and not self.causal:
       raise InputError("model.kind 'lstm' reads left to right and needs a causal task; this task is "
                        "bidirectional: use 'standard', 'token_factored' or 'symbolic'")
@@ -210,6 +224,9 @@ class ModelConfig:
     if self.qk_positions and self.kind not in ('token_factored', 'symbolic'):
       raise InputError(f"model.qk_positions is for the factored kinds 'token_factored' and 'symbolic' (the "
                        f"standard model has model.positions='learned'), got kind {self.kind!r}")
+
+  def _check_program(self) -> None:
+    """Program training and numerical heads: the computations they take their argmaxes from."""
     # What program training and numerical heads both need: the explicit, dense, one-piece computations that
     # the forward pass takes its argmaxes and predicates from.
     needs = (('kind', 'symbolic', self.kind), ('symbolic_sites', 'both', self.symbolic_sites),
@@ -244,6 +261,8 @@ class ModelConfig:
     if not self.numerical_positions and not self.numerical_heads:
       raise InputError('model.numerical_positions = False removes positions from numerical heads: it needs '
                        f'model.numerical_heads >= 1, got {self.numerical_heads!r}')
+
+  def _check_layers(self) -> None:
     if self.symbolic_layers is not None:
       if self.kind != 'symbolic':
         raise InputError(f"model.symbolic_layers is only for kind 'symbolic', got kind {self.kind!r}")

@@ -16,12 +16,13 @@ seed has, and a set of seeds whose ``final_metrics.json`` all record the last st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -150,8 +151,86 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   if all(done):
     return done
 
-  # --- Data and model, shared by every seed; every folder checked against its seed's config before any is
-  # written.
+  r = _set_up(config, seeds, workdirs, seed_step, verbose)
+  seed_configs, task, model_config, schedule = r.seed_configs, r.task, r.model_config, r.schedule
+  v_train, v_eval, all_finite, keys = r.v_train, r.v_eval, r.all_finite, r.keys
+  managers, writers, state, start_step = r.managers, r.writers, r.state, r.start_step
+  run_files_written = False
+
+  def evaluate(params, split: str) -> list[dict[str, float]]:
+    """Every seed's metrics on ``split``; 'train' is a fixed sample of 4 training batches, as in the
+    single-run trainer, to compare with validation."""
+    sums = metrics_lib.total(v_eval(params, batch) for batch in
+                             metrics_lib.split_batches(task, split, config.batch_size, config.data_seed))
+    return [metrics_lib.summarize({k: float(v[i]) for k, v in sums.items()}, config.top_ks)
+            for i in range(len(seeds))]
+
+  # --- Loop.
+  diverged: dict[int, int] = {}
+  tokens_per_step = len(seeds) * config.batch_size * task.seq_len
+  last_time, last_step, step, rate = time.time(), start_step, start_step, 0.0
+  try:
+    while step < config.total_steps:
+      state, metrics = v_train(state, _stack([task.batch('train', step, config.batch_size, s) for s in seeds]),
+                               keys)
+      step += 1
+      if step % config.log_every_steps == 0 or step == config.total_steps:
+        now = time.time()
+        rate = (step - last_step) * tokens_per_step / max(now - last_time, 1e-9)
+        last_time, last_step = now, step
+        _log_train(step, metrics, seeds, diverged, writers, rate, float(schedule(step)))
+      if step % config.eval_every_steps == 0 or step == config.total_steps:
+        finite = np.asarray(all_finite(state.params))
+        validation = evaluate(state.params, 'validation')
+        if not run_files_written:  # the folders now get checkpoints this config trained
+          for c, w in zip(seed_configs, workdirs):
+            rundir.save_run_files(w, c, task, model_config, start_step)
+          run_files_written = True
+        _save_validated(step, state, finite, validation, diverged, managers, writers)
+        if verbose:
+          mean = lambda k: np.mean([v[k] for i, v in enumerate(validation) if i not in diverged] or [np.nan])
+          print(f'step {step}: validation loss {mean("loss"):.4f} accuracy {mean("accuracy"):.4f} '
+                f'(mean of {len(seeds) - len(diverged)} seeds)' + (f', {rate:,.0f} tokens/s' if rate else ''),
+                flush=True)
+  except BaseException:  # a bug or an interrupt: finish the checkpoints being saved and the metric files
+    for manager, writer in zip(managers, writers):
+      manager.wait_until_finished()
+      writer.close()
+      manager.close()
+    raise
+  for manager in managers:
+    manager.wait_until_finished()
+
+  # --- Final evaluation of every seed's final parameters (a seed whose parameters are not finite diverged).
+  for i, ok in enumerate(np.asarray(all_finite(state.params))):
+    if not ok:
+      diverged.setdefault(i, step)
+  splits = {'train': evaluate(state.params, 'train'), 'validation': evaluate(state.params, 'validation'),
+            **{s: evaluate(state.params, s) for s in ('test', *task.eval_splits)}}
+  return _write_finals(step, splits, diverged, workdirs, writers, managers)
+
+
+
+@dataclasses.dataclass
+class _SeedRun:
+  """What ``train_seeds`` sets up before its loop: shared by every seed, or one per seed."""
+  seed_configs: list
+  task: Any
+  model_config: Any
+  schedule: Any
+  v_train: Any        # (stacked state, stacked batch, keys) -> (state, metrics)
+  v_eval: Any         # (stacked params, batch) -> every seed's metric sums
+  all_finite: Any     # stacked params -> [seeds] bool
+  keys: Any
+  managers: list
+  writers: list
+  state: Any
+  start_step: int
+
+
+def _set_up(config, seeds: Sequence[int], workdirs: Sequence[str], seed_step: str, verbose: bool) -> _SeedRun:
+  """Data and model, shared by every seed, every folder checked against its seed's config before any is
+  written; the state resumed from the newest step all seeds share."""
   seed_configs = []
   for seed in seeds:
     c = ml_collections.ConfigDict(config.to_dict())
@@ -175,75 +254,42 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   start_step, restored = _restore_common(managers, abstract_state, workdirs)
   state = _stack(restored) if restored else jax.jit(jax.vmap(init))(keys)
   writers = [rundir.MetricWriter(w, resume_step=start_step) for w in workdirs]
-  run_files_written = False
   num_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
   if verbose:
     print(f'symjax: {len(seeds)} seeds {list(seeds)} of a {model_config.kind} model, {num_params:,} parameters '
           f'each, task {task.name!r}' + (f', resuming from step {start_step}' if start_step else ''))
+  return _SeedRun(seed_configs, task, model_config, schedule, v_train, v_eval, all_finite, keys, managers,
+                  writers, state, start_step)
 
-  def evaluate(params, split: str) -> list[dict[str, float]]:
-    """Every seed's metrics on ``split``; 'train' is a fixed sample of 4 training batches, as in the
-    single-run trainer, to compare with validation."""
-    sums = metrics_lib.total(v_eval(params, batch) for batch in
-                             metrics_lib.split_batches(task, split, config.batch_size, config.data_seed))
-    return [metrics_lib.summarize({k: float(v[i]) for k, v in sums.items()}, config.top_ks)
-            for i in range(len(seeds))]
+def _log_train(step: int, metrics, seeds: Sequence[int], diverged: dict[int, int], writers, rate: float,
+               learning_rate: float) -> None:
+  """Each seed's training metrics; a seed whose metrics are not finite is marked diverged at ``step``."""
+  for i, m in enumerate(_unstack(jax.device_get(metrics), len(seeds))):
+    m = {k: float(v) for k, v in m.items()}
+    if i not in diverged and not all(math.isfinite(v) for v in m.values()):
+      diverged[i] = step
+      print(f'WARNING: seed {seeds[i]} diverged at step {step} (non-finite training metrics); '
+            f'its last good checkpoint is kept', file=sys.stderr)
+    if i not in diverged:
+      writers[i].write(step, 'train', {**m, 'tokens_per_second': rate, 'learning_rate': learning_rate})
 
-  # --- Loop.
-  diverged: dict[int, int] = {}
-  tokens_per_step = len(seeds) * config.batch_size * task.seq_len
-  last_time, last_step, step, rate = time.time(), start_step, start_step, 0.0
-  try:
-    while step < config.total_steps:
-      state, metrics = v_train(state, _stack([task.batch('train', step, config.batch_size, s) for s in seeds]),
-                               keys)
-      step += 1
-      if step % config.log_every_steps == 0 or step == config.total_steps:
-        now = time.time()
-        rate = (step - last_step) * tokens_per_step / max(now - last_time, 1e-9)
-        last_time, last_step = now, step
-        for i, m in enumerate(_unstack(jax.device_get(metrics), len(seeds))):
-          m = {k: float(v) for k, v in m.items()}
-          if i not in diverged and not all(math.isfinite(v) for v in m.values()):
-            diverged[i] = step
-            print(f'WARNING: seed {seeds[i]} diverged at step {step} (non-finite training metrics); '
-                  f'its last good checkpoint is kept', file=sys.stderr)
-          if i not in diverged:
-            writers[i].write(step, 'train', {**m, 'tokens_per_second': rate, 'learning_rate': float(schedule(step))})
-      if step % config.eval_every_steps == 0 or step == config.total_steps:
-        finite = np.asarray(all_finite(state.params))
-        validation = evaluate(state.params, 'validation')
-        if not run_files_written:  # the folders now get checkpoints this config trained
-          for c, w in zip(seed_configs, workdirs):
-            rundir.save_run_files(w, c, task, model_config, start_step)
-          run_files_written = True
-        for i, (manager, writer) in enumerate(zip(managers, writers)):
-          if not finite[i]:
-            diverged.setdefault(i, step)
-          if i in diverged:
-            continue
-          writer.write(step, 'validation', validation[i])
-          rundir.save_state(manager, step, jax.tree.map(lambda x, i=i: x[i], state), validation[i])
-        if verbose:
-          mean = lambda k: np.mean([v[k] for i, v in enumerate(validation) if i not in diverged] or [np.nan])
-          print(f'step {step}: validation loss {mean("loss"):.4f} accuracy {mean("accuracy"):.4f} '
-                f'(mean of {len(seeds) - len(diverged)} seeds)' + (f', {rate:,.0f} tokens/s' if rate else ''),
-                flush=True)
-  except BaseException:  # a bug or an interrupt: finish the checkpoints being saved and the metric files
-    for manager, writer in zip(managers, writers):
-      manager.wait_until_finished()
-      writer.close()
-      manager.close()
-    raise
-  for manager in managers:
-    manager.wait_until_finished()
 
-  # --- Final evaluation of every seed's final parameters (a seed whose parameters are not finite diverged).
-  for i, ok in enumerate(np.asarray(all_finite(state.params))):
-    if not ok:
+def _save_validated(step: int, state, finite, validation: list[dict], diverged: dict[int, int], managers,
+                    writers) -> None:
+  """Each seed's validation metrics and checkpoint, but for a seed that diverged (its parameters not finite:
+  it is marked so here)."""
+  for i, (manager, writer) in enumerate(zip(managers, writers)):
+    if not finite[i]:
       diverged.setdefault(i, step)
-  splits = {'train': evaluate(state.params, 'train'), 'validation': evaluate(state.params, 'validation'),
-            **{s: evaluate(state.params, s) for s in ('test', *task.eval_splits)}}
+    if i in diverged:
+      continue
+    writer.write(step, 'validation', validation[i])
+    rundir.save_state(manager, step, jax.tree.map(lambda x, i=i: x[i], state), validation[i])
+
+
+def _write_finals(step: int, splits: dict[str, list[dict]], diverged: dict[int, int], workdirs, writers,
+                  managers) -> list[dict]:
+  """Each seed's ``final_metrics.json`` (``{'diverged': step}`` for a seed that diverged); closes its files."""
   finals = []
   for i, (w, writer, manager) in enumerate(zip(workdirs, writers, managers)):
     if i in diverged:

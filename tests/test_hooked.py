@@ -43,8 +43,10 @@ def test_calls_equal_the_functional_api_and_a_padded_row_equals_the_row_alone(hm
   batch = hm(['<s> a 1 b 2', '<s> c'])
   np.testing.assert_allclose(batch[1, :2], hm('<s> c')[0], rtol=1e-5, atol=1e-5)  # causal: padding after it
   zeroed = hm.run_with_hooks('<s> a 1 b 2', {'blocks.0.attn.z': hooks.zero_head(0)})
-  np.testing.assert_array_equal(zeroed, hooks.run_with_hooks(hm.model, hm.params, ids,
-                                                             {'blocks.0.attn.z': hooks.zero_head(0)}))
+  # The same hook function a second time runs the compiled pass: float32 rounding apart from the eager one.
+  np.testing.assert_allclose(zeroed, hooks.run_with_hooks(hm.model, hm.params, ids,
+                                                          {'blocks.0.attn.z': hooks.zero_head(0)}),
+                             rtol=1e-5, atol=1e-5)
   assert cache.to_str_tokens() == ['<s>', 'a', '1', 'b', '2']
 
 

@@ -7,6 +7,7 @@ import os
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import symjax.configs as configs
@@ -41,14 +42,20 @@ def tiny_config(kind='symbolic', **overrides):
   return config
 
 
+def shapes_of(module, *inputs, **kwargs):
+  """The variables ``module.init`` would make, as shapes and dtypes, without running or compiling init
+  (``randomize`` replaces every value anyway; an eager init of a small model takes seconds)."""
+  return jax.eval_shape(module.init, jax.random.key(0), *inputs, **kwargs)
+
+
 def randomize(params, seed, scale=0.5):
   """Replaces every parameter by a random one of its shape, so no parameter sits at its init value.
 
-  Logical-partitioning boxes are dropped: tests read plain arrays."""
+  Logical-partitioning boxes are dropped: tests read plain arrays. NumPy draws them: JAX's sampler compiles
+  once per shape, seconds for a small model."""
   leaves, treedef = jax.tree.flatten(nn.meta.unbox(params))
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  return jax.tree.unflatten(treedef, [scale * jax.random.normal(k, x.shape, x.dtype)
-                                      for k, x in zip(keys, leaves)])
+  rng = np.random.default_rng(seed)
+  return jax.tree.unflatten(treedef, [jnp.asarray(scale * rng.standard_normal(x.shape), x.dtype) for x in leaves])
 
 
 def f64(x):

@@ -5,7 +5,7 @@ the hooks and key mask the cache was made with."""
 import jax
 import numpy as np
 import pytest
-from helpers import KINDS, randomize, small
+from helpers import KINDS, randomize, shapes_of, small
 
 from symjax.interpret import hooks
 from symjax.model import Transformer
@@ -18,7 +18,7 @@ def model_and_params(kind, seed=0):
   cfg = small(kind=kind)
   model = Transformer(cfg)
   tokens = np.asarray(jax.random.randint(jax.random.key(seed), (2, 9), 0, cfg.vocab_size))
-  params = randomize(model.init(jax.random.key(1), tokens)['params'], seed + 2)
+  params = randomize(shapes_of(model, tokens)['params'], seed + 2)
   return model, params, tokens
 
 

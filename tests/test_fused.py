@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import paper_reference as ref
 import pytest
-from helpers import randomize
+from helpers import randomize, shapes_of
 
 from symjax.model import ModelConfig, Transformer, symbolic
 from symjax.model import intermediates as names
@@ -56,7 +56,7 @@ def _logits_and_grads(cfg, variables, tokens, key_mask):
 def test_fused_attention_equals_explicit_with_gradients(kind, change):
   cfg = dataclasses.replace(CFG, kind=kind, **change)
   tokens, key_mask = tokens_and_mask()
-  variables = randomize(Transformer(cfg).init(jax.random.key(0), tokens), 4, scale=0.4)
+  variables = randomize(shapes_of(Transformer(cfg), tokens), 4, scale=0.4)
   grads, logits = _logits_and_grads(cfg, variables, tokens, key_mask)
   fused_grads, fused_logits = _logits_and_grads(dataclasses.replace(cfg, attention_impl='xla'), variables,
                                                 tokens, key_mask)
@@ -270,7 +270,7 @@ def test_cudnn_attention_equals_explicit_on_gpu(kind):
   cfg = dataclasses.replace(CFG, kind=kind, num_heads=2, head_dim=64, max_len=128)
   tokens = jax.random.randint(jax.random.key(3), (2, 128), 0, cfg.vocab_size)
   key_mask = jnp.ones((2, 128), bool).at[1, :5].set(False)
-  variables = randomize(Transformer(cfg).init(jax.random.key(0), tokens), 4, scale=0.1)
+  variables = randomize(shapes_of(Transformer(cfg), tokens), 4, scale=0.1)
   grads, logits = _logits_and_grads(cfg, variables, tokens, key_mask)
   bf16 = dataclasses.replace(cfg, dtype='bfloat16')
   grads_b, logits_b = _logits_and_grads(bf16, variables, tokens, key_mask)

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import KINDS, randomize, small
+from helpers import KINDS, randomize, shapes_of, small
 
 from symjax.interpret import core, hooks, patching
 from symjax.model import Transformer
@@ -17,7 +17,7 @@ def setup(kind):
   clean = np.asarray(jax.random.randint(jax.random.key(3), (2, 7), 0, cfg.vocab_size))
   corrupt = clean.copy()
   corrupt[:, 2] = (corrupt[:, 2] + 5) % cfg.vocab_size
-  params = randomize(model.init(jax.random.key(1), clean)['params'], 4)
+  params = randomize(shapes_of(model, clean)['params'], 4)
   return model, params, clean, corrupt
 
 

@@ -1,10 +1,9 @@
 """The model object: TransformerLens's calls on texts, id sequences and padded batches, each the same as the
 functional call it wraps."""
 
-import jax
 import numpy as np
 import pytest
-from helpers import randomize, small
+from helpers import randomize, shapes_of, small
 
 import symjax.configs as configs
 from symjax.interpret import HookedModel, circuits, hooks
@@ -20,7 +19,7 @@ WORDS = ['<s>', 'a', 'b', 'c', 'd', '0', '1', '2', '3', 'x', 'y', 'z', 'q']
 def hm():
   cfg = small(kind='symbolic')
   model = Transformer(cfg)
-  params = randomize(model.init(jax.random.key(0), np.zeros((1, 4), np.int32))['params'], 1)
+  params = randomize(shapes_of(model, np.zeros((1, 4), np.int32))['params'], 1)
   return HookedModel(model, params, TokenVocab(Vocab(WORDS)))
 
 

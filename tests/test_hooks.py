@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import KINDS, randomize, small
+from helpers import KINDS, randomize, shapes_of, small
 
 from symjax.interpret import core, hooks, interventions, mixtures
 from symjax.model import Transformer
@@ -16,7 +16,7 @@ def model_and_params(kind, seed=0, **kw):
   cfg = small(kind=kind, **kw)
   model = Transformer(cfg)
   tokens = jax.random.randint(jax.random.key(seed), (2, 9), 0, cfg.vocab_size)
-  params = randomize(model.init(jax.random.key(1), tokens)['params'], seed + 2)
+  params = randomize(shapes_of(model, tokens)['params'], seed + 2)
   return model, params, np.asarray(tokens)
 
 

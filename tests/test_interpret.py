@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import paper_reference as ref
 import pytest
-from helpers import EPS, KINDS, randomize, small
+from helpers import EPS, KINDS, randomize, shapes_of, small
 
 import symjax.configs as configs
 from symjax import interpret
@@ -32,7 +32,7 @@ def model_and_params(request):
   cfg = small(kind=request.param)
   tokens = jax.random.randint(jax.random.key(3), (2, 7), 0, cfg.vocab_size)
   model = Transformer(cfg)
-  params = randomize(model.init(jax.random.key(0), tokens), 5, scale=0.5)['params']
+  params = randomize(shapes_of(model, tokens), 5, scale=0.5)['params']
   return model, params, np.asarray(tokens)
 
 
@@ -41,7 +41,7 @@ def symbolic_model():
   cfg = small(kind='symbolic', num_layers=3)
   tokens = np.asarray(jax.random.randint(jax.random.key(7), (2, 8), 0, cfg.vocab_size))
   model = Transformer(cfg)
-  params = randomize(model.init(jax.random.key(0), tokens), 8, scale=0.5)['params']
+  params = randomize(shapes_of(model, tokens), 8, scale=0.5)['params']
   return model, params, tokens
 
 
@@ -135,7 +135,7 @@ def test_symbolic_streams_lie_in_their_cones_and_token_factored_streams_need_not
     assert interpret.cone(states['x_t'], table, model.config.num_heads, model.config.vocab_size).min() > 0.999
   # Channels wider than the vocabulary, so the cone is a proper subset of each channel's space.
   tf = Transformer(small(kind='token_factored', head_dim=16))
-  tf_params = randomize(tf.init(jax.random.key(0), tokens), 9, scale=0.5)['params']
+  tf_params = randomize(shapes_of(tf, tokens), 9, scale=0.5)['params']
   tr = interpret.trace(tf, tf_params, tokens[:1])
   assert len(tr.cone_cosine) == tf.config.num_layers + 1
   assert tr.cone_cosine[-1]['x_e'].min() < 0.99
@@ -495,7 +495,7 @@ def test_the_report_shows_invisible_tokens_exact_mixtures_and_names_heads_only_o
   cfg = small(kind='symbolic')
   model = Transformer(cfg)
   tokens = np.array([0, 2, 1, 3, 4, 5, 6])                    # 'a b⏎cde': no token repeats
-  params = randomize(model.init(jax.random.key(0), tokens[None])['params'], 5)
+  params = randomize(shapes_of(model, tokens[None])['params'], 5)
   decode = lambda ids: ''.join(chars[int(i)] for i in ids)
   text = report.build_report(model, params, tokens, decode, ig_steps=4)
   assert '␣' in text and '⏎' in text

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import paper_reference as ref
 import pytest
-from helpers import EPS, KINDS, SMALL, f64, randomize, small
+from helpers import EPS, KINDS, SMALL, f64, randomize, shapes_of, small
 
 from symjax import model as model_lib
 from symjax.interpret import mixtures as symjax_mixtures
@@ -50,7 +50,7 @@ def test_token_factored_block_matches_eqs_6_to_15(causal):
   cfg = small(kind='token_factored', causal=causal)
   x_t, x_e, table = streams(1)
   block = FactoredBlock(cfg, symbolic=False)
-  variables = randomize(block.init(jax.random.key(0), x_t, x_e, table), 7, scale=0.3)
+  variables = randomize(shapes_of(block, x_t, x_e, table), 7, scale=0.3)
   (y_t, y_e), state = block.apply(variables, x_t, x_e, table, mutable=['intermediates'])
   p = factored_params(variables['params'], symbolic=False)
   for b in range(x_t.shape[0]):
@@ -70,7 +70,7 @@ def test_symbolic_block_matches_algorithm_1(causal, vocab_ffn, qk_positions):
   cfg = small(kind='symbolic', causal=causal, vocab_ffn=vocab_ffn, qk_positions=qk_positions)
   x_t, x_e, table = streams(2)
   block = FactoredBlock(cfg, symbolic=True)
-  variables = randomize(block.init(jax.random.key(0), x_t, x_e, table), 8, scale=0.3)
+  variables = randomize(shapes_of(block, x_t, x_e, table), 8, scale=0.3)
   (y_t, y_e), state = block.apply(variables, x_t, x_e, table, mutable=['intermediates'])
   inter = names.flat(state['intermediates'])
   p = factored_params(variables['params'], symbolic=True)
@@ -96,7 +96,7 @@ def test_standard_block_matches_pre_layernorm_transformer(positions):
   cfg = small(kind='standard', positions=positions)
   x, _, _ = streams(3)
   block = StandardBlock(cfg)
-  variables = randomize(block.init(jax.random.key(0), x), 9, scale=0.3)
+  variables = randomize(shapes_of(block, x), 9, scale=0.3)
   p, d = variables['params'], cfg.d_model
   rp = {'w_q': f64(p['attention']['query']['kernel']).reshape(d, d),
         'w_k': f64(p['attention']['key']['kernel']).reshape(d, d),
@@ -119,7 +119,7 @@ def test_whole_symbolic_model_matches_composed_reference():
   cfg = small(kind='symbolic')
   tokens = jax.random.randint(jax.random.key(4), (2, 7), 0, cfg.vocab_size)
   model = Transformer(cfg)
-  variables = randomize(model.init(jax.random.key(0), tokens), 10, scale=0.3)
+  variables = randomize(shapes_of(model, tokens), 10, scale=0.3)
   p = variables['params']
   table = f64(p['embed']['embedding'])
   logits = model.apply(variables, tokens)
@@ -151,7 +151,7 @@ def embedding_reading(cfg, tokens, params):
 def run_with_intermediates(cfg, seed=0, t=8, batch=2, scale=0.3):
   tokens = jax.random.randint(jax.random.key(seed + 100), (batch, t), 0, cfg.vocab_size)
   model = Transformer(cfg)
-  variables = randomize(model.init(jax.random.key(seed), tokens), seed + 1, scale=scale)
+  variables = randomize(shapes_of(model, tokens), seed + 1, scale=scale)
   logits, state = model.apply(variables, tokens, mutable=['intermediates'])
   return tokens, variables, logits, names.flat(state['intermediates'])
 
@@ -182,7 +182,7 @@ def test_causal_model_does_not_look_ahead(kind):
   cfg = small(kind=kind, num_layers=2)
   model = Transformer(cfg)
   tokens = jax.random.randint(jax.random.key(5), (1, 9), 0, cfg.vocab_size)
-  variables = randomize(model.init(jax.random.key(0), tokens), 11, scale=0.3)
+  variables = randomize(shapes_of(model, tokens), 11, scale=0.3)
   j = 5
   changed = tokens.at[0, j].set((tokens[0, j] + 1) % cfg.vocab_size)
   a, sa = model.apply(variables, tokens, mutable=['intermediates'])

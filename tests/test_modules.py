@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import paper_reference as ref
 import pytest
-from helpers import f64, randomize
+from helpers import f64, randomize, shapes_of
 
 from symjax.model import attention as attn
 from symjax.model import intermediates as names
@@ -102,7 +102,7 @@ def test_channel_layer_norm_matches_eq_18(scale, eps):
   num_heads, head_dim = 3, 8
   module = symbolic.ChannelLayerNorm(num_heads, scale, epsilon=eps)
   x = 3.0 * jax.random.normal(jax.random.key(1), (4, 6, num_heads * head_dim)) + 1.0
-  variables = randomize(module.init(jax.random.key(0), x), 3)
+  variables = randomize(shapes_of(module, x), 3)
   p = variables['params']
   chex.assert_shape(p['scale'], (num_heads, head_dim) if scale == 'vector' else (num_heads, 1))
   want = ref.channel_layer_norm(f64(x), f64(p['scale']), f64(p['bias']), num_heads, eps)
@@ -123,7 +123,7 @@ def test_vocab_projection_matches_eqs_21_22_and_is_a_convex_mixture():
   module = symbolic.VocabProjection(num_heads, tau_init=0.7)
   z = jax.random.normal(jax.random.key(1), (2, 5, num_heads, head_dim))
   table = jax.random.normal(jax.random.key(2), (vocab, num_heads * head_dim))
-  variables = randomize(module.init(jax.random.key(0), z, table), 4)
+  variables = randomize(shapes_of(module, z, table), 4)
   out, state = module.apply(variables, z, table, mutable=['intermediates'])
   alpha = np.asarray(names.flat(state['intermediates'])['ffn.mixture'])
   chex.assert_shape(alpha, (2, 5, num_heads, vocab))
@@ -146,7 +146,7 @@ def test_nonnegative_vocab_projection_matches_its_transcription_and_has_free_mas
   module = symbolic.VocabProjection(num_heads, tau_init=0.7, num_valid=valid, weights='nonnegative')
   z = jax.random.normal(jax.random.key(1), (2, 5, num_heads, head_dim))
   table = jax.random.normal(jax.random.key(2), (vocab, num_heads * head_dim))
-  variables = randomize(module.init(jax.random.key(0), z, table), 4)
+  variables = randomize(shapes_of(module, z, table), 4)
   out, state = module.apply(variables, z, table, mutable=['intermediates'])
   alpha = f64(names.flat(state['intermediates'])['ffn.mixture'])
   tau = np.exp(f64(variables['params']['log_tau']))
@@ -171,7 +171,7 @@ def test_vocab_ffn_matches_eqs_19_22():
   module = symbolic.VocabFFN(num_heads, ff, tau_init=1.3)
   x = jax.random.normal(jax.random.key(1), (2, 6, num_heads * head_dim))
   table = jax.random.normal(jax.random.key(2), (vocab, num_heads * head_dim))
-  variables = randomize(module.init(jax.random.key(0), x, table), 5)
+  variables = randomize(shapes_of(module, x, table), 5)
   p = jax.tree.map(f64, variables['params'])
   out, state = module.apply(variables, x, table, mutable=['intermediates'])
   want, want_alphas = ref.vocab_ffn(f64(x), p['w1'], p['b1'], p['w2'], p['b2'], f64(table),
@@ -190,7 +190,7 @@ def test_factored_attention_matches_eq_11(causal):
   module = attn.Attention(num_heads, head_dim, mask=masks.causal if causal else masks.full)
   x = jax.random.normal(jax.random.key(1), (2, t, d))
   v = jax.random.normal(jax.random.key(2), (2, t, num_heads, head_dim))
-  variables = randomize(module.init(jax.random.key(0), x, v), 6)
+  variables = randomize(shapes_of(module, x, v), 6)
   p = jax.tree.map(f64, variables['params'])
   assert set(p) == {'query', 'key', 'alibi'}  # no value or output projection
   out, state = module.apply(variables, x, v, mutable=['intermediates'])
@@ -302,7 +302,7 @@ def test_projection_pads_read_and_write_zeros_and_keep_the_parameter():
   the extra input widths are not read, and values and gradients are the unpadded projection's."""
   x = jax.random.normal(jax.random.key(4), (2, 5, 8))
   narrow, out_wide = attn.Projection((2, 4)), attn.Projection((2, 4), out_pad=3)
-  p = randomize(narrow.init(jax.random.key(5), x), 3)
+  p = randomize(shapes_of(narrow, x), 3)
   assert jax.tree.map(jnp.shape, out_wide.init(jax.random.key(5), x)) == jax.tree.map(jnp.shape, p)
   got, want = out_wide.apply(p, x), narrow.apply(p, x)
   assert got.shape == (2, 5, 2, 7) and not np.any(np.asarray(got[..., 4:]))
@@ -310,7 +310,7 @@ def test_projection_pads_read_and_write_zeros_and_keep_the_parameter():
   h = jax.random.normal(jax.random.key(6), (2, 5, 2, 4))
   h_wide = jnp.concatenate([h, jax.random.normal(jax.random.key(7), (2, 5, 2, 3))], -1)  # never read
   reader, in_wide = attn.Projection(8, in_axes=2), attn.Projection(8, in_axes=2, in_pad=3)
-  r = randomize(reader.init(jax.random.key(5), h), 3)
+  r = randomize(shapes_of(reader, h), 3)
   assert ref.rel_err(in_wide.apply(r, h_wide), f64(reader.apply(r, h))) <= TOL
   loss = lambda m, cut: lambda params, a: jnp.sum(jnp.sin(m.apply(params, a)[..., :cut]))
   for got, want in [(jax.grad(loss(out_wide, 4))(p, x), jax.grad(loss(narrow, 4))(p, x)),

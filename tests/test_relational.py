@@ -9,7 +9,7 @@ import numpy as np
 import paper_reference as ref
 import pytest
 import scipy.sparse.csgraph
-from helpers import f64, randomize, tiny_config
+from helpers import f64, randomize, shapes_of, tiny_config
 
 import symjax.configs as configs
 from symjax import tasks
@@ -96,7 +96,7 @@ def test_blocked_attention_equals_dense_and_scores_only_needed_blocks():
 def test_models_with_blocked_attention_equal_dense_ones(kind):
   cfg = dataclasses.replace(SMALL, kind=kind, causal=True, mask='causal & window(3); causal & stride(5)')
   tokens = jax.random.randint(jax.random.key(1), (2, 37), 0, cfg.vocab_size)
-  variables = randomize(Transformer(cfg).init(jax.random.key(0), tokens), 1, scale=0.3)
+  variables = randomize(shapes_of(Transformer(cfg), tokens), 1, scale=0.3)
   dense, blocked = Transformer(cfg), Transformer(dataclasses.replace(cfg, attention_block=8))
   run = lambda model: jax.jit(lambda v, t: model.apply(v, t, mutable=['intermediates']))  # masks are static
   out_d, inter_d = run(dense)(variables, tokens)
@@ -146,7 +146,7 @@ def test_relational_attention_matches_the_pairwise_transcription():
   e = np.where(allowed[..., None], f64(table)[np.maximum(np.asarray(ids), 0)], 0.0)   # e_ij, pair by pair
   module = attn.Attention(SMALL.num_heads, SMALL.head_dim, mask=masks.full, output_projection=True)
   edges = relational.Edges(ids, table)
-  params = randomize(module.init(jax.random.key(0), x, edges=edges), 2, scale=0.3)['params']
+  params = randomize(shapes_of(module, x, edges=edges), 2, scale=0.3)['params']
   out = module.apply({'params': params}, x, edges=edges)
   assert ref.rel_err(out, np_relational(f64(x), e, allowed, params, SMALL.num_heads)) < 1e-5
   # Without edges the same module is ordinary attention: the edge terms change the output.
@@ -165,7 +165,7 @@ def test_symbolic_relational_values_stay_convex_token_mixtures():
   tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (b, n)), jnp.int32)
   edges = random_graph_batch(rng, b, n, cfg.vocab_size)
   model = Transformer(cfg)
-  variables = randomize(model.init(jax.random.key(0), tokens, edges=edges), 1, scale=0.5)
+  variables = randomize(shapes_of(model, tokens, edges=edges), 1, scale=0.5)
   _, state = model.apply(variables, tokens, edges=edges, mutable=['intermediates'])
   inter = names.flat(state['intermediates'])
   table = f64(variables['params']['embed']['embedding'])
@@ -194,7 +194,7 @@ def test_relational_models_read_the_graph(kind):
   tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (2, 7)), jnp.int32)
   edges = random_graph_batch(rng, 2, 7, cfg.vocab_size)
   model = Transformer(cfg)
-  variables = randomize(model.init(jax.random.key(0), tokens, edges=edges), 1, scale=0.3)
+  variables = randomize(shapes_of(model, tokens, edges=edges), 1, scale=0.3)
   other = edges.at[:, 0, 1:].set(-1)
   assert ref.rel_err(model.apply(variables, tokens, edges=other), model.apply(variables, tokens, edges=edges)) > 1e-3
   with pytest.raises(ValueError, match='model.relational needs edges of shape'):

@@ -5,10 +5,9 @@ import dataclasses
 import os
 import shutil
 
-import jax
 import numpy as np
 import pytest
-from helpers import randomize, small
+from helpers import randomize, shapes_of, small
 
 from symjax.interpret import core, report, tracing
 from symjax.model import Transformer
@@ -37,7 +36,7 @@ def test_hovering_a_position_shows_its_exact_mixture_at_64_positions_and_no_toke
   model = Transformer(cfg)
   tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, 70)
   tokens[3], tokens[4], tokens[5] = 10, 11, 12                   # ' ', '\n', '<'
-  params = randomize(model.init(jax.random.key(0), tokens[None])['params'], 3)
+  params = randomize(shapes_of(model, tokens[None])['params'], 3)
   decode = lambda ids: ''.join(CHARS[int(i)] for i in ids)
   path = tmp_path / 'report.html'
   path.write_text(report.build_report(model, params, tokens, decode, ig_steps=2), encoding='utf-8')

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import paper_reference as ref
 import pytest
-from helpers import randomize
+from helpers import randomize, shapes_of
 
 from symjax.model import ModelConfig, Transformer, symbolic
 from symjax.ops import readout
@@ -28,7 +28,7 @@ def test_streamed_projection_equals_direct_with_all_gradients(vocab, chunk, num_
   z = jax.random.normal(jax.random.key(1), (2, 5, heads, dim))
   table = jax.random.normal(jax.random.key(2), (vocab, heads * dim))
   cotangent = jax.random.normal(jax.random.key(3), (2, 5, heads, dim))
-  variables = randomize(symbolic.VocabProjection(heads).init(jax.random.key(0), z, table), 4)
+  variables = randomize(shapes_of(symbolic.VocabProjection(heads), z, table), 4)
 
   def run(impl):
     module = symbolic.VocabProjection(heads, impl=impl, chunk_size=chunk, num_valid=num_valid)
@@ -131,7 +131,7 @@ def test_symbolic_model_with_streamed_projection_equals_direct():
   cfg = ModelConfig(kind='symbolic', vocab_size=19, num_layers=2, num_heads=2, head_dim=4, ff_dim=8,
                     ff_dim_per_head=6, max_len=8, vocab_chunk_size=6, vocab_pad_multiple=4)
   tokens = jax.random.randint(jax.random.key(5), (2, 8), 0, cfg.vocab_size)
-  variables = randomize(Transformer(cfg).init(jax.random.key(0), tokens), 6, scale=0.4)
+  variables = randomize(shapes_of(Transformer(cfg), tokens), 6, scale=0.4)
   assert variables['params']['embed']['embedding'].shape == (20, 8)  # padded to a multiple of 4
   logits_d, grads_d = _model_grads(cfg, tokens, variables)
   logits_s, grads_s = _model_grads(dataclasses.replace(cfg, vocab_projection='streamed'), tokens, variables)
@@ -146,7 +146,7 @@ def test_rematerialised_blocks_give_the_same_gradients(remat):
   cfg = ModelConfig(kind='symbolic', vocab_size=11, num_layers=2, num_heads=2, head_dim=4, ff_dim=8,
                     ff_dim_per_head=6, max_len=8)
   tokens = jax.random.randint(jax.random.key(5), (2, 8), 0, cfg.vocab_size)
-  variables = randomize(Transformer(cfg).init(jax.random.key(0), tokens), 6, scale=0.4)
+  variables = randomize(shapes_of(Transformer(cfg), tokens), 6, scale=0.4)
   _, grads = _model_grads(cfg, tokens, variables)
   _, grads_remat = _model_grads(dataclasses.replace(cfg, remat=remat), tokens, variables)
   assert max_rel_err(grads_remat, grads) <= TOL

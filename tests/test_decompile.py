@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import REPO, randomize
+from helpers import REPO, randomize, shapes_of
 
 from symjax import model as model_lib
 from symjax.model import intermediates as names
@@ -42,27 +42,28 @@ def setting(request, tmp_path_factory):
   config = dataclasses.replace(CONFIG, causal=causal, qk_positions=positions, numerical_heads=numerical,
                                numerical_positions=numerical_positions)
   hard = dataclasses.replace(config, hard=True)
-  # Without positions a numerical head's choice is a table over token pairs, and the first draw selects
-  # exactly one key nowhere in layer 0; draw 4 selects none, one and several keys in both layers.
-  draw = 1 if numerical_positions else 4
-  params = randomize(model_lib.build(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))['params'], draw)
+  # Draws chosen so that every setting's numerical heads select none, one and several keys in both layers
+  # and every soft model's spread shows (fidelity below 99%).
+  draw = 5 if numerical_positions else 4
+  params = randomize(shapes_of(model_lib.build(config), jnp.zeros((1, 4), jnp.int32))['params'], draw)
   if numerical:  # gentle ALiBi slopes, so that the numerical heads read several keys as often as one or none
     params = jax.tree_util.tree_map_with_path(
         lambda path, x: x.at[-numerical:].set(-3.0) if 'log_slope' in jax.tree_util.keystr(path) else x, params)
   path = str(tmp_path_factory.mktemp('program') / 'program.py')
   decompile.write(decompile.build(params, config, TOKENS), path)
-  apply = lambda cfg: jax.jit(lambda x: model_lib.build(cfg).apply({'params': params}, x).argmax(-1))
+  apply = lambda cfg: jax.jit(lambda x, real: model_lib.build(cfg).apply({'params': params}, x, real).argmax(-1))
   return decompile.load_program(path), apply(hard), apply(config), params, hard
 
 
 def agreement(program, model, lengths=range(1, 6)):
-  same = total = 0
-  for n in lengths:
-    x = every_sequence(n)
-    predicted = np.asarray(model(x))
-    same += sum(int((program.predict_ids(row) == p).sum()) for row, p in zip(x, predicted))
-    total += predicted.size
-  return same / total
+  """The share of real positions where program and model agree, over every sequence of each length, padded
+  to the longest: one batch, one compiled model, one program call."""
+  width = max(lengths)
+  rows = [np.pad(every_sequence(n), ((0, 0), (0, width - n))) for n in lengths]
+  x, n = np.concatenate(rows), np.repeat(list(lengths), [len(r) for r in rows])
+  real = np.arange(width) < n[:, None]
+  predicted = np.asarray(model(x, real))
+  return float((program.predict_ids(x, n) == predicted)[real].mean())
 
 
 def test_the_program_of_a_one_hot_model_agrees_with_it_on_every_input(setting):
@@ -70,6 +71,23 @@ def test_the_program_of_a_one_hot_model_agrees_with_it_on_every_input(setting):
   assert agreement(program, hard) == 1.0  # every sequence of 1 to 5 tokens: 3,905 sequences
   with pytest.raises(ValueError, match=r'9 tokens; the model reads at most 8'):
     program.predict_ids(np.ones(9, np.int64))
+
+
+def test_a_batch_of_unequal_lengths_gives_each_row_what_it_gives_alone(setting):
+  program, hard, _, params, config = setting
+  x = every_sequence(5)[::97]
+  lengths = np.arange(len(x)) % 6                 # 0 to 5 real tokens, then padding (id 0)
+  real = np.arange(5) < lengths[:, None]
+  x = np.where(real, x, 0)
+  batched = program.predict_ids(x, lengths)
+  for row, n, tags in zip(x, lengths, batched):
+    np.testing.assert_array_equal(tags[:n], program.predict_ids(row[:n]))
+  np.testing.assert_array_equal(batched[~real], 0)  # padding is tagged 0
+  model = model_lib.build(config).apply({'params': params}, jnp.asarray(x), jnp.asarray(real)).argmax(-1)
+  np.testing.assert_array_equal(batched[real], np.asarray(model)[real])  # and the model, masked, agrees
+  assert program.predict_ids(np.zeros((3, 0), np.int64)).shape == (3, 0)
+  with pytest.raises(ValueError, match=r'lengths must be one count in 0\.\.5 per sequence \(\d+\)'):
+    program.predict_ids(x, lengths + 1)
 
 
 def test_the_program_of_a_spread_model_disagrees_with_it(setting):
@@ -81,7 +99,7 @@ def test_the_program_of_a_spread_model_disagrees_with_it(setting):
 def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow(setting):
   _, _, _, params, hard = setting
   model, x = model_lib.build(hard), jnp.asarray(every_sequence(3)[:50])
-  _, state = model.apply({'params': params}, x, mutable=[names.COLLECTION])
+  state = jax.jit(lambda p: model.apply({'params': p}, x, mutable=[names.COLLECTION])[1])(params)
   sown = [np.asarray(v) for n, v in names.flat(state[names.COLLECTION]).items()
           if n.endswith(('.attn.pattern', '.v_mixture', '.ffn.mixture'))]
   assert len(sown) == 3 * hard.num_layers  # value and FFN mixtures, attention weights, per layer
@@ -94,7 +112,7 @@ def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow
       assert (n == 0).any() and (n == 1).any() and (n > 1).any()  # random parameters: none, one, several
     np.testing.assert_array_equal(np.sort(s, -1)[..., -1], 1.0)
     np.testing.assert_array_equal(s.sum(-1), 1.0)
-  grads = jax.grad(lambda p: model.apply({'params': p}, x).astype(jnp.float32).sum())(params)
+  grads = jax.jit(jax.grad(lambda p: model.apply({'params': p}, x).astype(jnp.float32).sum()))(params)
   for layer in ('layer_0', 'layer_1'):  # straight-through: the softmaxes' parameters still learn
     leaves = [grads[layer]['attention']['query']['kernel'], grads[layer]['value_projection']['log_tau'],
               grads[layer]['ffn']['projection']['log_tau']]
@@ -138,9 +156,44 @@ def test_a_written_program_runs_with_numpy_alone(setting, tmp_path):
             "assert not [n for n in sys.modules if n.split('.')[0] in ('jax', 'symjax', 'flax')]\n")
   proc = subprocess.run([sys.executable, '-c', script], cwd=str(tmp_path), capture_output=True, text=True)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  expected = np.asarray(hard(np.asarray([[1, 2, 3, 2]], np.int32)))[0]
+  expected = np.asarray(hard(np.asarray([[1, 2, 3, 2]], np.int32), np.ones((1, 4), bool)))[0]
   assert proc.stdout.split() == [TOKENS[i] for i in expected]
   assert sorted(os.listdir(folder)) == ['program.npz', 'program.py']
+
+
+@pytest.fixture(scope='module')
+def sort_run():
+  """The program-trained sort recipe's model with random parameters, loaded as ``symjax.load`` gives a run."""
+  from symjax import tasks
+  from symjax.configs import rasp
+  from symjax.run import workdir
+  from symjax.train import config as config_lib
+  config = rasp.get_config('task=sort,runlocal=true,program=true')
+  task = tasks.get_task(config)
+  model_config = config_lib.model_config(config, len(task.vocab), task.causal)
+  model = model_lib.build(model_config)
+  params = randomize(shapes_of(model, jnp.zeros((1, 4), jnp.int32))['params'], 3)
+  return workdir.Loaded(model, params, config, model_config, task, step=0, task='sort', seq_len=8,
+                        language_model=False), task
+
+
+def test_a_program_is_scored_on_each_sequence_of_the_split_once_in_one_call(sort_run, tmp_path):
+  loaded, task = sort_run
+  program = decompile.decompile(loaded, 'sort.npz')
+  path, data = decompile.write(program, str(tmp_path / 'sort.py'))
+  measured = decompile.evaluate(loaded, decompile.load_program(path), 'test')
+  # The last evaluation batch of 500 is filled up with empty rows; they are not sequences.
+  assert measured['sequences'] == task.split_size('test') == 1953
+  assert measured['fidelity'] == 100.0  # a hard model, padded sequences of unequal length, one batch
+  with open(path) as f:
+    assert program.lines == len(f.read().splitlines())
+  umask = os.umask(0)
+  os.umask(umask)
+  for written in (path, data):  # the mode any new file gets, as the JSON beside them
+    assert os.stat(written).st_mode & 0o777 == 0o666 & ~umask, written
+  assert decompile.not_exact(loaded.model_config) is None
+  assert decompile.not_exact(dataclasses.replace(loaded.model_config, hard=False)).startswith(
+      'warning: this model was not program-trained (model.hard = False)')
 
 
 def test_multiset_ranks_number_every_multiset_once():
@@ -198,7 +251,18 @@ def test_the_command_on_a_program_trained_run_and_on_a_token_factored_one(tmp_pa
                         cwd=REPO, capture_output=True, text=True)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert 'fidelity 100.00%' in proc.stdout, proc.stdout
+  assert 'of 1,953 sequences' in proc.stdout, proc.stdout  # the split's, not its padding rows
+  assert not proc.stderr.strip()  # a program-trained model: no warning
   assert os.path.isfile(output) and os.path.isfile(output[:-3] + '.npz')
+
+  soft = str(tmp_path / 'soft')  # the paper's continuous model: the command says its fidelity is measured
+  proc = subprocess.run([*train[:3], '--config=rasp:task=sort,model=symbolic,runlocal=true', *train[3:],
+                         f'--workdir={soft}'], cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  proc = subprocess.run([sys.executable, '-m', 'symjax.decompile', f'--workdir={soft}'], cwd=REPO,
+                        capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines() == [decompile.not_exact(dataclasses.replace(CONFIG, hard=False))]
 
   factored = str(tmp_path / 'factored')
   proc = subprocess.run([*train[:3], '--config=rasp:task=sort,model=token_factored,runlocal=true', *train[3:],
@@ -276,14 +340,16 @@ def test_gumbel_noise_samples_while_training_only():
   noiseless hard model exactly. It is for program training only."""
   from symjax.model.program import GUMBEL_RNG
   config = dataclasses.replace(CONFIG, hard=True, numerical_heads=1)
-  params = randomize(model_lib.build(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))['params'], 1)
+  params = randomize(shapes_of(model_lib.build(config), jnp.zeros((1, 4), jnp.int32))['params'], 1)
   noisy = model_lib.build(dataclasses.replace(config, gumbel_scale=1.0))
   x = jnp.asarray(every_sequence(4)[:64])
-  run = lambda model, **kw: np.asarray(model.apply({'params': params}, x, **kw))
+  sampled = jax.jit(lambda key: noisy.apply({'params': params}, x, rngs={GUMBEL_RNG: key},
+                                            mutable=[names.COLLECTION]))
+  run = lambda model: np.asarray(jax.jit(lambda p: model.apply({'params': p}, x))(params))
   np.testing.assert_array_equal(run(noisy), run(model_lib.build(config)))
-  a, b = (run(noisy, rngs={GUMBEL_RNG: jax.random.key(i)}) for i in (1, 2))
+  a, b = (np.asarray(sampled(jax.random.key(i))[0]) for i in (1, 2))
   assert not np.array_equal(a, b) and not np.array_equal(a, run(noisy))
-  _, state = noisy.apply({'params': params}, x, rngs={GUMBEL_RNG: jax.random.key(1)}, mutable=[names.COLLECTION])
+  _, state = sampled(jax.random.key(1))
   mixtures = [np.asarray(v) for n, v in names.flat(state[names.COLLECTION]).items()
               if n.endswith(('.v_mixture', '.ffn.mixture'))]
   for m in mixtures:  # a sample is still one token

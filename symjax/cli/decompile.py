@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from absl import flags, logging
 
@@ -45,6 +46,9 @@ def main():
       source, data = decompile.write(program, path)
     except OSError as e:
       raise usage.output_error(path, '--output', e) from None
+  warning = decompile.not_exact(loaded.model_config)
+  if warning:
+    print(warning, file=sys.stderr)
   measured = decompile.evaluate(loaded, decompile.load_program(source), f.split)
   measured.update(lines=program.lines, table_entries=program.entries, program=source, tables=data,
                   workdir=os.path.abspath(f.workdir), step=loaded.step, task=loaded.task)

@@ -39,15 +39,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import io
 import itertools
 import math
 import os
 import sys
-import tempfile
 from typing import Any
 
 import numpy as np
 
+from symjax.system import files
 from symjax.system.errors import InputError
 
 # Above this many entries a table is not printed in the program, only kept in its data file.
@@ -186,23 +187,28 @@ RUNTIME = '''
 TABLES = dict(np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), DATA_FILE)))
 
 
+# Every state variable is an array of token ids [batch, position]; state['real'] marks the real positions
+# (each row's padding comes after its tokens and never enters a real position's result).
+
+
 def spread(channel, held):
   """σ + ε of the channel's LayerNorm, for the sum of the embeddings of the tokens ``held`` (a list of
-  [n] token arrays): σ² is the sum over every pair of held tokens of the channel's gram table."""
+  token arrays): σ² is the sum over every pair of held tokens of the channel's gram table."""
   gram = TABLES['gram'][channel]
   return np.sqrt(sum(gram[a, b] for a in held for b in held)) + EPSILON
 
 
 def normed(rows, bias, held_by_channel):
   """Σ_c (Σ_t rows[c][t]) / spread_c + bias: a linear map of the LayerNorm'd channels, token by token."""
-  return bias + sum(sum(rows[c][t] for t in held) / spread(c, held)[:, None]
+  return bias + sum(sum(rows[c][t] for t in held) / spread(c, held)[..., None]
                     for c, held in enumerate(held_by_channel))
 
 
-def allowed(n):
-  """The attention mask as code: which key j a query i may read."""
+def allowed(real):
+  """The attention mask as code, [batch, query i, key j]: a real key, and (causal) j ≤ i."""
+  n = real.shape[1]
   i, j = np.arange(n)[:, None], np.arange(n)[None, :]
-  return j <= i if CAUSAL else np.ones((n, n), bool)
+  return (j <= i if CAUSAL else np.ones((n, n), bool)) & real[:, None, :]
 
 
 def scores(layer, head, state, reads):
@@ -210,40 +216,42 @@ def scores(layer, head, state, reads):
   held = [[state[name] for name in names] for names in reads]
   q = normed(TABLES[f'l{layer}.query'][head], TABLES[f'l{layer}.query_bias'][head], held)
   k = normed(TABLES[f'l{layer}.key'][head], TABLES[f'l{layer}.key_bias'][head], held)
-  n = len(q)
+  n = q.shape[1]
   if f'l{layer}.query_position' in TABLES:  # the model's learned positions: one row per position
     q, k = q + TABLES[f'l{layer}.query_position'][head][:n], k + TABLES[f'l{layer}.key_position'][head][:n]
   distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
-  score = q @ k.T - TABLES[f'l{layer}.slopes'][head] * distance
-  return np.where(allowed(n), score, -np.inf)
+  score = np.einsum('bqd,bkd->bqk', q, k) - TABLES[f'l{layer}.slopes'][head] * distance
+  return np.where(allowed(state['real']), score, -np.inf)
 
 
 def attend(layer, head, state, reads):
   """The key position each query reads: the highest score among the keys the mask allows."""
-  return scores(layer, head, state, reads).argmax(1)
+  return scores(layer, head, state, reads).argmax(-1)
 
 
 def select(layer, head, state, reads):
-  """The keys a numerical head reads, [query, key]: every allowed key whose score is above 0."""
+  """The keys a numerical head reads, [batch, query, key]: every allowed key whose score is above 0."""
   return scores(layer, head, state, reads) > 0
 
 
 def count(layer, head, selected):
   """The token a numerical head writes: its count table at the number of keys each query selected."""
   first = len(TABLES[f'l{layer}.vote']) - len(TABLES[f'l{layer}.count'])
-  return TABLES[f'l{layer}.count'][head - first][selected.sum(1)]
+  return TABLES[f'l{layer}.count'][head - first][selected.sum(-1)]
 
 
-def write(layer, head, state, values):
-  """The token head ``head`` writes at every key position: the argmax of the votes of X_t's tokens."""
+def write(layer, head, state, values, read):
+  """The token head ``head`` writes at each query: the argmax of the votes of X_t's tokens at the key
+  position ``read`` it reads."""
   vote = TABLES[f'l{layer}.vote'][head]
-  return sum(vote[g][state[name]] for g, names in enumerate(values) for name in names).argmax(-1)
+  written = sum(vote[g][state[name]] for g, names in enumerate(values) for name in names).argmax(-1)
+  return np.take_along_axis(written, read, axis=1)
 
 
 def ffn(layer, channel, state, names):
   """The token the channel's FFN writes: a lookup table indexed by the multiset of tokens it holds."""
   held = np.sort(np.stack([state[name] for name in names], -1), -1) + np.arange(len(names))
-  rank = sum(COMB[held[:, i], i + 1] for i in range(len(names)))
+  rank = sum(COMB[held[..., i], i + 1] for i in range(len(names)))
   return TABLES[f'l{layer}.ffn'][channel][rank]
 
 
@@ -323,7 +331,7 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
         lines.append(f"  state['attn{l}.{h}'] = count({l}, {h}, state['@attn{l}.{h}'])")
       else:
         lines.append(f"  state['@attn{l}.{h}'] = attend({l}, {h}, state, reads)  # the key each position reads")
-        lines.append(f"  state['attn{l}.{h}'] = write({l}, {h}, state, values)[state['@attn{l}.{h}']]")
+        lines.append(f"  state['attn{l}.{h}'] = write({l}, {h}, state, values, state['@attn{l}.{h}'])")
     for h in range(H):
       xt[h] = xt[h] + [f'attn{l}.{h}']
     for ch in range(H):
@@ -340,24 +348,35 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
     for ch in range(H):
       xe[ch] = xe[ch] + [f'ffn{l}.{ch}']
   final = [xt[ch] + xe[ch] for ch in range(H)]
-  lines += ['', '', 'def predict_ids(ids):',
-            '  """Tag ids for a sequence of token ids (a list or a 1-D array)."""',
-            "  state = {'tok': np.asarray(ids, np.int64).reshape(-1)}",
-            "  if len(state['tok']) > MAX_LEN:",
-            "    raise ValueError(f'{len(state[\"tok\"])} tokens; the model reads at most {MAX_LEN}')",
-            "  if not len(state['tok']):",
-            "    return state['tok']"]
-  lines += [f'  block_{l}(state)' for l in range(L)]
-  lines += [f'  return readout(state, {final!r})', '', '',
+  lines += ['', '', 'def predict_ids(ids, lengths=None):',
+            '  """Tag ids for token ids: one sequence [n] (a list or an array), or a batch [b, n] whose row r',
+            '  holds lengths[r] tokens followed by padding (every row whole by default); padding is tagged 0."""',
+            '  tok = np.asarray(ids, np.int64)',
+            '  if tok.ndim not in (1, 2):',
+            "    raise ValueError(f'ids must be one sequence [n] or a batch [b, n], got shape {tok.shape}')",
+            '  if tok.shape[-1] > MAX_LEN:',
+            "    raise ValueError(f'{tok.shape[-1]} tokens; the model reads at most {MAX_LEN}')",
+            '  if not tok.size:',
+            '    return tok',
+            '  batch = tok.reshape(-1, tok.shape[-1])',
+            '  n = batch.shape[1]',
+            '  lengths = np.full(len(batch), n) if lengths is None else np.asarray(lengths, np.int64).reshape(-1)',
+            '  if lengths.shape != (len(batch),) or (lengths < 0).any() or (lengths > n).any():',
+            "    raise ValueError(f'lengths must be one count in 0..{n} per sequence ({len(batch)}), got {lengths}')",
+            "  state = {'tok': batch, 'real': np.arange(n)[None, :] < lengths[:, None]}",
+            *[f'  block_{l}(state)' for l in range(L)],
+            f'  tags = np.where(state[\'real\'], readout(state, {final!r}), 0)',
+            '  return tags.reshape(tok.shape)', '', '',
             'def trace(tokens):',
             '  """Every state variable of a sequence of token names, position by position: the tokens each head',
             '  and FFN writes, and (as @attn<l>.<h>) the position each head reads (a numerical head: the list',
             '  of positions)."""',
-            "  state = {'tok': np.asarray([TOKENS.index(t) for t in tokens], np.int64)}",
+            "  tok = np.asarray([[TOKENS.index(t) for t in tokens]], np.int64)",
+            "  state = {'tok': tok, 'real': np.ones(tok.shape, bool)}",
             *[f'  block_{l}(state)' for l in range(L)],
             "  read = lambda x: [int(j) for j in np.flatnonzero(x)] if np.ndim(x) else int(x)",
-            "  return {name: [read(x) if name.startswith('@') else TOKENS[x] for x in value]",
-            '          for name, value in state.items()}', '', '',
+            "  return {name: [read(x) if name.startswith('@') else TOKENS[x] for x in value[0]]",
+            "          for name, value in state.items() if name != 'real'}", '', '',
             'def predict(tokens):',
             '  """Tags (token names) for a sequence of token names, e.g. predict([\'<s>\', \'3\', \'1\'])."""',
             '  ids = [TOKENS.index(t) for t in tokens]',
@@ -377,7 +396,16 @@ def build(params, model_config, tokens: list[str], data_file: str = 'program.npz
             f'ffn<l>.<c> (what channel c\'s FFN of layer l writes). See symjax.proj.decompile for how each table '
             f'is made.\n')
   source = source_of(model_config, list(tokens), tables, data_file, header, model_config.causal)
-  return Program(source, tables, int(sum(v.size for v in tables.values())), source.count('\n') + 1)
+  return Program(source, tables, int(sum(v.size for v in tables.values())), len(source.splitlines()))
+
+
+def not_exact(model_config) -> str | None:
+  """One line saying that the program only approximates the model, when the model was not program-trained
+  (``model.hard``): its mixtures and attention are spread, the program takes their argmaxes."""
+  if model_config.hard:
+    return None
+  return ('warning: this model was not program-trained (model.hard = False), so its program takes argmaxes '
+          'where the model mixes: the fidelity below is measured, not exact')
 
 
 def decompile(loaded, data_file: str = 'program.npz') -> Program:
@@ -412,23 +440,15 @@ def check_output(path: str, named: bool) -> None:
 
 
 def write(program: Program, path: str) -> tuple[str, str]:
-  """Writes ``path`` and its tables beside it (``<name>.npz``), each atomically (a temporary file, then a
-  rename). Returns both paths."""
+  """Writes ``path`` and its tables beside it (``<name>.npz``), each atomically and with the mode the
+  user's umask gives any new file. Returns both paths."""
   path = os.path.abspath(path)
   data = data_path(path)
-  folder = os.path.dirname(path)
-  os.makedirs(folder, exist_ok=True)
-  for target, save in ((data, lambda f: np.savez_compressed(f, **program.tables)),
-                       (path, lambda f: f.write(program.source.encode()))):
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.' + os.path.basename(target), suffix='.tmp')
-    try:
-      with os.fdopen(fd, 'wb') as f:
-        save(f)
-      os.replace(tmp, target)
-    except BaseException:
-      if os.path.exists(tmp):
-        os.remove(tmp)
-      raise
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tables = io.BytesIO()
+  np.savez_compressed(tables, **program.tables)
+  files.write_atomically(data, tables.getvalue())
+  files.write_atomically(path, program.source)
   return path, data
 
 
@@ -448,23 +468,21 @@ def load_program(path: str):
 # Fidelity and accuracy.
 # ---------------------------------------------------------------------------------------------------------
 def model_predictions(loaded, inputs: np.ndarray, key_mask: np.ndarray, batch: int = 500) -> np.ndarray:
-  import jax.numpy as jnp
-  out = []
-  for i in range(0, len(inputs), batch):
-    logits = loaded.model.apply({'params': loaded.params}, jnp.asarray(inputs[i:i + batch]),
-                                jnp.asarray(key_mask[i:i + batch]))
-    out.append(np.asarray(logits)[..., :loaded.model_config.vocab_size].argmax(-1))
-  return np.concatenate(out)
+  """The model's tags, batch by batch through one compiled forward pass (evaluation batches share a shape)."""
+  import jax
+  vocab = loaded.model_config.vocab_size
+  tags = jax.jit(lambda params, x, mask: loaded.model.apply({'params': params}, x, mask)[..., :vocab].argmax(-1))
+  return np.concatenate([np.asarray(tags(loaded.params, inputs[i:i + batch], key_mask[i:i + batch]))
+                         for i in range(0, len(inputs), batch)])
 
 
 def program_predictions(program, inputs: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
-  """The program on each sequence, up to its last real token (padding never enters a program)."""
-  out = np.zeros_like(inputs)
-  for r, (row, mask) in enumerate(zip(inputs, key_mask)):
-    n = int(mask.sum())
-    if n:  # evaluation batches are filled up with empty rows
-      out[r, :n] = program.predict_ids(row[:n])
-  return out
+  """The program on a batch, each row up to its last real token (padding never enters a program's real
+  positions), in one vectorised call."""
+  lengths = key_mask.sum(1)
+  if (key_mask != (np.arange(inputs.shape[1]) < lengths[:, None])).any():
+    raise InputError('a program reads sequences padded at the end; this key mask has padding before a token')
+  return program.predict_ids(inputs, lengths)
 
 
 def evaluate(loaded, program, split: str = 'test') -> dict[str, Any]:
@@ -481,6 +499,7 @@ def evaluate(loaded, program, split: str = 'test') -> dict[str, Any]:
   model = model_predictions(loaded, inputs, key_mask)
   prog = program_predictions(program, inputs, key_mask)
   pct = lambda x: float(100 * x[weights].mean())
-  return {'split': split, 'positions': int(weights.sum()), 'sequences': int(len(inputs)),
+  # The last evaluation batch is filled up with empty rows: they are not sequences of the split.
+  return {'split': split, 'positions': int(weights.sum()), 'sequences': int(key_mask.any(1).sum()),
           'fidelity': pct(model == prog), 'program_accuracy': pct(prog == targets),
           'model_accuracy': pct(model == targets)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from absl import flags, logging
 
@@ -41,7 +42,9 @@ def main():
   with files.refused_leaves_no_folder(os.path.dirname(path)):  # a refused run writes nothing
     usage.check_writable(os.path.dirname(path), '--output', path)
     loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
+    start = time.perf_counter()
     program = decompile.decompile(loaded, os.path.basename(decompile.data_path(path)))
+    decompile_seconds = time.perf_counter() - start
     try:
       source, data = decompile.write(program, path)
     except OSError as e:
@@ -51,11 +54,15 @@ def main():
     print(warning, file=sys.stderr)
   measured = decompile.evaluate(loaded, decompile.load_program(source), f.split)
   measured.update(lines=program.lines, table_entries=program.entries, program=source, tables=data,
-                  workdir=os.path.abspath(f.workdir), step=loaded.step, task=loaded.task)
-  print(f'program: {source} ({program.lines} lines; tables {data}, {program.entries:,} entries)')
+                  workdir=os.path.abspath(f.workdir), step=loaded.step, task=loaded.task,
+                  decompile_seconds=decompile_seconds)
+  print(f'program: {source} ({program.lines} lines; tables {data}, {program.entries:,} entries; '
+        f'decompiled in {decompile_seconds:.1f} s)')
   print(f"{f.split} split, {measured['positions']:,} tagged positions of {measured['sequences']:,} sequences: "
         f"fidelity {measured['fidelity']:.2f}%, program accuracy {measured['program_accuracy']:.2f}%, "
         f"model accuracy {measured['model_accuracy']:.2f}%")
+  print(f"time over the split: program {measured['program_seconds']:.2f} s, model {measured['model_seconds']:.2f} s "
+        f"(compiled, warm)")
   if f.json:
     try:
       files.write_atomically(f.json, json.dumps(measured, indent=1))

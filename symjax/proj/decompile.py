@@ -44,6 +44,7 @@ import itertools
 import math
 import os
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -487,8 +488,9 @@ def program_predictions(program, inputs: np.ndarray, key_mask: np.ndarray) -> np
 
 def evaluate(loaded, program, split: str = 'test') -> dict[str, Any]:
   """On ``split`` of the run's task: fidelity (% of tagged positions where program and model agree), the
-  program's and the model's accuracy (% of tagged positions right), and the share of sequences the program
-  gets entirely right."""
+  program's and the model's accuracy (% of tagged positions right), the share of sequences the program
+  gets entirely right, and the seconds each takes over the split (the model compiled and warm, in the
+  evaluation batches; the program in one call)."""
   from symjax import tasks
   task = tasks.get_task(loaded.config)
   batches = list(task.eval_batches(split, 500, loaded.config.data_seed))
@@ -496,10 +498,17 @@ def evaluate(loaded, program, split: str = 'test') -> dict[str, Any]:
   targets = np.concatenate([b['targets'] for b in batches])
   weights = np.concatenate([b['weights'] for b in batches]) > 0
   key_mask = np.concatenate([b['key_mask'] for b in batches])
+  model_predictions(loaded, inputs[:500], key_mask[:500])  # compiles the forward pass
+  start = time.perf_counter()
   model = model_predictions(loaded, inputs, key_mask)
+  model_seconds, start = time.perf_counter() - start, time.perf_counter()
   prog = program_predictions(program, inputs, key_mask)
+  program_seconds = time.perf_counter() - start
   pct = lambda x: float(100 * x[weights].mean())
   # The last evaluation batch is filled up with empty rows: they are not sequences of the split.
-  return {'split': split, 'positions': int(weights.sum()), 'sequences': int(key_mask.any(1).sum()),
+  real = key_mask.any(1)
+  whole = ((prog == targets) | ~weights).all(1)
+  return {'split': split, 'positions': int(weights.sum()), 'sequences': int(real.sum()),
           'fidelity': pct(model == prog), 'program_accuracy': pct(prog == targets),
-          'model_accuracy': pct(model == targets)}
+          'model_accuracy': pct(model == targets), 'program_sequence_accuracy': float(100 * whole[real].mean()),
+          'program_seconds': program_seconds, 'model_seconds': model_seconds}

@@ -196,6 +196,12 @@ def test_a_program_is_scored_on_each_sequence_of_the_split_once_in_one_call(sort
       'warning: this model was not program-trained (model.hard = False)')
 
 
+def test_the_ffn_tables_gelu_is_the_tanh_approximation():
+  x = np.random.default_rng(0).normal(0.0, 3.0, (64, 32))
+  expected = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+  np.testing.assert_allclose(decompile._gelu(x), expected, rtol=1e-13, atol=1e-15)
+
+
 def test_multiset_ranks_number_every_multiset_once():
   for vocab, k in ((5, 3), (9, 2), (12, 4), (3, 1)):
     sets = decompile.all_multisets(vocab, k)

@@ -3,6 +3,7 @@ comparisons. Test files import from here (never from each other); fixtures live 
 
 import dataclasses
 import glob
+import itertools
 import os
 
 import flax.linen as nn
@@ -18,6 +19,17 @@ SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare.txt')
 TOTAL_STEPS = 40
 EPS = 1e-5
 KINDS = ('standard', 'token_factored', 'symbolic')
+# A small symbolic model with a vocabulary small enough to run every input (decompilation, program training).
+PROGRAM_TOKENS = ['<pad>', '<s>', 'a', 'b', 'c', 'd']
+PROGRAM = ModelConfig(kind='symbolic', vocab_size=len(PROGRAM_TOKENS), num_layers=2, num_heads=3, head_dim=4,
+                      ff_dim_per_head=8, max_len=8, tie_embeddings=False)
+
+
+def every_sequence(n):
+  """Every sequence of n tokens out of PROGRAM_TOKENS (the padding token excluded) as ids ``[count, n]``."""
+  return np.asarray(list(itertools.product(range(1, len(PROGRAM_TOKENS)), repeat=n)), np.int32)
+
+
 SMALL = ModelConfig(vocab_size=13, num_layers=2, num_heads=3, head_dim=4, ff_dim=10, ff_dim_per_head=5,
                     max_len=16, layer_norm_epsilon=EPS)
 

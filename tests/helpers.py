@@ -1,7 +1,6 @@
 """What several test files share: paths, the tiny config, random parameters, small model shapes and exact
 comparisons. Test files import from here (never from each other); fixtures live in ``conftest.py``."""
 
-import dataclasses
 import glob
 import itertools
 import os
@@ -21,7 +20,7 @@ EPS = 1e-5
 KINDS = ('standard', 'token_factored', 'symbolic')
 # A small symbolic model with a vocabulary small enough to run every input (decompilation, program training).
 PROGRAM_TOKENS = ['<pad>', '<s>', 'a', 'b', 'c', 'd']
-PROGRAM = ModelConfig(kind='symbolic', vocab_size=len(PROGRAM_TOKENS), num_layers=2, num_heads=3, head_dim=4,
+PROGRAM = ModelConfig.of(kind='symbolic', vocab_size=len(PROGRAM_TOKENS), num_layers=2, num_heads=3, head_dim=4,
                       ff_dim_per_head=8, max_len=8, tie_embeddings=False)
 
 
@@ -30,12 +29,12 @@ def every_sequence(n):
   return np.asarray(list(itertools.product(range(1, len(PROGRAM_TOKENS)), repeat=n)), np.int32)
 
 
-SMALL = ModelConfig(vocab_size=13, num_layers=2, num_heads=3, head_dim=4, ff_dim=10, ff_dim_per_head=5,
+SMALL = ModelConfig.of(vocab_size=13, num_layers=2, num_heads=3, head_dim=4, ff_dim=10, ff_dim_per_head=5,
                     max_len=16, layer_norm_epsilon=EPS)
 
 
 def small(**kw) -> ModelConfig:
-  return dataclasses.replace(SMALL, **kw)
+  return SMALL.replace(**kw)
 
 
 def tiny_config(kind='symbolic', **overrides):

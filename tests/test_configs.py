@@ -1,7 +1,6 @@
 """Configs and their errors: every bad config or input is a one-line error naming the problem, every task
 trains with every kind, and weight decay falls on exactly the activation matrices."""
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -167,7 +166,7 @@ def test_weight_decay_applies_to_activation_matrices_only(kind):
   decayed = {name(p).split('/', 1)[1] for p, on in mask if on}
   assert decayed == DECAYED[kind]
   # Untied readout tables decay too; the embedding table never does.
-  untied = model_lib.param_shapes(dataclasses.replace(model_config, tie_embeddings=False))
+  untied = model_lib.param_shapes(model_config.replace(tie_embeddings=False))
   flags = {name(p): on for p, on in jax.tree_util.tree_flatten_with_path(optim.decay_mask(untied))[0]}
   assert flags['readout'] and not flags['embed/embedding']
   # With zero gradients, one AdamW step moves exactly the decayed leaves (by lr · wd · p).

@@ -1,7 +1,6 @@
 """Decompilation: a Symbolic Transformer as a program, exact where the model's mixtures and attention are
 one-hot (program training, ``model.hard``), measurably unfaithful where they are spread."""
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -32,9 +31,9 @@ def setting(request, tmp_path_factory):
   """Random parameters (every one away from its init), the program written from them, and the model in
   its hard (one-hot) and its soft (the paper's) form."""
   causal, positions, numerical, numerical_positions = request.param
-  config = dataclasses.replace(CONFIG, causal=causal, qk_positions=positions, numerical_heads=numerical,
+  config = CONFIG.replace(causal=causal, qk_positions=positions, numerical_heads=numerical,
                                numerical_positions=numerical_positions)
-  hard = dataclasses.replace(config, hard=True)
+  hard = config.replace(hard=True)
   # Draws chosen so that every setting's numerical heads select none, one and several keys in both layers
   # and every soft model's spread shows (fidelity below 99%).
   draw = 5 if numerical_positions else 4
@@ -96,9 +95,9 @@ def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow
   sown = [np.asarray(v) for n, v in names.flat(state[names.COLLECTION]).items()
           if n.endswith(('.attn.pattern', '.v_mixture', '.ffn.mixture'))]
   assert len(sown) == 3 * hard.num_layers  # value and FFN mixtures, attention weights, per layer
-  first = hard.num_heads - hard.numerical_heads
+  first = hard.num_heads - hard.program.numerical_heads
   for s in sown:
-    if s.shape[-1] == s.shape[-2] == x.shape[1] and hard.numerical_heads:  # attention [b, heads, q, k]
+    if s.shape[-1] == s.shape[-2] == x.shape[1] and hard.program.numerical_heads:  # attention [b, heads, q, k]
       s, numerical = s[:, :first], s[:, first:]
       assert set(np.unique(numerical)) <= {0.0, 1.0}  # a numerical head selects keys: S_ij is 0 or 1
       n = numerical.sum(-1)
@@ -108,15 +107,17 @@ def test_a_hard_model_mixes_one_token_and_reads_one_key_while_its_gradients_flow
   # Whether gradients flow depends on the kinds of heads and on the position rows, not on the mask.
   gradient_settings = [SETTINGS[n] for n in ('causal', 'bidirectional-qk_positions-numerical',
                                              'bidirectional-qk_positions-numerical_without')]
-  if (hard.causal, hard.qk_positions, hard.numerical_heads, hard.numerical_positions) not in gradient_settings:
+  setting_of = (hard.causal, hard.attention.qk_positions, hard.program.numerical_heads,
+                hard.program.numerical_positions)
+  if setting_of not in gradient_settings:
     return
   grads = jax.jit(jax.grad(lambda p: model.apply({'params': p}, x).astype(jnp.float32).sum()))(params)
   for layer in ('layer_0', 'layer_1'):  # straight-through: the softmaxes' parameters still learn
     leaves = [grads[layer]['attention']['query']['kernel'], grads[layer]['value_projection']['log_tau'],
               grads[layer]['ffn']['projection']['log_tau']]
-    if hard.numerical_heads:
+    if hard.program.numerical_heads:
       leaves.append(grads[layer]['count_projection']['count_logits'])
-    if hard.numerical_heads:  # the count's gradient reaches the numerical heads' predicate
+    if hard.program.numerical_heads:  # the count's gradient reaches the numerical heads' predicate
       leaves.append(grads[layer]['attention']['query']['kernel'][:, first:])
     for leaf in leaves:
       assert np.abs(np.asarray(leaf)).max() > 0
@@ -134,16 +135,16 @@ def test_numerical_heads_without_positions_select_by_tokens_alone(setting):
   @jax.jit
   def numerical_weights(tokens):  # layer 0's numerical heads: [batch, heads, q, k]
     _, state = model_lib.build(hard).apply({'params': params}, tokens, mutable=[names.COLLECTION])
-    return names.flat(state[names.COLLECTION])['blocks.0.attn.pattern'][:, -hard.numerical_heads:]
+    return names.flat(state[names.COLLECTION])['blocks.0.attn.pattern'][:, -hard.program.numerical_heads:]
 
   moved = np.asarray(numerical_weights(x))[:, :, order][..., order]
   permuted = np.asarray(numerical_weights(x[:, order]))
-  if hard.numerical_positions:  # ALiBi and the position rows: where a key is changes what is selected
+  if hard.program.numerical_positions:  # ALiBi and the position rows: where a key is changes what is selected
     assert (moved != permuted).any()
   else:
     np.testing.assert_array_equal(moved, permuted)
   with open(program.__file__) as f:  # and the program says which kind of predicate it is
-    assert ('(numerical, no positions)' in f.read()) == (not hard.numerical_positions)
+    assert ('(numerical, no positions)' in f.read()) == (not hard.program.numerical_positions)
 
 
 def test_a_written_program_runs_with_numpy_alone(setting, tmp_path):
@@ -192,7 +193,7 @@ def test_a_program_is_scored_on_each_sequence_of_the_split_once_in_one_call(sort
   for written in (path, data):  # the mode any new file gets, as the JSON beside them
     assert os.stat(written).st_mode & 0o777 == 0o666 & ~umask, written
   assert decompile.not_exact(loaded.model_config) is None
-  assert decompile.not_exact(dataclasses.replace(loaded.model_config, hard=False)).startswith(
+  assert decompile.not_exact(loaded.model_config.replace(hard=False, gumbel_scale=0.0)).startswith(
       'warning: this model was not program-trained (model.hard = False)')
 
 
@@ -212,19 +213,19 @@ def test_multiset_ranks_number_every_multiset_once():
 
 def test_unsupported_models_and_tasks_are_named():
   with pytest.raises(InputError, match=r"model.kind = 'token_factored' \(supported: 'symbolic'\)"):
-    decompile.check_supported(dataclasses.replace(CONFIG, kind='token_factored'), 'sort')
+    decompile.check_supported(CONFIG.replace(kind='token_factored'), 'sort')
   with pytest.raises(InputError, match=r"model.vocab_ffn = 'dense'"):
-    decompile.check_supported(dataclasses.replace(CONFIG, vocab_ffn='dense'), 'sort')
+    decompile.check_supported(CONFIG.replace(vocab_ffn='dense'), 'sort')
   with pytest.raises(InputError, match=r"tagging tasks \['reverse', .*'induction'\]; this run trained 'text'"):
     decompile.check_supported(CONFIG, 'text')
   with pytest.raises(InputError, match=r"model.hard .* model.vocab_projection = 'streamed' \(needs 'direct'\)"):
-    dataclasses.replace(CONFIG, hard=True, vocab_projection='streamed').validate()
+    CONFIG.replace(hard=True, vocab_projection='streamed').validate()
   with pytest.raises(InputError, match=r'model.numerical_positions = False .* needs model.numerical_heads >= 1, got 0'):
-    dataclasses.replace(CONFIG, numerical_positions=False).validate()
+    CONFIG.replace(numerical_positions=False).validate()
   with pytest.raises(InputError, match=r'model.numerical_heads must be in \[0, model.num_heads = 3\], got 4'):
-    dataclasses.replace(CONFIG, numerical_heads=4).validate()
+    CONFIG.replace(numerical_heads=4).validate()
   with pytest.raises(InputError, match=r"numerical_heads needs .*model.attention_impl = 'xla' \(needs 'explicit'\)"):
-    dataclasses.replace(CONFIG, numerical_heads=1, attention_impl='xla').validate()
+    CONFIG.replace(numerical_heads=1, attention_impl='xla').validate()
 
 
 def test_program_files_are_never_written_over_unless_named(tmp_path):
@@ -268,7 +269,7 @@ def test_the_command_on_a_program_trained_run_and_on_a_token_factored_one(tmp_pa
   proc = subprocess.run([sys.executable, '-m', 'symjax.decompile', f'--workdir={soft}'], cwd=REPO,
                         capture_output=True, text=True)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  assert proc.stderr.strip().splitlines() == [decompile.not_exact(dataclasses.replace(CONFIG, hard=False))]
+  assert proc.stderr.strip().splitlines() == [decompile.not_exact(CONFIG.replace(hard=False))]
 
   factored = str(tmp_path / 'factored')
   proc = subprocess.run([*train[:3], '--config=rasp:task=sort,model=token_factored,runlocal=true', *train[3:],

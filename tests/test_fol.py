@@ -138,7 +138,7 @@ def test_glyph_initialisation_is_the_tasks_own_change_to_fresh_parameters(glyphs
   from symjax.train import optim
   from symjax.train import trainer as train
   task = fol.FOLTask(num_formulas=50, numeral_glyph_init=glyphs)
-  config = model_lib.ModelConfig(vocab_size=len(task.vocab), num_layers=1, num_heads=2, head_dim=4,
+  config = model_lib.ModelConfig.of(vocab_size=len(task.vocab), num_layers=1, num_heads=2, head_dim=4,
                                  ff_dim=8, kind='standard', embed_init_std=0.25)
   table = np.random.default_rng(0).normal(size=(len(task.vocab), config.d_model)).astype(np.float32)
   state = optim.TrainState(step=jnp.zeros((), jnp.int32), params={'embed': {'embedding': jnp.asarray(table)},

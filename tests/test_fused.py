@@ -5,7 +5,6 @@ On any backend the fused path is checked through ``jax.nn.dot_product_attention`
 the scale and τ are checked here. The cuDNN kernels themselves are checked on an NVIDIA GPU (bfloat16).
 """
 
-import dataclasses
 import functools
 
 import chex
@@ -21,7 +20,7 @@ from symjax.model import intermediates as names
 from symjax.ops import attention, readout
 
 TOL = 1e-5
-CFG = ModelConfig(vocab_size=13, num_layers=2, num_heads=3, head_dim=4, ff_dim=10, ff_dim_per_head=5,
+CFG = ModelConfig.of(vocab_size=13, num_layers=2, num_heads=3, head_dim=4, ff_dim=10, ff_dim_per_head=5,
                   max_len=8)
 on_gpu = pytest.mark.skipif(jax.default_backend() != 'gpu', reason='cuDNN kernels need an NVIDIA GPU')
 
@@ -54,11 +53,11 @@ def _logits_and_grads(cfg, variables, tokens, key_mask):
 ])
 @pytest.mark.slow
 def test_fused_attention_equals_explicit_with_gradients(kind, change):
-  cfg = dataclasses.replace(CFG, kind=kind, **change)
+  cfg = CFG.replace(kind=kind, **change)
   tokens, key_mask = tokens_and_mask()
   variables = randomize(shapes_of(Transformer(cfg), tokens), 4, scale=0.4)
   grads, logits = _logits_and_grads(cfg, variables, tokens, key_mask)
-  fused_grads, fused_logits = _logits_and_grads(dataclasses.replace(cfg, attention_impl='xla'), variables,
+  fused_grads, fused_logits = _logits_and_grads(cfg.replace(attention_impl='xla'), variables,
                                                 tokens, key_mask)
   real = np.asarray(key_mask)
   assert ref.rel_err(np.asarray(fused_logits)[real], np.asarray(logits)[real]) <= TOL
@@ -124,10 +123,10 @@ def test_the_standard_model_projects_values_and_output_at_the_fused_kernels_widt
     return out
 
   monkeypatch.setattr(attention, 'fused_attention', recorded)
-  cfg = dataclasses.replace(CFG, kind=kind, attention_impl='xla', num_layers=1, **change)
+  cfg = CFG.replace(kind=kind, attention_impl='xla', num_layers=1, **change)
   tokens, key_mask = tokens_and_mask()
   params = Transformer(cfg).init(jax.random.key(0), tokens)['params']
-  explicit = Transformer(dataclasses.replace(cfg, attention_impl='explicit')).init(jax.random.key(0), tokens)
+  explicit = Transformer(cfg.replace(attention_impl='explicit')).init(jax.random.key(0), tokens)
   chex.assert_trees_all_equal_shapes(params, explicit['params'])
   seen.clear()
   Transformer(cfg).apply({'params': params}, tokens, key_mask)
@@ -182,7 +181,7 @@ def test_alibi_in_the_products_is_as_close_as_a_bias_in_bfloat16():
 
 
 def test_weights_are_read_explicitly_whatever_the_setting():
-  cfg = dataclasses.replace(CFG, kind='token_factored', attention_impl='xla')
+  cfg = CFG.replace(kind='token_factored', attention_impl='xla')
   tokens, key_mask = tokens_and_mask()
   model = Transformer(cfg)
   variables = model.init(jax.random.key(0), tokens)
@@ -222,17 +221,17 @@ def test_attention_form_projection_equals_direct_with_all_gradients(num_valid):
 ])
 def test_implementation_fields_are_checked(change, message):
   with pytest.raises(ValueError, match=message):
-    ModelConfig.from_dict(dataclasses.asdict(CFG) | change)
+    ModelConfig.from_dict(CFG.flat() | change)
 
 
 @pytest.mark.skipif(jax.default_backend() == 'gpu', reason='the error is for backends without cuDNN')
 def test_cudnn_without_a_gpu_is_a_clear_error():
-  cfg = dataclasses.replace(CFG, kind='symbolic', dtype='bfloat16', attention_impl='cudnn')
+  cfg = CFG.replace(kind='symbolic', dtype='bfloat16', attention_impl='cudnn')
   tokens, _ = tokens_and_mask()
   with pytest.raises(ValueError, match=r"model.attention_impl='cudnn' needs an NVIDIA GPU .* backend is 'cpu'; "
                                        r"the portable choices are \['explicit', 'xla'\]"):
     Transformer(cfg).init(jax.random.key(0), tokens)
-  cfg = dataclasses.replace(cfg, attention_impl='explicit', vocab_projection='cudnn')
+  cfg = cfg.replace(attention_impl='explicit', vocab_projection='cudnn')
   with pytest.raises(ValueError, match=r"model.vocab_projection='cudnn' needs an NVIDIA GPU .* "
                                        r"the portable choices are \['direct', 'streamed'\]"):
     Transformer(cfg).init(jax.random.key(0), tokens)
@@ -241,12 +240,12 @@ def test_cudnn_without_a_gpu_is_a_clear_error():
 @pytest.mark.slow
 def test_a_cudnn_model_is_read_with_portable_kernels_off_the_gpu():
   from symjax import model as model_lib
-  cfg = dataclasses.replace(CFG, kind='symbolic', dtype='bfloat16', attention_impl='cudnn',
+  cfg = CFG.replace(kind='symbolic', dtype='bfloat16', attention_impl='cudnn',
                             vocab_projection='cudnn')
   assert model_lib.for_backend(cfg, 'gpu') == cfg
   portable = model_lib.for_backend(cfg, 'cpu')
-  assert (portable.attention_impl, portable.vocab_projection) == ('explicit', 'streamed')
-  assert dataclasses.replace(portable, attention_impl='cudnn', vocab_projection='cudnn') == cfg
+  assert (portable.kernels.attention_impl, portable.kernels.vocab_projection) == ('explicit', 'streamed')
+  assert portable.replace(attention_impl='cudnn', vocab_projection='cudnn') == cfg
   tokens, key_mask = tokens_and_mask()
   variables = Transformer(portable).init(jax.random.key(0), tokens)  # runs here, on any backend
   assert np.isfinite(np.asarray(Transformer(portable).apply(variables, tokens, key_mask))).all()
@@ -267,14 +266,14 @@ SUMMED_TOL = 0.15
 @on_gpu
 @pytest.mark.parametrize('kind', ['standard', 'token_factored', 'symbolic'])
 def test_cudnn_attention_equals_explicit_on_gpu(kind):
-  cfg = dataclasses.replace(CFG, kind=kind, num_heads=2, head_dim=64, max_len=128)
+  cfg = CFG.replace(kind=kind, num_heads=2, head_dim=64, max_len=128)
   tokens = jax.random.randint(jax.random.key(3), (2, 128), 0, cfg.vocab_size)
   key_mask = jnp.ones((2, 128), bool).at[1, :5].set(False)
   variables = randomize(shapes_of(Transformer(cfg), tokens), 4, scale=0.1)
   grads, logits = _logits_and_grads(cfg, variables, tokens, key_mask)
-  bf16 = dataclasses.replace(cfg, dtype='bfloat16')
+  bf16 = cfg.replace(dtype='bfloat16')
   grads_b, logits_b = _logits_and_grads(bf16, variables, tokens, key_mask)
-  grads_c, logits_c = _logits_and_grads(dataclasses.replace(bf16, attention_impl='cudnn'), variables,
+  grads_c, logits_c = _logits_and_grads(bf16.replace(attention_impl='cudnn'), variables,
                                         tokens, key_mask)
   real = np.asarray(key_mask)
   bound = lambda explicit: max(BF16_TOL, 2 * explicit)

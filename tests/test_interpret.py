@@ -1,7 +1,6 @@
 """The interpretability tools: exact mixture trace, lenses, direct logit attribution, interventions,
 token importance and its ground truth, head scores, the program view, and the HTML report and CLI."""
 
-import dataclasses
 import os
 import re
 import subprocess
@@ -68,7 +67,7 @@ def test_mixture_trace_is_exact_non_negative_and_every_term_has_mass_one(symboli
 
 def test_mixture_trace_of_a_streamed_model_equals_the_direct_one(symbolic_model):
   model, params, tokens = symbolic_model
-  streamed = Transformer(dataclasses.replace(model.config, vocab_projection='streamed', vocab_chunk_size=4))
+  streamed = Transformer(model.config.replace(vocab_projection='streamed', vocab_chunk_size=4))
   a, b = mixtures.mixture_trace(model, params, tokens), mixtures.mixture_trace(streamed, params, tokens)
   for x, y in zip(a.x_t + a.x_e, b.x_t + b.x_e):
     np.testing.assert_allclose(x, y, atol=1e-6)
@@ -506,5 +505,5 @@ def test_the_report_shows_invisible_tokens_exact_mixtures_and_names_heads_only_o
   assert report.induction_evidence(np.array([0, 1, 2, 0])) == 1 and report.induction_evidence(tokens) == 0
   wide = np.concatenate([np.eye(4), -np.eye(4)])               # ±e_i positively span R^4
   narrow = np.abs(wide)                                        # the positive orthant only
-  one_channel = dataclasses.replace(cfg, num_heads=1, head_dim=4, vocab_size=8)
+  one_channel = cfg.replace(num_heads=1, head_dim=4, vocab_size=8)
   assert report.spanning_channels(wide, one_channel) == [0] and report.spanning_channels(narrow, one_channel) == []

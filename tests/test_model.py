@@ -1,6 +1,5 @@
 """Whole blocks and models: against the paper's equations, and the structure the paper promises."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -366,7 +365,7 @@ def test_bfloat16_compute_is_close_to_float32(kind):
   tokens = jax.random.randint(jax.random.key(6), (2, 8), 0, cfg.vocab_size)
   variables = Transformer(cfg).init(jax.random.key(0), tokens)
   f32 = Transformer(cfg).apply(variables, tokens)
-  bf16 = Transformer(dataclasses.replace(cfg, dtype='bfloat16')).apply(variables, tokens)
+  bf16 = Transformer(cfg.replace(dtype='bfloat16')).apply(variables, tokens)
   assert bf16.dtype == jnp.float32
   assert ref.rel_err(bf16, f32) < 5e-2
 
@@ -411,7 +410,7 @@ def test_sequence_longer_than_max_len_is_a_clear_error():
     ({'heads': 4}, r"unknown model config field\(s\) \['heads'\]"),
 ])
 def test_model_config_errors_name_the_field(change, message):
-  d = dataclasses.asdict(SMALL) | change
+  d = SMALL.flat() | change
   with pytest.raises(ValueError, match=message):
     ModelConfig.from_dict(d)
 

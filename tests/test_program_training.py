@@ -1,7 +1,6 @@
 """Program training: the one-hot (hard) Symbolic Transformer whose program decompiles exactly, trained with
 straight-through gradients, Gumbel samples and soft first steps; and the recipe records that choose it."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -77,9 +76,9 @@ def test_gumbel_noise_samples_while_training_only():
   (different streams, different one-hot outputs); without the stream (evaluation, the program) it is the
   noiseless hard model exactly. It is for program training only."""
   from symjax.model.program import GUMBEL_RNG
-  config = dataclasses.replace(CONFIG, hard=True, numerical_heads=1)
+  config = CONFIG.replace(hard=True, numerical_heads=1)
   params = randomize(shapes_of(model_lib.build(config), jnp.zeros((1, 4), jnp.int32))['params'], 1)
-  noisy = model_lib.build(dataclasses.replace(config, gumbel_scale=1.0))
+  noisy = model_lib.build(config.replace(gumbel_scale=1.0))
   x = jnp.asarray(every_sequence(4)[:64])
   sampled = jax.jit(lambda key: noisy.apply({'params': params}, x, rngs={GUMBEL_RNG: key},
                                             mutable=[names.COLLECTION]))
@@ -93,9 +92,9 @@ def test_gumbel_noise_samples_while_training_only():
   for m in mixtures:  # a sample is still one token
     np.testing.assert_array_equal(m.max(-1), 1.0)
   with pytest.raises(InputError, match=r'model.gumbel_scale .* needs model.hard = True, got model.hard = False'):
-    dataclasses.replace(CONFIG, gumbel_scale=1.0).validate()
+    CONFIG.replace(gumbel_scale=1.0).validate()
   with pytest.raises(InputError, match=r'model.gumbel_scale must be a finite number >= 0 \(0 = off\), got -1.0'):
-    dataclasses.replace(config, gumbel_scale=-1.0).validate()
+    config.replace(gumbel_scale=-1.0).validate()
 
 
 @pytest.mark.slow  # two training runs
@@ -105,14 +104,14 @@ def test_gumbel_noise_anneals_geometrically_and_changes_what_program_training_le
   from helpers import params_of, tiny_config
 
   from symjax.train import trainer
-  config = dataclasses.replace(CONFIG, hard=True, gumbel_scale=3.0, gumbel_scale_end=0.01)
+  config = CONFIG.replace(hard=True, gumbel_scale=3.0, gumbel_scale_end=0.01)
   schedule = trainer.gumbel_schedule(config, 101)
   np.testing.assert_allclose([schedule(0), schedule(50), schedule(100)], [3.0, np.sqrt(0.03), 0.01], rtol=1e-5)
-  constant = trainer.gumbel_schedule(dataclasses.replace(config, gumbel_scale_end=None), 101)
+  constant = trainer.gumbel_schedule(config.replace(gumbel_scale_end=None), 101)
   np.testing.assert_allclose([constant(0), constant(100)], [3.0, 3.0])
   with pytest.raises(InputError, match=r'model.gumbel_scale_end must be a finite number > 0 with '
                                        r'model.gumbel_scale > 0 \(or None: constant\), got 0.0'):
-    dataclasses.replace(config, gumbel_scale_end=0.0).validate()
+    config.replace(gumbel_scale_end=0.0).validate()
 
   def run(name, **model):
     config = tiny_config(total_steps=10, eval_every_steps=10, task='induction')

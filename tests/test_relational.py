@@ -1,7 +1,6 @@
 """Attention masks from configs, blocked (mask-sparse) attention, relational attention and the graph task,
 each against an independent NumPy transcription."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +19,7 @@ from symjax.ops import attention as attention_ops
 from symjax.tasks import graph
 from symjax.train import trainer as train
 
-SMALL = ModelConfig(kind='standard', vocab_size=12, num_layers=2, num_heads=4, head_dim=8, ff_dim=32,
+SMALL = ModelConfig.of(kind='standard', vocab_size=12, num_layers=2, num_heads=4, head_dim=8, ff_dim=32,
                     ff_dim_per_head=8, max_len=40, causal=False)
 
 
@@ -48,18 +47,18 @@ def test_mask_expressions_mean_what_they_say(text):
     ('causal; full; causal', 'must divide model.num_heads = 4')])
 def test_bad_mask_is_a_clear_error(text, message):
   with pytest.raises(ValueError, match=message) as e:
-    dataclasses.replace(SMALL, causal=True, mask=text).validate()
+    SMALL.replace(causal=True, mask=text).validate()
   assert 'model.mask' in str(e.value)
 
 
 def test_a_causal_task_refuses_a_mask_that_reads_the_future():
   with pytest.raises(ValueError, match="add 'causal &'"):
-    dataclasses.replace(SMALL, causal=True, mask='window(4)').validate()
+    SMALL.replace(causal=True, mask='window(4)').validate()
   with pytest.raises(ValueError, match="add 'causal &'"):   # reads ahead only 80 positions on: checked to max_len
-    dataclasses.replace(SMALL, causal=True, max_len=100, mask='causal | stride(80)').validate()
+    SMALL.replace(causal=True, max_len=100, mask='causal | stride(80)').validate()
   with pytest.raises(ValueError, match='both set'):
-    dataclasses.replace(SMALL, causal=True, mask='causal', window=3).validate()
-  dataclasses.replace(SMALL, causal=True, mask='causal & window(4); causal & stride(4)').validate()
+    SMALL.replace(causal=True, mask='causal', window=3).validate()
+  SMALL.replace(causal=True, mask='causal & window(4); causal & stride(4)').validate()
 
 
 @pytest.mark.slow
@@ -94,10 +93,10 @@ def test_blocked_attention_equals_dense_and_scores_only_needed_blocks():
 @pytest.mark.slow
 @pytest.mark.parametrize('kind', ['standard', 'token_factored', 'symbolic'])
 def test_models_with_blocked_attention_equal_dense_ones(kind):
-  cfg = dataclasses.replace(SMALL, kind=kind, causal=True, mask='causal & window(3); causal & stride(5)')
+  cfg = SMALL.replace(kind=kind, causal=True, mask='causal & window(3); causal & stride(5)')
   tokens = jax.random.randint(jax.random.key(1), (2, 37), 0, cfg.vocab_size)
   variables = randomize(shapes_of(Transformer(cfg), tokens), 1, scale=0.3)
-  dense, blocked = Transformer(cfg), Transformer(dataclasses.replace(cfg, attention_block=8))
+  dense, blocked = Transformer(cfg), Transformer(cfg.replace(attention_block=8))
   run = lambda model: jax.jit(lambda v, t: model.apply(v, t, mutable=['intermediates']))  # masks are static
   out_d, inter_d = run(dense)(variables, tokens)
   out_b, inter_b = run(blocked)(variables, tokens)
@@ -159,7 +158,7 @@ def test_symbolic_relational_values_stay_convex_token_mixtures():
   """Every attention update of X_t is Σ_j a_ij ½(α_j E + α_ij E): rebuilt from the sown weights and the
   two sown mixtures (node values, then one per edge token), X_t stays a sum of convex mixtures of token
   rows."""
-  cfg = dataclasses.replace(SMALL, kind='symbolic', relational=True)
+  cfg = SMALL.replace(kind='symbolic', relational=True)
   rng = np.random.default_rng(4)
   b, n = 2, 7
   tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (b, n)), jnp.int32)
@@ -189,7 +188,7 @@ def test_symbolic_relational_values_stay_convex_token_mixtures():
 
 @pytest.mark.parametrize('kind', ['standard', 'token_factored', 'symbolic'])
 def test_relational_models_read_the_graph(kind):
-  cfg = dataclasses.replace(SMALL, kind=kind, relational=True)
+  cfg = SMALL.replace(kind=kind, relational=True)
   rng = np.random.default_rng(5)
   tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (2, 7)), jnp.int32)
   edges = random_graph_batch(rng, 2, 7, cfg.vocab_size)

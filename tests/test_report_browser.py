@@ -1,7 +1,6 @@
 """The HTML report in a real browser: Debian's chromium driven by Playwright with the system executable
 (nothing downloaded at run time). CI installs both (.ci/run); elsewhere the test is skipped without them."""
 
-import dataclasses
 import os
 import shutil
 
@@ -32,7 +31,7 @@ def playwright():
 
 def test_hovering_a_position_shows_its_exact_mixture_at_64_positions_and_no_token_is_blank(tmp_path):
   sync_playwright = playwright()
-  cfg = dataclasses.replace(small(kind='symbolic'), max_len=80)
+  cfg = small(kind='symbolic').replace(max_len=80)
   model = Transformer(cfg)
   tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, 70)
   tokens[3], tokens[4], tokens[5] = 10, 11, 12                   # ' ', '\n', '<'

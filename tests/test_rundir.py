@@ -1,6 +1,5 @@
 """The work directory: it keeps describing what is in it across resumes, failures and damage."""
 
-import dataclasses
 import glob
 import json
 import os
@@ -141,7 +140,7 @@ def test_run_files_without_a_checkpoint_start_a_new_run(tmp_path, capsys):
   bad.model.num_heads = 4
   model_config = config_lib.model_config(bad, 12, True)
   with open(os.path.join(workdir, rundir.RUN_FILE), 'w') as f:
-    json.dump({'model': dataclasses.asdict(model_config)}, f)
+    json.dump({'model': model_config.flat()}, f)
   final = train.train_and_evaluate(tiny_config(total_steps=10, eval_every_steps=10), workdir)
   assert 'no checkpoint; starting a new run there' in capsys.readouterr().out
   assert final['test']['loss'] > 0

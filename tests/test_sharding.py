@@ -117,7 +117,7 @@ def test_every_kernel_carries_logical_axis_names_that_rules_alone_shard(kind):
 
   from symjax import model as model_lib
   from symjax.system import mesh
-  config = model_lib.ModelConfig(vocab_size=12, num_layers=1, num_heads=2, head_dim=4, ff_dim=8, kind=kind)
+  config = model_lib.ModelConfig.of(vocab_size=12, num_layers=1, num_heads=2, head_dim=4, ff_dim=8, kind=kind)
   boxed = jax.eval_shape(lambda k: model_lib.build(config).init(k, jax.numpy.zeros((1, 5), jax.numpy.int32)),
                          jax.random.key(0))['params']
   is_spec = lambda x: isinstance(x, jax.sharding.PartitionSpec)

@@ -1,6 +1,5 @@
 """The streamed vocabulary projection and loss equal the direct ones: values and every gradient."""
 
-import dataclasses
 import functools
 
 import jax
@@ -128,13 +127,13 @@ def _model_grads(cfg, tokens, variables):
 
 @pytest.mark.slow
 def test_symbolic_model_with_streamed_projection_equals_direct():
-  cfg = ModelConfig(kind='symbolic', vocab_size=19, num_layers=2, num_heads=2, head_dim=4, ff_dim=8,
+  cfg = ModelConfig.of(kind='symbolic', vocab_size=19, num_layers=2, num_heads=2, head_dim=4, ff_dim=8,
                     ff_dim_per_head=6, max_len=8, vocab_chunk_size=6, vocab_pad_multiple=4)
   tokens = jax.random.randint(jax.random.key(5), (2, 8), 0, cfg.vocab_size)
   variables = randomize(shapes_of(Transformer(cfg), tokens), 6, scale=0.4)
   assert variables['params']['embed']['embedding'].shape == (20, 8)  # padded to a multiple of 4
   logits_d, grads_d = _model_grads(cfg, tokens, variables)
-  logits_s, grads_s = _model_grads(dataclasses.replace(cfg, vocab_projection='streamed'), tokens, variables)
+  logits_s, grads_s = _model_grads(cfg.replace(vocab_projection='streamed'), tokens, variables)
   assert logits_d.shape == (2, 8, 19)
   assert ref.rel_err(logits_s, logits_d) <= TOL
   assert max_rel_err(grads_s, grads_d) <= TOL
@@ -143,10 +142,10 @@ def test_symbolic_model_with_streamed_projection_equals_direct():
 @pytest.mark.slow
 @pytest.mark.parametrize('remat', ['full', 'dots'])
 def test_rematerialised_blocks_give_the_same_gradients(remat):
-  cfg = ModelConfig(kind='symbolic', vocab_size=11, num_layers=2, num_heads=2, head_dim=4, ff_dim=8,
+  cfg = ModelConfig.of(kind='symbolic', vocab_size=11, num_layers=2, num_heads=2, head_dim=4, ff_dim=8,
                     ff_dim_per_head=6, max_len=8)
   tokens = jax.random.randint(jax.random.key(5), (2, 8), 0, cfg.vocab_size)
   variables = randomize(shapes_of(Transformer(cfg), tokens), 6, scale=0.4)
   _, grads = _model_grads(cfg, tokens, variables)
-  _, grads_remat = _model_grads(dataclasses.replace(cfg, remat=remat), tokens, variables)
+  _, grads_remat = _model_grads(cfg.replace(remat=remat), tokens, variables)
   assert max_rel_err(grads_remat, grads) <= TOL

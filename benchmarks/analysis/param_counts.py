@@ -7,7 +7,6 @@ Prints a Markdown table and writes JSON. "paper" is the typical configuration of
 channel, the same total width) and context 2048.
 """
 
-import dataclasses
 
 from absl import app, flags
 
@@ -17,9 +16,9 @@ from symjax.model import ModelConfig, count_params, param_shapes
 _JSON = flags.DEFINE_string('json', 'param_counts.json', 'Where to write the results.')
 
 SIZES = {
-    'small': ModelConfig(vocab_size=16, num_layers=2, num_heads=4, head_dim=16, ff_dim=256,
+    'small': ModelConfig.of(vocab_size=16, num_layers=2, num_heads=4, head_dim=16, ff_dim=256,
                          ff_dim_per_head=64, max_len=64),
-    'paper': ModelConfig(vocab_size=50257, num_layers=12, num_heads=12, head_dim=64, ff_dim=3072,
+    'paper': ModelConfig.of(vocab_size=50257, num_layers=12, num_heads=12, head_dim=64, ff_dim=3072,
                          ff_dim_per_head=256, max_len=2048),
 }
 VARIANTS = {
@@ -44,14 +43,14 @@ def main(_):
   rows = []
   for size, base in SIZES.items():
     for name, change in VARIANTS.items():
-      counts = breakdown(dataclasses.replace(base, **change))
+      counts = breakdown(base.replace(**change))
       rows.append({'size': size, 'model': name, **counts})
   print('| size | model | total | embedding | non-embedding | value map (all layers) |')
   print('|---|---|---:|---:|---:|---:|')
   for r in rows:
     print(f"| {r['size']} | {r['model']} | {r['total']:,} | {r['embedding']:,} | {r['non_embedding']:,} "
           f"| {r['value_map']:,} |")
-  result_files.write(_JSON.value, {'sizes': {k: dataclasses.asdict(v) for k, v in SIZES.items()}, 'rows': rows})
+  result_files.write(_JSON.value, {'sizes': {k: v.flat() for k, v in SIZES.items()}, 'rows': rows})
   print(f'wrote {_JSON.value}')
 
 

@@ -1,7 +1,6 @@
 """What benchmarks/analysis/collect.py and the suites share: how a mean ± interval is printed, and the record
 of one finished run's validation accuracy."""
 
-import dataclasses
 import json
 import os
 
@@ -22,7 +21,7 @@ def cell(stat: dict | None, scale: float = 1.0, digits: int = 4) -> str:
 
 
 # A run from before a field existed trained with its default.
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+DEFAULTS = ModelConfig.defaults()
 
 
 def setting(config: dict, name: str):

@@ -20,7 +20,7 @@ def products(cfg, seq_len: int) -> list[tuple[int, int, int, int, bool]]:
     if kind == 'token_factored':
       out += [(1, t, d, cfg.ff_dim, False), (1, t, cfg.ff_dim, d, False)]
     else:
-      f = cfg.ff_dim_per_head
+      f = cfg.symbolic.ff_dim_per_head
       projection = [(h, t, dh, v, False), (h, t, v, dh, False)]                  # z E^(h)ᵀ and α E^(h), per channel
       if cfg.symbolic_site('values'):
         out += projection

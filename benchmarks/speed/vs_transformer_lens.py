@@ -45,7 +45,7 @@ def symjax_model(kind: str):
 
   from symjax.interpret import HookedModel
   from symjax.model import ModelConfig, Transformer
-  cfg = ModelConfig(kind=kind, vocab_size=VOCAB, num_layers=LAYERS, num_heads=HEADS, head_dim=HEAD_DIM,
+  cfg = ModelConfig.of(kind=kind, vocab_size=VOCAB, num_layers=LAYERS, num_heads=HEADS, head_dim=HEAD_DIM,
                     ff_dim=MLP, ff_dim_per_head=MLP // HEADS, max_len=CONTEXT,
                     positions='learned' if kind == 'standard' else 'alibi')
   model = Transformer(cfg)

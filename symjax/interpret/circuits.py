@@ -198,7 +198,7 @@ def head_writes(model, params, tokens, key_mask=None) -> tuple[np.ndarray, np.nd
   for l, kind in enumerate(cfg.layer_kinds()):
     A = inter[f'blocks.{l}.attn.pattern']
     attention.append(A)
-    if cfg.projects(l, 'values') and not cfg.projection_gain:
+    if cfg.projects(l, 'values') and not cfg.symbolic.projection_gain:
       # the head's update is Σ_s A[i, s] α_v[s] E^(h): coefficients of mass 1
       w = np.einsum('bhis,bshv->bihv', A, inter[f'blocks.{l}.attn.v_mixture'])[..., :cfg.vocab_size]
     elif kind != 'standard':

@@ -44,7 +44,7 @@ def analysis_model(model) -> Transformer:
   if cfg.kind == 'lstm':
     raise InputError("the interpretability tools read attention and streams; model.kind 'lstm' has "
                      "neither: use 'standard', 'token_factored' or 'symbolic'")
-  return Transformer(dataclasses.replace(cfg, vocab_projection='direct', remat='none'))
+  return Transformer(cfg.replace(vocab_projection='direct', remat='none'))
 
 
 def as_batch(tokens, vocab_size: int | None = None) -> np.ndarray:
@@ -203,10 +203,10 @@ class HeadParameters:
 def head_parameters(cfg: ModelConfig, params) -> HeadParameters:
   p = nn.meta.unbox(params)
   L, H = cfg.num_layers, cfg.num_heads
-  alibi = cfg.kind != 'standard' or cfg.positions == 'alibi'
+  alibi = cfg.kind != 'standard' or cfg.attention.positions == 'alibi'
   slopes = None
   if alibi:
-    if cfg.learned_slopes:
+    if cfg.attention.learned_slopes:
       slopes = np.stack([np.exp(np.asarray(p[f'layer_{l}']['attention']['alibi']['log_slope'], np.float64))
                          for l in range(L)])
     else:
@@ -220,7 +220,7 @@ def head_parameters(cfg: ModelConfig, params) -> HeadParameters:
   w_head = None
   if cfg.kind != 'standard':
     w_head = np.stack([np.asarray(p[f'layer_{l}']['value_map']['w_head'], np.float64)
-                       if cfg.value_map != 'none' else np.eye(H) for l in range(L)])
+                       if cfg.symbolic.value_map != 'none' else np.eye(H) for l in range(L)])
   return HeadParameters(slopes, tau_v, tau_f, w_head)
 
 

@@ -50,8 +50,8 @@ def mixture_trace(model: Transformer, params, tokens, key_mask=None) -> MixtureT
     raise InputError('the exact mixture trace needs every layer symbolic with both sites projected, no '
                      'gain and convex FFN mixtures (model.kind="symbolic", symbolic_layers=None, '
                      'symbolic_sites="both", projection_gain=False, ffn_mixture="convex"); this model has '
-                     f'layers {cfg.layer_kinds()}, symbolic_sites {cfg.symbolic_sites!r}, projection_gain='
-                     f'{cfg.projection_gain}, ffn_mixture {cfg.ffn_mixture!r}')
+                     f'layers {cfg.layer_kinds()}, symbolic_sites {cfg.symbolic.symbolic_sites!r}, projection_gain='
+                     f'{cfg.symbolic.projection_gain}, ffn_mixture {cfg.symbolic.ffn_mixture!r}')
   model = core.analysis_model(model)
   tokens = core.as_batch(tokens, model.config.vocab_size)
   _, inter = core.run(model, params, tokens, key_mask)

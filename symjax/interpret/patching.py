@@ -39,7 +39,7 @@ def axes(model: Transformer, name: str) -> tuple[int | None, int | None]:
     return 1, 2
   if name.endswith(_HEAD_FIRST):
     return 2, 1   # [batch, heads, query position, key position]: a position is a query
-  if name.endswith('.ffn.hidden') and model.config.kind == 'symbolic' and model.config.vocab_ffn == 'channel':
+  if name.endswith('.ffn.hidden') and model.config.kind == 'symbolic' and model.config.symbolic.vocab_ffn == 'channel':
     return None, None
   return 1, None
 

@@ -9,7 +9,7 @@
   (eq. 27) and the VocabFFN (eq. 19), so every update is a convex mixture of each channel's embeddings.
 - Standard block: a pre-LayerNorm GPT-style block, the baseline.
 
-``Transformer(config)`` builds any of them; ``ModelConfig.symbolic_layers`` applies the symbolic constraints
+``Transformer(config)`` builds any of them; ``ModelConfig.symbolic.symbolic_layers`` applies the symbolic constraints
 to selected layers only (the paper's "selective constraint application", §6.3.3), the others being
 Token-Factored.
 
@@ -18,7 +18,6 @@ The intermediates every block sows are listed, with their shapes, in ``symjax.mo
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -80,13 +79,13 @@ class MLP(nn.Module):
 def attention_layer(config: ModelConfig, output_projection: bool, alibi: bool, gumbel_scale=None) -> attn.Attention:
   """The attention layer a block of ``config`` builds: with the output projection (standard blocks) or without
   it (factored blocks), ALiBi or not."""
-  masks = config.mask_predicates()
+  masks, kernels, program = config.mask_predicates(), config.kernels, config.program
   return attn.Attention(config.num_heads, config.head_dim, mask=masks[0] if len(masks) == 1 else masks,
-                        alibi=alibi, learned_slopes=config.learned_slopes, output_projection=output_projection,
-                        dropout_rate=config.attention_dropout_rate, block_size=config.attention_block,
-                        impl=config.attention_impl, dtype=config.compute_dtype, hard=config.hard,
-                        numerical_heads=config.numerical_heads, gumbel_scale=gumbel_scale,
-                        numerical_positions=config.numerical_positions, name='attention')
+                        alibi=alibi, learned_slopes=config.attention.learned_slopes,
+                        output_projection=output_projection, dropout_rate=config.training.attention_dropout_rate,
+                        block_size=kernels.attention_block, impl=kernels.attention_impl, dtype=config.compute_dtype,
+                        hard=program.hard, numerical_heads=program.numerical_heads, gumbel_scale=gumbel_scale,
+                        numerical_positions=program.numerical_positions, name='attention')
 
 
 class StandardBlock(nn.Module):
@@ -98,9 +97,9 @@ class StandardBlock(nn.Module):
   def __call__(self, x: Array, key_mask: Array | None = None, deterministic: bool = True,
                edges: relational.Edges | None = None) -> Array:
     cfg = self.config
-    drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
+    drop = nn.Dropout(cfg.training.dropout_rate, deterministic=deterministic)
     ln = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
-    x = x + drop(attention_layer(cfg, True, cfg.positions == 'alibi')(
+    x = x + drop(attention_layer(cfg, True, cfg.attention.positions == 'alibi')(
         ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic, edges=edges))
     x = names.hook(self, 'resid_mid', x)
     pre = names.hook(self, 'ffn.pre', ln('norm_ffn')(x))
@@ -123,7 +122,7 @@ class FactoredBlock(nn.Module):
   def __call__(self, x_t: Array, x_e: Array, table: Array, key_mask: Array | None = None,
                deterministic: bool = True, edges: relational.Edges | None = None) -> tuple[Array, Array]:
     cfg = self.config
-    drop = nn.Dropout(cfg.dropout_rate, deterministic=deterministic)
+    drop = nn.Dropout(cfg.training.dropout_rate, deterministic=deterministic)
     # Attention: values from X_t alone (eq. 8 / eq. 27); update X_t only (eq. 12 / eq. 28).
     values, edges = self._values(x_t, table, edges)
     x_attn, positions = self._attention_input(self._norm('norm_attn')(x_t + x_e))
@@ -146,23 +145,24 @@ class FactoredBlock(nn.Module):
     """Channel-wise LayerNorm in a symbolic block (eq. 20), LayerNorm over the whole state otherwise."""
     cfg = self.config
     if self.symbolic:
-      return symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale, cfg.layer_norm_epsilon, name=name)
+      return symbolic.ChannelLayerNorm(cfg.num_heads, cfg.symbolic.channel_norm_scale, cfg.layer_norm_epsilon,
+                                       name=name)
     return nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
 
   def _values(self, x_t: Array, table: Array, edges: relational.Edges | None):
     """The values W_head ⊗ I applied to X_t (eq. 8), projected onto the vocabulary in a symbolic block
     (eq. 27); with edges, each edge token's value too."""
-    cfg = self.config
-    if cfg.value_map == 'none':
+    cfg, options, kernels = self.config, self.config.symbolic, self.config.kernels
+    if options.value_map == 'none':
       value_map = lambda x: symbolic.split_channels(x, cfg.num_heads)
     else:
-      value_map = symbolic.KroneckerValue(cfg.num_heads, cfg.value_map.removeprefix('kronecker_'),
+      value_map = symbolic.KroneckerValue(cfg.num_heads, options.value_map.removeprefix('kronecker_'),
                                           name='value_map')
     project = self.symbolic and cfg.symbolic_site('values')
     if project:
-      projection = symbolic.VocabProjection(cfg.num_heads, cfg.tau_init, cfg.vocab_projection,
-                                            cfg.vocab_chunk_size, cfg.num_valid_rows, cfg.projection_gain,
-                                            hard=cfg.hard, gumbel_scale=self.gumbel_scale,
+      projection = symbolic.VocabProjection(cfg.num_heads, options.tau_init, kernels.vocab_projection,
+                                            kernels.vocab_chunk_size, cfg.num_valid_rows, options.projection_gain,
+                                            hard=cfg.program.hard, gumbel_scale=self.gumbel_scale,
                                             name='value_projection')
     value = lambda x: projection(value_map(x), table) if project else value_map(x)
     values = value(x_t)
@@ -181,33 +181,33 @@ class FactoredBlock(nn.Module):
     """(the attention's input, position rows for its categorical heads alone or None): learned position
     rows (``model.qk_positions``) are added to the input, or passed apart without ``numerical_positions``."""
     cfg = self.config
-    if not cfg.qk_positions:
+    if not cfg.attention.qk_positions:
       return x_attn, None
     # Scale comparable to the unit-variance LayerNorm output it is added to (std 0.5 is what was measured).
     pos = self.param('qk_position', nn.with_logical_partitioning(nn.initializers.normal(0.5), (None, EMBED)),
                      (cfg.max_len, cfg.d_model))
     positions = pos[:x_attn.shape[-2]].astype(x_attn.dtype)
-    return (x_attn + positions, None) if cfg.numerical_positions else (x_attn, positions)
+    return (x_attn + positions, None) if cfg.program.numerical_positions else (x_attn, positions)
 
   def _counts(self, delta_t: Array, table: Array) -> Array:
     """A numerical head's count becomes a token of its channel (a mixture when soft)."""
     cfg = self.config
-    if not cfg.numerical_heads:
+    if not cfg.program.numerical_heads:
       return delta_t
-    first = cfg.num_heads - cfg.numerical_heads
-    counts = symbolic.CountProjection(cfg.num_heads, first, cfg.max_len, cfg.num_valid_rows, cfg.hard,
+    first = cfg.num_heads - cfg.program.numerical_heads
+    counts = symbolic.CountProjection(cfg.num_heads, first, cfg.max_len, cfg.num_valid_rows, cfg.program.hard,
                                       self.gumbel_scale, name='count_projection')
     return symbolic.merge_channels(counts(symbolic.split_channels(delta_t, cfg.num_heads), table))
 
   def _ffn(self, x_ffn: Array, table: Array) -> Array:
     """The FFN update of X_e: the vocabulary FFN in a symbolic block (Algorithm 1 lines 6-8), else an MLP."""
-    cfg = self.config
+    cfg, options, kernels = self.config, self.config.symbolic, self.config.kernels
     if self.symbolic and cfg.symbolic_site('ffn'):
-      width = cfg.ff_dim if cfg.vocab_ffn == 'dense' else cfg.ff_dim_per_head
-      return symbolic.VocabFFN(cfg.num_heads, width, cfg.tau_init, cfg.vocab_projection, cfg.vocab_chunk_size,
-                               cfg.num_valid_rows, cfg.compute_dtype, gain=cfg.projection_gain,
-                               mixing=cfg.vocab_ffn, weights=cfg.ffn_mixture, hard=cfg.hard,
-                               gumbel_scale=self.gumbel_scale, name='ffn')(x_ffn, table)
+      width = cfg.ff_dim if options.vocab_ffn == 'dense' else options.ff_dim_per_head
+      return symbolic.VocabFFN(cfg.num_heads, width, options.tau_init, kernels.vocab_projection,
+                               kernels.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
+                               gain=options.projection_gain, mixing=options.vocab_ffn, weights=options.ffn_mixture,
+                               hard=cfg.program.hard, gumbel_scale=self.gumbel_scale, name='ffn')(x_ffn, table)
     return MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
 
 
@@ -229,8 +229,8 @@ class Transformer(nn.Module):
     gumbel_scale: program training's noise scale for this call (the trainer's annealed value; default
     ``model.gumbel_scale``); it is drawn only when the call is given the ``program.GUMBEL_RNG`` stream."""
     cfg = self.config
-    if gumbel_scale is None and cfg.gumbel_scale > 0:
-      gumbel_scale = cfg.gumbel_scale
+    if gumbel_scale is None and cfg.program.gumbel_scale > 0:
+      gumbel_scale = cfg.program.gumbel_scale
     time = tokens.shape[-1]
     if time > cfg.max_len:
       raise InputError(f'sequence length {time} exceeds model.max_len = {cfg.max_len}; '
@@ -239,14 +239,14 @@ class Transformer(nn.Module):
     x = embed(tokens)
     table = embed.embedding
     graph = None
-    if cfg.relational:
+    if cfg.attention.relational:
       if edges is None or edges.shape != (*tokens.shape, time):
         raise InputError(f'model.relational needs edges of shape {(*tokens.shape, time)} (a graph task), '
                          f'got {None if edges is None else edges.shape}')
       graph = relational.Edges(edges, table)
 
     if cfg.kind == 'standard':
-      if cfg.positions == 'learned':
+      if cfg.attention.positions == 'learned':
         pos = self.param('pos_embedding', nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model))
         x = x + pos[:time].astype(x.dtype)
       x = names.hook(self, 'embed', x)
@@ -261,7 +261,7 @@ class Transformer(nn.Module):
         x_t, x_e = block(cfg, kind == 'symbolic', gumbel_scale, name=f'layer_{l}')(x_t, x_e, table, key_mask,
                                                                                    deterministic, graph)
       if cfg.kind == 'symbolic':
-        h = symbolic.ChannelLayerNorm(cfg.num_heads, cfg.channel_norm_scale, cfg.layer_norm_epsilon,
+        h = symbolic.ChannelLayerNorm(cfg.num_heads, cfg.symbolic.channel_norm_scale, cfg.layer_norm_epsilon,
                                       name='norm_final')(x_t + x_e)
       else:
         h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x_t + x_e)
@@ -279,7 +279,7 @@ def check_token_ids(ids, vocab_size: int, what: str = 'token ids') -> None:
 
 
 def _embed(cfg: ModelConfig) -> nn.Embed:
-  table_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.embed_init_std), (VOCAB, EMBED))
+  table_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.training.embed_init_std), (VOCAB, EMBED))
   return nn.Embed(cfg.padded_vocab_size, cfg.d_model, dtype=cfg.compute_dtype, embedding_init=table_init,
                   name='embed')
 
@@ -321,9 +321,10 @@ def for_backend(config: ModelConfig, backend: str | None = None) -> ModelConfig:
   on a GPU then loads, samples and is read anywhere."""
   if (backend or jax.default_backend()) == 'gpu':
     return config
-  return dataclasses.replace(
-      config, attention_impl='explicit' if config.attention_impl == 'cudnn' else config.attention_impl,
-      vocab_projection='streamed' if config.vocab_projection == 'cudnn' else config.vocab_projection)
+  kernels = config.kernels
+  return config.replace(
+      attention_impl='explicit' if kernels.attention_impl == 'cudnn' else kernels.attention_impl,
+      vocab_projection='streamed' if kernels.vocab_projection == 'cudnn' else kernels.vocab_projection)
 
 
 def build(config: ModelConfig) -> nn.Module:
@@ -332,10 +333,10 @@ def build(config: ModelConfig) -> nn.Module:
 
 
 def _remat(block_cls, cfg: ModelConfig, static_argnums):
-  """The block class, rematerialised by ``cfg.remat`` (argument indices count ``self`` as 0)."""
-  if cfg.remat == 'none':
+  """The block class, rematerialised by ``cfg.kernels.remat`` (argument indices count ``self`` as 0)."""
+  if cfg.kernels.remat == 'none':
     return block_cls
-  return nn.remat(block_cls, policy=REMAT_POLICIES[cfg.remat], static_argnums=static_argnums)
+  return nn.remat(block_cls, policy=REMAT_POLICIES[cfg.kernels.remat], static_argnums=static_argnums)
 
 
 def param_shapes(config: ModelConfig, seq_len: int = 8) -> Any:

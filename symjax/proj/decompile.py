@@ -66,17 +66,17 @@ def check_supported(model_config, task: str) -> None:
   if task not in supported_tasks:
     raise InputError(f'decompilation supports the tagging tasks {supported_tasks}; this run trained {task!r}')
   c = model_config
-  wanted = {'kind': ('symbolic', c.kind), 'symbolic_sites': ('both', c.symbolic_sites),
-            'vocab_ffn': ('channel', c.vocab_ffn), 'ffn_mixture': ('convex', c.ffn_mixture),
-            'projection_gain': (False, c.projection_gain), 'relational': (False, c.relational),
-            'mask': ('', c.mask), 'window': (0, c.window)}
-  if c.symbolic_layers is not None and set(c.symbolic_layers) != set(range(c.num_layers)):
-    wanted['symbolic_layers'] = (None, c.symbolic_layers)
+  wanted = {'kind': ('symbolic', c.kind), 'symbolic_sites': ('both', c.symbolic.symbolic_sites),
+            'vocab_ffn': ('channel', c.symbolic.vocab_ffn), 'ffn_mixture': ('convex', c.symbolic.ffn_mixture),
+            'projection_gain': (False, c.symbolic.projection_gain), 'relational': (False, c.attention.relational),
+            'mask': ('', c.attention.mask), 'window': (0, c.attention.window)}
+  if c.symbolic.symbolic_layers is not None and set(c.symbolic.symbolic_layers) != set(range(c.num_layers)):
+    wanted['symbolic_layers'] = (None, c.symbolic.symbolic_layers)
   wrong = [f'model.{k} = {got!r} (supported: {want!r})' for k, (want, got) in wanted.items() if got != want]
   if wrong:
     raise InputError(f'decompilation reads the paper\'s Symbolic Transformer only: {"; ".join(wrong)}')
-  if c.value_map not in ('none', 'kronecker_identity', 'kronecker_normal'):
-    raise InputError(f"decompilation supports model.value_map 'none' or 'kronecker_*', got {c.value_map!r}")
+  if c.symbolic.value_map not in ('none', 'kronecker_identity', 'kronecker_normal'):
+    raise InputError(f"decompilation supports model.value_map 'none' or 'kronecker_*', got {c.symbolic.value_map!r}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -155,14 +155,14 @@ def tables_of(params, model_config) -> dict[str, np.ndarray]:
     a = p['attention']
     slopes = np.exp(f64(a['alibi']['log_slope'])) if 'alibi' in a else attn.alibi_slopes(H)
     # Numerical heads without positions (model.numerical_positions = False): no slope, no position rows.
-    positional = np.arange(H) < (H if c.numerical_positions else H - c.numerical_heads)
+    positional = np.arange(H) < (H if c.program.numerical_positions else H - c.program.numerical_heads)
     t[f'l{l}.slopes'] = np.where(positional, f64(slopes), 0.0)
     for name in ('query', 'key'):
       w = f64(a[name]['kernel']).reshape(H, d, H, d)          # [channel, d_in, head, d_out]
       scale = 1.0 / math.sqrt(d) if name == 'query' else 1.0   # q·k/√d folded into the query
       t[f'l{l}.{name}'] = scale * np.einsum('cd,cvd,cdhe->hcve', gamma, centred, w)   # [head, channel, token, d]
       t[f'l{l}.{name}_bias'] = scale * np.einsum('cd,cdhe->he', beta, w)             # [head, d]
-      if c.qk_positions:  # a learned row per position, added after the LayerNorm: a table over positions
+      if c.attention.qk_positions:  # a learned row per position, added after the LayerNorm: a table over positions
         rows = scale * np.einsum('pcd,cdhe->hpe', f64(p['qk_position']).reshape(-1, H, d), w)
         t[f'l{l}.{name}_position'] = np.where(positional[:, None, None], rows, 0.0)
     w_head = f64(p['value_map']['w_head']) if 'value_map' in p else np.eye(H)
@@ -170,7 +170,7 @@ def tables_of(params, model_config) -> dict[str, np.ndarray]:
     # vote[h, g, t, v] = W_head[h, g] E_g[t]·E_h[v] / τ_h: what token t in channel g of X_t adds to head h's
     # score for writing token v.
     t[f'l{l}.vote'] = np.einsum('hg,gtd,hvd->hgtv', w_head, E, E) / tau[:, None, None, None]
-    if c.numerical_heads:  # count[h, n]: the token numerical head h writes when it selected n keys
+    if c.program.numerical_heads:  # count[h, n]: the token numerical head h writes when it selected n keys
       t[f'l{l}.count'] = f64(p['count_projection']['count_logits'])[..., :V].argmax(-1)
     gamma_f, beta_f = _norm(p['norm_ffn'], H, d)
     ffn, tau_f, k = p['ffn'], np.exp(f64(p['ffn']['projection']['log_tau'])), 2 + 2 * l
@@ -331,14 +331,14 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
     lines.append(f'  reads = {reads!r}  # channel c of X_t + X_e: what queries and keys are made of')
     lines.append(f'  values = {values!r}  # channel g of X_t: what a value is made of')
     for h in range(H):
-      numerical = h >= H - c.numerical_heads
+      numerical = h >= H - c.program.numerical_heads
       if l == 0:  # every channel holds the input token alone: the head is two tables over tokens
         lines += ['  ' + line for line in _first_layer_head(tables, h, tokens, c.layer_norm_epsilon, numerical,
-                                                                     c.numerical_positions)]
+                                                                     c.program.numerical_positions)]
       if numerical:
         lines.append(f"  state['@attn{l}.{h}'] = select({l}, {h}, state, reads)  # the keys each position reads")
         counts = ', '.join(f'{n}→{tokens[int(v)]}' for n, v in enumerate(
-            tables[f'l{l}.count'][h - (H - c.numerical_heads)]))
+            tables[f'l{l}.count'][h - (H - c.program.numerical_heads)]))
         lines.append(f'  # head {l}.{h} writes, for n selected keys: {counts}')
         lines.append(f"  state['attn{l}.{h}'] = count({l}, {h}, state['@attn{l}.{h}'])")
       else:
@@ -414,7 +414,7 @@ def build(params, model_config, tokens: list[str], data_file: str = 'program.npz
 def not_exact(model_config) -> str | None:
   """One line saying that the program only approximates the model, when the model was not program-trained
   (``model.hard``): its mixtures and attention are spread, the program takes their argmaxes."""
-  if model_config.hard:
+  if model_config.program.hard:
     return None
   return ('warning: this model was not program-trained (model.hard = False), so its program takes argmaxes '
           'where the model mixes: the fidelity below is measured, not exact')

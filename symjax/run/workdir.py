@@ -89,7 +89,7 @@ def save_run_files(workdir: str, config: ml_collections.ConfigDict, task: tasks.
   recording that this config trained the folder from ``start_step`` on. Process 0 only."""
   if jax.process_index() != 0:
     return
-  run = {'model': dataclasses.asdict(model_config), 'task': task.name, 'seq_len': task.seq_len,
+  run = {'model': model_config.flat(), 'task': task.name, 'seq_len': task.seq_len,
          'language_model': task.language_model, 'data': task.data_fingerprint}
   vocab = tasks.vocab_json(task)
   config_json = config.to_json_best_effort(indent=1)
@@ -107,7 +107,7 @@ def check_same_model(workdir: str, model_config: ModelConfig) -> None:
   if not os.path.isfile(path):
     return
   saved = files.read_json(path)['model']
-  now = json.loads(json.dumps(dataclasses.asdict(model_config)))  # tuples as lists, like the file
+  now = json.loads(json.dumps(model_config.flat()))  # tuples as lists, like the file
   changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
   if not changed:
     return
@@ -491,7 +491,7 @@ def load(workdir: str, which: str | int = 'best') -> Loaded:
   model_config = model_lib.for_backend(ModelConfig.from_dict(run['model']))
   model = model_lib.build(model_config)
 
-  edges = jnp.zeros((1, 1, 1), jnp.int32) if model_config.relational else None  # edge projections
+  edges = jnp.zeros((1, 1, 1), jnp.int32) if model_config.attention.relational else None  # edge projections
   params_shapes = nn.meta.unbox(jax.eval_shape(
       lambda k: model.init(k, jnp.zeros((1, 1), jnp.int32), edges=edges)['params'], jax.random.key(0)))
   steps = sorted(checkpoint_steps(workdir), reverse=True)

@@ -310,7 +310,7 @@ class FOLTask(base.FixedSetTask):
     """With ``numeral_glyph_init``: the numerals' embedding rows (ids 0-624) from their 25×25 glyphs."""
     if not self.numeral_glyph_init:
       return None
-    rows = numeral_embeddings(model_config.d_model, model_config.embed_init_std)
+    rows = numeral_embeddings(model_config.d_model, model_config.training.embed_init_std)
     embed = dict(params['embed'])
     embed['embedding'] = embed['embedding'].at[:NUM_NUMERALS].set(rows.astype(embed['embedding'].dtype))
     return {**params, 'embed': embed}

@@ -7,7 +7,6 @@ commented.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from typing import Any
@@ -53,7 +52,7 @@ def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
 def model_defaults(kind: str, shape: dict | None = None) -> ml_collections.ConfigDict:
   """``config.model``: the ModelConfig fields, less those the task decides (vocab_size, causal), with
   ``shape`` (a recipe's size: ``symjax.configs.shape``) over the defaults."""
-  fields = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+  fields = ModelConfig.defaults()
   del fields['vocab_size'], fields['causal']
   fields.update(shape or {}, kind=kind)
   model = ml_collections.ConfigDict(fields)

@@ -64,7 +64,7 @@ def init_state(model: Transformer, tx: optax.GradientTransformation, rng: jax.Ar
                ) -> TrainState:
   tokens = jnp.zeros((1, seq_len), jnp.int32)
   # A relational model also has edge projections: initialise it on a graph with every edge present.
-  edges = jnp.zeros((1, seq_len, seq_len), jnp.int32) if model.config.relational else None
+  edges = jnp.zeros((1, seq_len, seq_len), jnp.int32) if model.config.attention.relational else None
   params = model.init(rng, tokens, edges=edges)['params']
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 

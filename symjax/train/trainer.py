@@ -79,7 +79,7 @@ def hidden_stats(model: Transformer, h, table, batch, readout: str) -> tuple[jax
   table = table.astype(h.dtype)
   num_valid = model.config.num_valid_rows
   if readout == 'streamed':
-    stats = readout_ops.readout_stats(flat_h, table, flat_targets, model.config.vocab_chunk_size, num_valid)
+    stats = readout_ops.readout_stats(flat_h, table, flat_targets, model.config.kernels.vocab_chunk_size, num_valid)
   else:
     stats = readout_ops.direct_readout_stats(flat_h, table, flat_targets, num_valid)
   return tuple(x.reshape(batch['targets'].shape) for x in stats)
@@ -104,8 +104,8 @@ def training_dynamics(params, grads) -> dict[str, jax.Array]:
 def gumbel_schedule(model_config: ModelConfig, total_steps: int) -> optax.Schedule:
   """Program training's noise scale at each step: geometric from ``model.gumbel_scale`` at step 0 to
   ``model.gumbel_scale_end`` at the last step (constant without an end)."""
-  start = model_config.gumbel_scale
-  end = start if model_config.gumbel_scale_end is None else model_config.gumbel_scale_end
+  start = model_config.program.gumbel_scale
+  end = start if model_config.program.gumbel_scale_end is None else model_config.program.gumbel_scale_end
   return optax.exponential_decay(start, max(total_steps - 1, 1), end / start,
                                  end_value=end if end < start else None)
 
@@ -118,7 +118,7 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
   cross-entropy as the loss minimised (distillation, ``symjax.train.distill.make_objective``); the logged
   ``loss`` stays the cross-entropy and its metrics are logged beside it."""
 
-  sampled = model.config.hard and model.config.gumbel_scale > 0
+  sampled = model.config.program.hard and model.config.program.gumbel_scale > 0
 
   def loss_fn(params, batch, dropout_key, step):
     kw = dict(deterministic=False, rngs={'dropout': dropout_key})
@@ -220,7 +220,7 @@ def peer_lost(e: BaseException, step: int, workdir: str) -> PeerLost:
 
 def check_task_fits(task: tasks.Task, model_config: ModelConfig) -> None:
   """Raises ValueError when the model cannot read the task's batches (too long, or no graph to read)."""
-  if model_config.relational and not task.has_edges:
+  if model_config.attention.relational and not task.has_edges:
     raise InputError(f"config.model.relational = True needs a graph task whose batches carry edges (task "
                      f"'graph_distance'); task {task.name!r} has none")
   if task.seq_len > model_config.max_len:
@@ -289,7 +289,7 @@ def compile_steps(config: ml_collections.ConfigDict, s: Setup, mesh, rng) -> tup
   run = compile_run(s.model, s.tx, options, rng, mesh, rules, s.task.seq_len, objective)
   if not config.get('soft_steps', 0):
     return run, None
-  soft = dataclasses.replace(s.model_config, hard=False, gumbel_scale=0.0, gumbel_scale_end=None)
+  soft = s.model_config.replace(hard=False, gumbel_scale=0.0, gumbel_scale_end=None)
   return run, compile_run(model_lib.build(soft), s.tx, options, rng, mesh, rules, s.task.seq_len,
                           objective).train_step
 

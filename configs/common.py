@@ -1,7 +1,8 @@
 """Pieces of recipe that the model kinds share, so that the kinds are compared on equal terms.
 
-Each kind's file (``standard.py``, ``token_factored.py``, ``symbolic.py``) calls these and then sets only the
-fields in which its recipe differs, each with its reason.
+Each kind's file (``standard.py``, ``token_factored.py``, ``symbolic.py``) is ``base`` (the defaults at the
+size asked for), ``task`` (the task's recipe with the kind's two tuned text fields) and ``finish``, and sets
+only the fields in which its recipe differs, each with its reason.
 """
 
 import ml_collections
@@ -52,6 +53,21 @@ def text(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   config.weight_decay = 0.1        # nanoGPT's
   config.eval_every_steps = 250    # eight points on the curve within the budget
   config.best_metric = 'loss'      # a language model is judged by its validation loss
+  return config
+
+
+def task(config: ml_collections.ConfigDict, name: str, text_learning_rate: float, text_tied: bool
+         ) -> ml_collections.ConfigDict:
+  """The task's shared recipe, and the two fields every kind tunes on text: its learning rate and whether
+  the readout is the embedding table (chosen per kind on validation loss by the 3-seed sweep of the kinds'
+  grid). On induction every kind reads out through its embedding table."""
+  if name == 'induction':
+    induction(config)
+    config.model.tie_embeddings = True
+  else:
+    text(config)
+    config.learning_rate = text_learning_rate
+    config.model.tie_embeddings = text_tied
   return config
 
 

@@ -15,14 +15,8 @@ KIND = 'standard'
 
 def get_config(arg=None):
   config, a = common.base(KIND, arg)
-  if a.task == 'induction':
-    common.induction(config)
-    # The same embedding scale as the two-stream kinds, for equal footing on the task they all solve.
-    config.model.embed_init_std = 0.25
-    config.model.tie_embeddings = True
-  else:
-    common.text(config)
-    config.learning_rate = 3e-3       # chosen on validation loss by the 3-seed sweep of the kinds' grid
-    config.model.embed_init_std = 0.02  # GPT's: larger embeddings cost this kind validation loss here
-    config.model.tie_embeddings = True  # chosen on validation by the same sweep
+  common.task(config, a.task, text_learning_rate=3e-3, text_tied=True)
+  # On induction, the same embedding scale as the two-stream kinds, for equal footing on the task they all
+  # solve; on text GPT's, as larger embeddings cost this kind validation loss there.
+  config.model.embed_init_std = 0.25 if a.task == 'induction' else 0.02
   return common.finish(config, a)

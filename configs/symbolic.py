@@ -25,15 +25,9 @@ def get_config(arg=None):
   # The projections score z_h·E^(h) / τ_h: with GPT's 0.02 every mixture α starts uniform and learning
   # stalls, so the embeddings start larger.
   config.model.embed_init_std = 0.25
-  if a.task == 'induction':
-    common.induction(config)
-    config.model.tie_embeddings = True
-  else:
-    common.text(config)
-    config.learning_rate = 1e-2       # chosen on validation loss by the 3-seed sweep of the kinds' grid
-    # A readout table of its own, chosen on validation by the same sweep. It changes no stream: every update
-    # is still a mixture of the input embedding table's rows.
-    config.model.tie_embeddings = False
+  # On text, a readout table of its own: it changes no stream, every update is still a mixture of the input
+  # embedding table's rows.
+  common.task(config, a.task, text_learning_rate=1e-2, text_tied=False)
   # Program training ("Learning Transformer Programs" §3): the forward pass takes every mixture and every
   # attention pattern as its argmax, gradients pass straight through, and the model is its program.
   config.model.hard = a.program

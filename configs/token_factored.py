@@ -17,11 +17,5 @@ def get_config(arg=None):
   config, a = common.base(KIND, arg)
   # X_t starts as the embedding itself, so its scale is the scale of every value the heads move.
   config.model.embed_init_std = 0.25
-  if a.task == 'induction':
-    common.induction(config)
-    config.model.tie_embeddings = True
-  else:
-    common.text(config)
-    config.learning_rate = 3e-3       # chosen on validation loss by the 3-seed sweep of the kinds' grid
-    config.model.tie_embeddings = False  # a readout table of its own, chosen on validation by the same sweep
+  common.task(config, a.task, text_learning_rate=3e-3, text_tied=False)
   return common.finish(config, a)

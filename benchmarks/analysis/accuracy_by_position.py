@@ -12,12 +12,13 @@ import numpy as np
 from absl import app, flags
 
 import symjax
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 from symjax import tasks
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Work directory of a trained run.', required=True)
 _SPLIT = flags.DEFINE_string('split', 'test', 'The split to score.')
-_JSON = flags.DEFINE_string('json', '', 'Where to write the table ("" prints only).')
+_JSON = cli.json_output('', 'Where to write the table ("" prints only).')
 
 
 def main(_):

@@ -38,14 +38,15 @@ import sys
 
 from absl import app, flags
 
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 from benchmarks.lib.collect import RASP, TRANSFORMER_PROGRAMS, cell, run_record
 from symjax.train import sweep
 from symjax.train.sweep import stat
 
 KINDS = ['standard', 'token_factored', 'symbolic']
-_JSON = flags.DEFINE_string('json', None, 'Where to write the results (default: the study\'s own, above).')
-_KINDS = flags.DEFINE_list('kinds', KINDS, 'sweeps, combine: the <kind> folders or names to gather.')
+_JSON = cli.json_output(None, 'Where to write the results (default: the study\'s own, above).')
+_KINDS = cli.kinds(KINDS, 'sweeps, combine: the <kind> folders or names to gather.')
 _DEVICE = flags.DEFINE_string('device', '', 'sweeps: the device the sweeps ran on, recorded in the JSON.')
 _SUFFIXES = flags.DEFINE_list('suffixes', ['', '_untied'],
                               'combine: sweep-name suffixes that are candidates of a kind ("" is the kind itself).')

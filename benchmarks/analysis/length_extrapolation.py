@@ -25,17 +25,18 @@ import numpy as np
 from absl import app, flags
 
 import symjax
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 from symjax import tasks
 from symjax.tasks import base, induction
 from symjax.train import sweep
 
-_KINDS = flags.DEFINE_list('kinds', ['token_factored', 'symbolic'], 'Model kinds (ALiBi-positioned ones).')
+_KINDS = cli.kinds(['token_factored', 'symbolic'], 'Model kinds (ALiBi-positioned ones).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds (config.seed).')
 _FACTORS = flags.DEFINE_list('factors', ['1', '2', '4'], 'Lengths scored, as multiples of the training length.')
 _SEQUENCES = flags.DEFINE_integer('sequences', 4000, 'Sequences drawn per longer length.')
 _RUNS = flags.DEFINE_string('runs', '/tmp/symjax_extrapolation', 'Where the runs are trained (or found).')
-_JSON = flags.DEFINE_string('json', 'benchmarks/results/induction_length_extrapolation.json', 'Output ("" prints).')
+_JSON = cli.json_output('benchmarks/results/induction_length_extrapolation.json', 'Output ("" prints).')
 
 
 def long_sequences(length: int, count: int, seed: int = 1234) -> tuple[np.ndarray, np.ndarray]:

@@ -8,12 +8,13 @@ channel, the same total width) and context 2048.
 """
 
 
-from absl import app, flags
+from absl import app
 
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 from symjax.model import ModelConfig, count_params, param_shapes
 
-_JSON = flags.DEFINE_string('json', 'param_counts.json', 'Where to write the results.')
+_JSON = cli.json_output('param_counts.json')
 
 SIZES = {
     'small': ModelConfig.of(vocab_size=16, num_layers=2, num_heads=4, head_dim=16, ff_dim=256,

@@ -26,6 +26,7 @@ import numpy as np
 from absl import app, flags
 
 import symjax
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 from symjax import tasks
 from symjax.model import intermediates as names
@@ -34,7 +35,7 @@ from symjax.run import workdir as rundir
 _RUNS = flags.DEFINE_multi_string('runs', [], 'Sweep grid-point folders or work directories.')
 _OVER_TRAINING = flags.DEFINE_bool('over_training', False, 'Also the mixture entropy and τ at every kept '
                                    'checkpoint (train with a large --config.keep_checkpoints to keep them all).')
-_JSON = flags.DEFINE_string('json', 'benchmarks/results/symbolic_diagnosis.json', 'Where to write the results.')
+_JSON = cli.json_output('benchmarks/results/symbolic_diagnosis.json')
 
 
 def seed_dirs(path: str) -> list[str]:

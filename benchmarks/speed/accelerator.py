@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from benchmarks.lib import profiling, recipe
+from benchmarks.lib import cli, profiling, recipe
 from benchmarks.lib import results as result_files
 from benchmarks.lib.flops import forward_flops_per_token
 from symjax.model import Transformer, symbolic
@@ -63,12 +63,12 @@ _ROWS = flags.DEFINE_list('rows', ['standard', 'standard+direct', 'standard+cudn
                           'Rows KIND[+OPTION...]: options direct, cudnn, pad, learned (see the docstring).')
 _BATCH = flags.DEFINE_integer('batch', 8, 'Sequences per step.')
 _SEQ_LEN = flags.DEFINE_integer('seq_len', 1024, 'Tokens per sequence.')
-_STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps (the symbolic kind times at most --max_seconds).')
+_STEPS = cli.steps(20, 'Timed steps (the symbolic kind times at most --max_seconds).')
 _MAX_SECONDS = flags.DEFINE_float('max_seconds', 60.0, 'Stop timing a kind after this many seconds.')
 _CHUNK = flags.DEFINE_integer('chunk', 2048, 'Vocabulary rows per streamed step.')
 _PEAK = flags.DEFINE_float('peak_tflops', 989.4, 'Device peak dense bfloat16 TFLOP/s (H100 SXM: 989.4).')
 _PROJ_TOKENS = flags.DEFINE_integer('projection_tokens', 4096, 'Tokens for the projection comparison.')
-_JSON = flags.DEFINE_string('json', 'accelerator.json', 'Where to write the results.')
+_JSON = cli.json_output('accelerator.json')
 _PROFILE_DIR = flags.DEFINE_string('profile_dir', '', 'If set: after timing, 3 steps of each row are traced '
                                     '(jax.profiler, Perfetto JSON) and their GPU kernels summed by name.')
 _PROFILE_TOP = flags.DEFINE_integer('profile_top', 25, 'Kernels listed per row with --profile_dir.')

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 from benchmarks.lib.timing import median_seconds
 from symjax.model import attention as attn
@@ -23,11 +24,11 @@ from symjax.model import masks
 from symjax.ops import attention as attention_ops
 from symjax.system import host
 
-_JSON = flags.DEFINE_string('json', 'benchmarks/results/attention_masks.json', 'Where to write the results.')
+_JSON = cli.json_output('benchmarks/results/attention_masks.json')
 _TIME = flags.DEFINE_integer('time', 1024, 'Sequence length.')
 _BLOCK = flags.DEFINE_integer('block', 64, 'Block size of the blocked path.')
-_STEPS = flags.DEFINE_integer('steps', 10, 'Calls per round.')
-_REPEATS = flags.DEFINE_integer('repeats', 5, 'Rounds; the median is reported.')
+_STEPS = cli.steps(10, 'Calls per round.')
+_REPEATS = cli.repeats(5, 'Rounds; the median is reported.')
 MASKS = ('causal', 'causal & window(64)', 'causal & window(128); causal & stride(128)',
          'causal & (window(32) | stride(256))')
 

@@ -21,7 +21,7 @@ import numpy as np
 from absl import app, flags
 
 import symjax.configs as configs
-from benchmarks.lib import recipe
+from benchmarks.lib import cli, recipe
 from benchmarks.lib import results as result_files
 from symjax import model as model_lib
 from symjax import tasks
@@ -30,9 +30,9 @@ from symjax.train import config as config_lib
 from symjax.train import optim, seeds
 from symjax.train import trainer as train
 
-_JSON = flags.DEFINE_string('json', 'benchmarks/results/step_time.json', 'Where to write the results.')
-_STEPS = flags.DEFINE_integer('steps', 100, 'Timed steps per round.')
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Rounds; the fastest is reported.')
+_JSON = cli.json_output('benchmarks/results/step_time.json')
+_STEPS = cli.steps(100, 'Timed steps per round.')
+_REPEATS = cli.repeats(3, 'Rounds; the fastest is reported.')
 _SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds trained together in the seeds comparison.')
 KINDS = ('standard', 'token_factored', 'symbolic')
 

@@ -25,18 +25,18 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from benchmarks.lib import profiling  # noqa: E402
+from benchmarks.lib import cli, profiling  # noqa: E402
 from benchmarks.lib import results as result_files  # noqa: E402
 from benchmarks.lib.flops import forward_flops_per_token, products  # noqa: E402
 from benchmarks.lib.recipe import compile_recipe_step  # noqa: E402
 from benchmarks.lib.timing import median_seconds  # noqa: E402
 from symjax.system import host  # noqa: E402
 
-_KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'Model kinds.')
-_STEPS = flags.DEFINE_integer('steps', 100, 'Steps per timed round.')
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed rounds (the median is reported).')
+_KINDS = cli.kinds()
+_STEPS = cli.steps(100, 'Steps per timed round.')
+_REPEATS = cli.repeats(3, 'Timed rounds (the median is reported).')
 _VOCAB = flags.DEFINE_integer('vocab', 65, 'Vocabulary size (Tiny Shakespeare: 65 characters).')
-_JSON = flags.DEFINE_string('json', 'benchmarks/results/throughput.json', 'Where to write the results.')
+_JSON = cli.json_output('benchmarks/results/throughput.json')
 _PROFILE_DIR = flags.DEFINE_string('profile_dir', '', 'If set: after timing, 3 steps of each kind are traced '
                                     '(jax.profiler) and XLA:CPU\'s ops summed by name (benchmarks/lib/profiling.py).')
 

@@ -13,14 +13,14 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from benchmarks.lib import recipe
+from benchmarks.lib import cli, recipe
 from benchmarks.lib import results as result_files
 from symjax.model import Transformer
 from symjax.train import config as config_lib
 from symjax.train import optim
 from symjax.train import trainer as train
 
-_JSON = flags.DEFINE_string('json', 'train_step.json', 'Where to write the results.')
+_JSON = cli.json_output('train_step.json')
 _LAYERS = flags.DEFINE_integer('layers', 12, 'Number of layers.')
 _TOKENS = flags.DEFINE_integer('tokens', 2048, 'Sequence length (batch 1).')
 _CHUNK = flags.DEFINE_integer('chunk', 1024, 'Vocabulary rows per streamed step.')

@@ -17,12 +17,13 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 from symjax.model import symbolic
 
-_JSON = flags.DEFINE_string('json', 'vocab_projection.json', 'Where to write the results.')
+_JSON = cli.json_output('vocab_projection.json')
 _CHUNK = flags.DEFINE_integer('chunk', 512, 'Vocabulary rows per streamed step.')
-_REPEATS = flags.DEFINE_integer('repeats', 9, 'Timed repeats (after one warm-up).')
+_REPEATS = cli.repeats(9, 'Timed repeats (after one warm-up).')
 _TIME_TOKENS = flags.DEFINE_integer('time_tokens', 512, 'Tokens for the timing comparison.')
 _TIME_VOCAB = flags.DEFINE_integer('time_vocab', 8192, 'Vocabulary for the timing comparison.')
 

@@ -34,13 +34,14 @@ import time
 
 from absl import app, flags
 
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 
 _TEXT = flags.DEFINE_string('text_path', '../shared/data/tinyshakespeare.txt', 'The corpus (Tiny Shakespeare).')
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Rounds; every command runs once per round.')
-_KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'symjax model kinds.')
-_STEPS = flags.DEFINE_integer('steps', 2000, 'Training steps of every command (the recipe: 2000).')
-_JSON = flags.DEFINE_string('json', 'benchmarks/results/vs_pytorch_cpu.json', 'Where to write the results.')
+_KINDS = cli.kinds(help='symjax model kinds.')
+_STEPS = cli.steps(2000, 'Training steps of every command (the recipe: 2000).')
+_JSON = cli.json_output('benchmarks/results/vs_pytorch_cpu.json')
 
 PEER = 'pytorch'
 BLOCK = 50          # steps between two progress lines of either program

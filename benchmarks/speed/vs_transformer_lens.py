@@ -30,10 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 
-_JSON = flags.DEFINE_string('json', 'benchmarks/results/vs_transformer_lens_cpu.json', 'Where to write the results.')
-_REPEATS = flags.DEFINE_integer('repeats', 5, 'Warm calls timed per workload (the median is reported).')
+_JSON = cli.json_output('benchmarks/results/vs_transformer_lens_cpu.json')
+_REPEATS = cli.repeats(5, 'Warm calls timed per workload (the median is reported).')
 _SWEEP_BATCH = flags.DEFINE_integer('sweep_batch', 1, 'Prompt pairs patched in every sweep.')
 
 LAYERS, HEADS, HEAD_DIM, MLP, VOCAB, CONTEXT, BATCH = 4, 4, 32, 512, 65, 64, 8

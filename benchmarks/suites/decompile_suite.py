@@ -23,6 +23,7 @@ import threading
 
 from absl import app, flags
 
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 from benchmarks.lib.collect import chosen_on_validation
 from symjax.system import files
@@ -35,11 +36,11 @@ _MODES = flags.DEFINE_list('modes', ['continuous', 'program', 'program_alibi'],
                            '(program training without the learned query/key positions; RASP tasks only).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds.')
 _RUNS = flags.DEFINE_string('runs', '/tmp/symjax_decompile', 'Where runs are trained (or found).')
-_JSON = flags.DEFINE_string('json', 'benchmarks/results/decompile.json', 'Output.')
+_JSON = cli.json_output('benchmarks/results/decompile.json', 'Output.')
 _JOBS = flags.DEFINE_integer('jobs', 1, 'Runs trained and decompiled at once.', lower_bound=1)
-_STEPS = flags.DEFINE_integer('steps', 0, "Train each run this many steps instead of the recipe's budget: a "
-                              "speed run (decompiling and predicting take as long for any parameters of the "
-                              "recipe's shape); its accuracies are not results.", lower_bound=0)
+_STEPS = cli.steps(0, "Train each run this many steps instead of the recipe's budget: a speed run "
+                      "(decompiling and predicting take as long for any parameters of the recipe's shape); its "
+                      "accuracies are not results.")
 _ADD_VALIDATION = flags.DEFINE_bool('add_validation', False, 'Only add the validation accuracy of each run\'s '
                                     'decompiled checkpoint to the result files (RESULTS) that lack it, from the run '
                                     'folders their commands name; their other fields are kept as measured.')

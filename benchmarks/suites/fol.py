@@ -13,10 +13,11 @@ import time
 
 from absl import app, flags
 
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 
-_JSON = flags.DEFINE_string('json', 'fol.json', 'Where to write the results.')
-_STEPS = flags.DEFINE_integer('steps', 3000, 'Training steps per model.')
+_JSON = cli.json_output('fol.json')
+_STEPS = cli.steps(3000, 'Training steps per model.')
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/fol_bench', 'Parent of the runs\' work directories.')
 _SAMPLES = flags.DEFINE_integer('samples', 100, 'Sampled formulas per model for validity.')
 _ORDER = flags.DEFINE_integer('order', 3, 'n of the n-gram baseline.')

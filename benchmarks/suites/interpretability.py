@@ -15,9 +15,10 @@ import time
 
 from absl import app, flags, logging
 
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 
-_JSON = flags.DEFINE_string('json', 'interpretability.json', 'Where to write the results.')
+_JSON = cli.json_output('interpretability.json')
 _INDUCTION = flags.DEFINE_string('induction', '/tmp/final_{kind}', 'Induction runs, {kind} substituted.')
 _RASP = flags.DEFINE_string('rasp', '/tmp/rasp_suite/{task}/{kind}', 'RASP runs, {task} and {kind} substituted.')
 _RASP_TASKS = flags.DEFINE_list('rasp_tasks', ['reverse', 'sort', 'hist', 'double_hist', 'most_freq', 'dyck1',

@@ -14,13 +14,14 @@ import time
 
 from absl import app, flags
 
+from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 
-_JSON = flags.DEFINE_string('json', 'rasp_suite.json', 'Where to write the results.')
-_STEPS = flags.DEFINE_integer('steps', 3000, 'Training steps per run.')
+_JSON = cli.json_output('rasp_suite.json')
+_STEPS = cli.steps(3000, 'Training steps per run.')
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/rasp_suite', 'Parent of the runs\' work directories.')
 _TASKS = flags.DEFINE_list('tasks', None, 'Subset of tasks (default: all seven).')
-_KINDS = flags.DEFINE_list('kinds', ['standard', 'token_factored', 'symbolic'], 'Model kinds.')
+_KINDS = cli.kinds()
 
 
 def main(_):

@@ -117,9 +117,12 @@ def _program(model: Transformer, sites: tuple[str, ...]):
                  jnp.concatenate([key_mask, key_mask]), keep)
 
       def patched(mask):
-        take = {s: (lambda v, name, s=s: jnp.where(mask[s], values[s].astype(v.dtype), v)) for s in sites}
+        take = {s: (lambda v, name, s=s: jnp.where(mask[s], values[s].astype(v.dtype), v)) for s in mask}
         return run(params, corrupt, key_mask, take)
-      return both[:b], both[b:], jax.vmap(patched)(masks)
+      # A tuple of groups (a small sweep's blocks): each vmapped apart, so each recomputes only the blocks
+      # from its own on, and the clean and corrupt runs are shared by all.
+      groups = masks if isinstance(masks, tuple) else (masks,)
+      return both[:b], both[b:], jnp.concatenate([jax.vmap(patched)(g) for g in groups])
     _PROGRAMS[key] = jax.jit(passes)
   return _PROGRAMS[key]
 
@@ -195,11 +198,16 @@ def _calls(model, params, clean, corrupt, key_mask, masks, chunk=None) -> tuple[
                  for start in range(0, total, rows)]
 
 
-def _merged(groups: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-  """Groups of patches as one: each site's masks, all False in the other groups' rows."""
-  sites = {s: m.shape[1:] for g in groups for s, m in g.items()}
-  return {s: np.concatenate([g[s] if s in g else np.zeros((len(next(iter(g.values()))), *shape), bool)
-                             for g in groups]) for s, shape in sites.items()}
+def _run_groups(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[str, np.ndarray]]
+                ) -> _Patched:
+  """A small sweep's groups (one per block) in one call of one program: the clean and corrupt runs once,
+  each group's patches vmapped apart (``_program``)."""
+  sites = tuple(dict.fromkeys(s for g in groups for s in g))
+  km = None if key_mask is None else jnp.asarray(key_mask)
+  args = (nn.meta.unbox(params), jnp.asarray(clean), jnp.asarray(corrupt), km,
+          tuple({s: jnp.asarray(m) for s, m in g.items()} for g in groups))
+  clean_logits, corrupt_logits, logits = _executable(core.analysis_model(model), sites, args)(*args)
+  return _Patched(np.asarray(clean_logits), np.asarray(corrupt_logits), np.asarray(logits))
 
 
 def _site_shapes(model, params, tokens, key_mask, sites) -> dict[str, tuple[int, ...]]:
@@ -364,10 +372,10 @@ class _Score:
 
 def _sweep(model, params, clean, corrupt, groups: list[dict[str, np.ndarray]], score: _Score, key_mask):
   """The score of every patch of ``groups`` (one per block), in order: a program per group when each fills
-  calls of its own, else one program for all (fewer calls beat recomputing fewer blocks)."""
+  calls of its own, else one program and one call for all."""
   patches = sum(len(next(iter(g.values()))) for g in groups)
   if patches * clean.size <= CHUNK_TOKENS:
-    groups = [_merged(groups)]
+    return score(_run_groups(model, params, clean, corrupt, key_mask, groups))
   analysis = core.analysis_model(model)
   _compile_all([(analysis, tuple(g), _calls(model, params, clean, corrupt, key_mask, g)[1][0]) for g in groups])
   return np.concatenate([score(_run(model, params, clean, corrupt, key_mask, g)) for g in groups])

@@ -6,8 +6,9 @@
 The model is nanoGPT's CPU shape (4 layers, 4 heads × 32, MLP 512, vocabulary 65, context 64), the standard
 kind with learned positions, and the same weights are loaded into TransformerLens's ``HookedTransformer``, so
 that both compute the same function: the script checks the logits and every sweep's values against each other
-before it times anything. Workloads, each timed as the median of warm calls (the first call, with its
-compilation, reported apart):
+before it times anything. Workloads, each timed as the median of warm calls, the libraries' calls
+interleaved so that a machine whose speed drifts slows them alike (the first call, with its compilation,
+reported apart):
 - a forward pass, ``run_with_cache`` of every site and a hooked loss (one head zeroed) on 8 × 64 tokens;
 - patching sweeps of one prompt pair (``--sweep_batch`` pairs) of 64 tokens, TransformerLens's
   ``get_act_patch_*`` against symjax's functions of the same names: heads of every block at all positions
@@ -34,7 +35,7 @@ from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 
 _JSON = cli.json_output('benchmarks/results/vs_transformer_lens_cpu.json')
-_REPEATS = cli.repeats(5, 'Warm calls timed per workload (the median is reported).')
+_REPEATS = cli.repeats(9, 'Warm calls timed per workload and library, interleaved (the median is reported).')
 _SWEEP_BATCH = flags.DEFINE_integer('sweep_batch', 1, 'Prompt pairs patched in every sweep.')
 
 LAYERS, HEADS, HEAD_DIM, MLP, VOCAB, CONTEXT, BATCH = 4, 4, 32, 512, 65, 64, 8
@@ -92,17 +93,28 @@ def lens_model(params):
   return model.eval()
 
 
-def timed(fn, repeats: int) -> tuple[float, float]:
-  """(first call's seconds, median of ``repeats`` warm calls' seconds)."""
+def seconds(fn) -> float:
   start = time.perf_counter()
   fn()
-  first = time.perf_counter() - start
-  times = []
+  return time.perf_counter() - start
+
+
+def timed(fn, repeats: int) -> tuple[float, float]:
+  """(first call's seconds, median of ``repeats`` warm calls' seconds)."""
+  first = seconds(fn)
+  return first, statistics.median(seconds(fn) for _ in range(repeats))
+
+
+def timed_side_by_side(fns: dict, repeats: int) -> dict[str, tuple[float, float]]:
+  """{name: (first call's seconds, median of ``repeats`` warm calls)} of functions computing the same thing,
+  their warm calls interleaved (one of each in turn), so that a machine whose speed drifts during the run
+  slows them alike and their ratio stays."""
+  first = {name: seconds(fn) for name, fn in fns.items()}
+  warm = {name: [] for name in fns}
   for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return first, statistics.median(times)
+    for name, fn in fns.items():
+      warm[name].append(seconds(fn))
+  return {name: (first[name], statistics.median(warm[name])) for name in fns}
 
 
 def symjax_workloads(hm, tokens, clean, corrupt):
@@ -188,13 +200,12 @@ def main(argv):
   corrupt[:, CONTEXT // 2] = (corrupt[:, CONTEXT // 2] + 7) % VOCAB
   standard, symbolic = symjax_model('standard'), symjax_model('symbolic')
   lens = lens_model(standard.params)
-  rows = {}
-  # TransformerLens first, then symjax, each workload in turn; symjax's first calls compile.
-  for name, fn in lens_workloads(lens, tokens, clean, corrupt).items():
-    rows.setdefault(name, {})['transformer_lens'] = timed(fn, _REPEATS.value)
-  for kind, hm in (('symjax', standard), ('symjax_symbolic', symbolic)):
-    for name, fn in symjax_workloads(hm, tokens, clean, corrupt).items():
-      rows[name][kind] = timed(fn, _REPEATS.value)
+  # Each workload in turn, the three libraries' calls interleaved; symjax's first calls compile.
+  workloads = {'transformer_lens': lens_workloads(lens, tokens, clean, corrupt),
+               'symjax': symjax_workloads(standard, tokens, clean, corrupt),
+               'symjax_symbolic': symjax_workloads(symbolic, tokens, clean, corrupt)}
+  rows = {name: timed_side_by_side({kind: w[name] for kind, w in workloads.items()}, _REPEATS.value)
+          for name in workloads['transformer_lens']}
   floor = {kind: cache_output_floor(hm, tokens, _REPEATS.value)
            for kind, hm in (('symjax', standard), ('symjax_symbolic', symbolic))}
   print(f'writing a full cache alone (fresh output buffers): {floor}')
@@ -212,7 +223,8 @@ def main(argv):
     print(f'{name:30s} {tl:9.4f} {sj:9.4f} {tl / sj:7.1f} {sy:10.4f} {tl / sy:7.1f} {r["symjax"][0]:12.2f}')
   result_files.write(_JSON.value, {
       'what': 'symjax interpretability workloads against TransformerLens (HookedTransformer, same weights), one '
-              'process, warm medians; first calls (compilation included) apart',
+              'process, warm medians of calls interleaved between the libraries; first calls (compilation '
+              'included) apart',
       'shape': {'layers': LAYERS, 'heads': HEADS, 'head_dim': HEAD_DIM, 'mlp': MLP, 'vocab': VOCAB,
                 'context': CONTEXT, 'batch': BATCH, 'sweep_batch': _SWEEP_BATCH.value},
       'repeats': _REPEATS.value, 'transformer_lens': importlib.metadata.version('transformer_lens'),

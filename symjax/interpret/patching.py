@@ -92,7 +92,8 @@ def _pair(model: Transformer, clean, corrupt, key_mask=None) -> tuple[np.ndarray
 # of the same program. Where a patch changes nothing (positions before the corrupted token) its logits are the
 # corrupt run's, so the recovered fraction is 0 there. Only what follows the first patched site is batched over
 # the patches (vmap leaves the rest unbatched), so a sweep over block l's sites recomputes blocks l… alone:
-# large sweeps run one program per block for that reason, small ones one program for all. jax.jit retraces for
+# large sweeps run one program per block for that reason; a small one runs all its blocks in one program and
+# one call, the clean and corrupt runs shared and each block's patches vmapped apart. jax.jit retraces for
 # new shapes only, and the next sweep of the same sites reuses the program.
 _PROGRAMS: dict = {}
 CHUNK_TOKENS = 4096  # tokens per vmapped call (patches × batch × time): bounds the program's memory

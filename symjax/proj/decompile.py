@@ -310,6 +310,44 @@ def _first_layer_head(tables: dict[str, np.ndarray], head: int, tokens: list[str
           f'# head 0.{head}: at a key holding token t it writes: {writes}']
 
 
+def _entry_points(L: int, final: list[list[str]]) -> list[str]:
+  """The program's functions: ``predict_ids`` (a padded batch of ids), ``trace`` and ``predict`` (token
+  names); ``final`` is what each channel holds after the last block, which the readout reads."""
+  return ['', '', 'def predict_ids(ids, lengths=None):',
+          '  """Tag ids for token ids: one sequence [n] (a list or an array), or a batch [b, n] whose row r',
+          '  holds lengths[r] tokens followed by padding (every row whole by default); padding is tagged 0."""',
+          '  tok = np.asarray(ids, np.int64)',
+          '  if tok.ndim not in (1, 2):',
+          "    raise ValueError(f'ids must be one sequence [n] or a batch [b, n], got shape {tok.shape}')",
+          '  if tok.shape[-1] > MAX_LEN:',
+          "    raise ValueError(f'{tok.shape[-1]} tokens; the model reads at most {MAX_LEN}')",
+          '  if not tok.size:',
+          '    return tok',
+          '  batch = tok.reshape(-1, tok.shape[-1])',
+          '  n = batch.shape[1]',
+          '  lengths = np.full(len(batch), n) if lengths is None else np.asarray(lengths, np.int64).reshape(-1)',
+          '  if lengths.shape != (len(batch),) or (lengths < 0).any() or (lengths > n).any():',
+          "    raise ValueError(f'lengths must be one count in 0..{n} per sequence ({len(batch)}), got {lengths}')",
+          "  state = {'tok': batch, 'real': np.arange(n)[None, :] < lengths[:, None]}",
+          *[f'  block_{l}(state)' for l in range(L)],
+          f'  tags = np.where(state[\'real\'], readout(state, {final!r}), 0)',
+          '  return tags.reshape(tok.shape)', '', '',
+          'def trace(tokens):',
+          '  """Every state variable of a sequence of token names, position by position: the tokens each head',
+          '  and FFN writes, and (as @attn<l>.<h>) the position each head reads (a numerical head: the list',
+          '  of positions)."""',
+          "  tok = np.asarray([[TOKENS.index(t) for t in tokens]], np.int64)",
+          "  state = {'tok': tok, 'real': np.ones(tok.shape, bool)}",
+          *[f'  block_{l}(state)' for l in range(L)],
+          "  read = lambda x: [int(j) for j in np.flatnonzero(x)] if np.ndim(x) else int(x)",
+          "  return {name: [read(x) if name.startswith('@') else TOKENS[x] for x in value[0]]",
+          "          for name, value in state.items() if name != 'real'}", '', '',
+          'def predict(tokens):',
+          '  """Tags (token names) for a sequence of token names, e.g. predict([\'<s>\', \'3\', \'1\'])."""',
+          '  ids = [TOKENS.index(t) for t in tokens]',
+          '  return [TOKENS[i] for i in predict_ids(ids)]', '']
+
+
 def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], data_file: str, header: str,
               causal: bool) -> str:
   c = model_config
@@ -359,40 +397,7 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
       lines.append(f"  state['ffn{l}.{ch}'] = ffn({l}, {ch}, state, {names!r})")
     for ch in range(H):
       xe[ch] = xe[ch] + [f'ffn{l}.{ch}']
-  final = [xt[ch] + xe[ch] for ch in range(H)]
-  lines += ['', '', 'def predict_ids(ids, lengths=None):',
-            '  """Tag ids for token ids: one sequence [n] (a list or an array), or a batch [b, n] whose row r',
-            '  holds lengths[r] tokens followed by padding (every row whole by default); padding is tagged 0."""',
-            '  tok = np.asarray(ids, np.int64)',
-            '  if tok.ndim not in (1, 2):',
-            "    raise ValueError(f'ids must be one sequence [n] or a batch [b, n], got shape {tok.shape}')",
-            '  if tok.shape[-1] > MAX_LEN:',
-            "    raise ValueError(f'{tok.shape[-1]} tokens; the model reads at most {MAX_LEN}')",
-            '  if not tok.size:',
-            '    return tok',
-            '  batch = tok.reshape(-1, tok.shape[-1])',
-            '  n = batch.shape[1]',
-            '  lengths = np.full(len(batch), n) if lengths is None else np.asarray(lengths, np.int64).reshape(-1)',
-            '  if lengths.shape != (len(batch),) or (lengths < 0).any() or (lengths > n).any():',
-            "    raise ValueError(f'lengths must be one count in 0..{n} per sequence ({len(batch)}), got {lengths}')",
-            "  state = {'tok': batch, 'real': np.arange(n)[None, :] < lengths[:, None]}",
-            *[f'  block_{l}(state)' for l in range(L)],
-            f'  tags = np.where(state[\'real\'], readout(state, {final!r}), 0)',
-            '  return tags.reshape(tok.shape)', '', '',
-            'def trace(tokens):',
-            '  """Every state variable of a sequence of token names, position by position: the tokens each head',
-            '  and FFN writes, and (as @attn<l>.<h>) the position each head reads (a numerical head: the list',
-            '  of positions)."""',
-            "  tok = np.asarray([[TOKENS.index(t) for t in tokens]], np.int64)",
-            "  state = {'tok': tok, 'real': np.ones(tok.shape, bool)}",
-            *[f'  block_{l}(state)' for l in range(L)],
-            "  read = lambda x: [int(j) for j in np.flatnonzero(x)] if np.ndim(x) else int(x)",
-            "  return {name: [read(x) if name.startswith('@') else TOKENS[x] for x in value[0]]",
-            "          for name, value in state.items() if name != 'real'}", '', '',
-            'def predict(tokens):',
-            '  """Tags (token names) for a sequence of token names, e.g. predict([\'<s>\', \'3\', \'1\'])."""',
-            '  ids = [TOKENS.index(t) for t in tokens]',
-            '  return [TOKENS[i] for i in predict_ids(ids)]', '']
+  lines += _entry_points(L, [xt[ch] + xe[ch] for ch in range(H)])
   return '\n'.join(lines)
 
 

@@ -1,7 +1,9 @@
-"""The model's configuration: one frozen dataclass that names every architectural choice.
+"""The model's configuration: frozen dataclasses that name every architectural choice.
 
-``ModelConfig`` is built once from the run's ConfigDict (``ModelConfig.from_dict``) and passed to every
-module; its ``__post_init__`` checks each field and names the allowed values.
+``ModelConfig`` holds the model's shape and five groups of options (``attention``, ``symbolic``, ``program``,
+``kernels``, ``training``). It is built once from the run's flat ConfigDict (``ModelConfig.from_dict``),
+which checks each field and names the allowed values; the blocks read it, and the layers below them receive
+the values they use.
 """
 
 from __future__ import annotations

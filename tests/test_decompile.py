@@ -261,6 +261,13 @@ def test_the_command_on_a_program_trained_run_and_on_a_token_factored_one(tmp_pa
   assert 'of 1,953 sequences' in proc.stdout, proc.stdout  # the split's, not its padding rows
   assert not proc.stderr.strip()  # a program-trained model: no warning
   assert os.path.isfile(output) and os.path.isfile(output[:-3] + '.npz')
+  # Sort's whole input space is its three splits (5 + 5² + ... + 5⁶ = 19,530 sequences): the program equals
+  # the model on every one of them.
+  import symjax
+  loaded, program = symjax.load(hard), decompile.load_program(output)
+  measured = [decompile.evaluate(loaded, program, split) for split in ('train', 'validation', 'test')]
+  assert sum(m['sequences'] for m in measured) == 19_530
+  assert [m['fidelity'] for m in measured] == [100.0, 100.0, 100.0]
 
   soft = str(tmp_path / 'soft')  # the paper's continuous model: the command says its fidelity is measured
   proc = subprocess.run([*train[:3], '--config=rasp:task=sort,model=symbolic,runlocal=true', *train[3:],

@@ -38,6 +38,7 @@ one; ``evaluate`` scores it and the model on a task's split.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import io
 import itertools
@@ -484,11 +485,16 @@ def load_program(path: str):
 # ---------------------------------------------------------------------------------------------------------
 # Fidelity and accuracy.
 # ---------------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _tagger(model, vocab: int):
+  """The model's compiled tagging pass, one per model, so that a second call reuses its compilation."""
+  import jax
+  return jax.jit(lambda params, x, mask: model.apply({'params': params}, x, mask)[..., :vocab].argmax(-1))
+
+
 def model_predictions(loaded, inputs: np.ndarray, key_mask: np.ndarray, batch: int = 500) -> np.ndarray:
   """The model's tags, batch by batch through one compiled forward pass (evaluation batches share a shape)."""
-  import jax
-  vocab = loaded.model_config.vocab_size
-  tags = jax.jit(lambda params, x, mask: loaded.model.apply({'params': params}, x, mask)[..., :vocab].argmax(-1))
+  tags = _tagger(loaded.model, loaded.model_config.vocab_size)
   return np.concatenate([np.asarray(tags(loaded.params, inputs[i:i + batch], key_mask[i:i + batch]))
                          for i in range(0, len(inputs), batch)])
 

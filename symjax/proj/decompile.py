@@ -211,9 +211,14 @@ def spread(channel, held):
   return np.sqrt(sum(gram[a, b] for a in held for b in held)) + EPSILON
 
 
-def normed(rows, bias, held_by_channel):
+def spreads_of(state, reads):
+  """Every channel's spread at every position: computed once a block, read by all its heads."""
+  return [spread(c, [state[name] for name in names]) for c, names in enumerate(reads)]
+
+
+def normed(rows, bias, held_by_channel, spreads):
   """Σ_c (Σ_t rows[c][t]) / spread_c + bias: a linear map of the LayerNorm'd channels, token by token."""
-  return bias + sum(sum(rows[c][t] for t in held) / spread(c, held)[..., None]
+  return bias + sum(sum(rows[c][t] for t in held) / spreads[c][..., None]
                     for c, held in enumerate(held_by_channel))
 
 
@@ -224,11 +229,11 @@ def allowed(real):
   return (j <= i if CAUSAL else np.ones((n, n), bool)) & real[:, None, :]
 
 
-def scores(layer, head, state, reads):
+def scores(layer, head, state, reads, spreads):
   """Every query·key score minus slope·|i − j| (ALiBi); −inf where the mask forbids the key."""
   held = [[state[name] for name in names] for names in reads]
-  q = normed(TABLES[f'l{layer}.query'][head], TABLES[f'l{layer}.query_bias'][head], held)
-  k = normed(TABLES[f'l{layer}.key'][head], TABLES[f'l{layer}.key_bias'][head], held)
+  q = normed(TABLES[f'l{layer}.query'][head], TABLES[f'l{layer}.query_bias'][head], held, spreads)
+  k = normed(TABLES[f'l{layer}.key'][head], TABLES[f'l{layer}.key_bias'][head], held, spreads)
   n = q.shape[1]
   if f'l{layer}.query_position' in TABLES:  # the model's learned positions: one row per position
     q, k = q + TABLES[f'l{layer}.query_position'][head][:n], k + TABLES[f'l{layer}.key_position'][head][:n]
@@ -237,14 +242,14 @@ def scores(layer, head, state, reads):
   return np.where(allowed(state['real']), score, -np.inf)
 
 
-def attend(layer, head, state, reads):
+def attend(layer, head, state, reads, spreads):
   """The key position each query reads: the highest score among the keys the mask allows."""
-  return scores(layer, head, state, reads).argmax(-1)
+  return scores(layer, head, state, reads, spreads).argmax(-1)
 
 
-def select(layer, head, state, reads):
+def select(layer, head, state, reads, spreads):
   """The keys a numerical head reads, [batch, query, key]: every allowed key whose score is above 0."""
-  return scores(layer, head, state, reads) > 0
+  return scores(layer, head, state, reads, spreads) > 0
 
 
 def count(layer, head, selected):
@@ -270,7 +275,7 @@ def ffn(layer, channel, state, names):
 
 def readout(state, reads):
   held = [[state[name] for name in names] for names in reads]
-  return normed(TABLES['readout'], TABLES['readout_bias'], held).argmax(-1)
+  return normed(TABLES['readout'], TABLES['readout_bias'], held, spreads_of(state, reads)).argmax(-1)
 '''
 
 
@@ -369,19 +374,20 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
     values = [list(xt[ch]) for ch in range(H)]
     lines.append(f'  reads = {reads!r}  # channel c of X_t + X_e: what queries and keys are made of')
     lines.append(f'  values = {values!r}  # channel g of X_t: what a value is made of')
+    lines.append('  spreads = spreads_of(state, reads)  # every channel\'s LayerNorm spread, for all heads')
     for h in range(H):
       numerical = h >= H - c.program.numerical_heads
       if l == 0:  # every channel holds the input token alone: the head is two tables over tokens
         lines += ['  ' + line for line in _first_layer_head(tables, h, tokens, c.layer_norm_epsilon, numerical,
                                                                      c.program.numerical_positions)]
       if numerical:
-        lines.append(f"  state['@attn{l}.{h}'] = select({l}, {h}, state, reads)  # the keys each position reads")
+        lines.append(f"  state['@attn{l}.{h}'] = select({l}, {h}, state, reads, spreads)  # keys each position reads")
         counts = ', '.join(f'{n}→{tokens[int(v)]}' for n, v in enumerate(
             tables[f'l{l}.count'][h - (H - c.program.numerical_heads)]))
         lines.append(f'  # head {l}.{h} writes, for n selected keys: {counts}')
         lines.append(f"  state['attn{l}.{h}'] = count({l}, {h}, state['@attn{l}.{h}'])")
       else:
-        lines.append(f"  state['@attn{l}.{h}'] = attend({l}, {h}, state, reads)  # the key each position reads")
+        lines.append(f"  state['@attn{l}.{h}'] = attend({l}, {h}, state, reads, spreads)  # key each position reads")
         lines.append(f"  state['attn{l}.{h}'] = write({l}, {h}, state, values, state['@attn{l}.{h}'])")
     for h in range(H):
       xt[h] = xt[h] + [f'attn{l}.{h}']

@@ -198,6 +198,32 @@ def test_causal_model_does_not_look_ahead(kind):
       np.testing.assert_allclose(x[:, :j], y[:, :j], atol=1e-6, err_msg=name)
 
 
+@pytest.mark.parametrize('kind,qk_positions', [('standard', False), ('token_factored', True), ('symbolic', False)])
+def test_a_suffix_pass_over_kept_keys_and_values_equals_the_whole_pass(kind, qk_positions):
+  """Blocks l… over positions P… reading the first P positions' keys and values give the whole pass's
+  logits at positions P…: ALiBi, the causal mask and learned positions count from P."""
+  cfg = small(kind=kind, num_layers=3, qk_positions=qk_positions,
+              positions='learned' if kind == 'standard' else 'alibi')
+  tokens, variables, logits, _ = run_with_intermediates(cfg, t=9)
+  with names.session({}, lambda name: True):
+    _, state = Transformer(cfg).apply(variables, tokens, mutable=['intermediates'])
+  inter = names.flat(state['intermediates'])
+  for first in range(cfg.num_layers):
+    for kept in (0, 4, 8):
+      prefix = {l: (inter[f'blocks.{l}.attn.k'][:, :kept], inter[f'blocks.{l}.attn.values'][:, :kept])
+                for l in range(first, cfg.num_layers)}
+      b = f'blocks.{first - 1}.'
+      if kind == 'standard':
+        entering = (inter['embed'] if first == 0 else inter[b + 'resid'])[:, kept:]
+      else:
+        entering = ((inter['embed'], np.zeros_like(inter['embed'])) if first == 0 else
+                    (inter[b + 'x_t'], inter[b + 'x_e']))
+        entering = tuple(x[:, kept:] for x in entering)
+      out = model_lib.Suffix(cfg, first).apply(variables, entering, prefix)
+      assert out.shape == (tokens.shape[0], tokens.shape[1] - kept, cfg.vocab_size)
+      np.testing.assert_allclose(out, logits[:, kept:], rtol=0, atol=2e-5, err_msg=f'first={first} kept={kept}')
+
+
 @pytest.mark.slow
 def test_bidirectional_model_does_look_ahead():
   cfg = small(kind='token_factored', causal=False)

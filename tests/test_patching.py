@@ -95,6 +95,30 @@ def two_pairs(kind):
 
 
 @pytest.mark.parametrize('kind', KINDS)
+def test_sweeps_recomputing_only_the_suffix_equal_whole_hooked_passes(kind):
+  """A causal model's sweeps recompute only the blocks and positions a patch can change, and skip the
+  patches that change nothing: each value equals the whole pass with the clean value written in by a hook.
+  One pair is corrupted at position 0 (every patch computed), the other at 5 (the earlier ones skipped)."""
+  model, params, clean, corrupt = two_pairs(kind)
+  corrupt = corrupt.copy()
+  corrupt[0, 0] = (corrupt[0, 0] + 1) % model.config.vocab_size
+  metric = patching.logit_difference(1, 2)
+  pre = patching.get_act_patch_resid_pre(model, params, clean, corrupt, metric)
+  heads = patching.get_act_patch_attn_head_out_all_pos(model, params, clean, corrupt, metric)
+  _, cache = hooks.run_with_cache(model, params, clean)
+
+  def whole(sites, where):
+    fns = {s: (lambda v, name, s=s: v.at[where].set(cache[s][where])) for s in sites}
+    return metric(hooks.run_with_hooks(model, params, corrupt, fns))
+  for l in range(model.config.num_layers):
+    for p in (0, 3, 6):
+      np.testing.assert_allclose(pre[l, p], whole(patching._resid_pre(model, l), (slice(None), p)), rtol=0,
+                                 atol=2e-5, err_msg=f'resid_pre, block {l}, position {p}')
+    np.testing.assert_allclose(heads[l, 1], whole([f'blocks.{l}.attn.z'], (slice(None), slice(None), 1)), rtol=0,
+                               atol=2e-5, err_msg=f'head 1 of block {l}')
+
+
+@pytest.mark.parametrize('kind', KINDS)
 def test_a_sweep_scores_every_prompt_pair_of_the_batch(kind):
   model, params, clean, corrupt = two_pairs(kind)
   both = patching.sweep_heads(model, params, clean, corrupt, metric=patching.logit_difference(1, 2))

@@ -44,7 +44,12 @@ def analysis_model(model) -> Transformer:
   if cfg.kind == 'lstm':
     raise InputError("the interpretability tools read attention and streams; model.kind 'lstm' has "
                      "neither: use 'standard', 'token_factored' or 'symbolic'")
-  return Transformer(cfg.replace(vocab_projection='direct', remat='none'))
+  if model not in _ANALYSIS:  # one per model: the compiled programs of the tools are keyed on it
+    _ANALYSIS[model] = Transformer(cfg.replace(vocab_projection='direct', remat='none'))
+  return _ANALYSIS[model]
+
+
+_ANALYSIS: dict = {}
 
 
 def as_batch(tokens, vocab_size: int | None = None) -> np.ndarray:

@@ -30,6 +30,23 @@ from symjax.model import Transformer
 from symjax.model import intermediates as names
 from symjax.system.errors import InputError
 
+# Axes of a site's value: (time axis, head axis or None). Sites not listed are [batch, time, features].
+PER_HEAD = ('.attn.q', '.attn.k', '.attn.values', '.attn.z', '.attn.v_mixture', '.ffn.mixture')
+HEAD_FIRST = ('.attn.scores', '.attn.pattern')
+
+
+def axes(model: Transformer, name: str) -> tuple[int | None, int | None]:
+  """(time axis, head axis) of a site's value; (None, None) when it has neither in a form one can index
+  (the symbolic channel FFN's hidden units are [heads, batch·time, ff])."""
+  if name.endswith(PER_HEAD):
+    return 1, 2
+  if name.endswith(HEAD_FIRST):
+    return 2, 1   # [batch, heads, query position, key position]: a position is a query
+  if name.endswith('.ffn.hidden') and model.config.kind == 'symbolic' and model.config.symbolic.vocab_ffn == 'channel':
+    return None, None
+  return 1, None
+
+
 RETURN_TYPES = ('logits', 'loss')
 
 

@@ -23,25 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core, hooks
+from symjax.interpret import core, hooks, suffix
 from symjax.model import Transformer
 from symjax.system.errors import InputError
 
-# Axes of a site's value: (time axis, head axis or None). Sites not listed are [batch, time, features].
-_PER_HEAD = ('.attn.q', '.attn.k', '.attn.values', '.attn.z', '.attn.v_mixture', '.ffn.mixture')
-_HEAD_FIRST = ('.attn.scores', '.attn.pattern')
-
-
-def axes(model: Transformer, name: str) -> tuple[int | None, int | None]:
-  """(time axis, head axis) of a site's value; (None, None) when it has neither in a form one can index
-  (the symbolic channel FFN's hidden units are [heads, batch·time, ff])."""
-  if name.endswith(_PER_HEAD):
-    return 1, 2
-  if name.endswith(_HEAD_FIRST):
-    return 2, 1   # [batch, heads, query position, key position]: a position is a query
-  if name.endswith('.ffn.hidden') and model.config.kind == 'symbolic' and model.config.symbolic.vocab_ffn == 'channel':
-    return None, None
-  return 1, None
+axes, _PER_HEAD, _HEAD_FIRST = hooks.axes, hooks.PER_HEAD, hooks.HEAD_FIRST
 
 
 def _selector(model, name, shape, positions, heads):
@@ -87,14 +73,15 @@ def _pair(model: Transformer, clean, corrupt, key_mask=None) -> tuple[np.ndarray
   return clean, corrupt, key_mask
 
 
-# One compiled program per (model, sites, patches per call): it runs the clean and the corrupt prompt, then the
-# corrupt one once per patch, vmapped over the patches, with each site's clean value taken from the clean pass
-# of the same program. Where a patch changes nothing (positions before the corrupted token) its logits are the
-# corrupt run's, so the recovered fraction is 0 there. Only what follows the first patched site is batched over
-# the patches (vmap leaves the rest unbatched), so a sweep over block l's sites recomputes blocks l… alone:
-# large sweeps run one program per block for that reason; a small one runs all its blocks in one program and
-# one call, the clean and corrupt runs shared and each block's patches vmapped apart. jax.jit retraces for
-# new shapes only, and the next sweep of the same sites reuses the program.
+# A causal model's patches run in ``suffix``'s programs, which recompute only the blocks and positions a patch can
+# change. Otherwise: one compiled program per (model, sites, patches per call): it runs the clean and the corrupt
+# prompt, then the corrupt one once per patch, vmapped over the patches, with each site's clean value taken from the
+# clean pass of the same program. Where a patch changes nothing (positions before the corrupted token) its logits
+# are the corrupt run's, so the recovered fraction is 0 there. Only what follows the first patched site is batched
+# over the patches (vmap leaves the rest unbatched), so a sweep over block l's sites recomputes blocks l… alone:
+# large sweeps run one program per block for that reason; a small one runs all its blocks in one program and one
+# call, the clean and corrupt runs shared and each block's patches vmapped apart. jax.jit retraces for new shapes
+# only, and the next sweep of the same sites reuses the program.
 _PROGRAMS: dict = {}
 CHUNK_TOKENS = 4096  # tokens per vmapped call (patches × batch × time): bounds the program's memory
 
@@ -175,6 +162,8 @@ def _run(model: Transformer, params, clean, corrupt, key_mask, masks: dict[str, 
   the clean run where its mask is True, all in one compiled program (``_program``)."""
   count, calls = _calls(model, params, clean, corrupt, key_mask, masks, chunk)
   analysis, sites = core.analysis_model(model), tuple(masks)
+  if suffix.applies(analysis, clean.shape[1]):
+    return _Patched(*suffix.run(analysis, params, clean, corrupt, key_mask, [masks], chunk))
   out = []
   for args in calls:
     clean_logits, corrupt_logits, logits = _executable(analysis, sites, args)(*args)
@@ -374,10 +363,12 @@ class _Score:
 def _sweep(model, params, clean, corrupt, groups: list[dict[str, np.ndarray]], score: _Score, key_mask):
   """The score of every patch of ``groups`` (one per block), in order: a program per group when each fills
   calls of its own, else one program and one call for all."""
+  analysis = core.analysis_model(model)
+  if suffix.applies(analysis, clean.shape[1]):
+    return score(_Patched(*suffix.run(analysis, params, clean, corrupt, key_mask, groups)))
   patches = sum(len(next(iter(g.values()))) for g in groups)
   if patches * clean.size <= CHUNK_TOKENS:
     return score(_run_groups(model, params, clean, corrupt, key_mask, groups))
-  analysis = core.analysis_model(model)
   _compile_all([(analysis, tuple(g), _calls(model, params, clean, corrupt, key_mask, g)[1][0]) for g in groups])
   return np.concatenate([score(_run(model, params, clean, corrupt, key_mask, g)) for g in groups])
 

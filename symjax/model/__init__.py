@@ -3,7 +3,8 @@
 - ``config``: ``ModelConfig``, every architectural choice, checked once.
 - ``attention``: mask predicates, ALiBi with learned slopes, the multi-head ``Attention`` module.
 - ``symbolic``: ``KroneckerValue``, ``ChannelLayerNorm``, ``VocabProjection``, ``VocabFFN``.
-- ``transformer``: the standard and two-stream blocks, ``Transformer``, the LSTM baseline, ``build``.
+- ``transformer``: the standard and two-stream blocks, ``Transformer`` (and ``Suffix``, its later positions
+  given the earlier ones' keys and values), the LSTM baseline, ``build``.
 - ``intermediates``: the one list of the names the model sows.
 
 The computations these modules call (attention kernels, vocabulary projections, the readout) live in
@@ -15,6 +16,7 @@ from symjax.model.transformer import (
                                       LSTM,
                                       FactoredBlock,
                                       StandardBlock,
+                                      Suffix,
                                       Transformer,
                                       build,
                                       check_token_ids,
@@ -23,5 +25,5 @@ from symjax.model.transformer import (
                                       param_shapes,
 )
 
-__all__ = ['ModelConfig', 'Transformer', 'StandardBlock', 'FactoredBlock', 'LSTM', 'build', 'check_token_ids',
+__all__ = ['ModelConfig', 'Transformer', 'StandardBlock', 'FactoredBlock', 'Suffix', 'LSTM', 'build', 'check_token_ids',
            'count_params', 'for_backend', 'param_shapes']

@@ -78,8 +78,10 @@ class ALiBi(nn.Module):
     """``[heads]``, positive."""
     return jnp.exp(self.log_slope) if self.learned else self.reference
 
-  def __call__(self, q_len: int, k_len: int) -> Array:
-    distance = jnp.abs(jnp.arange(q_len)[:, None] - jnp.arange(k_len)[None, :]).astype(jnp.float32)
+  def __call__(self, q_len: int, k_len: int, offset: int = 0) -> Array:
+    """Queries at positions ``offset…offset + q_len − 1``, keys at ``0…k_len − 1``."""
+    queries = jnp.arange(offset, offset + q_len)
+    distance = jnp.abs(queries[:, None] - jnp.arange(k_len)[None, :]).astype(jnp.float32)
     return -self.slopes()[:, None, None] * distance[None]
 
 
@@ -143,6 +145,11 @@ class Attention(nn.Module):
 
   Every named site (``attn.q``, ``.k``, ``.values``, ``.scores``, ``.pattern``, ``.z``, ``.out``) passes
   through ``symjax.model.intermediates.hook``; the pattern is sown into ``intermediates``.
+
+  ``prefix``, the keys and values of the P positions before x's first (kept from another pass), makes x the
+  positions P… of a longer input: its queries read those keys and its own, under the mask's and ALiBi's rows
+  for those positions. In a causal model that is the pass over a suffix whose prefix is unchanged (patching
+  sweeps recompute only what follows the patched position).
   """
 
   num_heads: int
@@ -164,23 +171,29 @@ class Attention(nn.Module):
   @nn.compact
   def __call__(self, x: Array, values: Array | None = None, key_mask: Array | None = None,
                deterministic: bool = True, edges: relational.Edges | None = None,
-               positions: Array | None = None) -> Array:
-    """x: ``[batch, time, d_model]``; values: ``[batch, time, heads, head_dim]``; key_mask: ``[batch, time]``;
-    positions: ``[time, d_model]`` rows added to the queries' and keys' input of the categorical heads only
-    (the numerical heads read ``x`` alone; ``numerical_positions=False``). Returns ``[batch, time, d_model]``.
+               positions: Array | None = None, prefix: tuple[Array, Array] | None = None) -> Array:
+    """x: ``[batch, time, d_model]``; values: ``[batch, time, heads, head_dim]``; key_mask: ``[batch, keys]``
+    (keys = P + time with a prefix); positions: ``[time, d_model]`` rows added to the queries' and keys' input
+    of the categorical heads only (the numerical heads read ``x`` alone; ``numerical_positions=False``);
+    prefix: keys and values ``[batch, P, heads, head_dim]``. Returns ``[batch, time, d_model]``.
     """
-    time = x.shape[1]
-    static = head_mask_matrix(self.mask, time, time)                        # [heads or 1, q, k]
+    time, offset = x.shape[1], 0 if prefix is None else prefix[0].shape[1]
+    static = head_mask_matrix(self.mask, offset + time, offset + time)[:, offset:]  # [heads or 1, q, k]
     if static.shape[0] not in (1, self.num_heads):
       raise InputError(f'attention has {self.num_heads} heads but {static.shape[0]} per-head masks')
-    kernel, plan = kernels.choose(self.impl, self.block_size, static, relational=edges is not None,
-                                  hooked=names.active(), weights_kept=self.is_mutable_collection(names.COLLECTION),
-                                  dropout=self.dropout_rate > 0.0 and not deterministic)
+    if prefix is not None and edges is not None:
+      raise InputError('attention over a prefix of kept keys and values takes no relational edges')
+    kernel, plan = ('explicit', None) if prefix is not None else kernels.choose(
+        self.impl, self.block_size, static, relational=edges is not None, hooked=names.active(),
+        weights_kept=self.is_mutable_collection(names.COLLECTION),
+        dropout=self.dropout_rate > 0.0 and not deterministic)
     self._check_program_kernel(kernel)
     alibi = ALiBi(self.num_heads, self.learned_slopes, name='alibi') if self.alibi and edges is None else None
     slopes = alibi.slopes() if alibi is not None and kernel in ('blocked', 'fused') else None
     wide = self._fused_width(kernel, static, time, values, alibi)
     q, k, v = self._queries_keys_values(x, values, positions, wide)        # eqs. 7-8
+    if prefix is not None:
+      k, v = (jnp.concatenate([kept.astype(new.dtype), new], axis=1) for kept, new in zip(prefix, (k, v)))
     mask = jnp.asarray(static)[None]
     if key_mask is not None:
       mask = mask & key_mask[:, None, None, :].astype(bool)
@@ -195,16 +208,16 @@ class Attention(nn.Module):
     elif kernel == 'fused':
       out = kernels.fused_attention(q, k, v, None, static, key_mask, self.impl, slopes)
     else:
-      weights, v = self._weights(q, k, v, mask, alibi, time)               # eqs. 9-11
+      weights, v = self._weights(q, k, v, mask, alibi, offset)             # eqs. 9-11
       out = read(weights, v)                                               # eq. 12
     out = self._dropout(out, weights, blocked, plan, v, edge_values, deterministic)
     return self._output(names.hook(self, 'attn.z', out), wide, x.shape[-1])
 
-  def _weights(self, q: Array, k: Array, v: Array, mask: Array, alibi: ALiBi | None, time: int
+  def _weights(self, q: Array, k: Array, v: Array, mask: Array, alibi: ALiBi | None, offset: int
                ) -> tuple[Array, Array]:
     """softmax over the allowed keys of q·k/√d + the ALiBi bias, then program training's weights (which
-    give a numerical head the constant value 1)."""
-    bias = alibi(time, time) if alibi is not None else None
+    give a numerical head the constant value 1); the queries are positions ``offset…``."""
+    bias = alibi(q.shape[1], k.shape[1], offset) if alibi is not None else None
     if bias is not None and self.numerical_heads and not self.numerical_positions:
       bias = bias.at[self.num_heads - self.numerical_heads:].set(0.0)  # a predicate on tokens alone
     logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)

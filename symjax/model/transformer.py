@@ -95,12 +95,12 @@ class StandardBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, key_mask: Array | None = None, deterministic: bool = True,
-               edges: relational.Edges | None = None) -> Array:
+               edges: relational.Edges | None = None, prefix: tuple[Array, Array] | None = None) -> Array:
     cfg = self.config
     drop = nn.Dropout(cfg.training.dropout_rate, deterministic=deterministic)
     ln = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
     x = x + drop(attention_layer(cfg, True, cfg.attention.positions == 'alibi')(
-        ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic, edges=edges))
+        ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic, edges=edges, prefix=prefix))
     x = names.hook(self, 'resid_mid', x)
     pre = names.hook(self, 'ffn.pre', ln('norm_ffn')(x))
     x = x + drop(names.hook(self, 'ffn.out', MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(pre)))
@@ -111,7 +111,8 @@ class FactoredBlock(nn.Module):
   """Token-Factored block (eqs. 6-15), or with ``symbolic=True`` the Symbolic block (Algorithm 1).
 
   Takes and returns the streams ``(x_t, x_e)``, each ``[batch, time, d_model]``; ``table`` is the input
-  embedding table ``[vocab, d_model]`` that the symbolic vocabulary projections mix.
+  embedding table ``[vocab, d_model]`` that the symbolic vocabulary projections mix. ``prefix`` (both
+  blocks): the attention's keys and values of earlier positions (``attention.Attention``).
   """
 
   config: ModelConfig
@@ -120,15 +121,17 @@ class FactoredBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x_t: Array, x_e: Array, table: Array, key_mask: Array | None = None,
-               deterministic: bool = True, edges: relational.Edges | None = None) -> tuple[Array, Array]:
+               deterministic: bool = True, edges: relational.Edges | None = None,
+               prefix: tuple[Array, Array] | None = None) -> tuple[Array, Array]:
     cfg = self.config
     drop = nn.Dropout(cfg.training.dropout_rate, deterministic=deterministic)
     # Attention: values from X_t alone (eq. 8 / eq. 27); update X_t only (eq. 12 / eq. 28).
     values, edges = self._values(x_t, table, edges)
-    x_attn, positions = self._attention_input(self._norm('norm_attn')(x_t + x_e))
+    offset = 0 if prefix is None else prefix[0].shape[1]
+    x_attn, positions = self._attention_input(self._norm('norm_attn')(x_t + x_e), offset)
     delta_t = attention_layer(cfg, False, True, self.gumbel_scale)(x_attn, values=values, key_mask=key_mask,
                                                                deterministic=deterministic, edges=edges,
-                                                               positions=positions)
+                                                               positions=positions, prefix=prefix)
     x_t = x_t + drop(self._counts(delta_t, table))
     x_t, x_e = names.hook(self, 'x_t_mid', x_t), names.hook(self, 'x_e_mid', x_e)
     if names.active():
@@ -177,16 +180,17 @@ class FactoredBlock(nn.Module):
       values, edge_values = 0.5 * values, 0.5 * edge_values
     return values, relational.Edges(edges.ids, edges.table, edge_values)
 
-  def _attention_input(self, x_attn: Array) -> tuple[Array, Array | None]:
+  def _attention_input(self, x_attn: Array, offset: int = 0) -> tuple[Array, Array | None]:
     """(the attention's input, position rows for its categorical heads alone or None): learned position
-    rows (``model.qk_positions``) are added to the input, or passed apart without ``numerical_positions``."""
+    rows (``model.qk_positions``, from row ``offset``) are added to the input, or passed apart without
+    ``numerical_positions``."""
     cfg = self.config
     if not cfg.attention.qk_positions:
       return x_attn, None
     # Scale comparable to the unit-variance LayerNorm output it is added to (std 0.5 is what was measured).
     pos = self.param('qk_position', nn.with_logical_partitioning(nn.initializers.normal(0.5), (None, EMBED)),
                      (cfg.max_len, cfg.d_model))
-    positions = pos[:x_attn.shape[-2]].astype(x_attn.dtype)
+    positions = pos[offset:offset + x_attn.shape[-2]].astype(x_attn.dtype)
     return (x_attn + positions, None) if cfg.program.numerical_positions else (x_attn, positions)
 
   def _counts(self, delta_t: Array, table: Array) -> Array:
@@ -229,8 +233,6 @@ class Transformer(nn.Module):
     gumbel_scale: program training's noise scale for this call (the trainer's annealed value; default
     ``model.gumbel_scale``); it is drawn only when the call is given the ``program.GUMBEL_RNG`` stream."""
     cfg = self.config
-    if gumbel_scale is None and cfg.program.gumbel_scale > 0:
-      gumbel_scale = cfg.program.gumbel_scale
     time = tokens.shape[-1]
     if time > cfg.max_len:
       raise InputError(f'sequence length {time} exceeds model.max_len = {cfg.max_len}; '
@@ -244,29 +246,60 @@ class Transformer(nn.Module):
         raise InputError(f'model.relational needs edges of shape {(*tokens.shape, time)} (a graph task), '
                          f'got {None if edges is None else edges.shape}')
       graph = relational.Edges(edges, table)
-
     if cfg.kind == 'standard':
       if cfg.attention.positions == 'learned':
         pos = self.param('pos_embedding', nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model))
         x = x + pos[:time].astype(x.dtype)
-      x = names.hook(self, 'embed', x)
-      block = _remat(StandardBlock, cfg, static_argnums=(3,))
-      for l in range(cfg.num_layers):
-        x = block(cfg, name=f'layer_{l}')(x, key_mask, deterministic, graph)
-      h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
+      state = names.hook(self, 'embed', x)
     else:
-      x_t, x_e = names.hook(self, 'embed', x), jnp.zeros_like(x)
-      block = _remat(FactoredBlock, cfg, static_argnums=(5,))
-      for l, kind in enumerate(cfg.layer_kinds()):
-        x_t, x_e = block(cfg, kind == 'symbolic', gumbel_scale, name=f'layer_{l}')(x_t, x_e, table, key_mask,
-                                                                                   deterministic, graph)
-      if cfg.kind == 'symbolic':
-        h = symbolic.ChannelLayerNorm(cfg.num_heads, cfg.symbolic.channel_norm_scale, cfg.layer_norm_epsilon,
-                                      name='norm_final')(x_t + x_e)
-      else:
-        h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x_t + x_e)
-
+      state = names.hook(self, 'embed', x), jnp.zeros_like(x)
+    h = blocks(self, state, table, key_mask, deterministic, graph, gumbel_scale)
     return _readout(self, cfg, names.hook(self, 'final.norm', h), table, return_hidden)
+
+
+class Suffix(nn.Module):
+  """Blocks ``first``… of the ``Transformer`` of the same config and parameters, over positions P… of an
+  input whose first P positions are given as each block's attention keys and values (``prefix``). In a
+  causal model, positions before P do not depend on those after, so this is the pass over a suffix when the
+  prefix is unchanged: patching sweeps recompute only what follows a patched position with it. Returns the
+  logits ``[batch, time − P, vocab]``."""
+
+  config: ModelConfig
+  first: int = 0
+
+  @nn.compact
+  def __call__(self, state, prefix: dict[int, tuple[Array, Array]], key_mask: Array | None = None) -> Array:
+    """state: the input of block ``first`` at positions P…: x (standard) or (x_t, x_e), each ``[batch,
+    time − P, d_model]``; prefix: {block: (keys, values) ``[batch, P, heads, head_dim]``}; key_mask:
+    ``[batch, time]``."""
+    table = _embed(self.config).embedding
+    h = blocks(self, state, table, key_mask, first=self.first, prefix=prefix)
+    return _readout(self, self.config, names.hook(self, 'final.norm', h), table, False)
+
+
+def blocks(module: nn.Module, state, table: Array, key_mask: Array | None = None, deterministic: bool = True,
+           graph: relational.Edges | None = None, gumbel_scale: Any = None, first: int = 0,
+           prefix: dict[int, tuple[Array, Array]] | None = None) -> Array:
+  """LN_f of the state after blocks ``first``… of ``module`` (a ``Transformer`` or ``Suffix``): ``state`` is x
+  (standard) or (x_t, x_e) entering block ``first``; ``prefix`` {block: its earlier positions' keys and
+  values}."""
+  cfg, prefix = module.config, prefix or {}
+  if gumbel_scale is None and cfg.program.gumbel_scale > 0:
+    gumbel_scale = cfg.program.gumbel_scale
+  if cfg.kind == 'standard':
+    x, block = state, _remat(StandardBlock, cfg, static_argnums=(3,))
+    for l in range(first, cfg.num_layers):
+      x = block(cfg, name=f'layer_{l}')(x, key_mask, deterministic, graph, prefix.get(l))
+    return nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
+  (x_t, x_e), block = state, _remat(FactoredBlock, cfg, static_argnums=(5,))
+  for l, kind in enumerate(cfg.layer_kinds()):
+    if l >= first:
+      x_t, x_e = block(cfg, kind == 'symbolic', gumbel_scale, name=f'layer_{l}')(x_t, x_e, table, key_mask,
+                                                                                 deterministic, graph, prefix.get(l))
+  if cfg.kind == 'symbolic':
+    return symbolic.ChannelLayerNorm(cfg.num_heads, cfg.symbolic.channel_norm_scale, cfg.layer_norm_epsilon,
+                                     name='norm_final')(x_t + x_e)
+  return nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x_t + x_e)
 
 
 def check_token_ids(ids, vocab_size: int, what: str = 'token ids') -> None:

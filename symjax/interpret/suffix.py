@@ -1,0 +1,250 @@
+"""Patching programs that recompute only what a patch can change.
+
+In a causal model, a patch at block l and position p leaves every block before l and every position before p
+as they were in the corrupt run. So a patch is computed by ``symjax.model.Suffix``: blocks l… over positions
+s… (s ≤ p), their attention reading the corrupt run's keys and values of the positions before s. Positions
+before the first one where a patch changes a value (clean ≠ corrupt there: the tokens the prompts share)
+change nothing either, so the start s is chosen when the program runs, from the values: a patch that changes
+nothing is not computed at all, and its logits are the corrupt run's.
+
+One program (``_cache``) runs the clean and corrupt prompts once and keeps what the patches read: the sites'
+clean and corrupt values, every block's corrupt keys and values, the corrupt state entering each block. Then
+one program per (block, bucket of positions) runs that bucket's patches vmapped, with ``lax.switch`` over the
+starts their positions allow (multiples of ``time / BUCKETS``) and the branch that computes nothing.
+Each program compiles once per sites and shapes, and the next sweep of the same sites reuses it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from symjax.interpret import hooks
+from symjax.model import Suffix, Transformer
+from symjax.model import intermediates as names
+from symjax.model.masks import head_mask_matrix
+
+BUCKETS = 2          # starts per input: more recompute less but compile more programs (twice as many at 4)
+CHUNK_TOKENS = 4096  # patch tokens per vmapped call (patches × batch × time): bounds a program's memory
+_STATE_SITES = ('resid', 'x_t', 'x_e')
+
+
+def applies(model: Transformer, time: int) -> bool:
+  """Whether every position of the model reads only the positions up to its own (every head's mask below
+  the diagonal), without relational edges: then a suffix is recomputed alone."""
+  cfg = model.config
+  if cfg.kind == 'lstm' or cfg.attention.relational:
+    return False
+  static = head_mask_matrix(tuple(cfg.mask_predicates()), time, time)
+  return not np.triu(static, 1).any()
+
+
+def _time_axis(model, site: str):
+  return hooks.axes(model, site)[0]
+
+
+def _first_block(model: Transformer, site: str) -> int:
+  """The first block a patch at ``site`` changes: a block's output state enters the next block."""
+  if site == 'embed':
+    return 0
+  if site.startswith('final.'):
+    return model.config.num_layers
+  _, layer, local = site.split('.', 2)
+  return int(layer) + (local in _STATE_SITES)
+
+
+def _entering(model: Transformer, first: int) -> list[str]:
+  """The sites that hold the state entering block ``first`` (the sites a patch there replaces before it)."""
+  if first == 0:
+    return ['embed']
+  b = f'blocks.{first - 1}.'
+  return [b + 'resid'] if model.config.kind == 'standard' else [b + 'x_t', b + 'x_e']
+
+
+_PROGRAMS: dict = {}
+
+
+def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...]):
+  """The clean and corrupt runs as one batch: (clean logits, corrupt logits, {site: (clean, corrupt)},
+  {block: corrupt (keys, values)}, {first: corrupt state entering it: x, or (x_t, x_e)})."""
+  key = ('cache', model, sites, firsts)
+  if key not in _PROGRAMS:
+    cfg = model.config
+    kv = [f'blocks.{l}.attn.{s}' for l in range(min(firsts), cfg.num_layers) for s in ('k', 'values')]
+    kept = tuple(dict.fromkeys((*sites, *kv, *(s for f in firsts for s in _entering(model, f)))))
+
+    def run(params, clean, corrupt, key_mask):
+      seen, b = {}, clean.shape[0]
+      fns = {s: (lambda v, name, s=s: (seen.setdefault(s, v), v)[1]) for s in kept}
+      km = None if key_mask is None else jnp.concatenate([key_mask, key_mask])
+      logits = hooks.hooked_logits(model, params, jnp.concatenate([clean, corrupt]), km, fns)
+      # Clean rows first; a site with no position axis ([heads, batch·time, ff]) has them in its first half.
+      split = {s: (v[:, :v.shape[1] // 2], v[:, v.shape[1] // 2:]) if _time_axis(model, s) is None
+               else (v[:b], v[b:]) for s, v in seen.items()}
+      corrupt_of = lambda s: split[s][1]
+      states = {}
+      for f in firsts:
+        entering = [corrupt_of(s) for s in _entering(model, f)]
+        if cfg.kind == 'standard':
+          states[f] = entering[0]
+        else:  # X_e⁰ = 0 before block 0
+          states[f] = tuple(entering) if f else (entering[0], jnp.zeros_like(entering[0]))
+      kv_of = {l: (corrupt_of(f'blocks.{l}.attn.k'), corrupt_of(f'blocks.{l}.attn.values'))
+               for l in range(min(firsts), cfg.num_layers)}
+      return logits[:b], logits[b:], {s: split[s] for s in sites}, kv_of, states
+    _PROGRAMS[key] = jax.jit(run)
+  return _PROGRAMS[key]
+
+
+def _slice(model, site: str, x, start: int):
+  """``x`` (a site's value or a patch mask broadcast to it) from position ``start`` on."""
+  axis = _time_axis(model, site)
+  if axis is None or not start or x.shape[axis] == 1:
+    return x
+  return jax.lax.slice_in_dim(x, start, x.shape[axis], axis=axis)
+
+
+def _patches(model: Transformer, sites: tuple[str, ...], first: int, starts: tuple[int, ...]):
+  """The logits ``[patches, batch, time, vocab]`` of a bucket's patches (their masks {site: ``[patches,
+  ...]``}), recomputed from block ``first`` and from the latest of ``starts`` not after the first position
+  they change; the corrupt logits where they change nothing."""
+  key = ('patches', model, sites, first, starts)
+  if key not in _PROGRAMS:
+    entering = _entering(model, first)
+
+    def from_start(start, params, cache, key_mask, masks):
+      _, corrupt_logits, values, kv, states = cache
+      prefix = {l: (k[:, :start], v[:, :start]) for l, (k, v) in kv.items() if l >= first}
+      state = jax.tree.map(lambda x: x[:, start:], states[first])
+
+      def one(mask):
+        def patch(s, v, name=None):
+          return jnp.where(_slice(model, s, mask[s], start), _slice(model, s, values[s][0], start).astype(v.dtype), v)
+        x = state
+        for s in (s for s in entering if s in mask):  # the state entering block ``first``, patched before it
+          if isinstance(x, tuple):
+            x = (patch(s, x[0]), x[1]) if not s.endswith('.x_e') else (x[0], patch(s, x[1]))
+          else:
+            x = patch(s, x)
+        fns = {s: (lambda v, name, s=s: patch(s, v)) for s in mask if s not in entering}
+        with names.session(fns, lambda name: False):
+          logits = Suffix(model.config, first).apply({'params': params}, x, prefix, key_mask)
+        return jnp.concatenate([corrupt_logits[:, :start], logits], axis=1)
+      return jax.vmap(one)(masks)
+
+    def run(params, cache, key_mask, masks):
+      corrupt_logits, values = cache[1], cache[2]
+      rows, time = next(iter(masks.values())).shape[0], corrupt_logits.shape[1]
+      changed = _changed(model, values, masks, time)
+      at = jnp.where(changed.any(), jnp.argmax(changed), time)   # the first position a patch changes
+      # The latest start not after it; past the last branch, the one that computes nothing.
+      index = jnp.where(at >= time, len(starts), jnp.maximum(jnp.sum(jnp.asarray(starts) <= at) - 1, 0))
+      branches = [lambda ops, s=s: from_start(s, *ops) for s in starts]
+      branches.append(lambda ops: jnp.broadcast_to(corrupt_logits, (rows, *corrupt_logits.shape)))
+      return jax.lax.switch(index, branches, (params, cache, key_mask, masks))
+    _PROGRAMS[key] = jax.jit(run)
+  return _PROGRAMS[key]
+
+
+def _changed(model, values, masks, time: int) -> jax.Array:
+  """``[time]``: where some patch of ``masks`` takes a clean value that differs from the corrupt one (a site
+  with no position axis counts at position 0: its patches start there)."""
+  out = jnp.zeros(time, bool)
+  for s, m in masks.items():
+    clean, corrupt = values[s]
+    differs = m.any(0) & (clean != corrupt)
+    axis = _time_axis(model, s)
+    if axis is None:
+      out = out.at[0].set(out[0] | differs.any())
+    else:
+      out = out | differs.any(axis=tuple(a for a in range(differs.ndim) if a != axis))
+  return out
+
+
+_EXECUTABLES: dict = {}
+
+
+def _signature(args) -> tuple:
+  """What a compiled program is specialised to: the arguments' tree, shapes and dtypes."""
+  leaves, tree = jax.tree.flatten(args)
+  return tree, tuple((tuple(np.shape(x)), str(x.dtype)) for x in leaves)
+
+
+def _compile_all(todo: list[tuple]) -> None:
+  """Compiles ``todo`` [(key, jitted program, args)] on as many threads as the machine has cores (XLA
+  compiles outside Python's lock)."""
+  todo = list({key: (key, p, args) for key, p, args in todo if key not in _EXECUTABLES}.values())
+  if not todo:
+    return
+  with concurrent.futures.ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+    for (key, _, _), compiled in zip(todo, pool.map(lambda j: j[1].lower(*j[2]).compile(), todo)):
+      _EXECUTABLES[key] = compiled
+
+
+def _spans(model, masks: dict[str, np.ndarray], time: int) -> tuple[np.ndarray, np.ndarray]:
+  """Each patch's first and last patched position (every position where a mask does not name one)."""
+  n = len(next(iter(masks.values())))
+  lo, hi = np.full(n, time), np.full(n, -1)
+  for s, m in masks.items():
+    axis = _time_axis(model, s)
+    if axis is None or m.shape[1 + axis] == 1:
+      at = np.broadcast_to(m.reshape(n, -1).any(1)[:, None], (n, time))
+    else:
+      at = m.any(axis=tuple(a for a in range(1, m.ndim) if a != 1 + axis))
+    lo = np.where(at.any(1), np.minimum(lo, np.argmax(at, 1)), lo)
+    hi = np.where(at.any(1), np.maximum(hi, time - 1 - np.argmax(at[:, ::-1], 1)), hi)
+  empty = lo > hi  # patches nothing: any bucket serves
+  return np.where(empty, time - 1, lo), np.where(empty, time - 1, hi)
+
+
+def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[str, np.ndarray]],
+        limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(clean logits, corrupt logits, every patch's logits ``[patches, batch, time, vocab]`` in the order of
+  ``groups``): ``model`` an analysis model that ``applies``; each group {site: ``[patches, ...]`` masks}, a
+  block's patches; ``limit`` patches per call (default: ``CHUNK_TOKENS`` tokens)."""
+  params = nn.meta.unbox(params)
+  time = clean.shape[1]
+  width = -(-time // BUCKETS)
+  starts = tuple(range(0, time, width))
+  km = None if key_mask is None else jnp.asarray(key_mask)
+  jobs = []   # (sites, first block, starts, patch indices, masks)
+  offset = 0
+  for g in groups:
+    sites = tuple(g)
+    first = min(_first_block(model, s) for s in sites)
+    lo, hi = (x // width for x in _spans(model, g, time))
+    whole = any(_time_axis(model, s) is None for s in sites)  # [heads, batch·time, ff]: from position 0 only
+    for a, b in sorted(set(zip(lo.tolist(), hi.tolist()))):
+      index = np.flatnonzero((lo == a) & (hi == b))
+      jobs.append((sites, first, starts[:1] if whole else starts[a:b + 1], offset + index,
+                   {s: m[index] for s, m in g.items()}))
+    offset += len(lo)
+  every = tuple(dict.fromkeys(s for g in groups for s in g))
+  firsts = tuple(sorted({j[1] for j in jobs}))
+  cache_args = (params, jnp.asarray(clean), jnp.asarray(corrupt), km)
+  cache_key = ('cache', model, every, firsts, _signature(cache_args))
+  _compile_all([(cache_key, _cache(model, every, firsts), cache_args)])
+  cache = _EXECUTABLES[cache_key](*cache_args)
+  base = (cache_key, _signature(cache))  # the patch programs' arguments but the masks
+  rows_limit = limit or max(1, CHUNK_TOKENS // clean.size)
+  calls = []
+  for sites, first, job_starts, index, masks in jobs:
+    rows = min(rows_limit, 1 << max(0, (len(index) - 1).bit_length()))
+    total = -(-len(index) // rows) * rows
+    padded = {s: np.concatenate([m, np.zeros((total - len(index), *m.shape[1:]), bool)]) for s, m in masks.items()}
+    program = _patches(model, sites, first, job_starts)
+    for at in range(0, total, rows):
+      args = (params, cache, km, {s: jnp.asarray(m[at:at + rows]) for s, m in padded.items()})
+      key = ('patches', model, sites, first, job_starts, base, tuple(m.shape for m in args[3].values()))
+      calls.append((key, program, args, index[at:at + rows]))
+  _compile_all([c[:3] for c in calls])
+  out = np.empty((offset, *cache[1].shape), np.float32)
+  results = [(_EXECUTABLES[key](*args), index) for key, _, args, index in calls]  # dispatched, then read
+  for logits, index in results:
+    out[index] = np.asarray(logits)[:len(index)]
+  return np.asarray(cache[0]), np.asarray(cache[1]), out

@@ -12,8 +12,8 @@ from symjax.model import Transformer
 from symjax.system.errors import InputError
 
 
-def setup(kind):
-  cfg = small(kind=kind)
+def setup(kind, **overrides):
+  cfg = small(kind=kind, **overrides)
   model = Transformer(cfg)
   clean = np.asarray(jax.random.randint(jax.random.key(3), (1, 8), 0, cfg.vocab_size))
   corrupt = clean.copy()
@@ -85,21 +85,22 @@ def test_patching_errors_are_one_line():
     patching.sweep_heads(model, params, clean, clean)
 
 
-def two_pairs(kind):
+def two_pairs(kind, **overrides):
   """Two prompt pairs of 8 tokens; the second pair corrupts another position, so it recovers differently."""
-  model, params, clean, corrupt = setup(kind)
+  model, params, clean, corrupt = setup(kind, **overrides)
   clean2 = np.asarray(jax.random.randint(jax.random.key(7), (1, 8), 0, model.config.vocab_size))
   corrupt2 = clean2.copy()
   corrupt2[0, 5] = (corrupt2[0, 5] + 3) % model.config.vocab_size
   return model, params, np.concatenate([clean, clean2]), np.concatenate([corrupt, corrupt2])
 
 
-@pytest.mark.parametrize('kind', KINDS)
-def test_sweeps_recomputing_only_the_suffix_equal_whole_hooked_passes(kind):
+@pytest.mark.parametrize('kind,symbolic_layers', [(k, None) for k in KINDS] + [('symbolic', (1,))])
+def test_sweeps_recomputing_only_the_suffix_equal_whole_hooked_passes(kind, symbolic_layers):
   """A causal model's sweeps recompute only the blocks and positions a patch can change, and skip the
   patches that change nothing: each value equals the whole pass with the clean value written in by a hook.
-  One pair is corrupted at position 0 (every patch computed), the other at 5 (the earlier ones skipped)."""
-  model, params, clean, corrupt = two_pairs(kind)
+  One pair is corrupted at position 0 (every patch computed), the other at 5 (the earlier ones skipped).
+  Blocks of one kind share one program; blocks of two kinds (``symbolic_layers``) run a program each."""
+  model, params, clean, corrupt = two_pairs(kind, symbolic_layers=symbolic_layers)
   corrupt = corrupt.copy()
   corrupt[0, 0] = (corrupt[0, 0] + 1) % model.config.vocab_size
   metric = patching.logit_difference(1, 2)

@@ -9,8 +9,10 @@ nothing is not computed at all, and its logits are the corrupt run's.
 
 One program (``_cache``) runs the clean and corrupt prompts once and keeps what the patches read: the sites'
 clean and corrupt values, every block's corrupt keys and values, the corrupt state entering each block. Then
-one program per (block, bucket of positions) runs that bucket's patches vmapped, with ``lax.switch`` over the
-starts their positions allow (multiples of ``time / BUCKETS``) and the branch that computes nothing.
+each block's patches run vmapped, a bucket of positions per call, with ``lax.switch`` over the starts their
+positions allow (multiples of ``time / BUCKETS``) and the branch that computes nothing. Where the blocks are
+of one kind, one program per site and bucket serves every block (``_shared``: the blocks in a ``lax.scan``,
+the patched block an argument), so that a sweep compiles a few programs, not one per block and bucket.
 Each program compiles once per sites and shapes, and the next sweep of the same sites reuses it.
 """
 
@@ -25,11 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from symjax.interpret import hooks
-from symjax.model import Suffix, Transformer
+from symjax.model import FactoredBlock, StandardBlock, Suffix, Transformer
 from symjax.model import intermediates as names
 from symjax.model.masks import head_mask_matrix
 
-BUCKETS = 2          # starts per input: more recompute less but compile more programs (twice as many at 4)
+BUCKETS = 4          # starts per input: more recompute less, but compile more programs and branches
 CHUNK_TOKENS = 4096  # patch tokens per vmapped call (patches × batch × time): bounds a program's memory
 _STATE_SITES = ('resid', 'x_t', 'x_e')
 
@@ -75,7 +77,7 @@ def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...]):
   key = ('cache', model, sites, firsts)
   if key not in _PROGRAMS:
     cfg = model.config
-    kv = [f'blocks.{l}.attn.{s}' for l in range(min(firsts), cfg.num_layers) for s in ('k', 'values')]
+    kv = [f'blocks.{l}.attn.{s}' for l in range(cfg.num_layers) for s in ('k', 'values')]
     kept = tuple(dict.fromkeys((*sites, *kv, *(s for f in firsts for s in _entering(model, f)))))
 
     def run(params, clean, corrupt, key_mask):
@@ -95,7 +97,7 @@ def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...]):
         else:  # X_e⁰ = 0 before block 0
           states[f] = tuple(entering) if f else (entering[0], jnp.zeros_like(entering[0]))
       kv_of = {l: (corrupt_of(f'blocks.{l}.attn.k'), corrupt_of(f'blocks.{l}.attn.values'))
-               for l in range(min(firsts), cfg.num_layers)}
+               for l in range(cfg.num_layers)}
       return logits[:b], logits[b:], {s: split[s] for s in sites}, kv_of, states
     _PROGRAMS[key] = jax.jit(run)
   return _PROGRAMS[key]
@@ -140,10 +142,8 @@ def _patches(model: Transformer, sites: tuple[str, ...], first: int, starts: tup
     def run(params, cache, key_mask, masks):
       corrupt_logits, values = cache[1], cache[2]
       rows, time = next(iter(masks.values())).shape[0], corrupt_logits.shape[1]
-      changed = _changed(model, values, masks, time)
-      at = jnp.where(changed.any(), jnp.argmax(changed), time)   # the first position a patch changes
-      # The latest start not after it; past the last branch, the one that computes nothing.
-      index = jnp.where(at >= time, len(starts), jnp.maximum(jnp.sum(jnp.asarray(starts) <= at) - 1, 0))
+      changed = _changed(lambda s: _time_axis(model, s), values, masks, time)
+      index = _branch(changed, starts)
       branches = [lambda ops, s=s: from_start(s, *ops) for s in starts]
       branches.append(lambda ops: jnp.broadcast_to(corrupt_logits, (rows, *corrupt_logits.shape)))
       return jax.lax.switch(index, branches, (params, cache, key_mask, masks))
@@ -151,14 +151,100 @@ def _patches(model: Transformer, sites: tuple[str, ...], first: int, starts: tup
   return _PROGRAMS[key]
 
 
-def _changed(model, values, masks, time: int) -> jax.Array:
+def _roles(model: Transformer, sites: tuple[str, ...], first: int) -> tuple[str, ...] | None:
+  """The sites of a patch as roles that every block shares: ``in:0`` / ``in:1`` for the state entering block
+  ``first`` (x or X_t / X_e), the local name (``attn.z``) for a site inside it; None when a site is elsewhere
+  or the blocks differ (``symbolic_layers``), and the unrolled programs serve."""
+  if len(set(model.config.layer_kinds())) != 1:
+    return None
+  entering, roles = _entering(model, first), []
+  for s in sites:
+    if s in entering:
+      roles.append('in:1' if s.endswith('.x_e') else 'in:0')
+    elif s.startswith(f'blocks.{first}.') and first < model.config.num_layers:
+      roles.append(s.split('.', 2)[2])
+    else:
+      return None
+  return tuple(roles)
+
+
+def _role_axis(model, role: str):
+  return 1 if role.startswith('in:') else _time_axis(model, 'blocks.0.' + role)
+
+
+def _shared(model: Transformer, roles: tuple[str, ...], starts: tuple[int, ...]):
+  """``_patches`` for the patches of any one block: the blocks run in a ``lax.scan`` over their stacked
+  parameters, the block ``first`` (an argument, not a constant) patched and the ones before it skipped, so
+  that one program, compiled once, serves every block of a sweep."""
+  key = ('shared', model, roles, starts)
+  if key not in _PROGRAMS:
+    cfg = model.config
+    layers = cfg.num_layers
+    block = (StandardBlock(cfg) if cfg.kind == 'standard' else
+             FactoredBlock(cfg, symbolic=cfg.layer_kinds()[0] == 'symbolic'))
+    inside = [r for r in roles if not r.startswith('in:')]
+
+    def from_start(start, params, corrupt_logits, kv, state_in, values, key_mask, masks, first):
+      stacked = jax.tree.map(lambda *x: jnp.stack(x), *[params[f'layer_{l}'] for l in range(layers)])
+      keys, vals = (jnp.stack([kv[l][i][:, :start] for l in range(layers)]) for i in (0, 1))
+      table = params['embed']['embedding']
+      state = jax.tree.map(lambda x: x[:, start:], state_in)
+
+      def one(mask):
+        def patch(role, v, on=True):
+          axis = _role_axis(model, role)
+          cut = lambda x: x if axis is None or not start or x.shape[axis] == 1 else jax.lax.slice_in_dim(
+              x, start, x.shape[axis], axis=axis)
+          return jnp.where(cut(mask[role]) & on, cut(values[role][0]).astype(v.dtype), v)
+        x = state
+        for r in roles:
+          if r.startswith('in:'):
+            i = int(r[3:])
+            x = patch(r, x) if not isinstance(x, tuple) else tuple(patch(r, y) if j == i else y
+                                                                     for j, y in enumerate(x))
+
+        def body(x, xs):
+          l, p, k, v = xs
+
+          def run_block(x):
+            fns = {r: (lambda val, name, r=r: patch(r, val, l == first)) for r in inside}
+            with names.session(fns, lambda name: False):
+              if cfg.kind == 'standard':
+                return block.apply({'params': p}, x, key_mask, True, None, (k, v))
+              return block.apply({'params': p}, *x, table, key_mask, True, None, (k, v))
+          return jax.lax.cond(l >= first, run_block, lambda x: x, x), None
+        x, _ = jax.lax.scan(body, x, (jnp.arange(layers), stacked, keys, vals))
+        logits = Suffix(cfg, layers).apply({'params': params}, x, {}, key_mask)
+        return jnp.concatenate([corrupt_logits[:, :start], logits], axis=1)
+      return jax.vmap(one)(masks)
+
+    def run(params, corrupt_logits, kv, state_in, values, key_mask, masks, first):
+      rows = next(iter(masks.values())).shape[0]
+      index = _branch(_changed(lambda r: _role_axis(model, r), values, masks, corrupt_logits.shape[1]), starts)
+      branches = [lambda ops, s=s: from_start(s, *ops) for s in starts]
+      branches.append(lambda ops: jnp.broadcast_to(corrupt_logits, (rows, *corrupt_logits.shape)))
+      return jax.lax.switch(index, branches, (params, corrupt_logits, kv, state_in, values, key_mask, masks, first))
+    _PROGRAMS[key] = jax.jit(run)
+  return _PROGRAMS[key]
+
+
+def _branch(changed: jax.Array, starts: tuple[int, ...]) -> jax.Array:
+  """The index of the latest of ``starts`` not after the first position a patch changes; ``len(starts)``
+  (the branch that computes nothing) where it changes none."""
+  time = changed.shape[0]
+  at = jnp.where(changed.any(), jnp.argmax(changed), time)
+  return jnp.where(at >= time, len(starts), jnp.maximum(jnp.sum(jnp.asarray(starts) <= at) - 1, 0))
+
+
+def _changed(time_axis, values, masks, time: int) -> jax.Array:
   """``[time]``: where some patch of ``masks`` takes a clean value that differs from the corrupt one (a site
-  with no position axis counts at position 0: its patches start there)."""
+  with no position axis counts at position 0: its patches start there). ``time_axis(key)``: the time axis
+  of ``values[key]``."""
   out = jnp.zeros(time, bool)
   for s, m in masks.items():
     clean, corrupt = values[s]
     differs = m.any(0) & (clean != corrupt)
-    axis = _time_axis(model, s)
+    axis = time_axis(s)
     if axis is None:
       out = out.at[0].set(out[0] | differs.any())
     else:
@@ -237,10 +323,18 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
     rows = min(rows_limit, 1 << max(0, (len(index) - 1).bit_length()))
     total = -(-len(index) // rows) * rows
     padded = {s: np.concatenate([m, np.zeros((total - len(index), *m.shape[1:]), bool)]) for s, m in masks.items()}
-    program = _patches(model, sites, first, job_starts)
+    roles = _roles(model, sites, first)
     for at in range(0, total, rows):
-      args = (params, cache, km, {s: jnp.asarray(m[at:at + rows]) for s, m in padded.items()})
-      key = ('patches', model, sites, first, job_starts, base, tuple(m.shape for m in args[3].values()))
+      chunk = [jnp.asarray(m[at:at + rows]) for m in padded.values()]
+      shapes = tuple(m.shape for m in chunk)
+      if roles is None:
+        program, args = _patches(model, sites, first, job_starts), (params, cache, km, dict(zip(sites, chunk)))
+        key = ('patches', model, sites, first, job_starts, base, shapes)
+      else:
+        program = _shared(model, roles, job_starts)
+        args = (params, cache[1], cache[3], cache[4][first], {r: cache[2][s] for r, s in zip(roles, sites)}, km,
+                dict(zip(roles, chunk)), jnp.int32(first))
+        key = ('shared', model, roles, job_starts, base, shapes)
       calls.append((key, program, args, index[at:at + rows]))
   _compile_all([c[:3] for c in calls])
   out = np.empty((offset, *cache[1].shape), np.float32)

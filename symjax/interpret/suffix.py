@@ -168,6 +168,23 @@ def _roles(model: Transformer, sites: tuple[str, ...], first: int) -> tuple[str,
   return tuple(roles)
 
 
+def _both_streams(model, first: int, state, values: dict, masks: dict) -> tuple[dict, dict]:
+  """A two-stream patch of the state entering a block names both streams (the one it leaves gets an all-False
+  mask), in one order: the embedding (X_t alone, X_e⁰ = 0) then patches as the later blocks' states do, in
+  the same program."""
+  if model.config.kind == 'standard' or not any(r.startswith('in:') for r in masks):
+    return values, masks
+  values, masks = dict(values), dict(masks)
+  like = next(m for r, m in masks.items() if r.startswith('in:'))
+  for i, stream in enumerate(state):
+    role = f'in:{i}'
+    if role not in masks:
+      values[role] = (stream, stream)
+      masks[role] = jnp.zeros_like(like)
+  order = sorted(masks, key=lambda r: (not r.startswith('in:'), r))
+  return {r: values[r] for r in order}, {r: masks[r] for r in order}
+
+
 def _role_axis(model, role: str):
   return 1 if role.startswith('in:') else _time_axis(model, 'blocks.0.' + role)
 
@@ -331,10 +348,11 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
         program, args = _patches(model, sites, first, job_starts), (params, cache, km, dict(zip(sites, chunk)))
         key = ('patches', model, sites, first, job_starts, base, shapes)
       else:
-        program = _shared(model, roles, job_starts)
-        args = (params, cache[1], cache[3], cache[4][first], {r: cache[2][s] for r, s in zip(roles, sites)}, km,
-                dict(zip(roles, chunk)), jnp.int32(first))
-        key = ('shared', model, roles, job_starts, base, shapes)
+        values, masks = _both_streams(model, first, cache[4][first], {r: cache[2][s] for r, s in zip(roles, sites)},
+                                      dict(zip(roles, chunk)))
+        program = _shared(model, tuple(masks), job_starts)
+        args = (params, cache[1], cache[3], cache[4][first], values, km, masks, jnp.int32(first))
+        key = ('shared', model, tuple(masks), job_starts, base, tuple(m.shape for m in masks.values()))
       calls.append((key, program, args, index[at:at + rows]))
   _compile_all([c[:3] for c in calls])
   out = np.empty((offset, *cache[1].shape), np.float32)

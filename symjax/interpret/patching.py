@@ -83,7 +83,7 @@ def _pair(model: Transformer, clean, corrupt, key_mask=None) -> tuple[np.ndarray
 # call, the clean and corrupt runs shared and each block's patches vmapped apart. jax.jit retraces for new shapes
 # only, and the next sweep of the same sites reuses the program.
 _PROGRAMS: dict = {}
-CHUNK_TOKENS = 4096  # tokens per vmapped call (patches × batch × time): bounds the program's memory
+CHUNK_TOKENS = suffix.CHUNK_TOKENS  # tokens per vmapped call (patches × batch × time): bounds a program's memory
 
 
 def _program(model: Transformer, sites: tuple[str, ...]):

@@ -105,7 +105,11 @@ def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...]):
 
 def _slice(model, site: str, x, start: int):
   """``x`` (a site's value or a patch mask broadcast to it) from position ``start`` on."""
-  axis = _time_axis(model, site)
+  return _from(_time_axis(model, site), x, start)
+
+
+def _from(axis: int | None, x, start: int):
+  """``x`` from index ``start`` of ``axis`` on (whole where it has no such axis or broadcasts along it)."""
   if axis is None or not start or x.shape[axis] == 1:
     return x
   return jax.lax.slice_in_dim(x, start, x.shape[axis], axis=axis)
@@ -210,9 +214,8 @@ def _shared(model: Transformer, roles: tuple[str, ...], starts: tuple[int, ...])
       def one(mask):
         def patch(role, v, on=True):
           axis = _role_axis(model, role)
-          cut = lambda x: x if axis is None or not start or x.shape[axis] == 1 else jax.lax.slice_in_dim(
-              x, start, x.shape[axis], axis=axis)
-          return jnp.where(cut(mask[role]) & on, cut(values[role][0]).astype(v.dtype), v)
+          return jnp.where(_from(axis, mask[role], start) & on, _from(axis, values[role][0], start).astype(v.dtype),
+                           v)
         x = state
         for r in roles:
           if r.startswith('in:'):

@@ -11,7 +11,7 @@ One program (``_cache``) runs the clean and corrupt prompts once and keeps what 
 clean and corrupt values, every block's corrupt keys and values, the corrupt state entering each block. Then
 each block's patches run vmapped, a bucket of positions per call, with ``lax.switch`` over the starts their
 positions allow (multiples of ``time / BUCKETS``) and the branch that computes nothing. Where the blocks are
-of one kind, one program per site and bucket serves every block (``_shared``: the blocks in a ``lax.scan``,
+of one kind, one program per site and bucket serves every block (``_shared``: the blocks in a loop,
 the patched block an argument), so that a sweep compiles a few programs, not one per block and bucket.
 Each program compiles once per sites and shapes, and the next sweep of the same sites reuses it.
 """
@@ -194,9 +194,9 @@ def _role_axis(model, role: str):
 
 
 def _shared(model: Transformer, roles: tuple[str, ...], starts: tuple[int, ...]):
-  """``_patches`` for the patches of any one block: the blocks run in a ``lax.scan`` over their stacked
-  parameters, the block ``first`` (an argument, not a constant) patched and the ones before it skipped, so
-  that one program, compiled once, serves every block of a sweep."""
+  """``_patches`` for the patches of any one block: blocks ``first``… (``first`` an argument, not a constant)
+  run in a ``lax.fori_loop`` over their stacked parameters, the first of them patched, so that one program,
+  compiled once, serves every block of a sweep."""
   key = ('shared', model, roles, starts)
   if key not in _PROGRAMS:
     cfg = model.config
@@ -223,17 +223,14 @@ def _shared(model: Transformer, roles: tuple[str, ...], starts: tuple[int, ...])
             x = patch(r, x) if not isinstance(x, tuple) else tuple(patch(r, y) if j == i else y
                                                                      for j, y in enumerate(x))
 
-        def body(x, xs):
-          l, p, k, v = xs
-
-          def run_block(x):
-            fns = {r: (lambda val, name, r=r: patch(r, val, l == first)) for r in inside}
-            with names.session(fns, lambda name: False):
-              if cfg.kind == 'standard':
-                return block.apply({'params': p}, x, key_mask, True, None, (k, v))
-              return block.apply({'params': p}, *x, table, key_mask, True, None, (k, v))
-          return jax.lax.cond(l >= first, run_block, lambda x: x, x), None
-        x, _ = jax.lax.scan(body, x, (jnp.arange(layers), stacked, keys, vals))
+        def body(l, x):
+          p, k, v = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), (stacked, keys, vals))
+          fns = {r: (lambda val, name, r=r: patch(r, val, l == first)) for r in inside}
+          with names.session(fns, lambda name: False):
+            if cfg.kind == 'standard':
+              return block.apply({'params': p}, x, key_mask, True, None, (k, v))
+            return block.apply({'params': p}, *x, table, key_mask, True, None, (k, v))
+        x = jax.lax.fori_loop(first, layers, body, x)
         logits = Suffix(cfg, layers).apply({'params': params}, x, {}, key_mask)
         return jnp.concatenate([corrupt_logits[:, :start], logits], axis=1)
       return jax.vmap(one)(masks)

@@ -81,6 +81,9 @@ def test_patching_errors_are_one_line():
     patching.patch(model, params, clean, corrupt, 'blocks.0.x_t', heads=0)
   with pytest.raises(InputError, match="unknown site name 'blocks.0.attn.zz'"):
     patching.patch(model, params, clean, corrupt, 'blocks.0.attn.zz')
+  with pytest.raises(InputError, match=r'every site needs one mask per patch; got \[1, 2\] masks'):
+    patching.patch_many(model, params, clean, corrupt, {'blocks.0.x_t': np.ones((1, 1, 8, 1), bool),
+                                                        'blocks.0.x_e': np.ones((2, 1, 8, 1), bool)})
   with pytest.raises(InputError, match='predict the same token'):
     patching.sweep_heads(model, params, clean, clean)
 

@@ -160,10 +160,11 @@ def _run(model: Transformer, params, clean, corrupt, key_mask, masks: dict[str, 
          chunk: int | None = None) -> _Patched:
   """``masks`` {site: ``[patches, ...]`` booleans broadcast to the site's value}: patch i takes each site from
   the clean run where its mask is True, all in one compiled program (``_program``)."""
-  count, calls = _calls(model, params, clean, corrupt, key_mask, masks, chunk)
+  _patch_count(masks)
   analysis, sites = core.analysis_model(model), tuple(masks)
   if suffix.applies(analysis, clean.shape[1]):
     return _Patched(*suffix.run(analysis, params, clean, corrupt, key_mask, [masks], chunk))
+  count, calls = _calls(model, params, clean, corrupt, key_mask, masks, chunk)
   out = []
   for args in calls:
     clean_logits, corrupt_logits, logits = _executable(analysis, sites, args)(*args)
@@ -171,13 +172,17 @@ def _run(model: Transformer, params, clean, corrupt, key_mask, masks: dict[str, 
   return _Patched(np.asarray(clean_logits), np.asarray(corrupt_logits), np.concatenate(out)[:count])
 
 
-def _calls(model, params, clean, corrupt, key_mask, masks, chunk=None) -> tuple[int, list[tuple]]:
-  """(patches, the arguments of each call of the program): the patches padded to whole calls of a power of
-  two rows each."""
+def _patch_count(masks: dict[str, np.ndarray]) -> int:
   count = {len(m) for m in masks.values()}
   if len(count) != 1:
     raise InputError(f'every site needs one mask per patch; got {sorted(count)} masks')
-  count = count.pop()
+  return count.pop()
+
+
+def _calls(model, params, clean, corrupt, key_mask, masks, chunk=None) -> tuple[int, list[tuple]]:
+  """(patches, the arguments of each call of the program): the patches padded to whole calls of a power of
+  two rows each."""
+  count = _patch_count(masks)
   params = nn.meta.unbox(params)
   km = None if key_mask is None else jnp.asarray(key_mask)
   rows = _rows(count, chunk or max(1, CHUNK_TOKENS // clean.size))

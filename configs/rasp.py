@@ -35,6 +35,10 @@ GUMBEL_SCALE = {'sort': 1.0}
 # These runs evaluate every 1,000 steps (the others every 2,000, as their results were measured), so the
 # checkpoint kept is chosen among twice as many.
 PROGRAM_HEADS = {'sort': 8, 'double_hist': 8}
+# model=program, the Transformer Program kind (symjax.model.transformer_program): half the heads numerical and
+# Gumbel noise annealed geometrically from 3 to 0.01, as "Learning Transformer Programs" trains (Appendix B.2).
+TRANSFORMER_PROGRAM = {'num_heads': 8, 'mlps': 2, 'gumbel': (3.0, 0.01), 'learning_rate': 1e-2,
+                       'total_steps': 20000}
 
 
 def get_config(arg=None):
@@ -69,4 +73,12 @@ def get_config(arg=None):
     config.model.num_heads = PROGRAM_HEADS.get(a.task, config.model.num_heads)
     config.model.numerical_heads = config.model.num_heads // 2 if a.task in COUNTING_TASKS else 0
     config.model.gumbel_scale = GUMBEL_SCALE.get(a.task, 0.0)
+  if a.model == 'program':
+    config.model.qk_positions = False  # positions are a variable the heads select
+    config.model.num_heads = TRANSFORMER_PROGRAM['num_heads']
+    config.model.numerical_heads = config.model.num_heads // 2
+    config.model.mlps = TRANSFORMER_PROGRAM['mlps']
+    config.model.gumbel_scale, config.model.gumbel_scale_end = TRANSFORMER_PROGRAM['gumbel']
+    config.learning_rate = TRANSFORMER_PROGRAM['learning_rate']
+    config.total_steps = TRANSFORMER_PROGRAM['total_steps']
   return config_lib.runlocal(config) if a.runlocal else config

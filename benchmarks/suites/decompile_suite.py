@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 from absl import app, flags
 
@@ -32,8 +33,9 @@ from symjax.train import sweep
 
 _TASKS = flags.DEFINE_list('tasks', ['induction', *rasp.TASKS], 'Tasks.')
 _MODES = flags.DEFINE_list('modes', ['continuous', 'program', 'program_alibi'],
-                           'continuous (the paper), program (program training, the recipe) and program_alibi '
-                           '(program training without the learned query/key positions; RASP tasks only).')
+                           'continuous (the paper), program (program training, the recipe), program_alibi '
+                           '(program training without the learned query/key positions; RASP tasks only) and '
+                           'transformer_program (model kind program: code a person reads; RASP tasks only).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds.')
 _RUNS = flags.DEFINE_string('runs', '/tmp/symjax_decompile', 'Where runs are trained (or found).')
 _JSON = cli.json_output('benchmarks/results/decompile.json', 'Output.')
@@ -55,7 +57,7 @@ RESULTS = ('benchmarks/results/decompile_continuous.json', 'benchmarks/results/d
 PUBLISHED = {'reverse': 99.79, 'hist': 100.0, 'double_hist': 98.40, 'sort': 99.83, 'most_freq': 75.69,
              'dyck1': 99.30, 'dyck2': 99.09, 'induction': 100.0}
 MEASURES = ('program_accuracy', 'fidelity', 'model_accuracy', 'lines', 'table_entries', 'validation_accuracy',
-            'decompile_seconds', 'program_seconds', 'model_seconds')
+            'decompile_seconds', 'program_seconds', 'model_seconds', 'train_seconds')
 
 
 def validation_at(workdir: str) -> float:
@@ -68,6 +70,8 @@ def validation_at(workdir: str) -> float:
 
 
 def recipe(task: str, mode: str) -> list[str]:
+  if mode == 'transformer_program':
+    return [f'--config=rasp:task={task},model=program']
   program = ',program=true' if mode.startswith('program') else ''
   name = f'symbolic:task=induction{program}' if task == 'induction' else f'rasp:task={task},model=symbolic{program}'
   return [f'--config={name}'] + (['--config.model.qk_positions=false'] if mode == 'program_alibi' else [])
@@ -80,8 +84,12 @@ def one(task: str, mode: str, seed: int) -> tuple[dict, list[str]]:
   if _STEPS.value:
     train += [f'--config.total_steps={_STEPS.value}', f'--config.eval_every_steps={_STEPS.value}',
               f'--config.warmup_steps={min(100, _STEPS.value // 2)}']
+  seconds = os.path.join(workdir, 'train_seconds.txt')
   if not os.path.exists(os.path.join(workdir, 'final_metrics.json')):
+    start = time.perf_counter()
     subprocess.run(train, check=True, capture_output=True)
+    with open(seconds, 'w') as f:
+      f.write(f'{time.perf_counter() - start:.1f}\n')
   measured = os.path.join(workdir, 'program', 'measured.json')
   output = os.path.join(workdir, 'program', 'program.py')
   decompile = [sys.executable, '-m', 'symjax.decompile', f'--workdir={workdir}', f'--output={output}',
@@ -92,6 +100,9 @@ def one(task: str, mode: str, seed: int) -> tuple[dict, list[str]]:
   with open(measured) as f:
     row = json.load(f)
   row['validation_accuracy'] = validation_at(workdir)
+  if os.path.exists(seconds):  # the wall time of training, with the other job of --jobs beside it
+    with open(seconds) as f:
+      row['train_seconds'] = float(f.read())
   return row, [' '.join(['python', *train[1:]]), ' '.join(['python', *decompile[1:]])]
 
 
@@ -180,9 +191,10 @@ def main(_):
     key = f'{task}/{mode}'
     with lock:
       commands[f'{key}/{seed}'] = command
-      per_seed.setdefault(key, {})[str(seed)] = {m: row[m] for m in MEASURES}
-      print(key, seed, {m: round(row[m], 2) for m in MEASURES}, flush=True)
-      summary[key] = {m: sweep.stat([r[m] for r in per_seed[key].values()]) for m in MEASURES}
+      per_seed.setdefault(key, {})[str(seed)] = {m: row[m] for m in MEASURES if m in row}
+      print(key, seed, {m: round(row[m], 2) for m in MEASURES if m in row}, flush=True)
+      summary[key] = {m: sweep.stat([r[m] for r in per_seed[key].values()]) for m in MEASURES
+                      if all(m in r for r in per_seed[key].values())}
       what = ('decompiled programs of the Symbolic Transformer on the test split: program accuracy, '
               'fidelity to the model, model accuracy (% of tagged positions), program size, seconds to decompile '
               'and to predict the split (program; model compiled and warm); mean and 95% t-interval over seeds')

@@ -43,7 +43,12 @@ def main():
     usage.check_writable(os.path.dirname(path), '--output', path)
     loaded = rundir.load(f.workdir, rundir.checkpoint_choice(f.which, '--which'))
     start = time.perf_counter()
-    program = decompile.decompile(loaded, os.path.basename(decompile.data_path(path)))
+    data_file = os.path.basename(decompile.data_path(path))
+    if loaded.model_config.kind == 'program':
+      from symjax.proj import program_code
+      program = program_code.decompile(loaded, data_file)
+    else:
+      program = decompile.decompile(loaded, data_file)
     decompile_seconds = time.perf_counter() - start
     try:
       source, data = decompile.write(program, path)

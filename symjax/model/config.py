@@ -21,7 +21,8 @@ from symjax.model import masks, symbolic
 from symjax.ops import attention as attention_ops
 from symjax.system.errors import InputError
 
-MODEL_KINDS = ('standard', 'token_factored', 'symbolic', 'lstm')  # lstm: a recurrent baseline
+# lstm: a recurrent baseline; program: a Transformer Program (symjax.model.transformer_program)
+MODEL_KINDS = ('standard', 'token_factored', 'symbolic', 'lstm', 'program')
 POSITIONS = ('alibi', 'learned')
 VALUE_MAPS = ('kronecker_identity', 'kronecker_normal', 'none')
 CHANNEL_NORM_SCALES = ('vector', 'scalar')
@@ -105,6 +106,9 @@ class ProgramConfig:
   # "keys holding my token" cannot depend on where the keys are (opt-in, per task; the categorical heads keep
   # their positions).
   numerical_positions: bool = True
+  # Kind 'program' only: MLPs per layer, each reading two variables it selects, and their hidden width.
+  mlps: int = 2
+  mlp_hidden: int = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,6 +241,12 @@ class ModelConfig:
     return self.symbolic.symbolic_sites in ('both', site)
 
   @property
+  def samples_argmaxes(self) -> bool:
+    """Whether training takes its argmaxes of Gumbel-perturbed weights: program training (``hard``) or kind
+    'program', with a noise scale."""
+    return (self.program.hard or self.kind == 'program') and self.program.gumbel_scale > 0
+
+  @property
   def exact_mixtures(self) -> bool:
     """Every stream a convex mixture of token embeddings after every layer: every layer symbolic, both
     sites projected, no gain, convex FFN mixtures (the paper's model, with either ``vocab_ffn``)."""
@@ -339,6 +349,9 @@ def _check_kinds(c) -> None:
 
 def _check_program(c) -> None:
   """Program training and numerical heads: the computations they take their argmaxes from."""
+  if c.kind == 'program':
+    _check_transformer_program(c)
+    return
   # What program training and numerical heads both need: the explicit, dense, one-piece computations that
   # the forward pass takes its argmaxes and predicates from.
   needs = (('kind', 'symbolic', c.kind), ('symbolic_sites', 'both', c.symbolic_sites),
@@ -373,6 +386,24 @@ def _check_program(c) -> None:
   if not c.numerical_positions and not c.numerical_heads:
     raise InputError('model.numerical_positions = False removes positions from numerical heads: it needs '
                      f'model.numerical_heads >= 1, got {c.numerical_heads!r}')
+
+def _check_transformer_program(c) -> None:
+  """Kind 'program' is hard by construction; it has numerical heads and MLPs of its own."""
+  if not 0 <= c.numerical_heads <= c.num_heads:
+    raise InputError(f'model.numerical_heads must be in [0, model.num_heads = {c.num_heads}], got '
+                     f'{c.numerical_heads!r}')
+  if not (isinstance(c.mlps, int) and c.mlps >= 0) or not (isinstance(c.mlp_hidden, int) and c.mlp_hidden > 0):
+    raise InputError(f'model.mlps must be an int >= 0 and model.mlp_hidden an int > 0, got {c.mlps!r} and '
+                     f'{c.mlp_hidden!r}')
+  if c.relational or c.qk_positions or c.hard:
+    raise InputError("model.kind 'program' reads its positions as a variable and is always hard: set "
+                     'model.relational, model.qk_positions and model.hard to False')
+  end = c.gumbel_scale_end
+  if not (math.isfinite(c.gumbel_scale) and c.gumbel_scale >= 0) or (
+      end is not None and not (c.gumbel_scale > 0 and math.isfinite(end) and end > 0)):
+    raise InputError(f'model.gumbel_scale must be >= 0, and model.gumbel_scale_end > 0 (or None) with it, got '
+                     f'{c.gumbel_scale!r} and {end!r}')
+
 
 def _check_layers(c) -> None:
   if c.symbolic_layers is not None:

@@ -39,6 +39,7 @@ from symjax.model.config import (  # noqa: F401  (re-exported)
   VALUE_MAPS,
   ModelConfig,
 )
+from symjax.model.transformer_program import TransformerProgram
 from symjax.ops import dense, readout
 from symjax.system.errors import InputError
 from symjax.system.mesh import EMBED, VOCAB  # logical axis names of the parameters
@@ -362,6 +363,8 @@ def for_backend(config: ModelConfig, backend: str | None = None) -> ModelConfig:
 
 def build(config: ModelConfig) -> nn.Module:
   """The model ``config.kind`` names."""
+  if config.kind == 'program':
+    return TransformerProgram(config)
   return LSTM(config) if config.kind == 'lstm' else Transformer(config)
 
 

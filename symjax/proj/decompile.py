@@ -426,7 +426,7 @@ def build(params, model_config, tokens: list[str], data_file: str = 'program.npz
 def not_exact(model_config) -> str | None:
   """One line saying that the program only approximates the model, when the model was not program-trained
   (``model.hard``): its mixtures and attention are spread, the program takes their argmaxes."""
-  if model_config.program.hard:
+  if model_config.program.hard or model_config.kind == 'program':
     return None
   return ('warning: this model was not program-trained (model.hard = False), so its program takes argmaxes '
           'where the model mixes: the fidelity below is measured, not exact')

@@ -173,6 +173,24 @@ def distinct_contents(task, rng, max_len, vocab_size, count) -> list[tuple[str, 
   return order
 
 
+def all_inputs(task: str, max_len: int, vocab_size: int, v: base.Vocab) -> np.ndarray:
+  """Every input the task generates at ``max_len`` (token ids ``[n, max_len]``, right-padded), by content
+  length, then in lexicographic order of the symbols."""
+  ids = np.array([v.id(s) for s in symbols(task, vocab_size)])
+  lo, hi = content_lengths(task, max_len)
+  eos = task in ('reverse', 'sort')
+  rows = []
+  for length in range(lo, hi + 1):
+    content = ids[np.indices((len(ids),) * length).reshape(length, -1).T]
+    row = np.full((len(content), max_len), v.id(base.PAD))
+    row[:, 0] = v.id(base.BOS)
+    row[:, 1:length + 1] = content
+    if eos:
+      row[:, length + 1] = v.id(base.EOS)
+    rows.append(row)
+  return np.concatenate(rows)
+
+
 class RaspTask(base.FixedSetTask):
   """One RASP task; ``split`` ``length_12`` / ``length_16`` exist for the length-generalisation tasks."""
 
@@ -180,7 +198,7 @@ class RaspTask(base.FixedSetTask):
                num_sequences: int = NUM_SEQUENCES):
     if name not in TASKS:
       raise InputError(f'config.task must name a RASP task {list(TASKS)}, got {name!r}')
-    self.name = name
+    self.name, self.vocab_size = name, vocab_size
     self.causal = name.startswith('dyck')
     self.seq_len = max_len or (16 if self.causal else 8)
     longest = self.seq_len if self.causal else max(GENERALISATION_LENGTHS)
@@ -201,3 +219,10 @@ class RaspTask(base.FixedSetTask):
         self.data.inputs[split] = np.stack([a for a, _ in arrays])
         self.data.targets[split] = np.stack([b for _, b in arrays])
       self.eval_splits = tuple(f'length_{n}' for n in GENERALISATION_LENGTHS)
+
+  def input_space(self, limit: int = 1_000_000) -> tuple[np.ndarray, bool]:
+    """The inputs a decompiled program is pruned on: every input the task generates at its length when there
+    are at most ``limit`` (exhaustive: True), else those of the train and validation splits (False)."""
+    if possible_sequences(self.name, self.seq_len, self.vocab_size) > limit:
+      return np.concatenate([self.data.inputs['train'], self.data.inputs['validation']]), False
+    return all_inputs(self.name, self.seq_len, self.vocab_size, self.vocab), True

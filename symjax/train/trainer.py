@@ -118,7 +118,7 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
   cross-entropy as the loss minimised (distillation, ``symjax.train.distill.make_objective``); the logged
   ``loss`` stays the cross-entropy and its metrics are logged beside it."""
 
-  sampled = model.config.program.hard and model.config.program.gumbel_scale > 0
+  sampled = model.config.samples_argmaxes
 
   def loss_fn(params, batch, dropout_key, step):
     kw = dict(deterministic=False, rngs={'dropout': dropout_key})

@@ -1,0 +1,225 @@
+"""A Transformer Program ("Learning Transformer Programs", §3): a transformer whose residual stream is a set of
+named categorical variables, each module reading a few of them, so that it decompiles into code a person reads
+(``symjax.proj.program_code``).
+
+Every variable is a one-hot vector over ``cardinality`` values at each position (a token id, a position or a
+count):
+
+  tokens, positions    the input (one-hot, fixed)
+  attn_{l}_{h}         what head h of layer l writes
+  mlp_{l}_{m}          what MLP m of layer l writes
+
+A module reads a variable through a selection: a learned distribution over the variables written before it
+(its logits ``select_*``), taken as its argmax (§3.1, "reading from the residual stream"):
+
+- a categorical head (§3.2) selects a query, a key and a value variable; its predicate maps each query value to
+  one key value (one row-wise argmax of a ``[cardinality, cardinality]`` table); each query reads the closest
+  key whose value the predicate names, a later key before an earlier one at the same distance never, itself
+  last, and the first position where no key matches (Appendix A.1); it copies that key's value variable;
+- a numerical head (§3.3) selects a query and a key variable; its predicate holds for every (query value, key
+  value) whose entry of a ``[cardinality, cardinality]`` table is above 0 (several key values per query value,
+  the entry-wise form of Appendix C); it writes how many keys it selects;
+- an MLP (§3.3) selects two variables and writes the argmax of a one-hidden-layer network of their one-hots:
+  a lookup table from pairs of values to a value;
+- the readout is linear in every variable's one-hot (the classifier of §3.4).
+
+The forward pass is exactly the program: every argmax is one-hot, and the gradient is the softmax's
+(straight-through; ``hard + (soft − stop_gradient(soft))`` is ``hard`` exactly, so no rounding ever moves a
+choice). While training, the selections, predicates, attention and MLP outputs may be sampled with Gumbel
+noise (``model.gumbel_scale``, annealed to ``gumbel_scale_end``), as that paper trains its programs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from symjax.model.config import ModelConfig
+from symjax.model.program import GUMBEL_RNG
+from symjax.system.errors import InputError
+
+Array = jax.Array
+
+# Sharpness of the soft attention whose gradient the hard choice takes: logits β·S_ij·rank_ij/(max_len + 1).
+ATTENTION_SHARPNESS = 8.0
+
+
+def cardinality(cfg: ModelConfig) -> int:
+  """The values every variable ranges over: token ids, positions and counts (0…max_len) all fit."""
+  return max(cfg.vocab_size, cfg.max_len + 1)
+
+
+def variable_names(cfg: ModelConfig, upto_layer: int | None = None, with_heads_of: int | None = None
+                   ) -> list[str]:
+  """The variables in the order the model writes them: those a module of layer ``upto_layer`` can read
+  (its own layer's heads too with ``with_heads_of``, for MLPs); all of them by default."""
+  names = ['tokens', 'positions']
+  for l in range(cfg.num_layers if upto_layer is None else upto_layer):
+    names += [f'attn_{l}_{h}' for h in range(cfg.num_heads)] + [f'mlp_{l}_{m}' for m in range(cfg.program.mlps)]
+  if with_heads_of is not None:
+    names += [f'attn_{with_heads_of}_{h}' for h in range(cfg.num_heads)]
+  return names
+
+
+def exact_straight_through(hard: Array, soft: Array) -> Array:
+  """``hard`` in the forward pass, exactly, with the gradient of ``soft``."""
+  return hard + (soft - jax.lax.stop_gradient(soft))
+
+
+def one_hot_argmax(logits: Array, noise: Array | None) -> Array:
+  """The straight-through one-hot argmax of ``logits`` over the last axis (of ``logits + noise`` while
+  sampling): ties to the first index, as NumPy's argmax."""
+  if noise is not None:
+    logits = logits + noise
+  soft = jax.nn.softmax(logits, -1)
+  return exact_straight_through(jax.nn.one_hot(jnp.argmax(logits, -1), logits.shape[-1], dtype=soft.dtype), soft)
+
+
+def closest_rank(n: int, max_len: int) -> Array:
+  """``[n, n]``: how strongly query i prefers key j among the keys its predicate matches: max_len + 1 − |i − j|
+  for another key (closer first), 1 for itself (last)."""
+  i, j = jnp.arange(n)[:, None], jnp.arange(n)[None, :]
+  return jnp.where(i == j, 1, max_len + 1 - jnp.abs(i - j)).astype(jnp.float32)
+
+
+class _Noise:
+  """Gumbel noise for the argmaxes of one call, or none (evaluation, or no scale)."""
+
+  def __init__(self, module: nn.Module, scale: Any):
+    self.module, self.scale = module, scale
+    self.on = scale is not None and module.has_rng(GUMBEL_RNG)
+
+  def gumbel(self, shape) -> Array | None:
+    return self.scale * jax.random.gumbel(self.module.make_rng(GUMBEL_RNG), shape) if self.on else None
+
+  def logistic(self, shape) -> Array | None:
+    return self.scale * jax.random.logistic(self.module.make_rng(GUMBEL_RNG), shape) if self.on else None
+
+
+def _select(module: nn.Module, name: str, stack: Array, noise: _Noise) -> Array:
+  """The variable a module reads: ``stack`` is ``[variables, batch, time, cardinality]``; the selection is
+  the one-hot argmax of the learned logits ``select_{name}`` (sampled while training)."""
+  logits = module.param(f'select_{name}', nn.initializers.normal(1.0), (stack.shape[0],))
+  weights = one_hot_argmax(logits, noise.gumbel(logits.shape))
+  return jnp.einsum('v,vbtk->btk', weights, stack)
+
+
+class CategoricalHead(nn.Module):
+  """select_closest(key, query, predicate) then aggregate(value): one key per query, its value copied."""
+
+  max_len: int
+  noise: Any = None
+
+  @nn.compact
+  def __call__(self, stack: Array, allowed: Array) -> Array:
+    noise = _Noise(self, self.noise)
+    q, k, v = (_select(self, name, stack, noise) for name in ('query', 'key', 'value'))
+    card = stack.shape[-1]
+    psi = self.param('predicate', nn.initializers.normal(1.0), (card, card))
+    predicate = one_hot_argmax(psi, noise.gumbel(psi.shape))         # row a: the key value query a matches
+    matches = jnp.einsum('bik,kl,bjl->bij', q, predicate, k)          # 0 or 1, exactly
+    rank = closest_rank(q.shape[1], self.max_len)
+    # The closest match, itself last; no match (or no allowed key scoring above 0) reads position 0.
+    hard_choice = jnp.argmax(jnp.where(allowed, matches * rank, -1.0), -1)
+    # A finite floor: an empty row (an evaluation batch's filler) must not make the soft weights NaN.
+    logits = jnp.where(allowed, ATTENTION_SHARPNESS * matches * rank / (self.max_len + 1), -1e9)
+    extra = noise.gumbel(logits.shape)
+    soft = jax.nn.softmax(logits if extra is None else logits + extra, -1)
+    pattern = exact_straight_through(jax.nn.one_hot(hard_choice, q.shape[1], dtype=soft.dtype), soft)
+    self.sow('intermediates', 'pattern', pattern)
+    return jnp.einsum('bij,bjk->bik', pattern, v)
+
+
+class NumericalHead(nn.Module):
+  """select(key, query, predicate) then aggregate_sum(ones): how many keys the predicate holds for."""
+
+  noise: Any = None
+
+  @nn.compact
+  def __call__(self, stack: Array, allowed: Array) -> Array:
+    noise = _Noise(self, self.noise)
+    q, k = (_select(self, name, stack, noise) for name in ('query', 'key'))
+    card = stack.shape[-1]
+    psi = self.param('predicate', nn.initializers.normal(1.0), (card, card))
+    score = jnp.einsum('bik,kl,bjl->bij', q, psi, k)                  # psi[q value, k value], exactly
+    extra = noise.logistic(score.shape)
+    noisy = score if extra is None else score + extra
+    soft = jnp.where(allowed, jax.nn.sigmoid(noisy), 0.0)
+    selected = exact_straight_through((allowed & (noisy > 0)).astype(soft.dtype), soft)
+    self.sow('intermediates', 'pattern', selected)
+    count = selected.sum(-1)                                          # an integer, exactly
+    values = jnp.arange(card, dtype=count.dtype)
+    soft_count = jax.nn.softmax(-(values - count[..., None]) ** 2, -1)
+    hard_count = jax.nn.one_hot(jax.lax.stop_gradient(count).astype(jnp.int32), card, dtype=count.dtype)
+    return exact_straight_through(hard_count, soft_count)
+
+
+def mlp_logits(p, x: Array) -> Array:
+  """An MLP's scores of the value it writes, from the concatenated one-hots ``x`` of its two inputs: one hidden
+  ReLU layer (the model and its decompiled table call this one function)."""
+  h = nn.relu(x @ p['hidden_kernel'] + p['hidden_bias'])
+  return h @ p['out_kernel'] + p['out_bias']
+
+
+class ProgramMLP(nn.Module):
+  """A lookup table from the values of two selected variables to a value, learned as a small MLP."""
+
+  hidden: int
+  noise: Any = None
+
+  @nn.compact
+  def __call__(self, stack: Array) -> Array:
+    noise = _Noise(self, self.noise)
+    x = jnp.concatenate([_select(self, name, stack, noise) for name in ('first', 'second')], -1)
+    card = stack.shape[-1]
+    shapes = {'hidden_kernel': (2 * card, self.hidden), 'hidden_bias': (self.hidden,),
+              'out_kernel': (self.hidden, card), 'out_bias': (card,)}
+    p = {name: self.param(name, nn.initializers.lecun_normal() if name.endswith('kernel') else nn.initializers.zeros,
+                          shape) for name, shape in shapes.items()}
+    return one_hot_argmax(mlp_logits(p, x), noise.gumbel((*x.shape[:-1], card)))
+
+
+class TransformerProgram(nn.Module):
+  """A Transformer Program over token ids; returns logits ``[batch, time, vocab]`` (float32). Same interface as
+  ``Transformer``; with ``return_hidden`` it returns (every variable's one-hot and a 1, the readout table)."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens: Array, key_mask: Array | None = None, deterministic: bool = True,
+               return_hidden: bool = False, edges: Array | None = None, gumbel_scale: Any = None):
+    del deterministic, edges
+    cfg = self.config
+    batch, time = tokens.shape
+    if time > cfg.max_len:
+      raise InputError(f'sequence length {time} exceeds model.max_len = {cfg.max_len}; '
+                       f'shorten the input or raise model.max_len')
+    card = cardinality(cfg)
+    scale = cfg.program.gumbel_scale if gumbel_scale is None else gumbel_scale
+    scale = scale if cfg.samples_argmaxes else None
+    positions = jnp.broadcast_to(jnp.arange(time), (batch, time))
+    stack = [jax.nn.one_hot(tokens, card), jax.nn.one_hot(positions, card)]
+    allowed = jnp.ones((batch, time, time), bool) if key_mask is None else jnp.broadcast_to(
+        key_mask[:, None, :].astype(bool), (batch, time, time))
+    if cfg.causal:
+      allowed = allowed & jnp.tril(jnp.ones((time, time), bool))
+    first_numerical = cfg.num_heads - cfg.program.numerical_heads
+    for l in range(cfg.num_layers):
+      read = jnp.stack(stack)
+      for h in range(cfg.num_heads):
+        if h < first_numerical:
+          head = CategoricalHead(cfg.max_len, scale, name=f'attn_{l}_{h}')
+        else:
+          head = NumericalHead(scale, name=f'attn_{l}_{h}')
+        stack.append(head(read, allowed))
+      read = jnp.stack(stack)
+      for m in range(cfg.program.mlps):
+        stack.append(ProgramMLP(cfg.program.mlp_hidden, scale, name=f'mlp_{l}_{m}')(read))
+    hidden = jnp.concatenate(stack + [jnp.ones((batch, time, 1))], -1)
+    table = self.param('readout', nn.initializers.normal(0.1), (cfg.vocab_size, hidden.shape[-1]))
+    if return_hidden:
+      return hidden, table
+    return jnp.einsum('btd,vd->btv', hidden, table)

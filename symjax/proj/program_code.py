@@ -1,0 +1,445 @@
+"""From a Transformer Program (model kind 'program', ``symjax.model.transformer_program``) to Python code a person
+reads, as "Learning Transformer Programs" §3.4 writes its programs: each head a predicate over the two
+variables it reads, then ``select_closest`` / ``select`` and ``aggregate`` / ``aggregate_sum``; each MLP an
+``if/elif`` over its inputs, grouped by the value it writes; only the readout (that paper's classifier) stays a
+data file.
+
+Where a predicate is arithmetic it is written so (``k_position == q_position - 1``, ``k_token < q_token`` for
+numbers), and an MLP that reads one of its inputs only is written over that one. The values a variable can
+take (its domain) follow from the program: the input tokens, the positions 0…max_len − 1, a categorical head
+copies its value variable's, a numerical head counts 0…max_len, an MLP writes what its table holds over its
+inputs' domains. Predicates and tables are written over those domains only.
+
+Pruning: a variable whose readout term can be left out without changing any prediction on the task's whole
+input space (``RaspTask.input_space``; the train and validation inputs where the space is too large to
+enumerate) is left out; a head or MLP whose variable nothing then reads is dropped. The fidelity of the pruned
+program is measured afterwards, as for every program (``symjax.proj.decompile.evaluate``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from symjax.proj import decompile as tables_decompile
+from symjax.system.errors import InputError
+
+WIDTH = 88  # the generated code's line width, as black formats the published programs
+
+
+@dataclasses.dataclass
+class Module:
+  """A head or MLP of the program: the variables it reads, in order, and its table."""
+
+  name: str
+  kind: str                 # 'categorical', 'numerical' or 'mlp'
+  reads: tuple[str, ...]    # categorical: (query, key, value); numerical: (query, key); mlp: (first, second)
+  table: np.ndarray         # categorical: key value per query value [card]; numerical: [card, card] bool;
+                            # mlp: value written per pair [card, card]
+
+
+@dataclasses.dataclass
+class Plan:
+  """A Transformer Program's discrete choices, read from its parameters."""
+
+  modules: list[Module]
+  readout: dict[str, np.ndarray]   # variable -> [card, vocab] rows of the classifier; 'bias' -> [vocab]
+  tokens: list[str]
+  max_len: int
+  causal: bool
+  card: int
+
+
+def plan_of(params, cfg) -> Plan:
+  """The program of a Transformer Program's ``params``: every argmax the forward pass takes, as tables."""
+  import jax
+  import jax.numpy as jnp
+
+  from symjax.model import transformer_program as tp
+  card = tp.cardinality(cfg)
+  names = tp.variable_names(cfg)
+  first_numerical = cfg.num_heads - cfg.program.numerical_heads
+  modules = []
+
+  def chosen(p, role, readable):
+    return readable[int(np.argmax(np.asarray(p[f'select_{role}'])))]
+
+  pairs = np.stack(np.meshgrid(np.arange(card), np.arange(card), indexing='ij'), -1).reshape(-1, 2)
+  x = np.concatenate([np.eye(card)[pairs[:, 0]], np.eye(card)[pairs[:, 1]]], -1)[None].astype(np.float32)
+  for l in range(cfg.num_layers):
+    readable = tp.variable_names(cfg, l)
+    for h in range(cfg.num_heads):
+      name, p = f'attn_{l}_{h}', params[f'attn_{l}_{h}']
+      psi = np.asarray(p['predicate'])
+      if h < first_numerical:
+        modules.append(Module(name, 'categorical', tuple(chosen(p, r, readable) for r in ('query', 'key', 'value')),
+                              psi.argmax(-1)))
+      else:
+        modules.append(Module(name, 'numerical', tuple(chosen(p, r, readable) for r in ('query', 'key')), psi > 0))
+    readable = tp.variable_names(cfg, l, with_heads_of=l)
+    for m in range(cfg.program.mlps):
+      name, p = f'mlp_{l}_{m}', params[f'mlp_{l}_{m}']
+      logits = jax.jit(tp.mlp_logits)({k: jnp.asarray(v) for k, v in p.items()}, jnp.asarray(x))
+      table = np.asarray(logits).argmax(-1).reshape(card, card)
+      modules.append(Module(name, 'mlp', tuple(chosen(p, r, readable) for r in ('first', 'second')), table))
+  weights = np.asarray(params['readout'], np.float32)          # [vocab, variables * card + 1]
+  readout = {n: weights[:, i * card:(i + 1) * card].T.copy() for i, n in enumerate(names)}
+  readout['bias'] = weights[:, -1].copy()
+  return Plan(modules, readout, [], cfg.max_len, cfg.causal, card)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Domains: the values each variable can take.
+# ---------------------------------------------------------------------------------------------------------
+def domains(plan: Plan, input_tokens: list[int]) -> dict[str, tuple[tuple[int, ...], bool]]:
+  """variable -> (its values, whether they are tokens)."""
+  out = {'tokens': (tuple(sorted(input_tokens)), True), 'positions': (tuple(range(plan.max_len)), False)}
+  for m in plan.modules:
+    if m.kind == 'categorical':
+      out[m.name] = out[m.reads[2]]
+    elif m.kind == 'numerical':
+      out[m.name] = (tuple(range(plan.max_len + 1)), False)
+    else:
+      a, b = (out[r][0] for r in m.reads)
+      pairs = zip(a, a) if m.reads[0] == m.reads[1] else ((i, j) for i in a for j in b)
+      out[m.name] = (tuple(sorted({int(m.table[i, j]) for i, j in pairs})), False)
+  return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Writing the code.
+# ---------------------------------------------------------------------------------------------------------
+def _value(v: int, is_token: bool, tokens: list[str]) -> str:
+  return repr(tokens[v]) if is_token else str(v)
+
+
+def _set(values, is_token, tokens) -> str:
+  return '{' + ', '.join(_value(v, is_token, tokens) for v in values) + '}'
+
+
+def _wrapped_set(prefix: str, items: list[str], suffix: str, indent: str) -> list[str]:
+  """``prefix{items}suffix`` on one line when it fits, else one item per line (black's layout)."""
+  one = f'{indent}{prefix}{{{", ".join(items)}}}{suffix}'
+  if len(one) <= WIDTH:
+    return [one]
+  return [f'{indent}{prefix}{{'] + [f'{indent}    {it},' for it in items] + [f'{indent}}}{suffix}']
+
+
+def _arg(var: str, role: str, same: bool) -> str:
+  base = {'tokens': 'token', 'positions': 'position'}.get(var, var)
+  return f'{role}_{base}' if same else base
+
+
+RELATIONS = (('==', np.equal), ('!=', np.not_equal), ('<', np.less), ('<=', np.less_equal),
+             ('>', np.greater), ('>=', np.greater_equal))
+
+
+def _relation(truth: np.ndarray, qd, kd, both_numbers: bool, same_kind: bool) -> str | None:
+  """A comparison of k with q equal to the predicate ``truth`` [len(qd), len(kd)] over the domains."""
+  q, k = np.array(qd)[:, None], np.array(kd)[None, :]
+  if not truth.any():
+    return 'False'
+  if truth.all():
+    return 'True'
+  for symbol, op in RELATIONS:
+    if (symbol in ('==', '!=') and same_kind) or both_numbers:
+      if (op(k, q) == truth).all():
+        return symbol
+  if both_numbers:
+    for shift in range(-len(kd), len(kd) + 1):
+      if shift and ((k == q + shift) == truth).all():
+        return f'== {"+" if shift > 0 else "-"} {abs(shift)}'
+  return None
+
+
+def predicate_source(m: Module, doms, tokens) -> list[str]:
+  """The predicate of a head as a Python function of the query's and the key's value."""
+  (qd, q_tok), (kd, k_tok) = doms[m.reads[0]], doms[m.reads[1]]
+  same = m.reads[0] == m.reads[1]
+  qa, ka = _arg(m.reads[0], 'q', same), _arg(m.reads[1], 'k', same)
+  if m.kind == 'categorical':
+    truth = m.table[np.array(qd)][:, None] == np.array(kd)[None, :]
+  else:
+    truth = m.table[np.ix_(np.array(qd), np.array(kd))]
+  prefix = 'num_' if m.kind == 'numerical' else ''
+  head = f'    def {prefix}predicate_{m.name[5:]}({qa}, {ka}):'
+  rel = _relation(truth, qd, kd, not q_tok and not k_tok, q_tok == k_tok)
+  if rel in ('True', 'False'):
+    return [head, f'        return {rel}']
+  if rel is not None:
+    if rel.startswith('== '):
+      return [head, f'        return {ka} == {qa} {rel[3:]}']
+    return [head, f'        return {ka} {rel} {qa}']
+  # Group query values by the keys they match.
+  groups: dict[tuple[int, ...], list[int]] = {}
+  for i, q in enumerate(qd):
+    keys = tuple(kd[j] for j in np.nonzero(truth[i])[0])
+    if keys:
+      groups.setdefault(keys, []).append(q)
+  lines = [head]
+  for n, (keys, qs) in enumerate(sorted(groups.items(), key=lambda g: g[1][0])):
+    word = 'if' if n == 0 else 'elif'
+    lines += _wrapped_set(f'{word} {qa} in ', [_value(v, q_tok, tokens) for v in qs], ':', '        ')
+    if len(keys) == 1:
+      lines.append(f'            return {ka} == {_value(keys[0], k_tok, tokens)}')
+    else:
+      lines += _wrapped_set(f'return {ka} in ', [_value(v, k_tok, tokens) for v in keys], '', '            ')
+  lines.append('        return False')
+  return lines
+
+
+def mlp_source(m: Module, doms, tokens) -> list[str]:
+  """An MLP as if/elif over its inputs' values, grouped by the value written, the commonest last."""
+  (ad, a_tok), (bd, b_tok) = doms[m.reads[0]], doms[m.reads[1]]
+  table = m.table[np.ix_(np.array(ad), np.array(bd))]
+  if m.reads[0] == m.reads[1]:                   # one variable read twice: the diagonal
+    one_input, outs = 0, np.diagonal(table)
+  elif (table == table[:, :1]).all():
+    one_input, outs = 0, table[:, 0]
+  elif (table == table[:1, :]).all():
+    one_input, outs = 1, table[0, :]
+  else:
+    one_input = None
+  if one_input is not None:
+    dom, tok = (ad, a_tok) if one_input == 0 else (bd, b_tok)
+    arg = _arg(m.reads[one_input], '', False)
+    keys = [_value(v, tok, tokens) for v in dom]
+    lines = [f'    def {m.name}({arg}):', f'        key = {arg}']
+  else:
+    arg = [_arg(r, '', False) for r in m.reads]
+    if arg[0] == arg[1]:
+      arg = [arg[0] + '_1', arg[1] + '_2']
+    outs = table.reshape(-1)
+    keys = [f'({_value(a, a_tok, tokens)}, {_value(b, b_tok, tokens)})' for a in ad for b in bd]
+    lines = [f'    def {m.name}({arg[0]}, {arg[1]}):', f'        key = ({arg[0]}, {arg[1]})']
+  values, counts = np.unique(outs, return_counts=True)
+  default = int(values[np.argmax(counts)])
+  order = sorted((v for v in values if v != default), key=lambda v: -int((outs == v).sum()))
+  for n, v in enumerate(order):
+    word = 'if' if n == 0 else 'elif'
+    lines += _wrapped_set(f'{word} key in ', [keys[i] for i in np.nonzero(outs == v)[0]], ':', '        ')
+    lines.append(f'            return {int(v)}')
+  lines.append(f'        return {default}')
+  return lines, one_input
+
+
+RUNTIME = '''
+class Variable:
+    """A categorical variable at every position: ids [batch, n]; a token-valued one reads as TOKENS[id]."""
+
+    def __init__(self, ids, is_token):
+        self.ids, self.is_token = ids, is_token
+
+    def value(self, i):
+        if not self.is_token:
+            return i
+        return TOKENS[i] if i < len(TOKENS) else None  # an id no token has: never an input
+
+
+def _table(function, *variables):
+    """function over every tuple of values of the variables, as an array indexed by their ids."""
+    grids = np.meshgrid(*[np.arange(CARDINALITY)] * len(variables), indexing="ij")
+    values = [function(*(v.value(int(i)) for v, i in zip(variables, ids)))
+              for ids in zip(*(g.ravel() for g in grids))]
+    return np.array(values).reshape(grids[0].shape)
+
+
+def select_closest(keys, queries, predicate):
+    """The key each query reads: the closest one the predicate matches (itself last, the earlier one of two
+    at the same distance), or position 0 where none matches."""
+    n = keys.ids.shape[1]
+    matches = _table(predicate, queries, keys)[queries.ids[:, :, None], keys.ids[:, None, :]] & ALLOWED
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    rank = np.where(i == j, 1, MAX_LEN + 1 - np.abs(i - j))
+    return np.where(matches, rank, 0).argmax(-1)
+
+
+def select(keys, queries, predicate):
+    """Every key the predicate holds for, [batch, query, key]."""
+    return _table(predicate, queries, keys)[queries.ids[:, :, None], keys.ids[:, None, :]] & ALLOWED
+
+
+def aggregate(pattern, values):
+    """The value at the key each query reads."""
+    return Variable(np.take_along_axis(values.ids, pattern, axis=1), values.is_token)
+
+
+def aggregate_sum(pattern):
+    """How many keys each query selects."""
+    return Variable(pattern.sum(-1), False)
+
+
+def apply(function, *variables):
+    """An MLP at every position."""
+    table = _table(function, *variables)
+    return Variable(table[tuple(v.ids for v in variables)], False)
+
+
+def classify(variables):
+    """The classifier: a row of READOUT per variable's value, summed; the tag is the highest."""
+    logits = READOUT["bias"] + sum(READOUT[name][v.ids] for name, v in variables.items() if name in READOUT)
+    return logits.argmax(-1)
+'''
+
+ENTRY = '''
+
+def predict_ids(ids, lengths=None):
+    """Tag ids for token ids: one sequence [n], or a batch [b, n] whose row r holds lengths[r] tokens
+    followed by padding (every row whole by default); padding is tagged 0."""
+    global ALLOWED
+    tok = np.asarray(ids, np.int64)
+    if tok.ndim not in (1, 2):
+        raise ValueError(f"ids must be one sequence [n] or a batch [b, n], got shape {tok.shape}")
+    if tok.shape[-1] > MAX_LEN:
+        raise ValueError(f"{tok.shape[-1]} tokens; the program reads at most {MAX_LEN}")
+    if not tok.size:
+        return tok
+    batch = tok.reshape(-1, tok.shape[-1])
+    n = batch.shape[1]
+    lengths = np.full(len(batch), n) if lengths is None else np.asarray(lengths, np.int64).reshape(-1)
+    if lengths.shape != (len(batch),) or (lengths < 0).any() or (lengths > n).any():
+        raise ValueError(f"lengths must be one count in 0..{n} per sequence ({len(batch)}), got {lengths}")
+    real = np.arange(n)[None, :] < lengths[:, None]
+    ALLOWED = real[:, None, :] & (np.tril(np.ones((n, n), bool)) if CAUSAL else True)
+    variables = run(Variable(batch, True), Variable(np.broadcast_to(np.arange(n), batch.shape), False))
+    return np.where(real, classify(variables), 0).reshape(tok.shape)
+
+
+def predict(tokens):
+    """The tags of one sequence of tokens (strings)."""
+    return [TOKENS[t] for t in predict_ids([TOKENS.index(t) for t in tokens])]
+'''
+
+
+def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str:
+  """The program's text over the ``live`` variables."""
+  tokens = plan.tokens
+  lines = [f'"""{header}"""', '', 'import os', '', 'import numpy as np', '',
+           f'TOKENS = {tokens!r}', f'MAX_LEN = {plan.max_len}', f'CAUSAL = {plan.causal}',
+           f'CARDINALITY = {plan.card}', f'DATA_FILE = {data_file!r}',
+           'READOUT = dict(np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), DATA_FILE)))',
+           'ALLOWED = None  # [batch, query, key]: a real key, and (causal) no later one; set by predict_ids',
+           RUNTIME, '', 'def run(tokens, positions):', '    """Every variable of the program."""']
+  for m in plan.modules:
+    if m.name not in live:
+      continue
+    lines.append(f'    # {m.name} ' + '#' * max(4, WIDTH - 8 - len(m.name)))
+    if m.kind == 'mlp':
+      body, one = mlp_source(m, doms, tokens)
+      lines += body
+      reads = [m.reads[one]] if one is not None else list(m.reads)
+      lines.append(f'    {m.name} = apply({m.name}, {", ".join(reads)})')
+    else:
+      lines += predicate_source(m, doms, tokens)
+      prefix = 'num_' if m.kind == 'numerical' else ''
+      select = 'select_closest' if m.kind == 'categorical' else 'select'
+      lines.append(f'    {m.name}_pattern = {select}({m.reads[1]}, {m.reads[0]}, {prefix}predicate_{m.name[5:]})')
+      if m.kind == 'categorical':
+        lines.append(f'    {m.name} = aggregate({m.name}_pattern, {m.reads[2]})')
+      else:
+        lines.append(f'    {m.name} = aggregate_sum({m.name}_pattern)')
+    lines.append('')
+  kept = [n for n in ['tokens', 'positions'] + [m.name for m in plan.modules] if n in live]
+  lines += _wrapped_set('return dict(', [f'{n}={n}' for n in kept], ')', '    ')
+  lines[-1] = lines[-1].replace('dict({', 'dict(').replace('})', ')')
+  text = '\n'.join(lines) + ENTRY
+  return text.replace('dict({\n', 'dict(\n').replace('\n    })', '\n    )')
+
+
+def _needs(plan: Plan, kept_readout: set[str]) -> set[str]:
+  """The variables the readout's kept terms need, with everything they read."""
+  by_name = {m.name: m for m in plan.modules}
+  live, todo = set(), list(kept_readout) + ['tokens', 'positions']
+  while todo:
+    n = todo.pop()
+    if n in live:
+      continue
+    live.add(n)
+    if n in by_name:
+      todo += list(by_name[n].reads)
+  return live
+
+
+def _load(text: str, readout: dict[str, np.ndarray], data_file: str):
+  """Imports a program text from a temporary folder with its readout beside it."""
+  folder = tempfile.mkdtemp(prefix='symjax_program_')
+  path = os.path.join(folder, 'program.py')
+  with open(path, 'w') as f:
+    f.write(text)
+  np.savez(os.path.join(folder, data_file), **readout)
+  return tables_decompile.load_program(path)
+
+
+def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: str) -> tuple[set[str], Any]:
+  """The readout terms kept: each is left out, last written first, when no prediction on ``inputs`` changes."""
+  names = ['tokens', 'positions'] + [m.name for m in plan.modules]
+  everything = set(names)
+  program = _load(source(plan, everything, doms, 'unpruned', data_file), _readout(plan, everything), data_file)
+  n = inputs.shape[1]
+  real = np.arange(n)[None, :] < lengths[:, None]
+  program.ALLOWED = real[:, None, :] & (np.tril(np.ones((n, n), bool)) if plan.causal else True)
+  values = program.run(program.Variable(inputs, True),
+                       program.Variable(np.broadcast_to(np.arange(n), inputs.shape), False))
+  terms = {name: plan.readout[name][v.ids] for name, v in values.items()}
+  logits = plan.readout['bias'] + sum(terms.values())
+  want = logits.argmax(-1)
+  kept = set(names)
+  for name in reversed(names):
+    trial = logits - terms[name]
+    if (trial.argmax(-1)[real] == want[real]).all():
+      kept.discard(name)
+      logits = trial
+  return kept, program
+
+
+def _readout(plan: Plan, kept: set[str]) -> dict[str, np.ndarray]:
+  return {'bias': plan.readout['bias'], **{n: plan.readout[n] for n in plan.readout if n in kept}}
+
+
+@dataclasses.dataclass
+class CodeProgram:
+  """A decompiled program: its source, the readout (its only data), and its size."""
+
+  source: str
+  tables: dict[str, np.ndarray]
+  entries: int
+  lines: int
+  exhaustive: bool
+
+
+def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool,
+          origin: str = 'memory', data_file: str = 'program.npz') -> CodeProgram:
+  """The pruned program of a Transformer Program, pruned on ``inputs`` (token ids, each row ``lengths`` long)."""
+  plan = plan_of(params, cfg)
+  plan.tokens = list(tokens)
+  real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
+  doms = domains(plan, [int(t) for t in np.unique(inputs[real])])
+  kept, _ = prune(plan, doms, inputs, lengths, data_file)
+  live = _needs(plan, kept)
+  where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
+  header = (f'Program decompiled by symjax from the Transformer Program {origin}.\n\n'
+            f'predict(tokens) -> tags runs it; it needs only NumPy and the classifier in {data_file} beside it.\n'
+            f'Variables: tokens, positions, attn_<layer>_<head> (what a head writes), mlp_<layer>_<mlp>\n'
+            f'(what an MLP writes). Heads, MLPs and classifier rows that change no prediction on\n'
+            f'{where} are left out.\n')
+  text = source(plan, live, doms, header, data_file)
+  readout = _readout(plan, kept)
+  return CodeProgram(text, readout, int(sum(v.size for v in readout.values())), len(text.splitlines()), exhaustive)
+
+
+def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:
+  """The program of a loaded run of kind 'program' on a task with an input space (``input_space``)."""
+  from symjax import tasks
+  task = tasks.get_task(loaded.config)
+  if not hasattr(task, 'input_space'):
+    raise InputError(f"decompiling a Transformer Program needs a task whose inputs can be listed (the RASP "
+                     f"tasks), got task {loaded.task!r}")
+  inputs, exhaustive = task.input_space()
+  lengths = (inputs != task.pad_id).sum(1)
+  origin = f'in {loaded.workdir or "memory"} (step {loaded.step}, task {loaded.task})'
+  return build(loaded.params, loaded.model_config, list(loaded.tokenizer.vocab.tokens), inputs, lengths,
+               exhaustive, origin, data_file)

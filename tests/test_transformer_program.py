@@ -1,0 +1,157 @@
+"""The Transformer Program kind and its decompiled code: variable selection, predicates, pruning, exactness."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from symjax.model import ModelConfig, build
+from symjax.model import transformer_program as tp
+from symjax.proj import program_code
+from symjax.system.errors import InputError
+
+TOKENS = ['<pad>', '<s>', 'a', 'b', 'c', '#1', '#2', '#3', '#4', '#5']
+PAD, BOS = 0, 1
+SYMBOLS = [2, 3, 4]
+
+
+def config(**kw):
+  base = dict(kind='program', vocab_size=len(TOKENS), num_layers=1, num_heads=2, numerical_heads=1, mlps=1,
+              mlp_hidden=8, max_len=6, causal=False)
+  return ModelConfig.of(**{**base, **kw})
+
+
+def every_input(max_content: int, width: int):
+  """Every ``<s>`` + content of 1..max_content symbols, right-padded to ``width``, and its lengths."""
+  rows = [[BOS, *c] + [PAD] * (width - 1 - len(c)) for n in range(1, max_content + 1)
+          for c in itertools.product(SYMBOLS, repeat=n)]
+  x = np.array(rows)
+  return x, (x != PAD).sum(1)
+
+
+def init(cfg, seed=0):
+  return build(cfg).init(jax.random.PRNGKey(seed), jnp.zeros((1, cfg.max_len), jnp.int32))['params']
+
+
+def tags(cfg, params, x, lengths):
+  mask = np.arange(x.shape[1])[None, :] < lengths[:, None]
+  logits = build(cfg).apply({'params': params}, jnp.asarray(x), jnp.asarray(mask))
+  return np.where(mask, np.asarray(logits).argmax(-1), 0)
+
+
+def choose(n: int, which: int, strength: float = 5.0):
+  return jnp.asarray(np.eye(n)[which] * strength)
+
+
+def hand_built(cfg):
+  """Head 0 reads the previous position's token; head 1 counts the keys holding the query's token (RASP's
+  histogram); the MLP reads nothing the readout needs; the readout tags each position with head 1's count."""
+  params = jax.tree.map(jnp.zeros_like, init(cfg))
+  card = tp.cardinality(cfg)
+  prev = np.full((card, card), -1.0)
+  for q in range(card):
+    prev[q, max(q - 1, 0) if q else card - 1] = 1.0
+  params['attn_0_0'] = dict(select_query=choose(2, 1), select_key=choose(2, 1), select_value=choose(2, 0),
+                            predicate=jnp.asarray(prev))
+  params['attn_0_1'] = dict(select_query=choose(2, 0), select_key=choose(2, 0),
+                            predicate=jnp.asarray(np.where(np.eye(card) > 0, 1.0, -1.0)))
+  params['mlp_0_0'] = {**params['mlp_0_0'], 'select_first': choose(4, 2), 'select_second': choose(4, 3)}
+  readout = np.zeros((cfg.vocab_size, 5 * card + 1))   # tokens, positions, attn_0_0, attn_0_1, mlp_0_0
+  count_rows = slice(3 * card, 4 * card)           # the variable attn_0_1 (tokens, positions, attn_0_0, attn_0_1)
+  for n in range(1, 6):
+    readout[TOKENS.index(f'#{n}'), count_rows.start + n] = 1.0
+  params['readout'] = jnp.asarray(readout)
+  return params
+
+
+def test_variable_selection_reads_the_chosen_variables():
+  cfg = config()
+  params = hand_built(cfg)
+  x, lengths = every_input(5, cfg.max_len)
+  _, state = build(cfg).apply({'params': params}, jnp.asarray(x), jnp.asarray(x != PAD),
+                              mutable=['intermediates'])
+  pattern = np.asarray(state['intermediates']['attn_0_0']['pattern'][0])
+  # A real position i > 0 reads i - 1; position 0 matches nothing and reads position 0.
+  read = pattern.argmax(-1)
+  real = np.arange(cfg.max_len)[None, :] < lengths[:, None]
+  assert (read[real] == np.maximum(np.arange(cfg.max_len) - 1, 0)[None].repeat(len(x), 0)[real]).all()
+  assert set(np.unique(pattern)) == {0.0, 1.0}
+  got = tags(cfg, params, x, lengths)
+  for row, n, tag in zip(x, lengths, got):
+    content = list(row[1:n])
+    want = [TOKENS.index(f'#{content.count(t)}') for t in content]
+    assert list(tag[1:n]) == want
+
+
+def test_decompiled_hand_built_program_is_known_code_and_pruned():
+  cfg = config()
+  params = hand_built(cfg)
+  x, lengths = every_input(5, cfg.max_len)
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  text = program.source
+  assert 'return k_token == q_token' in text                  # head 1's predicate, as a comparison
+  assert 'attn_0_1 = aggregate_sum(attn_0_1_pattern)' in text
+  # Nothing the readout keeps reads head 0 or the MLP: both are dropped, and so are their classifier rows.
+  assert 'attn_0_0' not in text and 'mlp_0_0' not in text
+  assert set(program.tables) == {'bias', 'attn_0_1'}
+  loaded = program_code._load(text, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
+
+
+def test_positions_predicate_is_written_as_arithmetic():
+  cfg = config()
+  params = hand_built(cfg)
+  readout = np.zeros_like(np.asarray(params['readout']))
+  card = tp.cardinality(cfg)
+  for t in range(card):                             # tag = the previous token (attn_0_0), so head 0 is kept
+    readout[t, 2 * card + t] = 1.0
+  params['readout'] = jnp.asarray(readout)
+  x, lengths = every_input(4, cfg.max_len)
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  assert 'return k_position == q_position - 1' in program.source
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
+
+
+@pytest.mark.parametrize('seed,causal', [(0, False), (1, True), (2, False)])
+def test_random_programs_decompile_exactly_on_every_short_input(seed, causal):
+  cfg = config(num_layers=2, num_heads=3, numerical_heads=1, mlps=2, causal=causal)
+  params = init(cfg, seed)
+  x, lengths = every_input(5, cfg.max_len)
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  want = tags(cfg, params, x, lengths)
+  assert (loaded.predict_ids(x, lengths) == want).all()
+  # Every prefix length of a row padded to the full width.
+  assert (loaded.predict_ids(x[:50], np.minimum(lengths[:50], 3)) == tags(cfg, params, x[:50],
+                                                                          np.minimum(lengths[:50], 3))).all()
+
+
+def test_forward_is_one_hot_and_gradients_reach_every_choice():
+  cfg = config(num_layers=2, num_heads=2, numerical_heads=1, mlps=1)
+  params = init(cfg)
+  x, lengths = every_input(3, cfg.max_len)
+  model = build(cfg)
+
+  def loss(p):
+    h, table = model.apply({'params': p}, jnp.asarray(x), jnp.asarray(x != PAD), return_hidden=True)
+    return jnp.mean(jax.nn.log_softmax(h @ table.T)[..., 2]), h
+
+  grads, hidden = jax.grad(loss, has_aux=True)(params)
+  assert set(np.unique(np.asarray(hidden))) == {0.0, 1.0}
+  for name in ('attn_1_0', 'attn_1_1', 'mlp_1_0'):
+    for leaf in ('select_query', 'select_first'):
+      if leaf in grads[name]:
+        assert np.abs(np.asarray(grads[name][leaf])).sum() > 0, (name, leaf)
+    assert np.abs(np.asarray(grads[name].get('predicate', grads[name].get('out_kernel')))).sum() > 0
+
+
+def test_program_kind_refuses_options_it_has_not():
+  with pytest.raises(InputError, match='qk_positions'):
+    config(qk_positions=True)
+  with pytest.raises(InputError, match='numerical_heads'):
+    config(numerical_heads=3)
+  with pytest.raises(InputError, match='mlps'):
+    config(mlps=-1)

@@ -235,6 +235,50 @@ def transformer_lens_table(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+# "Learning Transformer Programs": test accuracy (Table 1) and lines of its published programs
+# (princeton-nlp/TransformerPrograms, programs/rasp/<task>/<task>.py).
+PUBLISHED_PROGRAMS = {'reverse': (99.79, 709), 'hist': (100.0, 195), 'double_hist': (98.40, 845),
+                      'sort': (99.83, 917), 'most_freq': (75.69, 1230), 'dyck1': (99.30, 1109),
+                      'dyck2': (99.09, 1258)}
+
+
+def transformer_program_table(data: dict, json_name: str, pages: str) -> str:
+  """Per RASP task: the published program against symjax's Transformer Program (``decompile_suite
+  --modes=transformer_program``), with the issue's three targets marked."""
+  ms = lambda st, f='{:.2f}': f"{f.format(st['mean'])} ± {f.format(st['ci95'])}"
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; mean ± 95% interval over seeds "
+           f"([per seed]({pages}/{json_name}.md)). ✓: at most 1.5× the published lines, accuracy at or above the "
+           f"published one, fidelity 100.00% on every seed.", '',
+           '| task | published: lines | accuracy | symjax: lines | classifier entries | accuracy | fidelity '
+           '| train | decompile | seeds |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+  for task, (accuracy, published_lines) in PUBLISHED_PROGRAMS.items():
+    st = data['summary'].get(f'{task}/transformer_program')
+    if st is None:
+      continue
+    seeds = data['per_seed'][f'{task}/transformer_program']
+    short = st['lines']['mean'] <= 1.5 * published_lines
+    good = st['program_accuracy']['mean'] >= accuracy
+    exact = all(r['fidelity'] == 100.0 for r in seeds.values())
+    mark = lambda ok: ' ✓' if ok else ' ✗'
+    train = f"{st['train_seconds']['mean'] / 60:.1f} min" if 'train_seconds' in st else '—'
+    lines.append(f"| {task} | {published_lines:,} | {accuracy:.2f} | {ms(st['lines'], '{:.0f}')}{mark(short)} | "
+                 f"{st['table_entries']['mean']:,.0f} | {ms(st['program_accuracy'])}{mark(good)} | "
+                 f"{ms(st['fidelity'])}{mark(exact)} | {train} | {st['decompile_seconds']['mean']:.1f} s | "
+                 f"{len(seeds)} |")
+  return '\n'.join(lines) + '\n'
+
+
+def transformer_program_example(data: dict, json_name: str, pages: str) -> str:
+  """A whole decompiled program with one sentence per module, as "Learning Transformer Programs" shows its."""
+  out = [f"The {data['task']} program of seed {data['seed']} (best on validation among the seeds): "
+         f"{data['lines']:,} lines, test accuracy {data['program_accuracy']:.2f}%, fidelity "
+         f"{data['fidelity']:.2f}% ([provenance]({pages}/{json_name}.md)). Trained by `{data['train_command']}`.",
+         '', 'What each head and MLP does:', '']
+  out += [f'- {note}' for note in data['notes']]
+  out += ['', '```python', *data['source'].splitlines(), '```']
+  return '\n'.join(out) + '\n'
+
+
 # Blocks written from result files into each page: (marker name, JSON file, renderer of the JSON, the file's
 # name and the data pages' folder as the page links it). The CPU benchmark has one file per CPU vendor the
 # project's machines have had.
@@ -246,6 +290,9 @@ GENERATED = {
                                           ('accelerator', 'accelerator_h100_batch64', accelerator_table),
                                           ('vs-transformer-lens', 'vs_transformer_lens_cpu', transformer_lens_table)),
                             'results/data'),
+    'docs/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),
+                          ('transformer-program-example', 'transformer_program_example',
+                           transformer_program_example)), 'results/data'),
 }
 
 

@@ -75,9 +75,9 @@ def get_config(arg=None):
     config.model.gumbel_scale = GUMBEL_SCALE.get(a.task, 0.0)
   if a.model == 'program':
     config.model.qk_positions = False  # positions are a variable the heads select
-    config.model.num_heads = TRANSFORMER_PROGRAM['num_heads']
+    config.model.num_heads = 2 if a.runlocal else TRANSFORMER_PROGRAM['num_heads']
     config.model.numerical_heads = config.model.num_heads // 2
-    config.model.mlps = TRANSFORMER_PROGRAM['mlps']
+    config.model.mlps = 1 if a.runlocal else TRANSFORMER_PROGRAM['mlps']
     config.model.gumbel_scale, config.model.gumbel_scale_end = TRANSFORMER_PROGRAM['gumbel']
     config.learning_rate = TRANSFORMER_PROGRAM['learning_rate']
     config.total_steps = TRANSFORMER_PROGRAM['total_steps']

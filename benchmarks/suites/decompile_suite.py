@@ -46,6 +46,9 @@ _STEPS = cli.steps(0, "Train each run this many steps instead of the recipe's bu
 _ADD_VALIDATION = flags.DEFINE_bool('add_validation', False, 'Only add the validation accuracy of each run\'s '
                                     'decompiled checkpoint to the result files (RESULTS) that lack it, from the run '
                                     'folders their commands name; their other fields are kept as measured.')
+_EXAMPLE = flags.DEFINE_string('example', '', "Only write the docs' example program: the transformer_program run "
+                               'of this task best on validation among --seeds, from --runs, to '
+                               'benchmarks/results/transformer_program_example.json.')
 _TABLE = flags.DEFINE_string('table', '', 'Only write the docs table from the result files to this path '
                              '(docs/results/programs_table.md).')
 RESULTS = ('benchmarks/results/decompile_continuous.json', 'benchmarks/results/decompile_program.json',
@@ -56,6 +59,9 @@ RESULTS = ('benchmarks/results/decompile_continuous.json', 'benchmarks/results/d
 # "Learning Transformer Programs", Table 1: test token accuracy of the decompiled programs (%).
 PUBLISHED = {'reverse': 99.79, 'hist': 100.0, 'double_hist': 98.40, 'sort': 99.83, 'most_freq': 75.69,
              'dyck1': 99.30, 'dyck2': 99.09, 'induction': 100.0}
+# The published programs' length in lines (princeton-nlp/TransformerPrograms, programs/rasp/<task>/<task>.py).
+PUBLISHED_LINES = {'reverse': 709, 'hist': 195, 'double_hist': 845, 'sort': 917, 'most_freq': 1230, 'dyck1': 1109,
+                   'dyck2': 1258}
 MEASURES = ('program_accuracy', 'fidelity', 'model_accuracy', 'lines', 'table_entries', 'validation_accuracy',
             'decompile_seconds', 'program_seconds', 'model_seconds', 'train_seconds')
 
@@ -172,9 +178,36 @@ def add_validation(paths=RESULTS) -> None:
       print(f'added validation accuracy to {path}')
 
 
+def write_example(task: str, path: str = 'benchmarks/results/transformer_program_example.json') -> None:
+  """The program of the seed best on validation, with its measurements and one sentence per module."""
+  best = None
+  for seed in map(int, _SEEDS.value):
+    workdir = os.path.join(_RUNS.value, f'{task}_transformer_program_seed{seed}')
+    with open(os.path.join(workdir, 'program', 'measured.json')) as f:
+      measured = json.load(f)
+    measured['validation_accuracy'] = validation_at(workdir)
+    if best is None or measured['validation_accuracy'] > best[1]['validation_accuracy']:
+      best = seed, measured, workdir
+  seed, measured, workdir = best
+  with open(measured['program']) as f:
+    source = f.read()
+  train = [sys.executable, '-m', 'symjax.main', *recipe(task, 'transformer_program'), f'--config.seed={seed}',
+           '--config.progress_bar=false', f'--workdir={workdir}']
+  result_files.write(path, {
+      'what': f'the decompiled program of the {task} run best on validation accuracy among seeds '
+              f'{_SEEDS.value}, its measurements on the test split and one sentence per head and MLP',
+      'task': task, 'seed': seed, 'train_command': ' '.join(['python', *train[1:]]),
+      **{k: measured[k] for k in ('program_accuracy', 'fidelity', 'validation_accuracy', 'lines',
+                                  'table_entries', 'notes')},
+      'source': source})
+
+
 def main(_):
   if _ADD_VALIDATION.value:
     add_validation()
+    return
+  if _EXAMPLE.value:
+    write_example(_EXAMPLE.value)
     return
   if _TABLE.value:
     with open(_TABLE.value, 'w') as f:

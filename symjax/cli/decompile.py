@@ -61,6 +61,8 @@ def main():
   measured.update(lines=program.lines, table_entries=program.entries, program=source, tables=data,
                   workdir=os.path.abspath(f.workdir), step=loaded.step, task=loaded.task,
                   decompile_seconds=decompile_seconds)
+  if hasattr(program, 'notes'):  # a Transformer Program's code: what each module kept does, in a sentence
+    measured['notes'] = program.notes
   print(f'program: {source} ({program.lines} lines; tables {data}, {program.entries:,} entries; '
         f'decompiled in {decompile_seconds:.1f} s)')
   print(f"{f.split} split, {measured['positions']:,} tagged positions of {measured['sequences']:,} sequences: "

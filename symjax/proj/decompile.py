@@ -509,6 +509,9 @@ def program_predictions(program, inputs: np.ndarray, key_mask: np.ndarray) -> np
   """The program on a batch, each row up to its last real token (padding never enters a program's real
   positions), in one vectorised call."""
   lengths = key_mask.sum(1)
+  if inputs.shape[1] > program.MAX_LEN:
+    raise InputError(f'the program reads at most {program.MAX_LEN} tokens (the inputs it was checked on); this '
+                     f'split has {inputs.shape[1]}: measure it on a split of that length')
   if (key_mask != (np.arange(inputs.shape[1]) < lengths[:, None])).any():
     raise InputError('a program reads sequences padded at the end; this key mask has padding before a token')
   return program.predict_ids(inputs, lengths)

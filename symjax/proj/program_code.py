@@ -117,10 +117,6 @@ def _value(v: int, is_token: bool, tokens: list[str]) -> str:
   return repr(tokens[v]) if is_token else str(v)
 
 
-def _set(values, is_token, tokens) -> str:
-  return '{' + ', '.join(_value(v, is_token, tokens) for v in values) + '}'
-
-
 def _wrapped_set(prefix: str, items: list[str], suffix: str, indent: str) -> list[str]:
   """``prefix{items}suffix`` on one line when it fits, else one item per line (black's layout)."""
   one = f'{indent}{prefix}{{{", ".join(items)}}}{suffix}'
@@ -156,24 +152,37 @@ def _relation(truth: np.ndarray, qd, kd, both_numbers: bool, same_kind: bool) ->
   return None
 
 
+def _truth(m: Module, doms) -> np.ndarray:
+  """A head's predicate over its query's and key's domains, [query values, key values] bool."""
+  qd, kd = np.array(doms[m.reads[0]][0]), np.array(doms[m.reads[1]][0])
+  if m.kind == 'categorical':
+    return m.table[qd][:, None] == kd[None, :]
+  return m.table[np.ix_(qd, kd)]
+
+
+def _head_relation(m: Module, doms) -> str | None:
+  (qd, q_tok), (kd, k_tok) = doms[m.reads[0]], doms[m.reads[1]]
+  return _relation(_truth(m, doms), qd, kd, not q_tok and not k_tok, q_tok == k_tok)
+
+
+def _comparison(ka: str, rel: str, qa: str) -> str:
+  """The code of a relation ``_relation`` found: ``k == q - 1`` for a shift, ``k < q`` otherwise."""
+  return f'{ka} == {qa} {rel[3:]}' if rel.startswith('== ') else f'{ka} {rel} {qa}'
+
+
 def predicate_source(m: Module, doms, tokens) -> list[str]:
   """The predicate of a head as a Python function of the query's and the key's value."""
   (qd, q_tok), (kd, k_tok) = doms[m.reads[0]], doms[m.reads[1]]
   same = m.reads[0] == m.reads[1]
   qa, ka = _arg(m.reads[0], 'q', same), _arg(m.reads[1], 'k', same)
-  if m.kind == 'categorical':
-    truth = m.table[np.array(qd)][:, None] == np.array(kd)[None, :]
-  else:
-    truth = m.table[np.ix_(np.array(qd), np.array(kd))]
+  truth = _truth(m, doms)
   prefix = 'num_' if m.kind == 'numerical' else ''
   head = f'    def {prefix}predicate_{m.name[5:]}({qa}, {ka}):'
-  rel = _relation(truth, qd, kd, not q_tok and not k_tok, q_tok == k_tok)
+  rel = _head_relation(m, doms)
   if rel in ('True', 'False'):
     return [head, f'        return {rel}']
   if rel is not None:
-    if rel.startswith('== '):
-      return [head, f'        return {ka} == {qa} {rel[3:]}']
-    return [head, f'        return {ka} {rel} {qa}']
+    return [head, f'        return {_comparison(ka, rel, qa)}']
   # Group query values by the keys they match.
   groups: dict[tuple[int, ...], list[int]] = {}
   for i, q in enumerate(qd):
@@ -192,8 +201,9 @@ def predicate_source(m: Module, doms, tokens) -> list[str]:
   return lines
 
 
-def mlp_source(m: Module, doms, tokens) -> list[str]:
-  """An MLP as if/elif over its inputs' values, grouped by the value written, the commonest last."""
+def mlp_source(m: Module, doms, tokens) -> tuple[list[str], int | None]:
+  """An MLP as if/elif over its inputs' values, grouped by the value written, the commonest last; and which
+  input alone it reads (None: both)."""
   (ad, a_tok), (bd, b_tok) = doms[m.reads[0]], doms[m.reads[1]]
   table = m.table[np.ix_(np.array(ad), np.array(bd))]
   if m.reads[0] == m.reads[1]:                   # one variable read twice: the diagonal
@@ -211,8 +221,6 @@ def mlp_source(m: Module, doms, tokens) -> list[str]:
     lines = [f'    def {m.name}({arg}):', f'        key = {arg}']
   else:
     arg = [_arg(r, '', False) for r in m.reads]
-    if arg[0] == arg[1]:
-      arg = [arg[0] + '_1', arg[1] + '_2']
     outs = table.reshape(-1)
     keys = [f'({_value(a, a_tok, tokens)}, {_value(b, b_tok, tokens)})' for a in ad for b in bd]
     lines = [f'    def {m.name}({arg[0]}, {arg[1]}):', f'        key = ({arg[0]}, {arg[1]})']
@@ -225,6 +233,28 @@ def mlp_source(m: Module, doms, tokens) -> list[str]:
     lines.append(f'            return {int(v)}')
   lines.append(f'        return {default}')
   return lines, one_input
+
+
+def describe(m: Module, doms) -> str:
+  """One sentence saying what a head or MLP does, for the docs beside its code."""
+  if m.kind == 'mlp':
+    a, b = m.reads
+    reads = f'`{a}`' if a == b else f'`{a}` and `{b}`'
+    return f'`{m.name}` is a lookup table over {reads}, written as `if`/`elif` by the value it returns.'
+  q, k = m.reads[:2]
+  rel = _head_relation(m, doms)
+  same = q == k
+  qa, ka = _arg(q, 'q', same), _arg(k, 'k', same)
+  if rel in ('True', 'False'):
+    rule = 'every key' if rel == 'True' else 'no key'
+  elif rel is not None:
+    rule = f'the keys where `{_comparison(ka, rel, qa)}`'
+  else:
+    rule = f'the keys whose `{k}` its predicate lists for the query\'s `{q}`'
+  if m.kind == 'numerical':
+    return f'`{m.name}` counts {rule}.'
+  return (f'`{m.name}`: each position finds, among {rule}, the closest one (position 0 if there is none) and '
+          f'copies its `{m.reads[2]}`.')
 
 
 RUNTIME = '''
@@ -252,15 +282,21 @@ def select_closest(keys, queries, predicate):
     """The key each query reads: the closest one the predicate matches (itself last, the earlier one of two
     at the same distance), or position 0 where none matches."""
     n = keys.ids.shape[1]
-    matches = _table(predicate, queries, keys)[queries.ids[:, :, None], keys.ids[:, None, :]] & ALLOWED
+    matches = _pairs(predicate, queries, keys)
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     rank = np.where(i == j, 1, MAX_LEN + 1 - np.abs(i - j))
     return np.where(matches, rank, 0).argmax(-1)
 
 
+def _pairs(predicate, queries, keys):
+    """The predicate at every (query, key) pair the mask allows, [batch, query, key]."""
+    pair = queries.ids[:, :, None] * CARDINALITY + keys.ids[:, None, :]
+    return _table(predicate, queries, keys).ravel()[pair] & ALLOWED
+
+
 def select(keys, queries, predicate):
     """Every key the predicate holds for, [batch, query, key]."""
-    return _table(predicate, queries, keys)[queries.ids[:, :, None], keys.ids[:, None, :]] & ALLOWED
+    return _pairs(predicate, queries, keys)
 
 
 def aggregate(pattern, values):
@@ -305,7 +341,8 @@ def predict_ids(ids, lengths=None):
         raise ValueError(f"lengths must be one count in 0..{n} per sequence ({len(batch)}), got {lengths}")
     real = np.arange(n)[None, :] < lengths[:, None]
     ALLOWED = real[:, None, :] & (np.tril(np.ones((n, n), bool)) if CAUSAL else True)
-    variables = run(Variable(batch, True), Variable(np.broadcast_to(np.arange(n), batch.shape), False))
+    positions = np.broadcast_to(np.arange(n, dtype=np.int32), batch.shape)
+    variables = run(Variable(batch.astype(np.int32), True), Variable(positions, False))
     return np.where(real, classify(variables), 0).reshape(tok.shape)
 
 
@@ -374,26 +411,53 @@ def _load(text: str, readout: dict[str, np.ndarray], data_file: str):
   return tables_decompile.load_program(path)
 
 
-def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: str) -> tuple[set[str], Any]:
-  """The readout terms kept: each is left out, last written first, when no prediction on ``inputs`` changes."""
+def _logits(plan: Plan, ids: dict[str, np.ndarray], names: list[str], rows=slice(None)) -> np.ndarray:
+  """The classifier's scores as the written program sums them (the same float32 additions, in its order)."""
+  total = 0
+  for name in names:
+    total = total + plan.readout[name][ids[name][rows]]
+  return plan.readout['bias'] + total
+
+
+def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: str) -> set[str]:
+  """The classifier rows kept: each variable's are left out, the last written first, when no prediction on
+  ``inputs`` changes.
+
+  Each trial subtracts the variable's rows from the running scores; positions whose lead there is within
+  rounding of a tie are rescored exactly as the program sums, and the final set is checked the same way."""
   names = ['tokens', 'positions'] + [m.name for m in plan.modules]
   everything = set(names)
   program = _load(source(plan, everything, doms, 'unpruned', data_file), _readout(plan, everything), data_file)
   n = inputs.shape[1]
   real = np.arange(n)[None, :] < lengths[:, None]
   program.ALLOWED = real[:, None, :] & (np.tril(np.ones((n, n), bool)) if plan.causal else True)
-  values = program.run(program.Variable(inputs, True),
-                       program.Variable(np.broadcast_to(np.arange(n), inputs.shape), False))
-  terms = {name: plan.readout[name][v.ids] for name, v in values.items()}
-  logits = plan.readout['bias'] + sum(terms.values())
+  values = program.run(program.Variable(inputs.astype(np.int32), True),
+                       program.Variable(np.broadcast_to(np.arange(n, dtype=np.int32), inputs.shape), False))
+  # Positions holding the same value of every variable score alike: each such tuple is scored once.
+  held = np.stack([values[name].ids[real] for name in names], -1)
+  held = held.astype(np.min_scalar_type(max(plan.card - 1, 1)))
+  distinct = np.unique(np.ascontiguousarray(held).view(np.dtype((np.void, held.shape[1] * held.itemsize)))[:, 0])
+  distinct = distinct.view(held.dtype).reshape(len(distinct), -1).astype(np.int64)
+  ids = {name: distinct[:, i] for i, name in enumerate(names)}
+  kept = list(names)
+  logits = _logits(plan, ids, kept)
   want = logits.argmax(-1)
-  kept = set(names)
+  rows = np.arange(len(want))
+  others = np.arange(logits.shape[1])[None] != want[:, None]
   for name in reversed(names):
-    trial = logits - terms[name]
-    if (trial.argmax(-1)[real] == want[real]).all():
-      kept.discard(name)
-      logits = trial
-  return kept, program
+    trial = logits - plan.readout[name][ids[name]]
+    top = trial[rows, want]
+    lead = top - np.where(others, trial, -np.inf).max(-1)
+    if (lead < 0).any():
+      continue
+    # Within rounding of a tie, the first of the tied tags wins: rescore those positions as the program does.
+    unsure = np.nonzero(lead <= 1e-4 * (1 + np.abs(top)))[0]
+    without = [m for m in kept if m != name]
+    if (_logits(plan, ids, without, unsure).argmax(-1) == want[unsure]).all():
+      kept, logits = without, trial
+  if not (_logits(plan, ids, kept).argmax(-1) == want).all():  # the rescoring above makes this unreachable
+    raise RuntimeError('pruning changed a prediction on the input space')
+  return set(kept)
 
 
 def _readout(plan: Plan, kept: set[str]) -> dict[str, np.ndarray]:
@@ -409,16 +473,18 @@ class CodeProgram:
   entries: int
   lines: int
   exhaustive: bool
+  notes: list[str]      # one sentence per head and MLP kept, in the program's order
 
 
 def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool,
           origin: str = 'memory', data_file: str = 'program.npz') -> CodeProgram:
   """The pruned program of a Transformer Program, pruned on ``inputs`` (token ids, each row ``lengths`` long)."""
   plan = plan_of(params, cfg)
-  plan.tokens = list(tokens)
+  # The program reads inputs as long as those it is pruned and checked on (the model may take longer ones).
+  plan.tokens, plan.max_len = list(tokens), inputs.shape[1]
   real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
   doms = domains(plan, [int(t) for t in np.unique(inputs[real])])
-  kept, _ = prune(plan, doms, inputs, lengths, data_file)
+  kept = prune(plan, doms, inputs, lengths, data_file)
   live = _needs(plan, kept)
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
   header = (f'Program decompiled by symjax from the Transformer Program {origin}.\n\n'
@@ -428,7 +494,11 @@ def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarra
             f'{where} are left out.\n')
   text = source(plan, live, doms, header, data_file)
   readout = _readout(plan, kept)
-  return CodeProgram(text, readout, int(sum(v.size for v in readout.values())), len(text.splitlines()), exhaustive)
+  notes = [describe(m, doms) for m in plan.modules if m.name in live]
+  notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in readout if n != 'bias')
+               + ' and predicts the highest-scoring tag.')
+  return CodeProgram(text, readout, int(sum(v.size for v in readout.values())), len(text.splitlines()),
+                     exhaustive, notes)
 
 
 def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:

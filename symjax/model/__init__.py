@@ -5,6 +5,8 @@
 - ``symbolic``: ``KroneckerValue``, ``ChannelLayerNorm``, ``VocabProjection``, ``VocabFFN``.
 - ``transformer``: the standard and two-stream blocks, ``Transformer`` (and ``Suffix``, its later positions
   given the earlier ones' keys and values), the LSTM baseline, ``build``.
+- ``transformer_program``: the Transformer Program kind (``kind='program'``): named categorical variables, each
+  module reading the ones it selects, so that it decompiles into code (``symjax.proj.program_code``).
 - ``intermediates``: the one list of the names the model sows.
 
 The computations these modules call (attention kernels, vocabulary projections, the readout) live in
@@ -24,6 +26,7 @@ from symjax.model.transformer import (
                                       for_backend,
                                       param_shapes,
 )
+from symjax.model.transformer_program import TransformerProgram
 
-__all__ = ['ModelConfig', 'Transformer', 'StandardBlock', 'FactoredBlock', 'Suffix', 'LSTM', 'build', 'check_token_ids',
-           'count_params', 'for_backend', 'param_shapes']
+__all__ = ['ModelConfig', 'Transformer', 'TransformerProgram', 'StandardBlock', 'FactoredBlock', 'Suffix', 'LSTM',
+           'build', 'check_token_ids', 'count_params', 'for_backend', 'param_shapes']

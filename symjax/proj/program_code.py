@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from typing import Any
 
 import numpy as np
 
@@ -226,6 +225,8 @@ def mlp_source(m: Module, doms, tokens) -> tuple[list[str], int | None]:
     lines = [f'    def {m.name}({arg[0]}, {arg[1]}):', f'        key = ({arg[0]}, {arg[1]})']
   values, counts = np.unique(outs, return_counts=True)
   default = int(values[np.argmax(counts)])
+  if len(values) == 1:                           # a constant: no key to look at
+    lines = lines[:1]
   order = sorted((v for v in values if v != default), key=lambda v: -int((outs == v).sum()))
   for n, v in enumerate(order):
     word = 'if' if n == 0 else 'elif'
@@ -411,17 +412,20 @@ def _load(text: str, readout: dict[str, np.ndarray], data_file: str):
   return tables_decompile.load_program(path)
 
 
-def _logits(plan: Plan, ids: dict[str, np.ndarray], names: list[str], rows=slice(None)) -> np.ndarray:
+def _logits(plan: Plan, ids: dict[str, np.ndarray], names: list[str], bias: np.ndarray, rows=slice(None)
+            ) -> np.ndarray:
   """The classifier's scores as the written program sums them (the same float32 additions, in its order)."""
   total = 0
   for name in names:
     total = total + plan.readout[name][ids[name][rows]]
-  return plan.readout['bias'] + total
+  return bias + total
 
 
-def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: str) -> set[str]:
-  """The classifier rows kept: each variable's are left out, the last written first, when no prediction on
-  ``inputs`` changes.
+def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: str
+          ) -> tuple[set[str], np.ndarray]:
+  """The classifier rows kept, and its bias: each variable's rows are left out, the last written first, when no
+  prediction on ``inputs`` changes. A variable that can take one value only adds the same row everywhere:
+  that row joins the bias.
 
   Each trial subtracts the variable's rows from the running scores; positions whose lead there is within
   rounding of a tie are rescored exactly as the program sums, and the final set is checked the same way."""
@@ -439,13 +443,16 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
   distinct = np.unique(np.ascontiguousarray(held).view(np.dtype((np.void, held.shape[1] * held.itemsize)))[:, 0])
   distinct = distinct.view(held.dtype).reshape(len(distinct), -1).astype(np.int64)
   ids = {name: distinct[:, i] for i, name in enumerate(names)}
-  kept = list(names)
-  logits = _logits(plan, ids, kept)
+  kept, bias = list(names), plan.readout['bias']
+  logits = _logits(plan, ids, kept, bias)
   want = logits.argmax(-1)
   rows = np.arange(len(want))
   others = np.arange(logits.shape[1])[None] != want[:, None]
   for name in reversed(names):
-    trial = logits - plan.readout[name][ids[name]]
+    values = doms[name][0]
+    constant = len(values) == 1
+    trial = logits if constant else logits - plan.readout[name][ids[name]]
+    new_bias = bias + plan.readout[name][values[0]] if constant else bias
     top = trial[rows, want]
     lead = top - np.where(others, trial, -np.inf).max(-1)
     if (lead < 0).any():
@@ -453,15 +460,16 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
     # Within rounding of a tie, the first of the tied tags wins: rescore those positions as the program does.
     unsure = np.nonzero(lead <= 1e-4 * (1 + np.abs(top)))[0]
     without = [m for m in kept if m != name]
-    if (_logits(plan, ids, without, unsure).argmax(-1) == want[unsure]).all():
-      kept, logits = without, trial
-  if not (_logits(plan, ids, kept).argmax(-1) == want).all():  # the rescoring above makes this unreachable
+    if (_logits(plan, ids, without, new_bias, unsure).argmax(-1) == want[unsure]).all():
+      kept, logits, bias = without, trial, new_bias
+  if not (_logits(plan, ids, kept, bias).argmax(-1) == want).all():  # the rescoring above makes this unreachable
     raise RuntimeError('pruning changed a prediction on the input space')
-  return set(kept)
+  return set(kept), bias
 
 
-def _readout(plan: Plan, kept: set[str]) -> dict[str, np.ndarray]:
-  return {'bias': plan.readout['bias'], **{n: plan.readout[n] for n in plan.readout if n in kept}}
+def _readout(plan: Plan, kept: set[str], bias: np.ndarray | None = None) -> dict[str, np.ndarray]:
+  bias = plan.readout['bias'] if bias is None else bias
+  return {'bias': bias, **{n: plan.readout[n] for n in plan.readout if n in kept}}
 
 
 @dataclasses.dataclass
@@ -484,7 +492,7 @@ def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarra
   plan.tokens, plan.max_len = list(tokens), inputs.shape[1]
   real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
   doms = domains(plan, [int(t) for t in np.unique(inputs[real])])
-  kept = prune(plan, doms, inputs, lengths, data_file)
+  kept, bias = prune(plan, doms, inputs, lengths, data_file)
   live = _needs(plan, kept)
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
   header = (f'Program decompiled by symjax from the Transformer Program {origin}.\n\n'
@@ -493,7 +501,7 @@ def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarra
             f'(what an MLP writes). Heads, MLPs and classifier rows that change no prediction on\n'
             f'{where} are left out.\n')
   text = source(plan, live, doms, header, data_file)
-  readout = _readout(plan, kept)
+  readout = _readout(plan, kept, bias)
   notes = [describe(m, doms) for m in plan.modules if m.name in live]
   notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in readout if n != 'bias')
                + ' and predicts the highest-scoring tag.')

@@ -196,3 +196,15 @@ def test_the_command_trains_and_decompiles_sort_into_code_equal_on_every_input(t
   proc = subprocess.run([sys.executable, '-c', script], cwd=str(tmp_path), capture_output=True, text=True)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert len(proc.stdout.split()) == 5
+
+
+def test_a_task_whose_inputs_cannot_be_listed_is_refused_in_one_line():
+  from symjax.configs import symbolic
+  from symjax.run import workdir
+  config = symbolic.get_config('runlocal=true')
+  config.model.kind = 'program'
+  loaded = workdir.Loaded(None, None, config, None, None, step=0, task=config.task, seq_len=8,
+                          language_model=False)
+  with pytest.raises(InputError, match=r"needs a task whose inputs can be listed \(the RASP tasks\), got task "
+                                       r"'induction'"):
+    program_code.decompile(loaded)

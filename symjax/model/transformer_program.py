@@ -14,8 +14,8 @@ A module reads a variable through a selection: a learned distribution over the v
 
 - a categorical head (§3.2) selects a query, a key and a value variable; its predicate maps each query value to
   one key value (one row-wise argmax of a ``[cardinality, cardinality]`` table); each query reads the closest
-  key whose value the predicate names, a later key before an earlier one at the same distance never, itself
-  last, and the first position where no key matches (Appendix A.1); it copies that key's value variable;
+  key whose value the predicate names (the earlier of two at the same distance, itself last, position 0 where
+  no key matches; Appendix A.1) and copies that key's value variable;
 - a numerical head (§3.3) selects a query and a key variable; its predicate holds for every (query value, key
   value) whose entry of a ``[cardinality, cardinality]`` table is above 0 (several key values per query value,
   the entry-wise form of Appendix C); it writes how many keys it selects;

@@ -169,6 +169,17 @@ def _comparison(ka: str, rel: str, qa: str) -> str:
   return f'{ka} == {qa} {rel[3:]}' if rel.startswith('== ') else f'{ka} {rel} {qa}'
 
 
+def _groups(m: Module, doms) -> list[tuple[tuple[int, ...], list[int]]]:
+  """The query values grouped by the key values they match, in the order of their first query value."""
+  qd, kd = doms[m.reads[0]][0], doms[m.reads[1]][0]
+  groups: dict[tuple[int, ...], list[int]] = {}
+  for i, q in enumerate(_truth(m, doms)):
+    keys = tuple(kd[j] for j in np.nonzero(q)[0])
+    if keys:
+      groups.setdefault(keys, []).append(qd[i])
+  return sorted(groups.items(), key=lambda g: g[1][0])
+
+
 def predicate_source(m: Module, doms, tokens) -> list[str]:
   """The predicate of a head as a Python function of the query's and the key's value."""
   (qd, q_tok), (kd, k_tok) = doms[m.reads[0]], doms[m.reads[1]]
@@ -182,14 +193,8 @@ def predicate_source(m: Module, doms, tokens) -> list[str]:
     return [head, f'        return {rel}']
   if rel is not None:
     return [head, f'        return {_comparison(ka, rel, qa)}']
-  # Group query values by the keys they match.
-  groups: dict[tuple[int, ...], list[int]] = {}
-  for i, q in enumerate(qd):
-    keys = tuple(kd[j] for j in np.nonzero(truth[i])[0])
-    if keys:
-      groups.setdefault(keys, []).append(q)
   lines = [head]
-  for n, (keys, qs) in enumerate(sorted(groups.items(), key=lambda g: g[1][0])):
+  for n, (keys, qs) in enumerate(_groups(m, doms)):
     word = 'if' if n == 0 else 'elif'
     lines += _wrapped_set(f'{word} {qa} in ', [_value(v, q_tok, tokens) for v in qs], ':', '        ')
     if len(keys) == 1:
@@ -236,8 +241,9 @@ def mlp_source(m: Module, doms, tokens) -> tuple[list[str], int | None]:
   return lines, one_input
 
 
-def describe(m: Module, doms) -> str:
-  """One sentence saying what a head or MLP does, for the docs beside its code."""
+def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
+  """One sentence saying what a head or MLP does, for the docs beside its code (a predicate's cases spelled
+  out when there are at most ``most``)."""
   if m.kind == 'mlp':
     a, b = m.reads
     reads = f'`{a}`' if a == b else f'`{a}` and `{b}`'
@@ -246,16 +252,27 @@ def describe(m: Module, doms) -> str:
   rel = _head_relation(m, doms)
   same = q == k
   qa, ka = _arg(q, 'q', same), _arg(k, 'k', same)
-  if rel in ('True', 'False'):
-    rule = 'every key' if rel == 'True' else 'no key'
-  elif rel is not None:
-    rule = f'the keys where `{_comparison(ka, rel, qa)}`'
+  if rel == 'False':
+    return (f'`{m.name}` counts no key: it is 0 everywhere.' if m.kind == 'numerical' else
+            f'`{m.name}`: no key matches, so every position copies the `{m.reads[2]}` of position 0.')
+  if rel == 'True':
+    return (f'`{m.name}` counts every key: the length (up to the position, causal).' if m.kind == 'numerical' else
+            f'`{m.name}`: every key matches, so every position copies the `{m.reads[2]}` of its closest other '
+            f'position, the earlier of two.')
+  if rel is not None:
+    where = f'where `{_comparison(ka, rel, qa)}`'
   else:
-    rule = f'the keys whose `{k}` its predicate lists for the query\'s `{q}`'
+    groups, (q_tok, k_tok) = _groups(m, doms), (doms[q][1], doms[k][1])
+    text = lambda values, tok: ', '.join(_value(v, tok, tokens) for v in values)
+    if len(groups) > most:
+      where = f'whose `{k}` its predicate lists for the query\'s `{q}` ({len(groups)} cases)'
+    else:
+      key_text = lambda keys: text(keys, k_tok) if len(keys) == 1 else '{' + text(keys, k_tok) + '}'
+      where = f'whose `{k}` is, by the query\'s `{q}`: ' + '; '.join(
+          f'{key_text(keys)} for {text(qs, q_tok)}' for keys, qs in groups)
   if m.kind == 'numerical':
-    return f'`{m.name}` counts {rule}.'
-  return (f'`{m.name}`: each position finds, among {rule}, the closest one (position 0 if there is none) and '
-          f'copies its `{m.reads[2]}`.')
+    return f'`{m.name}` counts the keys {where}.'
+  return f'`{m.name}` copies the `{m.reads[2]}` of the closest key {where} (position 0 where there is none).'
 
 
 RUNTIME = '''
@@ -502,7 +519,7 @@ def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarra
             f'{where} are left out.\n')
   text = source(plan, live, doms, header, data_file)
   readout = _readout(plan, kept, bias)
-  notes = [describe(m, doms) for m in plan.modules if m.name in live]
+  notes = [describe(m, doms, plan.tokens) for m in plan.modules if m.name in live]
   notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in readout if n != 'bias')
                + ' and predicts the highest-scoring tag.')
   return CodeProgram(text, readout, int(sum(v.size for v in readout.values())), len(text.splitlines()),

@@ -182,10 +182,9 @@ def _groups(m: Module, doms) -> list[tuple[tuple[int, ...], list[int]]]:
 
 def predicate_source(m: Module, doms, tokens) -> list[str]:
   """The predicate of a head as a Python function of the query's and the key's value."""
-  (qd, q_tok), (kd, k_tok) = doms[m.reads[0]], doms[m.reads[1]]
+  q_tok, k_tok = doms[m.reads[0]][1], doms[m.reads[1]][1]
   same = m.reads[0] == m.reads[1]
   qa, ka = _arg(m.reads[0], 'q', same), _arg(m.reads[1], 'k', same)
-  truth = _truth(m, doms)
   prefix = 'num_' if m.kind == 'numerical' else ''
   head = f'    def {prefix}predicate_{m.name[5:]}({qa}, {ka}):'
   rel = _head_relation(m, doms)
@@ -440,9 +439,8 @@ def _logits(plan: Plan, ids: dict[str, np.ndarray], names: list[str], bias: np.n
 
 def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: str
           ) -> tuple[set[str], np.ndarray]:
-  """The classifier rows kept, and its bias: each variable's rows are left out, the last written first, when no
-  prediction on ``inputs`` changes. A variable that can take one value only adds the same row everywhere:
-  that row joins the bias.
+  """The classifier rows kept, and its bias: each variable's rows are left out when no prediction on ``inputs``
+  changes.
 
   Each trial subtracts the variable's rows from the running scores; positions whose lead there is within
   rounding of a tie are rescored exactly as the program sums, and the final set is checked the same way."""
@@ -465,20 +463,26 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
   want = logits.argmax(-1)
   rows = np.arange(len(want))
   others = np.arange(logits.shape[1])[None] != want[:, None]
-  for name in reversed(names):
-    values = doms[name][0]
-    constant = len(values) == 1
-    trial = logits if constant else logits - plan.readout[name][ids[name]]
-    new_bias = bias + plan.readout[name][values[0]] if constant else bias
-    top = trial[rows, want]
-    lead = top - np.where(others, trial, -np.inf).max(-1)
-    if (lead < 0).any():
-      continue
-    # Within rounding of a tie, the first of the tied tags wins: rescore those positions as the program does.
-    unsure = np.nonzero(lead <= 1e-4 * (1 + np.abs(top)))[0]
-    without = [m for m in kept if m != name]
-    if (_logits(plan, ids, without, new_bias, unsure).argmax(-1) == want[unsure]).all():
-      kept, logits, bias = without, trial, new_bias
+  # A variable of one value adds the same row everywhere: leaving it out moves that row into the bias. The last
+  # written is tried first, and the passes repeat while one more can go.
+  replace = {name: plan.readout[name][doms[name][0][0]] if len(doms[name][0]) == 1 else np.zeros_like(bias)
+             for name in names}
+  for _ in range(len(names)):
+    before = len(kept)
+    for name in sorted(kept, key=lambda n: -names.index(n)):
+      trial = logits - plan.readout[name][ids[name]] + replace[name]
+      new_bias = bias + replace[name]
+      top = trial[rows, want]
+      lead = top - np.where(others, trial, -np.inf).max(-1)
+      if (lead < 0).any():
+        continue
+      # Within rounding of a tie, the first of the tied tags wins: rescore those positions as the program does.
+      unsure = np.nonzero(lead <= 1e-4 * (1 + np.abs(top)))[0]
+      without = [m for m in kept if m != name]
+      if (_logits(plan, ids, without, new_bias, unsure).argmax(-1) == want[unsure]).all():
+        kept, logits, bias = without, trial, new_bias
+    if len(kept) == before:
+      break
   if not (_logits(plan, ids, kept, bias).argmax(-1) == want).all():  # the rescoring above makes this unreachable
     raise RuntimeError('pruning changed a prediction on the input space')
   return set(kept), bias

@@ -422,7 +422,8 @@ def test_sequence_longer_than_max_len_is_a_clear_error():
 
 
 @pytest.mark.parametrize('change, message', [
-    ({'kind': 'symbolc'}, r"model.kind must be one of \['standard', 'token_factored', 'symbolic', 'lstm'\]"),
+    ({'kind': 'symbolc'},
+     r"model.kind must be one of \['standard', 'token_factored', 'symbolic', 'lstm', 'program'\]"),
     ({'num_heads': 0}, r'model.num_heads must be > 0'),
     ({'value_map': 'dense'}, r'model.value_map must be one of'),
     ({'dropout_rate': 1.5}, r'model.dropout_rate must be in \[0, 1\)'),

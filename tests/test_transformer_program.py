@@ -208,3 +208,9 @@ def test_a_task_whose_inputs_cannot_be_listed_is_refused_in_one_line():
   with pytest.raises(InputError, match=r"needs a task whose inputs can be listed \(the RASP tasks\), got task "
                                        r"'induction'"):
     program_code.decompile(loaded)
+
+
+def test_the_interpretability_tools_refuse_a_program_in_one_line():
+  from symjax.interpret import core
+  with pytest.raises(InputError, match=r"model.kind 'program' has neither \(read a program run as code"):
+    core.analysis_model(build(config()))

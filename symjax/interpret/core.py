@@ -41,9 +41,10 @@ def analysis_model(model) -> Transformer:
   """The same model (same parameters) with the direct vocabulary projection, which keeps the mixtures
   α, and without rematerialisation. LSTMs have no attention or streams to read."""
   cfg: ModelConfig = model.config
-  if cfg.kind == 'lstm':
-    raise InputError("the interpretability tools read attention and streams; model.kind 'lstm' has "
-                     "neither: use 'standard', 'token_factored' or 'symbolic'")
+  if cfg.kind in ('lstm', 'program'):
+    code = ' (read a program run as code: python -m symjax.decompile)' if cfg.kind == 'program' else ''
+    raise InputError(f"the interpretability tools read attention and streams; model.kind {cfg.kind!r} has "
+                     f"neither{code}: use 'standard', 'token_factored' or 'symbolic'")
   if model not in _ANALYSIS:  # one per model: the compiled programs of the tools are keyed on it
     _ANALYSIS[model] = Transformer(cfg.replace(vocab_projection='direct', remat='none'))
   return _ANALYSIS[model]

@@ -40,7 +40,7 @@ def applies(model: Transformer, time: int) -> bool:
   """Whether every position of the model reads only the positions up to its own (every head's mask below
   the diagonal), without relational edges: then a suffix is recomputed alone."""
   cfg = model.config
-  if cfg.kind == 'lstm' or cfg.attention.relational:
+  if cfg.kind in ('lstm', 'program') or cfg.attention.relational:
     return False
   static = head_mask_matrix(tuple(cfg.mask_predicates()), time, time)
   return not np.triu(static, 1).any()

@@ -419,13 +419,14 @@ def _needs(plan: Plan, kept_readout: set[str]) -> set[str]:
 
 
 def _load(text: str, readout: dict[str, np.ndarray], data_file: str):
-  """Imports a program text from a temporary folder with its readout beside it."""
-  folder = tempfile.mkdtemp(prefix='symjax_program_')
-  path = os.path.join(folder, 'program.py')
-  with open(path, 'w') as f:
-    f.write(text)
-  np.savez(os.path.join(folder, data_file), **readout)
-  return tables_decompile.load_program(path)
+  """Imports a program text from a temporary folder with its readout beside it; the program reads its readout
+  when imported, so the folder is removed then."""
+  with tempfile.TemporaryDirectory(prefix='symjax_program_') as folder:
+    path = os.path.join(folder, 'program.py')
+    with open(path, 'w') as f:
+      f.write(text)
+    np.savez(os.path.join(folder, data_file), **readout)
+    return tables_decompile.load_program(path)
 
 
 def _logits(plan: Plan, ids: dict[str, np.ndarray], names: list[str], bias: np.ndarray, rows=slice(None)

@@ -115,6 +115,27 @@ def test_positions_predicate_is_written_as_arithmetic():
   assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
 
 
+def test_a_head_whose_predicate_never_holds_is_folded_into_the_bias():
+  # Head 0 matches no key, so it reads position 0, '<s>', on every input, although the variable it copies
+  # (tokens) takes several values. Its classifier row for '<s>' offsets the bias: it goes into the bias, and
+  # the head and its code with it.
+  cfg = config()
+  params = hand_built(cfg)
+  params['attn_0_0'] = {**params['attn_0_0'], 'predicate': -jnp.ones_like(params['attn_0_0']['predicate'])}
+  card = tp.cardinality(cfg)
+  readout = np.asarray(params['readout']).copy()
+  counts = [TOKENS.index(f'#{n}') for n in range(1, 6)]
+  readout[counts, -1] = -1.0                       # the bias
+  readout[counts, 2 * card + BOS] = 1.0            # attn_0_0 == '<s>'
+  params['readout'] = jnp.asarray(readout)
+  x, lengths = every_input(5, cfg.max_len)
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  assert 'attn_0_0' not in program.source
+  assert set(program.tables) == {'bias', 'attn_0_1'}
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
+
+
 @pytest.mark.parametrize('seed,causal', [(0, False), (1, True), (2, False)])
 def test_random_programs_decompile_exactly_on_every_short_input(seed, causal):
   cfg = config(num_layers=2, num_heads=3, numerical_heads=1, mlps=2, causal=causal)

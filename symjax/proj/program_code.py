@@ -464,10 +464,12 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
   want = logits.argmax(-1)
   rows = np.arange(len(want))
   others = np.arange(logits.shape[1])[None] != want[:, None]
-  # A variable of one value adds the same row everywhere: leaving it out moves that row into the bias. The last
+  # A variable that holds one value on every input adds the same row everywhere: leaving it out moves that row
+  # into the bias (a head whose predicate never holds reads position 0, whatever its value's domain). The last
   # written is tried first, and the passes repeat while one more can go.
-  replace = {name: plan.readout[name][doms[name][0][0]] if len(doms[name][0]) == 1 else np.zeros_like(bias)
-             for name in names}
+  held_values = {name: np.unique(ids[name]) for name in names}
+  replace = {name: plan.readout[name][held_values[name][0]] if len(held_values[name]) == 1
+             else np.zeros_like(bias) for name in names}
   for _ in range(len(names)):
     before = len(kept)
     for name in sorted(kept, key=lambda n: -names.index(n)):

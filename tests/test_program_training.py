@@ -151,6 +151,11 @@ def test_a_recipe_trial_is_recorded_from_validation_alone_with_the_settings_it_n
   assert record['setting'] == {'num_heads': 8, 'numerical_positions': True, 'learning_rate': 1e-3}
   assert record['validation_accuracy_by_step'] == {'2': 50.0, '4': 75.0}
   assert record['best_validation_accuracy'] == 75.0  # the test row is never read
+  assert 'program_lines' not in record
+  (run / 'program').mkdir()
+  (run / 'program' / 'measured.json').write_text(json.dumps({'lines': 158, 'program_accuracy': 100.0}))
+  record = run_record(str(run), ['num_heads'])
+  assert record['program_lines'] == 158 and 'program_accuracy' not in json.dumps(record)
   with pytest.raises(InputError, match=r"'warmup' is neither a config.model field nor a config field"):
     run_record(str(run), ['warmup'])
   (run / 'metrics.jsonl').unlink()

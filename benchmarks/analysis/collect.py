@@ -257,8 +257,11 @@ def collect_validation(argv: list[str], out: str | None):
     s = stat(best)
     summary.append({'task': task, 'setting': json.loads(setting), 'seeds': [r['seed'] for r in rs],
                     'best_validation_accuracy': s})
+    lines = [r['program_lines'] for r in rs if 'program_lines' in r]
+    if lines:
+      summary[-1]['program_lines'] = lines
     print(f"| {task} | {setting} | {len(rs)} | {', '.join(f'{b:.3f}' for b in best)} | "
-          f"{s['mean']:.3f} ± {s['ci95']:.3f} |")
+          f"{s['mean']:.3f} ± {s['ci95']:.3f} |" + (f" lines {', '.join(map(str, lines))}" if lines else ''))
   result_files.write(out, {'command': _COMMAND.value, 'what': _WHAT.value, 'summary': summary,
                                    'runs': runs})
 

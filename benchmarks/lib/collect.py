@@ -49,10 +49,17 @@ def run_record(path: str, fields: list[str]) -> dict:
         by_step[str(row['step'])] = 100 * row['accuracy']
   if not by_step:
     raise InputError(f'{path} has no validation evaluation in metrics.jsonl')
-  return {'run': os.path.basename(os.path.normpath(path)), 'task': config['task'], 'seed': config['seed'],
-          'setting': {name: setting(config, name) for name in fields},
-          'steps': config['total_steps'], 'validation_accuracy_by_step': by_step,
-          'best_validation_accuracy': max(by_step.values())}
+  record = {'run': os.path.basename(os.path.normpath(path)), 'task': config['task'], 'seed': config['seed'],
+            'setting': {name: setting(config, name) for name in fields},
+            'steps': config['total_steps'], 'validation_accuracy_by_step': by_step,
+            'best_validation_accuracy': max(by_step.values())}
+  # A Transformer Program decompiled into the run's program/ folder: its size, which a recipe may be chosen
+  # on (only the line count is read; the accuracies in that file are the test split's).
+  measured = os.path.join(path, 'program', 'measured.json')
+  if os.path.isfile(measured):
+    with open(measured) as f:
+      record['program_lines'] = json.load(f)['lines']
+  return record
 
 
 def chosen_on_validation(per_seed: dict) -> tuple[str, dict] | None:

@@ -33,6 +33,21 @@ SMALL = ModelConfig.of(vocab_size=13, num_layers=2, num_heads=3, head_dim=4, ff_
                     max_len=16, layer_norm_epsilon=EPS)
 
 
+def predict_with_numpy_alone(program_path: str, tokens: list[str], cwd: str) -> list[str]:
+  """A written program's ``predict(tokens)`` in a fresh interpreter, which fails if the program imported JAX,
+  Flax or symjax: the tags it printed."""
+  import subprocess
+  import sys
+  script = ('import sys, importlib.util\n'
+            f'spec = importlib.util.spec_from_file_location("p", {program_path!r})\n'
+            'm = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n'
+            f"print(' '.join(m.predict({tokens!r})))\n"
+            "assert not [n for n in sys.modules if n.split('.')[0] in ('jax', 'symjax', 'flax')]\n")
+  proc = subprocess.run([sys.executable, '-c', script], cwd=cwd, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  return proc.stdout.split()
+
+
 def small(**kw) -> ModelConfig:
   return SMALL.replace(**kw)
 

@@ -120,6 +120,28 @@ def test_rasp_length_generalisation_splits(rasp_task):
     assert not any(tuple(r[:8]) in train and (r[8:] == pad).all() for r in inputs)
 
 
+def test_length_balance_draws_each_length_by_its_weight_and_the_same_rows_on_a_resume():
+  task = rasp.RaspTask('reverse')
+  lengths = (task.data.inputs['train'] != task.pad_id).sum(1)
+  counts = {n: int((lengths == n).sum()) for n in np.unique(lengths)}
+
+  def drawn(steps=200):
+    return np.concatenate([(task.batch('train', s, 64, 0)['inputs'] != task.pad_id).sum(1) for s in range(steps)])
+
+  assert (drawn() == 3).mean() < 0.01  # shuffled epochs: one content token in 4 of 15,819 rows
+  for a in (0.5, 1.0):
+    task.length_balance = a
+    share = {n: c ** (1 - a) for n, c in counts.items()}  # n_L rows, each drawn with weight n_L^(-a)
+    expected = np.array([share[n] / sum(share.values()) for n in counts])
+    seen = drawn()
+    observed = np.array([(seen == n).mean() for n in counts])
+    np.testing.assert_allclose(observed, expected, atol=0.02)  # 12,800 draws: binomial sd <= 0.0045
+    np.testing.assert_array_equal(task.batch('train', 7, 64, 0)['inputs'], task.batch('train', 7, 64, 0)['inputs'])
+    assert not np.array_equal(task.batch('train', 7, 64, 0)['inputs'], task.batch('train', 8, 64, 0)['inputs'])
+  first = next(task.eval_batches('validation', 64, 0))['inputs']  # evaluation is never reweighted
+  np.testing.assert_array_equal(first, task.data.inputs['validation'][:64])
+
+
 def test_dyck_inputs_are_biased_towards_balanced_prefixes():
   """Half the inputs start from a random balanced string, so long balanced prefixes (a T tag past
   position 8) are more common than among uniformly random brackets."""

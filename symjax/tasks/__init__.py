@@ -6,7 +6,7 @@ import os
 
 from symjax.system.errors import InputError
 from symjax.tasks import fol, graph, rasp
-from symjax.tasks.base import Task, Vocab
+from symjax.tasks.base import FixedSetTask, Task, Vocab
 from symjax.tasks.induction import InductionTask
 from symjax.tasks.text import TextTask
 
@@ -52,7 +52,13 @@ def check_name(name: str) -> None:
 def get_task(config, workdir: str | None = None) -> Task:
   """The task ``config.task`` names. A text task reuses ``workdir/vocab.json`` when it exists."""
   check_name(config.task)
-  return TASKS[config.task](config, workdir)
+  task = TASKS[config.task](config, workdir)
+  if config.get('length_balance', 0.0):
+    if not isinstance(task, FixedSetTask):
+      raise InputError(f'config.length_balance is for tasks of fixed sequences (induction, the RASP tasks, fol, '
+                       f'graph_distance); task {config.task!r} trains on windows of one length: set it to 0')
+    task.length_balance = config.length_balance
+  return task
 
 
 def vocab_json(task: Task) -> dict:

@@ -131,10 +131,14 @@ def split_distinct(inputs: np.ndarray, targets: np.ndarray, rng: np.random.Gener
 
 
 class FixedSetTask(Task):
-  """A task over a fixed, pre-generated dataset; training walks through shuffled epochs."""
+  """A task over a fixed, pre-generated dataset; training walks through shuffled epochs, or, with
+  ``length_balance`` = a > 0, draws each batch's rows with probability proportional to n_L^(-a), n_L the
+  training sequences of the row's length (its non-PAD inputs): where nearly every sequence has the longest
+  length, the short ones otherwise hardly weigh in the loss (``config.length_balance``)."""
 
   pad_id: int
   data: SequenceDataset
+  length_balance: float = 0.0
 
   def _make(self, inputs: np.ndarray, targets: np.ndarray, **extras: np.ndarray) -> dict[str, np.ndarray]:
     return {'inputs': inputs.astype(np.int32), 'targets': targets.astype(np.int32),
@@ -149,8 +153,18 @@ class FixedSetTask(Task):
       raise InputError(f'split must be one of {list(self.data.inputs)}, got {split!r}')
     return len(self.data.inputs[split])
 
+  def row_probabilities(self, split: str) -> np.ndarray:
+    """What ``length_balance`` draws each row of ``split`` with: n_L^(-a), normalised."""
+    lengths = (self.data.inputs[split] != self.pad_id).sum(-1)
+    _, inverse, counts = np.unique(lengths, return_inverse=True, return_counts=True)
+    weights = counts[inverse].astype(np.float64) ** -self.length_balance
+    return weights / weights.sum()
+
   def batch(self, split, step, batch_size, seed):
     n = self.split_size(split)
+    if self.length_balance and split == 'train':  # the same rows for the same step: resumes stay exact
+      idx = rng_for(seed, split, 'balanced', step).choice(n, batch_size, p=self.row_probabilities(split))
+      return self._make(self.data.inputs[split][idx], self.data.targets[split][idx], **self._extras(split, idx))
     per_epoch = max(n // batch_size, 1)
     epoch, k = divmod(step, per_epoch)
     order = rng_for(seed, split, epoch).permutation(n)

@@ -91,6 +91,10 @@ def default_config(kind: str = 'symbolic', shape: dict | None = None) -> ml_coll
   c.adam_b1 = 0.9
   c.adam_b2 = 0.98
   c.grad_clip_norm = 1.0       # global-norm clipping; 0 disables it
+  # Fixed-set tasks: > 0 draws training rows with probability ∝ n_L^(-length_balance), n_L the training
+  # sequences of the row's length, so that rare lengths weigh in the loss (1: every length alike); 0 walks
+  # shuffled epochs. Evaluation is never reweighted.
+  c.length_balance = 0.0
   # With model.hard (program training): the first soft_steps train the soft model (the paper's mixtures and
   # attention), the rest the hard one; evaluation and checkpoints always score the hard model (the program).
   c.soft_steps = 0
@@ -187,6 +191,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for name in ('warmup_steps', 'weight_decay', 'grad_clip_norm'):
     if config[name] < 0:
       raise InputError(f'config.{name} must be >= 0, got {config[name]!r}')
+  if not 0 <= config.get('length_balance', 0.0) <= 1:
+    raise InputError(f'config.length_balance must be in [0, 1] (0 walks shuffled epochs, 1 weighs every length '
+                     f'alike), got {config.length_balance!r}')
   if config.get('soft_steps', 0):
     if not config.model.get('hard', False):
       raise InputError(f'config.soft_steps = {config.soft_steps} is for program training: set '

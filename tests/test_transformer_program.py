@@ -170,6 +170,35 @@ def test_forward_is_one_hot_and_gradients_reach_every_choice():
     assert np.abs(np.asarray(grads[name].get('predicate', grads[name].get('out_kernel')))).sum() > 0
 
 
+@pytest.mark.parametrize('seed,causal', [(0, False), (1, True)])
+def test_the_relaxation_becomes_the_program_as_its_temperature_falls(seed, causal, monkeypatch):
+  """Relaxed training's forward pass (every choice softmax((logits + g) / τ)) has the hard model, the program,
+  as its limit: with the noise at zero and τ tiny, the same logits; at τ = 1 soft weights and other logits."""
+  cfg = config(num_layers=2, num_heads=3, numerical_heads=1, mlps=1, causal=causal, relaxed=True,
+               gumbel_scale=3.0)
+  params = init(cfg, seed)
+  x, lengths = every_input(3, cfg.max_len)
+  mask = jnp.asarray(np.arange(x.shape[1])[None, :] < lengths[:, None])
+  model = build(cfg)
+  hard = np.asarray(model.apply({'params': params}, jnp.asarray(x), mask))
+  monkeypatch.setattr(jax.random, 'gumbel', lambda key, shape: jnp.zeros(shape))
+  monkeypatch.setattr(jax.random, 'logistic', lambda key, shape: jnp.zeros(shape))
+
+  def relaxed(tau):
+    h, table = model.apply({'params': params}, jnp.asarray(x), mask, gumbel_scale=tau, return_hidden=True,
+                           rngs={'gumbel': jax.random.PRNGKey(0)})
+    return np.asarray(h), np.asarray(h @ table.T)
+
+  h, logits = relaxed(1e-6)
+  np.testing.assert_allclose(logits, hard, atol=1e-4)
+  h, logits = relaxed(1.0)
+  assert not set(np.unique(h)) <= {0.0, 1.0} and np.abs(logits - hard).max() > 0.1
+  with pytest.raises(InputError, match='model.relaxed trains on Gumbel-softmax samples'):
+    config(relaxed=True)
+  with pytest.raises(InputError, match="model.relaxed trains a Transformer Program's relaxation"):
+    config(kind='symbolic', relaxed=True)
+
+
 def test_program_kind_refuses_options_it_has_not():
   with pytest.raises(InputError, match='qk_positions'):
     config(qk_positions=True)

@@ -109,6 +109,11 @@ class ProgramConfig:
   # Kind 'program' only: MLPs per layer, each reading two variables it selects, and their hidden width.
   mlps: int = 2
   mlp_hidden: int = 64
+  # Kind 'program' only: train the relaxation, as "Learning Transformer Programs" does (§3.4): every choice
+  # (a selection, a predicate row, an attention key, an MLP's value) is the Gumbel-softmax sample
+  # softmax((logits + g) / τ), τ going geometrically from gumbel_scale to gumbel_scale_end, rather than the
+  # straight-through argmax of logits + s·g. Evaluation and the decompiled program take the argmax.
+  relaxed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,6 +357,9 @@ def _check_program(c) -> None:
   if c.kind == 'program':
     _check_transformer_program(c)
     return
+  if c.relaxed:
+    raise InputError(f"model.relaxed trains a Transformer Program's relaxation: it needs model.kind = 'program', "
+                     f'got {c.kind!r}')
   # What program training and numerical heads both need: the explicit, dense, one-piece computations that
   # the forward pass takes its argmaxes and predicates from.
   needs = (('kind', 'symbolic', c.kind), ('symbolic_sites', 'both', c.symbolic_sites),
@@ -403,6 +411,9 @@ def _check_transformer_program(c) -> None:
       end is not None and not (c.gumbel_scale > 0 and math.isfinite(end) and end > 0)):
     raise InputError(f'model.gumbel_scale must be >= 0, and model.gumbel_scale_end > 0 (or None) with it, got '
                      f'{c.gumbel_scale!r} and {end!r}')
+  if c.relaxed and not c.gumbel_scale:
+    raise InputError('model.relaxed trains on Gumbel-softmax samples at the temperature model.gumbel_scale: set '
+                     'it > 0 (Learning Transformer Programs anneals it from 3), or model.relaxed = False')
 
 
 def _check_layers(c) -> None:

@@ -26,7 +26,11 @@ A module reads a variable through a selection: a learned distribution over the v
 The forward pass is exactly the program: every argmax is one-hot, and the gradient is the softmax's
 (straight-through; ``hard + (soft − stop_gradient(soft))`` is ``hard`` exactly, so no rounding ever moves a
 choice). While training, the selections, predicates, attention and MLP outputs may be sampled with Gumbel
-noise (``model.gumbel_scale``, annealed to ``gumbel_scale_end``), as that paper trains its programs.
+noise (``model.gumbel_scale``, annealed to ``gumbel_scale_end``). With ``model.relaxed`` training takes the
+relaxation instead, as that paper trains its programs: every choice is the Gumbel-softmax sample
+softmax((logits + g) / τ), τ annealed on the same schedule, and attention weighs keys by the softmax of
+log(match) plus a closeness bias (``relaxed_attention``), so that as τ falls the relaxed model becomes the
+program; evaluation always runs the program.
 """
 
 from __future__ import annotations
@@ -86,11 +90,15 @@ def closest_rank(n: int, max_len: int) -> Array:
 
 
 class _Noise:
-  """Gumbel noise for the argmaxes of one call, or none (evaluation, or no scale)."""
+  """Gumbel noise for the argmaxes of one call, or none (evaluation, or no scale). ``relaxed``: the call trains
+  the relaxation instead, every choice a Gumbel-softmax sample at temperature ``scale``."""
 
-  def __init__(self, module: nn.Module, scale: Any):
-    self.module, self.scale = module, scale
+  def __init__(self, module: nn.Module, scale: Any, relaxed: bool = False):
+    self.module = module
     self.on = scale is not None and module.has_rng(GUMBEL_RNG)
+    self.relaxed = relaxed and self.on
+    self.scale = 1.0 if self.relaxed else scale  # relaxed: unit noise, the schedule is the temperature
+    self.temperature = scale
 
   def gumbel(self, shape) -> Array | None:
     return self.scale * jax.random.gumbel(self.module.make_rng(GUMBEL_RNG), shape) if self.on else None
@@ -98,12 +106,31 @@ class _Noise:
   def logistic(self, shape) -> Array | None:
     return self.scale * jax.random.logistic(self.module.make_rng(GUMBEL_RNG), shape) if self.on else None
 
+  def choose(self, logits: Array) -> Array:
+    """One value out of the last axis: the (sampled) straight-through argmax, or, relaxed, the Gumbel-softmax
+    sample softmax((logits + g) / τ)."""
+    if self.relaxed:
+      return jax.nn.softmax((logits + self.gumbel(logits.shape)) / self.temperature, -1)
+    return one_hot_argmax(logits, self.gumbel(logits.shape))
+
+
+def relaxed_attention(matches: Array, allowed: Array, max_len: int) -> Array:
+  """The log-scores whose softmax relaxes select_closest: log(match) plus a bias in (−1, 0] for being close
+  (itself last), so that as the temperature falls the weight goes to the key the hard head reads; where no
+  key matches, position 0 (whose floor is e² times the others')."""
+  n = matches.shape[-1]
+  i, j = jnp.arange(n)[:, None], jnp.arange(n)[None, :]
+  # Of two keys at the same distance the hard head reads the earlier one: the later loses a little.
+  bias = closest_rank(n, max_len) / (max_len + 1) - 1.0 - 1e-3 * (j > i)
+  floor = jnp.where(jnp.arange(n) == 0, 1e-9 * jnp.e ** 2, 1e-9)
+  return jnp.where(allowed, jnp.log(matches + floor) + bias, -1e9)
+
 
 def _select(module: nn.Module, name: str, stack: Array, noise: _Noise) -> Array:
   """The variable a module reads: ``stack`` is ``[variables, batch, time, cardinality]``; the selection is
   the one-hot argmax of the learned logits ``select_{name}`` (sampled while training)."""
   logits = module.param(f'select_{name}', nn.initializers.normal(1.0), (stack.shape[0],))
-  weights = one_hot_argmax(logits, noise.gumbel(logits.shape))
+  weights = noise.choose(logits)
   return jnp.einsum('v,vbtk->btk', weights, stack)
 
 
@@ -112,15 +139,20 @@ class CategoricalHead(nn.Module):
 
   max_len: int
   noise: Any = None
+  relaxed: bool = False
 
   @nn.compact
   def __call__(self, stack: Array, allowed: Array) -> Array:
-    noise = _Noise(self, self.noise)
+    noise = _Noise(self, self.noise, self.relaxed)
     q, k, v = (_select(self, name, stack, noise) for name in ('query', 'key', 'value'))
     card = stack.shape[-1]
     psi = self.param('predicate', nn.initializers.normal(1.0), (card, card))
-    predicate = one_hot_argmax(psi, noise.gumbel(psi.shape))         # row a: the key value query a matches
-    matches = jnp.einsum('bik,kl,bjl->bij', q, predicate, k)          # 0 or 1, exactly
+    predicate = noise.choose(psi)                                     # row a: the key value query a matches
+    matches = jnp.einsum('bik,kl,bjl->bij', q, predicate, k)          # 0 or 1, exactly (unless relaxed)
+    if noise.relaxed:
+      pattern = noise.choose(relaxed_attention(matches, allowed, self.max_len))
+      self.sow('intermediates', 'pattern', pattern)
+      return jnp.einsum('bij,bjk->bik', pattern, v)
     rank = closest_rank(q.shape[1], self.max_len)
     # The closest match, itself last; no match (or no allowed key scoring above 0) reads position 0.
     hard_choice = jnp.argmax(jnp.where(allowed, matches * rank, -1.0), -1)
@@ -137,22 +169,25 @@ class NumericalHead(nn.Module):
   """select(key, query, predicate) then aggregate_sum(ones): how many keys the predicate holds for."""
 
   noise: Any = None
+  relaxed: bool = False
 
   @nn.compact
   def __call__(self, stack: Array, allowed: Array) -> Array:
-    noise = _Noise(self, self.noise)
+    noise = _Noise(self, self.noise, self.relaxed)
     q, k = (_select(self, name, stack, noise) for name in ('query', 'key'))
     card = stack.shape[-1]
     psi = self.param('predicate', nn.initializers.normal(1.0), (card, card))
     score = jnp.einsum('bik,kl,bjl->bij', q, psi, k)                  # psi[q value, k value], exactly
     extra = noise.logistic(score.shape)
     noisy = score if extra is None else score + extra
-    soft = jnp.where(allowed, jax.nn.sigmoid(noisy), 0.0)
+    soft = jnp.where(allowed, jax.nn.sigmoid(noisy / (noise.temperature if noise.relaxed else 1.0)), 0.0)
     selected = exact_straight_through((allowed & (noisy > 0)).astype(soft.dtype), soft)
     self.sow('intermediates', 'pattern', selected)
     count = selected.sum(-1)                                          # an integer, exactly
     values = jnp.arange(card, dtype=count.dtype)
     soft_count = jax.nn.softmax(-(values - count[..., None]) ** 2, -1)
+    if noise.relaxed:  # one-hot at the nearest count as τ falls
+      return jax.nn.softmax(-(values - soft.sum(-1)[..., None]) ** 2 / noise.temperature, -1)
     hard_count = jax.nn.one_hot(jax.lax.stop_gradient(count).astype(jnp.int32), card, dtype=count.dtype)
     return exact_straight_through(hard_count, soft_count)
 
@@ -169,17 +204,18 @@ class ProgramMLP(nn.Module):
 
   hidden: int
   noise: Any = None
+  relaxed: bool = False
 
   @nn.compact
   def __call__(self, stack: Array) -> Array:
-    noise = _Noise(self, self.noise)
+    noise = _Noise(self, self.noise, self.relaxed)
     x = jnp.concatenate([_select(self, name, stack, noise) for name in ('first', 'second')], -1)
     card = stack.shape[-1]
     shapes = {'hidden_kernel': (2 * card, self.hidden), 'hidden_bias': (self.hidden,),
               'out_kernel': (self.hidden, card), 'out_bias': (card,)}
     p = {name: self.param(name, nn.initializers.lecun_normal() if name.endswith('kernel') else nn.initializers.zeros,
                           shape) for name, shape in shapes.items()}
-    return one_hot_argmax(mlp_logits(p, x), noise.gumbel((*x.shape[:-1], card)))
+    return noise.choose(mlp_logits(p, x))
 
 
 class TransformerProgram(nn.Module):
@@ -200,6 +236,7 @@ class TransformerProgram(nn.Module):
     card = cardinality(cfg)
     scale = cfg.program.gumbel_scale if gumbel_scale is None else gumbel_scale
     scale = scale if cfg.samples_argmaxes else None
+    relaxed = cfg.program.relaxed
     positions = jnp.broadcast_to(jnp.arange(time), (batch, time))
     stack = [jax.nn.one_hot(tokens, card), jax.nn.one_hot(positions, card)]
     allowed = jnp.ones((batch, time, time), bool) if key_mask is None else jnp.broadcast_to(
@@ -211,13 +248,13 @@ class TransformerProgram(nn.Module):
       read = jnp.stack(stack)
       for h in range(cfg.num_heads):
         if h < first_numerical:
-          head = CategoricalHead(cfg.max_len, scale, name=f'attn_{l}_{h}')
+          head = CategoricalHead(cfg.max_len, scale, relaxed, name=f'attn_{l}_{h}')
         else:
-          head = NumericalHead(scale, name=f'attn_{l}_{h}')
+          head = NumericalHead(scale, relaxed, name=f'attn_{l}_{h}')
         stack.append(head(read, allowed))
       read = jnp.stack(stack)
       for m in range(cfg.program.mlps):
-        stack.append(ProgramMLP(cfg.program.mlp_hidden, scale, name=f'mlp_{l}_{m}')(read))
+        stack.append(ProgramMLP(cfg.program.mlp_hidden, scale, relaxed, name=f'mlp_{l}_{m}')(read))
     hidden = jnp.concatenate(stack + [jnp.ones((batch, time, 1))], -1)
     table = self.param('readout', nn.initializers.normal(0.1), (cfg.vocab_size, hidden.shape[-1]))
     if return_hidden:

@@ -146,9 +146,11 @@ def test_a_recipe_trial_is_recorded_from_validation_alone_with_the_settings_it_n
   rows = [{'step': 2, 'split': 'validation', 'accuracy': 0.5}, {'step': 2, 'split': 'test', 'accuracy': 1.0},
           {'step': 4, 'split': 'validation', 'accuracy': 0.75}]
   (run / 'metrics.jsonl').write_text('\n'.join(json.dumps(r) for r in rows))
-  record = run_record(str(run), ['num_heads', 'numerical_positions', 'learning_rate'])
-  # a model field as run, one from before it existed at its default, and a field of the config itself
-  assert record['setting'] == {'num_heads': 8, 'numerical_positions': True, 'learning_rate': 1e-3}
+  record = run_record(str(run), ['num_heads', 'numerical_positions', 'learning_rate', 'length_balance'])
+  # a model field as run, one from before it existed at its default, a field of the config itself, and one of
+  # the config from before it existed at its default
+  assert record['setting'] == {'num_heads': 8, 'numerical_positions': True, 'learning_rate': 1e-3,
+                               'length_balance': 0.0}
   assert record['validation_accuracy_by_step'] == {'2': 50.0, '4': 75.0}
   assert record['best_validation_accuracy'] == 75.0  # the test row is never read
   assert 'program_lines' not in record

@@ -7,6 +7,7 @@ import os
 from symjax.model import ModelConfig
 from symjax.system.errors import InputError
 from symjax.tasks import rasp
+from symjax.train import config as config_lib
 
 RASP = rasp.TASKS
 # Test token accuracy (%) of Transformer Programs, "Learning Transformer Programs" Table 1.
@@ -22,6 +23,7 @@ def cell(stat: dict | None, scale: float = 1.0, digits: int = 4) -> str:
 
 # A run from before a field existed trained with its default.
 DEFAULTS = ModelConfig.defaults()
+CONFIG_DEFAULTS = config_lib.default_config().to_dict()
 
 
 def setting(config: dict, name: str):
@@ -29,9 +31,11 @@ def setting(config: dict, name: str):
   of the config itself."""
   if name in config['model'] or name in DEFAULTS:
     return config['model'].get(name, DEFAULTS.get(name))
-  if name not in config:
-    raise InputError(f'{name!r} is neither a config.model field nor a config field')
-  return config[name]
+  if name in config:
+    return config[name]
+  if name in CONFIG_DEFAULTS:
+    return CONFIG_DEFAULTS[name]
+  raise InputError(f'{name!r} is neither a config.model field nor a config field')
 
 
 def run_record(path: str, fields: list[str]) -> dict:

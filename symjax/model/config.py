@@ -109,8 +109,8 @@ class ProgramConfig:
   # Kind 'program' only: MLPs per layer, each reading two variables it selects, and their hidden width.
   mlps: int = 2
   mlp_hidden: int = 64
-  # Kind 'program' only: train the relaxation, as "Learning Transformer Programs" does (§3.4): every choice
-  # (a selection, a predicate row, an attention key, an MLP's value) is the Gumbel-softmax sample
+  # Kind 'program' only: train the relaxation, as "Learning Transformer Programs" does (§3.2, "Optimization"):
+  # every choice (a selection, a predicate row, an attention key, an MLP's value) is the Gumbel-softmax sample
   # softmax((logits + g) / τ), τ going geometrically from gumbel_scale to gumbel_scale_end, rather than the
   # straight-through argmax of logits + s·g. Evaluation and the decompiled program take the argmax.
   relaxed: bool = False

@@ -181,13 +181,14 @@ class NumericalHead(nn.Module):
     extra = noise.logistic(score.shape)
     noisy = score if extra is None else score + extra
     soft = jnp.where(allowed, jax.nn.sigmoid(noisy / (noise.temperature if noise.relaxed else 1.0)), 0.0)
+    values = jnp.arange(card, dtype=soft.dtype)
+    if noise.relaxed:  # the relaxed count, one-hot at the nearest integer as τ falls
+      self.sow('intermediates', 'pattern', soft)
+      return jax.nn.softmax(-(values - soft.sum(-1)[..., None]) ** 2 / noise.temperature, -1)
     selected = exact_straight_through((allowed & (noisy > 0)).astype(soft.dtype), soft)
     self.sow('intermediates', 'pattern', selected)
     count = selected.sum(-1)                                          # an integer, exactly
-    values = jnp.arange(card, dtype=count.dtype)
     soft_count = jax.nn.softmax(-(values - count[..., None]) ** 2, -1)
-    if noise.relaxed:  # one-hot at the nearest count as τ falls
-      return jax.nn.softmax(-(values - soft.sum(-1)[..., None]) ** 2 / noise.temperature, -1)
     hard_count = jax.nn.one_hot(jax.lax.stop_gradient(count).astype(jnp.int32), card, dtype=count.dtype)
     return exact_straight_through(hard_count, soft_count)
 

@@ -154,11 +154,15 @@ class FixedSetTask(Task):
     return len(self.data.inputs[split])
 
   def row_probabilities(self, split: str) -> np.ndarray:
-    """What ``length_balance`` draws each row of ``split`` with: n_L^(-a), normalised."""
-    lengths = (self.data.inputs[split] != self.pad_id).sum(-1)
-    _, inverse, counts = np.unique(lengths, return_inverse=True, return_counts=True)
-    weights = counts[inverse].astype(np.float64) ** -self.length_balance
-    return weights / weights.sum()
+    """What ``length_balance`` draws each row of ``split`` with: n_L^(-a), normalised (computed once per split
+    and a, since every training step draws from it)."""
+    cache = self.__dict__.setdefault('_row_probabilities', {})
+    if (split, self.length_balance) not in cache:
+      lengths = (self.data.inputs[split] != self.pad_id).sum(-1)
+      _, inverse, counts = np.unique(lengths, return_inverse=True, return_counts=True)
+      weights = counts[inverse].astype(np.float64) ** -self.length_balance
+      cache[split, self.length_balance] = weights / weights.sum()
+    return cache[split, self.length_balance]
 
   def batch(self, split, step, batch_size, seed):
     n = self.split_size(split)

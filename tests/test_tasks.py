@@ -142,6 +142,22 @@ def test_length_balance_draws_each_length_by_its_weight_and_the_same_rows_on_a_r
   np.testing.assert_array_equal(first, task.data.inputs['validation'][:64])
 
 
+def test_induction_input_space_is_every_sequence_the_task_generates(induction_task):
+  inputs, exhaustive = induction_task.input_space()
+  rows = {tuple(r) for r in inputs}
+  assert exhaustive and inputs.shape == (133_760, 10) and len(rows) == 133_760
+  assert all(tuple(r) in rows for split in ('train', 'validation', 'test') for r in induction_task.data.inputs[split])
+  v = induction_task.vocab
+  for row in inputs[::4099]:  # every one obeys its own letter -> number map and tags as the task does
+    tokens = v.decode(row)
+    letters = [t for t in tokens[1:] if t in induction.LETTERS]
+    assert len(letters) in (4, 5) and tokens[0] == base.BOS
+    pairs = tokens[2:] if tokens[1] in induction.NUMBERS else tokens[1:9]
+    mapping = {}
+    for letter, number in zip(pairs[::2], pairs[1::2]):
+      assert mapping.setdefault(letter, number) == number
+
+
 def test_dyck_inputs_are_biased_towards_balanced_prefixes():
   """Half the inputs start from a random balanced string, so long balanced prefixes (a T tag past
   position 8) are more common than among uniformly random brackets."""

@@ -242,15 +242,39 @@ def test_the_command_trains_and_decompiles_sort_into_code_equal_on_every_input(t
   assert len(predict_with_numpy_alone(output, ['<s>', '3', '1', '2', '</s>'], str(tmp_path))) == 5
 
 
-def test_a_task_whose_inputs_cannot_be_listed_is_refused_in_one_line():
+def test_the_induction_recipe_trains_and_decompiles_into_code_equal_on_every_input(tmp_path):
+  """configs/program.py end to end at runlocal: the program is pruned on, and equals the model on, all 133,760
+  inputs of the induction task, and is code."""
+  import os
+  import subprocess
+  import sys
+
+  import symjax
+  from symjax.proj import decompile
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  run, output = str(tmp_path / 'run'), str(tmp_path / 'out' / 'induction.py')
+  for command in (['symjax.main', '--config=program:runlocal=true', '--config.progress_bar=false', f'--workdir={run}'],
+                  ['symjax.decompile', f'--workdir={run}', f'--output={output}']):
+    proc = subprocess.run([sys.executable, '-m', *command], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+  assert 'fidelity 100.00%' in proc.stdout, proc.stdout
+  loaded, program = symjax.load(run), decompile.load_program(output)
+  assert decompile.evaluate(loaded, program, 'validation')['fidelity'] == 100.0
+  with open(output) as f:
+    assert 'every input of the task' in f.read()
+
+
+def test_a_task_whose_inputs_cannot_be_listed_is_refused_in_one_line(tmp_path):
   from symjax.configs import symbolic
   from symjax.run import workdir
-  config = symbolic.get_config('runlocal=true')
-  config.model.kind = 'program'
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_text('to be or not to be, that is the question. ' * 100)
+  config = symbolic.get_config('task=text,runlocal=true')
+  config.text_path, config.model.kind = str(corpus), 'program'
   loaded = workdir.Loaded(None, None, config, None, None, step=0, task=config.task, seq_len=8,
-                          language_model=False)
-  with pytest.raises(InputError, match=r"needs a task whose inputs can be listed \(the RASP tasks\), got task "
-                                       r"'induction'"):
+                          language_model=True)
+  with pytest.raises(InputError, match=r"needs a task whose inputs can be listed \(the RASP tasks and induction\), "
+                                       r"got task 'text'"):
     program_code.decompile(loaded)
 
 

@@ -35,7 +35,7 @@ _TASKS = flags.DEFINE_list('tasks', ['induction', *rasp.TASKS], 'Tasks.')
 _MODES = flags.DEFINE_list('modes', ['continuous', 'program', 'program_alibi'],
                            'continuous (the paper), program (program training, the recipe), program_alibi '
                            '(program training without the learned query/key positions; RASP tasks only) and '
-                           'transformer_program (model kind program: code a person reads; RASP tasks only).')
+                           'transformer_program (model kind program: code a person reads; RASP tasks and induction).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds.')
 _RUNS = flags.DEFINE_string('runs', '/tmp/symjax_decompile', 'Where runs are trained (or found).')
 _JSON = cli.json_output('benchmarks/results/decompile.json', 'Output.')
@@ -77,7 +77,7 @@ def validation_at(workdir: str) -> float:
 
 def recipe(task: str, mode: str) -> list[str]:
   if mode == 'transformer_program':
-    return [f'--config=rasp:task={task},model=program']
+    return ['--config=program' if task == 'induction' else f'--config=rasp:task={task},model=program']
   program = ',program=true' if mode.startswith('program') else ''
   name = f'symbolic:task=induction{program}' if task == 'induction' else f'rasp:task={task},model=symbolic{program}'
   return [f'--config={name}'] + (['--config.model.qk_positions=false'] if mode == 'program_alibi' else [])

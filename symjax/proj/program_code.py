@@ -539,7 +539,7 @@ def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:
   task = tasks.get_task(loaded.config)
   if not hasattr(task, 'input_space'):
     raise InputError(f"decompiling a Transformer Program needs a task whose inputs can be listed (the RASP "
-                     f"tasks), got task {loaded.task!r}")
+                     f"tasks and induction), got task {loaded.task!r}")
   inputs, exhaustive = task.input_space()
   lengths = (inputs != task.pad_id).sum(1)
   origin = f'in {loaded.workdir or "memory"} (step {loaded.step}, task {loaded.task})'

@@ -12,6 +12,8 @@ second head matches the current letter against it and copies the number.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from symjax.tasks import base
@@ -68,6 +70,20 @@ def sample_sequence(rng: np.random.Generator) -> list[str]:
   return [base.BOS, *pairs, LETTERS[rng.integers(len(LETTERS))]]
 
 
+def all_inputs(v: base.Vocab) -> np.ndarray:
+  """Every sequence the task generates (133,760): each run of 4 letters, each map of its distinct letters to
+  numbers, then a number inserted after ``<s>`` or a query letter appended."""
+  rows = []
+  for letters in itertools.product(LETTERS, repeat=4):
+    distinct = sorted(set(letters))
+    for numbers in itertools.product(NUMBERS, repeat=len(distinct)):
+      mapping = dict(zip(distinct, numbers))
+      pairs = [t for letter in letters for t in (letter, mapping[letter])]
+      rows += [[base.BOS, n, *pairs] for n in NUMBERS] + [[base.BOS, *pairs, q] for q in LETTERS]
+  ids = {token: v.id(token) for token in (base.BOS, *LETTERS, *NUMBERS)}
+  return np.array([[ids[t] for t in row] for row in rows], dtype=np.int32)
+
+
 class InductionTask(base.FixedSetTask):
   name = 'induction'
   causal = True
@@ -84,3 +100,8 @@ class InductionTask(base.FixedSetTask):
     inputs = np.stack([self.vocab.encode(s) for s in sequences])
     targets = np.stack([self.vocab.encode(tag_sequence(list(s))) for s in sequences])
     self.data = base.split_distinct(inputs, targets, rng)
+
+  def input_space(self, limit: int = 1_000_000) -> tuple[np.ndarray, bool]:
+    """The inputs a decompiled program is pruned on: all of them (``all_inputs``), exhaustive."""
+    del limit  # the whole space is 133,760 sequences
+    return all_inputs(self.vocab), True

@@ -7,7 +7,7 @@
 Arguments after ':': runlocal=true (20 steps, for tests and a first look).
 """
 
-from configs import common
+from symjax.configs import common
 
 KIND = 'program'
 

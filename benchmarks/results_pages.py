@@ -232,6 +232,13 @@ def transformer_lens_table(data: dict, json_name: str, pages: str) -> str:
                  f"{row['symjax_s'] * 1e3:,.1f} ms | {row['speedup']:.1f}× | "
                  f"{row['symjax_symbolic_s'] * 1e3:,.1f} ms | {row['speedup_symbolic']:.1f}× | "
                  f"{row['symjax_first_call_s']:.1f} s |")
+  mixed = data.get('interference')
+  if mixed:  # runs before the calls were timed in bursts have none
+    lines += ['', f"Each library's calls are timed in bursts, after a pause: a forward pass right after one of "
+              f"TransformerLens takes symjax {mixed['symjax_after_the_other_s'] * 1e3:.1f} ms against "
+              f"{mixed['symjax_s'] * 1e3:.1f} ms back to back (PyTorch's threads still spin), and "
+              f"TransformerLens {mixed['transformer_lens_after_the_other_s'] * 1e3:.1f} ms right after symjax's "
+              f"against {mixed['transformer_lens_s'] * 1e3:.1f} ms."]
   return '\n'.join(lines) + '\n'
 
 

@@ -1,6 +1,7 @@
 """The model object: TransformerLens's calls on texts, id sequences and padded batches, each the same as the
 functional call it wraps."""
 
+import jax
 import numpy as np
 import pytest
 from helpers import randomize, shapes_of, small
@@ -58,6 +59,20 @@ def test_bad_inputs_are_one_line_errors(hm):
     with pytest.raises(InputError, match=message) as e:
       call()
     assert '\n' not in str(e.value)
+
+
+def test_boxed_params_are_unboxed_once_and_edits_in_place_are_seen_by_the_next_call(hm):
+  import flax.linen as nn
+  boxed = nn.Partitioned  # a partitioned leaf, as Flax's logical partitioning makes at init
+  params = jax.tree.map(lambda x: boxed(np.array(x), names=(None,) * np.ndim(x)), hm.params)
+  other = HookedModel(hm.model, params, hm.tokenizer)
+  np.testing.assert_array_equal(other('<s> a 1 b'), hm('<s> a 1 b'))
+  # The unboxed tree is the object's own: an ablation written into it reaches the compiled pass.
+  table = other.params['embed']['embedding']
+  other.params['embed']['embedding'] = np.zeros_like(table)
+  assert not np.allclose(other('<s> a 1 b'), hm('<s> a 1 b'))
+  other.params['embed']['embedding'] = table
+  np.testing.assert_array_equal(other('<s> a 1 b'), hm('<s> a 1 b'))
 
 
 def test_a_custom_pattern_scores_one_on_an_attention_that_matches_it_and_less_elsewhere():

@@ -6,9 +6,9 @@
 The model is nanoGPT's CPU shape (4 layers, 4 heads × 32, MLP 512, vocabulary 65, context 64), the standard
 kind with learned positions, and the same weights are loaded into TransformerLens's ``HookedTransformer``, so
 that both compute the same function: the script checks the logits and every sweep's values against each other
-before it times anything. Workloads, each timed as the median of warm calls, the libraries' calls
-interleaved so that a machine whose speed drifts slows them alike (the first call, with its compilation,
-reported apart):
+before it times anything. Workloads, each timed as the median of warm calls, the libraries' bursts of
+calls interleaved so that a machine whose speed drifts slows them alike (the first call, with its
+compilation, reported apart; ``timed_side_by_side`` says why in bursts):
 - a forward pass, ``run_with_cache`` of every site and a hooked loss (one head zeroed) on 8 × 64 tokens;
 - patching sweeps of one prompt pair (``--sweep_batch`` pairs) of 64 tokens, TransformerLens's
   ``get_act_patch_*`` against symjax's functions of the same names: heads of every block at all positions
@@ -108,16 +108,41 @@ def timed(fn, repeats: int) -> tuple[float, float]:
   return first, statistics.median(seconds(fn) for _ in range(repeats))
 
 
-def timed_side_by_side(fns: dict, repeats: int) -> dict[str, tuple[float, float]]:
-  """{name: (first call's seconds, median of ``repeats`` warm calls)} of functions computing the same thing,
-  their warm calls interleaved (one of each in turn), so that a machine whose speed drifts during the run
-  slows them alike and their ratio stays."""
+# PyTorch's OpenMP workers spin for 200 ms after each parallel region (Intel OpenMP's default block time), so a
+# call made just after a PyTorch call shares the cores with them (``interference`` measures it; the JSON keeps
+# it). A library's calls are therefore timed in bursts, each after a pause longer than that spin and one
+# untimed call that wakes its own threads: each library is timed as a loop of its calls runs, neither slowed
+# by the other.
+QUIET_S = 0.3
+
+
+def timed_side_by_side(fns: dict, repeats: int, rounds: int = 3) -> dict[str, tuple[float, float]]:
+  """{name: (first call's seconds, median of ``repeats`` warm calls)} of functions computing the same thing:
+  ``rounds`` rounds, each a burst of every function's calls in turn, so that a machine whose speed drifts
+  during the run slows them alike and their ratio stays."""
   first = {name: seconds(fn) for name, fn in fns.items()}
   warm = {name: [] for name in fns}
-  for _ in range(repeats):
+  for r in range(rounds):
     for name, fn in fns.items():
-      warm[name].append(seconds(fn))
+      time.sleep(QUIET_S)
+      fn()
+      warm[name].extend(seconds(fn) for _ in range(-(-repeats // rounds)))
   return {name: (first[name], statistics.median(warm[name])) for name in fns}
+
+
+def interference(symjax_call, lens_call, repeats: int) -> dict[str, float]:
+  """Each library's forward pass timed back to back, and right after one call of the other library: what
+  timing the libraries' single calls interleaved would measure."""
+  out = {}
+  for name, call, other in (('symjax', symjax_call, lens_call), ('transformer_lens', lens_call, symjax_call)):
+    call()
+    out[f'{name}_s'] = statistics.median(seconds(call) for _ in range(repeats))
+    after = []
+    for _ in range(repeats):
+      other()
+      after.append(seconds(call))
+    out[f'{name}_after_the_other_s'] = statistics.median(after)
+  return out
 
 
 def first_token_corrupted(clean):
@@ -228,6 +253,8 @@ def main(argv):
   floor = {kind: cache_output_floor(hm, tokens, _REPEATS.value)
            for kind, hm in (('symjax', standard), ('symjax_symbolic', symbolic))}
   print(f'writing a full cache alone (fresh output buffers): {floor}')
+  mixed = interference(workloads['symjax']['forward'], workloads['transformer_lens']['forward'], 3 * _REPEATS.value)
+  print(f'forward passes back to back, and each right after the other library\'s: {mixed}')
   same = check_same(standard, lens, tokens, clean, corrupt)
   print(f'largest differences, symjax against TransformerLens (same weights): {same}')
   print(f'{"workload":30s} {"TL s":>9s} {"symjax s":>9s} {"ratio":>7s} {"symbolic s":>10s} {"ratio":>7s} '
@@ -242,13 +269,13 @@ def main(argv):
     print(f'{name:30s} {tl:9.4f} {sj:9.4f} {tl / sj:7.1f} {sy:10.4f} {tl / sy:7.1f} {r["symjax"][0]:12.2f}')
   result_files.write(_JSON.value, {
       'what': 'symjax interpretability workloads against TransformerLens (HookedTransformer, same weights), one '
-              'process, warm medians of calls interleaved between the libraries; first calls (compilation '
-              'included) apart',
+              'process, warm medians of bursts of calls interleaved between the libraries, each burst after a '
+              f'{QUIET_S} s pause and an untimed call; first calls (compilation included) apart',
       'shape': {'layers': LAYERS, 'heads': HEADS, 'head_dim': HEAD_DIM, 'mlp': MLP, 'vocab': VOCAB,
                 'context': CONTEXT, 'batch': BATCH, 'sweep_batch': _SWEEP_BATCH.value},
       'repeats': _REPEATS.value, 'transformer_lens': importlib.metadata.version('transformer_lens'),
       'torch': torch.__version__, 'torch_threads': torch.get_num_threads(), 'jax': jax.__version__,
-      'largest_difference': same, 'workloads': table, 'cache_output_floor': floor})
+      'largest_difference': same, 'workloads': table, 'cache_output_floor': floor, 'interference': mixed})
 
 
 if __name__ == '__main__':

@@ -9,6 +9,7 @@ its slice ``[h·d_head, (h+1)·d_head)``; E^(h) is the same slice of the input e
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from typing import Any
@@ -51,6 +52,31 @@ def analysis_model(model) -> Transformer:
 
 
 _ANALYSIS: dict = {}
+
+
+# Parameter trees known to hold plain arrays (no Flax partitioning boxes), by identity, with a reference that
+# keeps each alive so that its id is not reused: a HookedModel registers its own, so that each of its calls
+# skips ``nn.meta.unbox``, a walk of the whole tree that costs as much as a small model's compiled pass
+# takes to dispatch. In-place edits of such a tree cannot add boxes, so they stay valid.
+_PLAIN: collections.OrderedDict = collections.OrderedDict()
+_PLAIN_KEPT = 8
+
+
+def plain_params(params):
+  """``nn.meta.unbox(params)``, registered as plain (``unboxed`` then returns it as it is)."""
+  params = unboxed(params)
+  _PLAIN[id(params)] = params
+  _PLAIN.move_to_end(id(params))
+  while len(_PLAIN) > _PLAIN_KEPT:
+    _PLAIN.popitem(last=False)
+  return params
+
+
+def unboxed(params):
+  """``params`` without Flax's partitioning boxes: itself where it is registered as plain."""
+  if _PLAIN.get(id(params)) is params:
+    return params
+  return nn.meta.unbox(params)
 
 
 def as_batch(tokens, vocab_size: int | None = None) -> np.ndarray:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import hooks
+from symjax.interpret import core, hooks
 from symjax.run import sample
 from symjax.system.errors import InputError
 
@@ -42,6 +42,15 @@ class HookedModel:
         raise InputError('HookedModel takes a loaded run (symjax.load(workdir)) or a model and its params')
       run_or_model, params, tokenizer = run_or_model.model, run_or_model.params, run_or_model.tokenizer
     self.model, self.params, self.tokenizer = run_or_model, params, tokenizer
+
+  @property
+  def params(self):
+    """The parameters, without Flax's partitioning boxes (assigning new ones is allowed)."""
+    return self._params
+
+  @params.setter
+  def params(self, params):
+    self._params = core.plain_params(params)
 
   @property
   def cfg(self):

@@ -51,21 +51,26 @@ RETURN_TYPES = ('logits', 'loss')
 
 
 def valid_names(model: Transformer) -> list[str]:
-  cfg = model.config
+  return list(_valid_names(model.config))
+
+
+@functools.lru_cache(maxsize=64)
+def _valid_names(cfg) -> tuple[str, ...]:
+  """Every call checks its site names against these: listed once per configuration."""
   symbolic_layers = tuple(l for l, kind in enumerate(cfg.layer_kinds()) if kind == 'symbolic')
   sites = names.site_names(cfg.kind, cfg.num_layers, symbolic_layers)
   has_mixture = {'values': cfg.symbolic_site('values'), 'ffn': cfg.symbolic_site('ffn')}
-  return [s for s in sites if not ((s.endswith('.v_mixture') and not has_mixture['values'])
-                                   or (s.endswith('.ffn.mixture') and not has_mixture['ffn']))]
+  return tuple(s for s in sites if not ((s.endswith('.v_mixture') and not has_mixture['values'])
+                                        or (s.endswith('.ffn.mixture') and not has_mixture['ffn'])))
 
 
 def check_names(model: Transformer, requested: Sequence[str], hooking: bool = False) -> None:
   """InputError naming the valid sites when a name is unknown; when ``hooking``, also for ``resid`` of a
   two-stream model, which is the sum X_t + X_e and not a value the model passes on."""
-  valid = valid_names(model)
+  valid = _valid_names(model.config)
   unknown = [n for n in requested if n not in valid]
   if unknown:
-    raise InputError(f'unknown site name {unknown[0]!r}; this {model.config.kind} model has {valid}')
+    raise InputError(f'unknown site name {unknown[0]!r}; this {model.config.kind} model has {list(valid)}')
   resid = [n for n in requested if n.endswith(names.READ_ONLY)] if hooking and model.config.kind != 'standard' else []
   if resid:
     raise InputError(names.read_only_message(resid[0]))
@@ -112,20 +117,23 @@ def _apply(model: Transformer, params, tokens, key_mask, fns: dict[str, Callable
   model = core.analysis_model(model)
   tokens = core.as_batch(tokens, model.config.vocab_size) if not isinstance(tokens, jax.core.Tracer) else tokens
   km = None if key_mask is None else (key_mask if isinstance(key_mask, jax.core.Tracer)
-                                      else jnp.asarray(np.asarray(key_mask, bool).reshape(tokens.shape)))
-  params = nn.meta.unbox(params)
-  traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((params, tokens, km)))
+                                      else np.asarray(key_mask, bool).reshape(tokens.shape))
+  plain = core.unboxed(params)
+  traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(
+      (tokens, km) if plain is params else (plain, tokens, km)))  # a registered tree holds concrete arrays
+  params = plain
   program = None if traced else _program(model, fns, keep, tuple(mutable))
   out = None
   if program is not None:
-    try:
-      out = program(params, jnp.asarray(tokens), km)
+    try:  # NumPy arguments: the compiled call copies them in faster than jnp.asarray would
+      out = program(params, tokens, km)
     except _UNTRACEABLE:  # a hook that needs concrete values (NumPy, Python branches): it stays eager
       _PROGRAMS[(model, tuple(sorted(fns.items())), keep, tuple(mutable))] = None
   if out is None:
     keep_fn = keep.__contains__ if isinstance(keep, frozenset) else keep
     with names.session(fns, keep_fn):
-      out = model.apply({'params': params}, jnp.asarray(tokens), km, mutable=mutable or False)
+      out = model.apply({'params': params}, jnp.asarray(tokens), None if km is None else jnp.asarray(km),
+                        mutable=mutable or False)
   logits, state = out if mutable else (out, {})
   return model, tokens, logits, state
 

@@ -18,7 +18,6 @@ import dataclasses
 import os
 from typing import Callable, Sequence
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -183,7 +182,7 @@ def _calls(model, params, clean, corrupt, key_mask, masks, chunk=None) -> tuple[
   """(patches, the arguments of each call of the program): the patches padded to whole calls of a power of
   two rows each."""
   count = _patch_count(masks)
-  params = nn.meta.unbox(params)
+  params = core.unboxed(params)
   km = None if key_mask is None else jnp.asarray(key_mask)
   rows = _rows(count, chunk or max(1, CHUNK_TOKENS // clean.size))
   total = -(-count // rows) * rows
@@ -199,7 +198,7 @@ def _run_groups(model: Transformer, params, clean, corrupt, key_mask, groups: li
   each group's patches vmapped apart (``_program``)."""
   sites = tuple(dict.fromkeys(s for g in groups for s in g))
   km = None if key_mask is None else jnp.asarray(key_mask)
-  args = (nn.meta.unbox(params), jnp.asarray(clean), jnp.asarray(corrupt), km,
+  args = (core.unboxed(params), jnp.asarray(clean), jnp.asarray(corrupt), km,
           tuple({s: jnp.asarray(m) for s, m in g.items()} for g in groups))
   clean_logits, corrupt_logits, logits = _executable(core.analysis_model(model), sites, args)(*args)
   return _Patched(np.asarray(clean_logits), np.asarray(corrupt_logits), np.asarray(logits))
@@ -247,7 +246,7 @@ def patch(model: Transformer, params, clean, corrupt, name: str | Sequence[str],
   clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
   sites = [name] if isinstance(name, str) else list(name)
   hooks.check_names(model, sites, hooking=True)
-  shapes = _site_shapes(core.analysis_model(model), nn.meta.unbox(params), clean,
+  shapes = _site_shapes(core.analysis_model(model), core.unboxed(params), clean,
                         None if key_mask is None else jnp.asarray(key_mask), tuple(sites))
   masks = _masks(model, sites, shapes, positions, heads)
   logits = _run(model, params, clean, corrupt, key_mask, masks).patched[0]
@@ -383,7 +382,7 @@ def _one_site_per_patch(model, params, clean, key_mask, sites: list[str], axis: 
   in one entry (a two-stream state) are patched together."""
   analysis = core.analysis_model(model)
   every = tuple(s for group in sites for s in ([group] if isinstance(group, str) else group))
-  shapes = _site_shapes(analysis, nn.meta.unbox(params), clean, None if key_mask is None else jnp.asarray(key_mask),
+  shapes = _site_shapes(analysis, core.unboxed(params), clean, None if key_mask is None else jnp.asarray(key_mask),
                         every)
   groups = []
   for group in sites:
@@ -400,7 +399,7 @@ def _one_site_per_patch(model, params, clean, key_mask, sites: list[str], axis: 
 def _heads_by_position(model, params, clean, key_mask, sites: list[str]) -> list[dict]:
   """One group per site: patch (p, h) takes head h at position p."""
   analysis = core.analysis_model(model)
-  shapes = _site_shapes(analysis, nn.meta.unbox(params), clean, None if key_mask is None else jnp.asarray(key_mask),
+  shapes = _site_shapes(analysis, core.unboxed(params), clean, None if key_mask is None else jnp.asarray(key_mask),
                         tuple(sites))
   groups = []
   for s in sites:

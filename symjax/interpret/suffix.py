@@ -21,12 +21,11 @@ from __future__ import annotations
 import concurrent.futures
 import os
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import hooks
+from symjax.interpret import core, hooks
 from symjax.model import FactoredBlock, StandardBlock, Suffix, Transformer
 from symjax.model import intermediates as names
 from symjax.model.masks import head_mask_matrix
@@ -310,7 +309,7 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
   """(clean logits, corrupt logits, every patch's logits ``[patches, batch, time, vocab]`` in the order of
   ``groups``): ``model`` an analysis model that ``applies``; each group {site: ``[patches, ...]`` masks}, a
   block's patches; ``limit`` patches per call (default: ``CHUNK_TOKENS`` tokens)."""
-  params = nn.meta.unbox(params)
+  params = core.unboxed(params)
   time = clean.shape[1]
   width = -(-time // BUCKETS)
   starts = tuple(range(0, time, width))

@@ -123,6 +123,29 @@ def test_sweeps_recomputing_only_the_suffix_equal_whole_hooked_passes(kind, symb
 
 
 @pytest.mark.parametrize('kind', KINDS)
+def test_a_metric_naming_its_positions_is_computed_there_alone_with_the_same_values(kind):
+  """``logit_difference`` names the positions it reads: a sweep then runs the last block over the others only as
+  far as its keys and values, and leaves their logits NaN. The values equal those of the same metric without
+  the names (every position computed)."""
+  model, params, clean, corrupt = two_pairs(kind)
+  corrupt = corrupt.copy()
+  corrupt[:, 0] = (corrupt[:, 0] + 1) % model.config.vocab_size  # every patch from position 0
+  named = patching.logit_difference(1, 2, position=[6, 7])
+  plain = lambda logits: named(logits)
+  for sweep in (patching.get_act_patch_resid_pre, patching.get_act_patch_resid_post,
+                patching.get_act_patch_attn_head_out_all_pos, patching.get_act_patch_mlp_out):
+    np.testing.assert_allclose(sweep(model, params, clean, corrupt, named),
+                               sweep(model, params, clean, corrupt, plain), rtol=0, atol=1e-6,
+                               err_msg=sweep.__name__)
+
+  def unread(logits):  # 1 where position 5, before the metric's first, was not computed
+    return float(np.isnan(logits[:, 5]).all())
+  unread.positions = [6, 7]
+  assert patching.sweep_heads(model, params, clean, corrupt, metric=unread).values.min() == 1.0
+  assert patching.sweep_heads(model, params, clean, corrupt, metric=lambda x: unread(x)).values.max() == 0.0
+
+
+@pytest.mark.parametrize('kind', KINDS)
 def test_a_sweep_scores_every_prompt_pair_of_the_batch(kind):
   model, params, clean, corrupt = two_pairs(kind)
   both = patching.sweep_heads(model, params, clean, corrupt, metric=patching.logit_difference(1, 2))

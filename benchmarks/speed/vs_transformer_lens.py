@@ -110,10 +110,10 @@ def timed(fn, repeats: int) -> tuple[float, float]:
 
 # PyTorch's OpenMP workers spin for 200 ms after each parallel region (Intel OpenMP's default block time), so a
 # call made just after a PyTorch call shares the cores with them (``interference`` measures it; the JSON keeps
-# it). A library's calls are therefore timed in bursts, each after a pause longer than that spin and one
-# untimed call that wakes its own threads: each library is timed as a loop of its calls runs, neither slowed
-# by the other.
-QUIET_S = 0.3
+# it); and after the cores idle, the next calls of either library run slower for tens of milliseconds. A
+# library's calls are therefore timed in bursts, each after a pause longer than that spin and WARM_UP_S of its
+# own untimed calls: each library is timed as a loop of its calls runs, neither slowed by the other.
+QUIET_S, WARM_UP_S = 0.3, 0.1
 
 
 def timed_side_by_side(fns: dict, repeats: int, rounds: int = 3) -> dict[str, tuple[float, float]]:
@@ -122,10 +122,14 @@ def timed_side_by_side(fns: dict, repeats: int, rounds: int = 3) -> dict[str, tu
   during the run slows them alike and their ratio stays."""
   first = {name: seconds(fn) for name, fn in fns.items()}
   warm = {name: [] for name in fns}
-  for r in range(rounds):
+  for _ in range(rounds):
     for name, fn in fns.items():
       time.sleep(QUIET_S)
-      fn()
+      start = time.perf_counter()
+      while True:
+        fn()
+        if time.perf_counter() - start >= WARM_UP_S:
+          break
       warm[name].extend(seconds(fn) for _ in range(-(-repeats // rounds)))
   return {name: (first[name], statistics.median(warm[name])) for name in fns}
 
@@ -270,7 +274,7 @@ def main(argv):
   result_files.write(_JSON.value, {
       'what': 'symjax interpretability workloads against TransformerLens (HookedTransformer, same weights), one '
               'process, warm medians of bursts of calls interleaved between the libraries, each burst after a '
-              f'{QUIET_S} s pause and an untimed call; first calls (compilation included) apart',
+              f'{QUIET_S} s pause and {WARM_UP_S} s of untimed calls; first calls (compilation included) apart',
       'shape': {'layers': LAYERS, 'heads': HEADS, 'head_dim': HEAD_DIM, 'mlp': MLP, 'vocab': VOCAB,
                 'context': CONTEXT, 'batch': BATCH, 'sweep_batch': _SWEEP_BATCH.value},
       'repeats': _REPEATS.value, 'transformer_lens': importlib.metadata.version('transformer_lens'),

@@ -121,7 +121,7 @@ _EXECUTABLES: dict = {}
 
 def _executable_key(model, sites, args) -> tuple:
   leaves, tree = jax.tree.flatten(args)
-  return model, sites, tree, tuple((tuple(np.shape(x)), str(x.dtype)) for x in leaves)
+  return model, sites, tree, tuple((np.shape(x), x.dtype) for x in leaves)
 
 
 def _executable(model, sites, args):
@@ -207,7 +207,7 @@ def _run_groups(model: Transformer, params, clean, corrupt, key_mask, groups: li
 def _site_shapes(model, params, tokens, key_mask, sites) -> dict[str, tuple[int, ...]]:
   """The shapes of the sites' values, traced without running the model (once per model, sites and shapes)."""
   key = (model, sites, tuple(np.shape(tokens)), key_mask is None,
-         tuple((tuple(x.shape), str(x.dtype)) for x in jax.tree.leaves(params)))
+         tuple((x.shape, x.dtype) for x in jax.tree.leaves(params)))
   if key not in _SHAPES:
     _SHAPES[key] = _traced_shapes(model, params, tokens, key_mask, sites)
   return _SHAPES[key]
@@ -296,6 +296,7 @@ def logit_difference(answer, wrong, position=-1, batch: int | None = None, reduc
     if batch is not None:
       return float(values[batch])
     return values if reduce == 'none' else float(values.mean())
+  metric.positions = position  # all it reads: a sweep computes the patches' logits there alone
   return metric
 
 
@@ -346,6 +347,12 @@ class _Score:
                  else key_mask.shape[1] - 1 - np.argmax(key_mask[:, ::-1], axis=1))
     self.name = _metric_name(metric) if metric is not None else 'fraction of logit difference recovered'
 
+  def reads_from(self, time: int) -> int | None:
+    """The first position the metric reads: the last real positions for the recovered fraction, a metric's
+    ``positions`` (``logit_difference``'s) where it names them; None (all of them) otherwise."""
+    positions = self.last if self.metric is None else getattr(self.metric, 'positions', None)
+    return None if positions is None else int(np.min(np.asarray(positions) % time))
+
   def __call__(self, run: _Patched) -> np.ndarray:
     if self.metric is not None:
       return np.array([self.metric(row) for row in run.patched])
@@ -369,7 +376,8 @@ def _sweep(model, params, clean, corrupt, groups: list[dict[str, np.ndarray]], s
   calls of its own, else one program and one call for all."""
   analysis = core.analysis_model(model)
   if suffix.applies(analysis, clean.shape[1]):
-    return score(_Patched(*suffix.run(analysis, params, clean, corrupt, key_mask, groups)))
+    return score(_Patched(*suffix.run(analysis, params, clean, corrupt, key_mask, groups,
+                                      read_from=score.reads_from(clean.shape[1]))))
   patches = sum(len(next(iter(g.values()))) for g in groups)
   if patches * clean.size <= CHUNK_TOKENS:
     return score(_run_groups(model, params, clean, corrupt, key_mask, groups))

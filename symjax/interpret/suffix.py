@@ -1,19 +1,20 @@
 """Patching programs that recompute only what a patch can change.
 
 In a causal model, a patch at block l and position p leaves every block before l and every position before p
-as they were in the corrupt run. So a patch is computed by ``symjax.model.Suffix``: blocks l… over positions
-s… (s ≤ p), their attention reading the corrupt run's keys and values of the positions before s. Positions
-before the first one where a patch changes a value (clean ≠ corrupt there: the tokens the prompts share)
-change nothing either, so the start s is chosen when the program runs, from the values: a patch that changes
-nothing is not computed at all, and its logits are the corrupt run's.
+as they were in the corrupt run. So a patch is computed by ``symjax.model``'s blocks l… over positions s…
+(s ≤ p), their attention reading the corrupt run's keys and values of the positions before s. A patch changes
+nothing before the first position where the prompts differ (the embedding, only where their tokens differ), so
+s is the latest multiple of ``time / BUCKETS`` not after the first position a patch may change, chosen from the
+tokens before anything runs; a patch that can change nothing is not computed, and its logits are the corrupt
+run's.
 
 One program (``_cache``) runs the clean and corrupt prompts once and keeps what the patches read: the sites'
-clean and corrupt values, every block's corrupt keys and values, the corrupt state entering each block. Then
-each block's patches run vmapped, a bucket of positions per call, with ``lax.switch`` over the starts their
-positions allow (multiples of ``time / BUCKETS``) and the branch that computes nothing. Where the blocks are
-of one kind, one program per site and bucket serves every block (``_shared``: the blocks in a loop,
-the patched block an argument), so that a sweep compiles a few programs, not one per block and bucket.
-Each program compiles once per sites and shapes, and the next sweep of the same sites reuses it.
+clean values, every block's corrupt keys and values, the corrupt state entering each block. Where the blocks
+are of one kind, the patches of every block that share a start run in one program (``_wave``): the blocks in
+turn, each over all the patches begun so far, a block's own patches joining as new rows with the corrupt state
+entering it, so that a patch of block l costs blocks l… alone and every matrix product runs over all the rows
+it serves. Blocks of two kinds (``symbolic_layers``) run a program per block (``_patches``). Every program is
+dispatched before any result is read, compiles once per sites and shapes, and the next sweep reuses it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from symjax.model import FactoredBlock, StandardBlock, Suffix, Transformer
 from symjax.model import intermediates as names
 from symjax.model.masks import head_mask_matrix
 
-BUCKETS = 4          # starts per input: more recompute less, but compile more programs and branches
+BUCKETS = 4          # starts per input: more recompute less, but compile more programs
 CHUNK_TOKENS = 4096  # patch tokens per vmapped call (patches × batch × time): bounds a program's memory
 _STATE_SITES = ('resid', 'x_t', 'x_e')
 
@@ -102,11 +103,6 @@ def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...]):
   return _PROGRAMS[key]
 
 
-def _slice(model, site: str, x, start: int):
-  """``x`` (a site's value or a patch mask broadcast to it) from position ``start`` on."""
-  return _from(_time_axis(model, site), x, start)
-
-
 def _from(axis: int | None, x, start: int):
   """``x`` from index ``start`` of ``axis`` on (whole where it has no such axis or broadcasts along it)."""
   if axis is None or not start or x.shape[axis] == 1:
@@ -114,22 +110,22 @@ def _from(axis: int | None, x, start: int):
   return jax.lax.slice_in_dim(x, start, x.shape[axis], axis=axis)
 
 
-def _patches(model: Transformer, sites: tuple[str, ...], first: int, starts: tuple[int, ...]):
-  """The logits ``[patches, batch, time, vocab]`` of a bucket's patches (their masks {site: ``[patches,
-  ...]``}), recomputed from block ``first`` and from the latest of ``starts`` not after the first position
-  they change; the corrupt logits where they change nothing."""
-  key = ('patches', model, sites, first, starts)
+def _patches(model: Transformer, sites: tuple[str, ...], first: int, start: int):
+  """The logits ``[patches, batch, time − start, vocab]`` of patches (their masks {site: ``[patches, ...]``})
+  of blocks of two kinds, recomputed from block ``first`` over positions ``start``…, each block unrolled."""
+  key = ('patches', model, sites, first, start)
   if key not in _PROGRAMS:
     entering = _entering(model, first)
 
-    def from_start(start, params, cache, key_mask, masks):
-      _, corrupt_logits, values, kv, states = cache
+    def run(params, cache, key_mask, masks):
+      values, kv, states = cache[2], cache[3], cache[4]
       prefix = {l: (k[:, :start], v[:, :start]) for l, (k, v) in kv.items() if l >= first}
       state = jax.tree.map(lambda x: x[:, start:], states[first])
 
       def one(mask):
         def patch(s, v, name=None):
-          return jnp.where(_slice(model, s, mask[s], start), _slice(model, s, values[s][0], start).astype(v.dtype), v)
+          axis = _time_axis(model, s)
+          return jnp.where(_from(axis, mask[s], start), _from(axis, values[s][0], start).astype(v.dtype), v)
         x = state
         for s in (s for s in entering if s in mask):  # the state entering block ``first``, patched before it
           if isinstance(x, tuple):
@@ -138,18 +134,8 @@ def _patches(model: Transformer, sites: tuple[str, ...], first: int, starts: tup
             x = patch(s, x)
         fns = {s: (lambda v, name, s=s: patch(s, v)) for s in mask if s not in entering}
         with names.session(fns, lambda name: False):
-          logits = Suffix(model.config, first).apply({'params': params}, x, prefix, key_mask)
-        return jnp.concatenate([corrupt_logits[:, :start], logits], axis=1)
+          return Suffix(model.config, first).apply({'params': params}, x, prefix, key_mask)
       return jax.vmap(one)(masks)
-
-    def run(params, cache, key_mask, masks):
-      corrupt_logits, values = cache[1], cache[2]
-      rows, time = next(iter(masks.values())).shape[0], corrupt_logits.shape[1]
-      changed = _changed(lambda s: _time_axis(model, s), values, masks, time)
-      index = _branch(changed, starts)
-      branches = [lambda ops, s=s: from_start(s, *ops) for s in starts]
-      branches.append(lambda ops: jnp.broadcast_to(corrupt_logits, (rows, *corrupt_logits.shape)))
-      return jax.lax.switch(index, branches, (params, cache, key_mask, masks))
     _PROGRAMS[key] = jax.jit(run)
   return _PROGRAMS[key]
 
@@ -171,101 +157,114 @@ def _roles(model: Transformer, sites: tuple[str, ...], first: int) -> tuple[str,
   return tuple(roles)
 
 
-def _both_streams(model, first: int, state, values: dict, masks: dict) -> tuple[dict, dict]:
-  """A two-stream patch of the state entering a block names both streams (the one it leaves gets an all-False
-  mask), in one order: the embedding (X_t alone, X_e⁰ = 0) then patches as the later blocks' states do, in
-  the same program."""
-  if model.config.kind == 'standard' or not any(r.startswith('in:') for r in masks):
-    return values, masks
-  values, masks = dict(values), dict(masks)
-  like = next(m for r, m in masks.items() if r.startswith('in:'))
-  for i, stream in enumerate(state):
-    role = f'in:{i}'
-    if role not in masks:
-      values[role] = (stream, stream)
-      masks[role] = jnp.zeros_like(like)
-  order = sorted(masks, key=lambda r: (not r.startswith('in:'), r))
-  return {r: values[r] for r in order}, {r: masks[r] for r in order}
-
-
 def _role_axis(model, role: str):
   return 1 if role.startswith('in:') else _time_axis(model, 'blocks.0.' + role)
 
 
-def _shared(model: Transformer, roles: tuple[str, ...], starts: tuple[int, ...]):
-  """``_patches`` for the patches of any one block: blocks ``first``… (``first`` an argument, not a constant)
-  run in a ``lax.fori_loop`` over their stacked parameters, the first of them patched, so that one program,
-  compiled once, serves every block of a sweep."""
-  key = ('shared', model, roles, starts)
+def _window(axis: int | None, x, lo: int, like):
+  """``x`` at the positions ``like`` holds along ``axis``, ``lo``… (whole where it has no such axis or
+  broadcasts along it)."""
+  if axis is None or x.shape[axis] == 1:
+    return x
+  return jax.lax.slice_in_dim(x, lo, lo + like.shape[axis], axis=axis)
+
+
+def _wave(model: Transformer, roles: tuple[str, ...], start: int, plan: tuple[tuple[int, int], ...],
+          read_from: int | None):
+  """The logits ``[patches, batch, time − start, vocab]`` of the patches of several blocks of one kind, in one
+  program: ``plan`` ((block, patches), …) in block order. The blocks run in turn, each over every patch begun
+  so far, and each block that has patches adds them as new rows, entering it with the corrupt state: a patch
+  of block l costs blocks l… alone, and every block's matrix products run over all the rows it serves.
+
+  ``read_from`` (the first position a metric reads, after ``start``): the last block computes the positions
+  before it only as far as its attention's keys and values, and the logits are ``[patches, batch, time −
+  read_from, vocab]``. The last block runs twice, over those positions with its keys and values kept and over
+  the rest with them as a prefix; XLA removes the first run's unused queries, attention and FFN."""
+  key = ('wave', model, roles, start, plan, read_from)
   if key not in _PROGRAMS:
     cfg = model.config
-    layers = cfg.num_layers
-    block = (StandardBlock(cfg) if cfg.kind == 'standard' else
-             FactoredBlock(cfg, symbolic=cfg.layer_kinds()[0] == 'symbolic'))
+    standard = cfg.kind == 'standard'
+    block = StandardBlock(cfg) if standard else FactoredBlock(cfg, symbolic=cfg.layer_kinds()[0] == 'symbolic')
     inside = [r for r in roles if not r.startswith('in:')]
+    rows_of = dict(plan)
+    axis_of = {r: _role_axis(model, r) for r in roles}
 
-    def from_start(start, params, corrupt_logits, kv, state_in, values, key_mask, masks, first):
-      stacked = jax.tree.map(lambda *x: jnp.stack(x), *[params[f'layer_{l}'] for l in range(layers)])
-      keys, vals = (jnp.stack([kv[l][i][:, :start] for l in range(layers)]) for i in (0, 1))
+    def apply(p, x, mask, clean, lo, prefix, key_mask, table, kept=None):
+      """Block ``p`` over positions lo… of ``x``, the patches of ``mask`` applied; ``kept``: a dict that gets
+      the block's attention keys and values."""
+      def patch(r, v):
+        if r not in clean:
+          return v
+        a = axis_of[r]
+        return jnp.where(_window(a, mask[r], lo, v), _window(a, clean[r], lo, v).astype(v.dtype), v)
+      fns = {r: (lambda v, name, r=r: patch(r, v)) for r in clean}
+      if kept is not None:
+        for r in ('attn.k', 'attn.values'):
+          fns[r] = lambda v, name, r=r: kept.setdefault(r, patch(r, v))
+      with names.session(fns, lambda name: False):
+        if standard:
+          return block.apply({'params': p}, x, key_mask, True, None, prefix)
+        return block.apply({'params': p}, *x, table, key_mask, True, None, prefix)
+
+    def run(params, kv, states, values, key_mask, masks):
       table = params['embed']['embedding']
-      state = jax.tree.map(lambda x: x[:, start:], state_in)
+      x = None
+      for l in range(plan[0][0], cfg.num_layers + 1):
+        row_masks = None
+        if l in rows_of:
+          # After the last block (a patch of its output state) the readout needs the metric's positions alone.
+          lo = read_from if read_from is not None and l == cfg.num_layers else start
+          new = jax.tree.map(lambda s: jnp.broadcast_to(s[:, lo:], (rows_of[l], *s[:, lo:].shape)), states[l])
+          for r in (r for r in roles if r.startswith('in:')):
+            i, m = int(r[3:]), _from(2, masks[l][r], lo)  # [patches, batch, time, d]
+            stream = new[i] if isinstance(new, tuple) else new
+            patched = jnp.where(m, _from(1, values[l][r][0], lo)[None].astype(stream.dtype), stream)
+            new = tuple(patched if j == i else y for j, y in enumerate(new)) if isinstance(new, tuple) else patched
+          before = 0 if x is None else jax.tree.leaves(x)[0].shape[0]
+          x = new if x is None else jax.tree.map(lambda a, b: jnp.concatenate([a, b]), x, new)
+          if inside:  # the rows begun in earlier blocks are not patched in this one
+            row_masks = {r: jnp.concatenate([jnp.zeros((before, *masks[l][r].shape[1:]), bool), masks[l][r]])
+                         for r in inside}
+        if l == cfg.num_layers:
+          break
+        p, prefix = params[f'layer_{l}'], (kv[l][0][:, :start], kv[l][1][:, :start])
+        clean = {r: values[l][r][0] for r in inside} if row_masks is not None else {}
+        split = read_from is not None and l == cfg.num_layers - 1
 
-      def one(mask):
-        def patch(role, v, on=True):
-          axis = _role_axis(model, role)
-          return jnp.where(_from(axis, mask[role], start) & on, _from(axis, values[role][0], start).astype(v.dtype),
-                           v)
-        x = state
-        for r in roles:
-          if r.startswith('in:'):
-            i = int(r[3:])
-            x = patch(r, x) if not isinstance(x, tuple) else tuple(patch(r, y) if j == i else y
-                                                                     for j, y in enumerate(x))
-
-        def body(l, x):
-          p, k, v = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), (stacked, keys, vals))
-          fns = {r: (lambda val, name, r=r: patch(r, val, l == first)) for r in inside}
-          with names.session(fns, lambda name: False):
-            if cfg.kind == 'standard':
-              return block.apply({'params': p}, x, key_mask, True, None, (k, v))
-            return block.apply({'params': p}, *x, table, key_mask, True, None, (k, v))
-        x = jax.lax.fori_loop(first, layers, body, x)
-        logits = Suffix(cfg, layers).apply({'params': params}, x, {}, key_mask)
-        return jnp.concatenate([corrupt_logits[:, :start], logits], axis=1)
-      return jax.vmap(one)(masks)
-
-    def run(params, corrupt_logits, kv, state_in, values, key_mask, masks, first):
-      rows = next(iter(masks.values())).shape[0]
-      index = _branch(_changed(lambda r: _role_axis(model, r), values, masks, corrupt_logits.shape[1]), starts)
-      branches = [lambda ops, s=s: from_start(s, *ops) for s in starts]
-      branches.append(lambda ops: jnp.broadcast_to(corrupt_logits, (rows, *corrupt_logits.shape)))
-      return jax.lax.switch(index, branches, (params, corrupt_logits, kv, state_in, values, key_mask, masks, first))
+        def step(x, mask, p=p, prefix=prefix, clean=clean, split=split):
+          if not split:
+            return apply(p, x, mask, clean, start, prefix, key_mask, table)
+          cut = read_from - start
+          kept = {}
+          apply(p, jax.tree.map(lambda a: a[:, :cut], x), mask, clean, start, prefix,
+                None if key_mask is None else key_mask[:, :read_from], table, kept)
+          prefix = tuple(jnp.concatenate([a, kept[r].astype(a.dtype)], axis=1)
+                         for a, r in zip(prefix, ('attn.k', 'attn.values')))
+          return apply(p, jax.tree.map(lambda a: a[:, cut:], x), mask, clean, read_from, prefix, key_mask, table)
+        x = jax.vmap(step)(x, row_masks or {})
+      return jax.vmap(lambda x: Suffix(cfg, cfg.num_layers).apply({'params': params}, x, {}, key_mask))(x)
     _PROGRAMS[key] = jax.jit(run)
   return _PROGRAMS[key]
 
 
-def _branch(changed: jax.Array, starts: tuple[int, ...]) -> jax.Array:
-  """The index of the latest of ``starts`` not after the first position a patch changes; ``len(starts)``
-  (the branch that computes nothing) where it changes none."""
-  time = changed.shape[0]
-  at = jnp.where(changed.any(), jnp.argmax(changed), time)
-  return jnp.where(at >= time, len(starts), jnp.maximum(jnp.sum(jnp.asarray(starts) <= at) - 1, 0))
-
-
-def _changed(time_axis, values, masks, time: int) -> jax.Array:
-  """``[time]``: where some patch of ``masks`` takes a clean value that differs from the corrupt one (a site
-  with no position axis counts at position 0: its patches start there). ``time_axis(key)``: the time axis
-  of ``values[key]``."""
-  out = jnp.zeros(time, bool)
+def _first_changes(model, masks: dict[str, np.ndarray], differs: np.ndarray) -> np.ndarray:
+  """``[patches]``: the first position where each patch may write a clean value that differs from the corrupt
+  one (``time`` where it writes none), from where the prompts differ (``differs`` ``[time]``, the tokens of
+  any pair): the embedding differs only there, every later site from the first of them on (a causal model
+  mixes a token into the positions after it). A site with no position axis counts at position 0."""
+  time = differs.shape[0]
+  first = np.full(len(next(iter(masks.values()))), time)
+  reach = differs if not differs.any() else np.arange(time) >= np.argmax(differs)
   for s, m in masks.items():
-    clean, corrupt = values[s]
-    differs = m.any(0) & (clean != corrupt)
-    axis = time_axis(s)
+    axis = _time_axis(model, s)
     if axis is None:
-      out = out.at[0].set(out[0] | differs.any())
+      at = np.where(m.reshape(len(m), -1).any(1) & differs.any(), 0, time)
     else:
-      out = out | differs.any(axis=tuple(a for a in range(differs.ndim) if a != axis))
-  return out
+      per = m.any(axis=tuple(a for a in range(1, m.ndim) if a != 1 + axis))  # [patches, time or 1]
+      hit = per & (differs if s == 'embed' else reach)[None]
+      at = np.where(hit.any(1), np.argmax(hit, 1), time)
+    first = np.minimum(first, at)
+  return first
 
 
 _EXECUTABLES: dict = {}
@@ -274,7 +273,7 @@ _EXECUTABLES: dict = {}
 def _signature(args) -> tuple:
   """What a compiled program is specialised to: the arguments' tree, shapes and dtypes."""
   leaves, tree = jax.tree.flatten(args)
-  return tree, tuple((tuple(np.shape(x)), str(x.dtype)) for x in leaves)
+  return tree, tuple((np.shape(x), x.dtype) for x in leaves)
 
 
 def _compile_all(todo: list[tuple]) -> None:
@@ -288,74 +287,96 @@ def _compile_all(todo: list[tuple]) -> None:
       _EXECUTABLES[key] = compiled
 
 
-def _spans(model, masks: dict[str, np.ndarray], time: int) -> tuple[np.ndarray, np.ndarray]:
-  """Each patch's first and last patched position (every position where a mask does not name one)."""
-  n = len(next(iter(masks.values())))
-  lo, hi = np.full(n, time), np.full(n, -1)
-  for s, m in masks.items():
-    axis = _time_axis(model, s)
-    if axis is None or m.shape[1 + axis] == 1:
-      at = np.broadcast_to(m.reshape(n, -1).any(1)[:, None], (n, time))
-    else:
-      at = m.any(axis=tuple(a for a in range(1, m.ndim) if a != 1 + axis))
-    lo = np.where(at.any(1), np.minimum(lo, np.argmax(at, 1)), lo)
-    hi = np.where(at.any(1), np.maximum(hi, time - 1 - np.argmax(at[:, ::-1], 1)), hi)
-  empty = lo > hi  # patches nothing: any bucket serves
-  return np.where(empty, time - 1, lo), np.where(empty, time - 1, hi)
+def _pow2(n: int) -> int:
+  return 1 << max(0, (n - 1).bit_length())
+
+
+def _chunks(pieces: list[tuple], limit: int) -> list[list[tuple]]:
+  """(block, sites, patch indices, masks) pieces, in block order, packed into calls of at most ``limit``
+  patches (counted as padded to a power of two), each block at most once per call; a piece larger than
+  ``limit`` is split."""
+  out, current, size = [], [], 0
+  for first, sites, index, masks in pieces:
+    for at in range(0, len(index), limit):
+      part = (first, sites, index[at:at + limit], {s: m[at:at + limit] for s, m in masks.items()})
+      rows = _pow2(len(part[2]))
+      if current and (size + rows > limit or current[-1][0] >= first):
+        out.append(current)
+        current, size = [], 0
+      current.append(part)
+      size += rows
+  return out + ([current] if current else [])
 
 
 def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[str, np.ndarray]],
-        limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        limit: int | None = None, read_from: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(clean logits, corrupt logits, every patch's logits ``[patches, batch, time, vocab]`` in the order of
   ``groups``): ``model`` an analysis model that ``applies``; each group {site: ``[patches, ...]`` masks}, a
-  block's patches; ``limit`` patches per call (default: ``CHUNK_TOKENS`` tokens)."""
+  block's patches; ``limit`` patches per call (default: ``CHUNK_TOKENS`` tokens). ``read_from``: the patches'
+  logits are wanted from that position on only (a metric's positions); before it they are NaN where a patch
+  ran."""
   params = core.unboxed(params)
   time = clean.shape[1]
   width = -(-time // BUCKETS)
-  starts = tuple(range(0, time, width))
   km = None if key_mask is None else jnp.asarray(key_mask)
-  jobs = []   # (sites, first block, starts, patch indices, masks)
-  offset = 0
-  for g in groups:
-    sites = tuple(g)
-    first = min(_first_block(model, s) for s in sites)
-    lo, hi = (x // width for x in _spans(model, g, time))
-    whole = any(_time_axis(model, s) is None for s in sites)  # [heads, batch·time, ff]: from position 0 only
-    for a, b in sorted(set(zip(lo.tolist(), hi.tolist()))):
-      index = np.flatnonzero((lo == a) & (hi == b))
-      jobs.append((sites, first, starts[:1] if whole else starts[a:b + 1], offset + index,
-                   {s: m[index] for s, m in g.items()}))
-    offset += len(lo)
   every = tuple(dict.fromkeys(s for g in groups for s in g))
-  firsts = tuple(sorted({j[1] for j in jobs}))
+  firsts = tuple(sorted({min(_first_block(model, s) for s in g) for g in groups}))
   cache_args = (params, jnp.asarray(clean), jnp.asarray(corrupt), km)
   cache_key = ('cache', model, every, firsts, _signature(cache_args))
   _compile_all([(cache_key, _cache(model, every, firsts), cache_args)])
-  cache = _EXECUTABLES[cache_key](*cache_args)
-  base = (cache_key, _signature(cache))  # the patch programs' arguments but the masks
-  rows_limit = limit or max(1, CHUNK_TOKENS // clean.size)
-  calls = []
-  for sites, first, job_starts, index, masks in jobs:
-    rows = min(rows_limit, 1 << max(0, (len(index) - 1).bit_length()))
-    total = -(-len(index) // rows) * rows
-    padded = {s: np.concatenate([m, np.zeros((total - len(index), *m.shape[1:]), bool)]) for s, m in masks.items()}
+  cache = _EXECUTABLES[cache_key](*cache_args)  # dispatched: the patches' programs are queued behind it
+  differs = (clean != corrupt).any(0)
+  # Each patch's start: the latest multiple of ``width`` not after the first position it changes; a patch that
+  # changes nothing is not computed (its logits are the corrupt run's).
+  jobs: dict = {}   # (roles, start), or ((block, sites), start) for blocks of two kinds -> [(block, sites, ...)]
+  offset = 0
+  for g in groups:
+    sites, n = tuple(g), len(next(iter(g.values())))
+    first = min(_first_block(model, s) for s in sites)
+    changes = _first_changes(model, g, differs)
+    whole = any(_time_axis(model, s) is None for s in sites)  # [heads, batch·time, ff]: from position 0 only
+    starts = np.where(changes >= time, -1, 0 if whole else (changes // width) * width)
     roles = _roles(model, sites, first)
-    for at in range(0, total, rows):
-      chunk = [jnp.asarray(m[at:at + rows]) for m in padded.values()]
-      shapes = tuple(m.shape for m in chunk)
-      if roles is None:
-        program, args = _patches(model, sites, first, job_starts), (params, cache, km, dict(zip(sites, chunk)))
-        key = ('patches', model, sites, first, job_starts, base, shapes)
+    for start in sorted(set(starts.tolist()) - {-1}):
+      index = np.flatnonzero(starts == start)
+      jobs.setdefault((roles or (first, sites), start), []).append(
+          (first, sites, offset + index, {s: m[index] for s, m in g.items()}))
+    offset += n
+  rows_limit = limit or max(1, CHUNK_TOKENS // clean.size)
+  calls = []   # (executable key, jitted program, arguments, [(patch indices, rows)], start)
+  for (what, start), pieces in jobs.items():
+    for chunk in _chunks(sorted(pieces, key=lambda piece: piece[0]), rows_limit):
+      placed = [(index, _pow2(len(index))) for _, _, index, _ in chunk]
+      padded = [{s: np.concatenate([m, np.zeros((rows - len(m), *m.shape[1:]), bool)])
+                 for s, m in masks.items()} for (_, _, _, masks), (_, rows) in zip(chunk, placed)]
+      if isinstance(what[0], int):   # blocks of two kinds: an unrolled program per block
+        (first, sites, _, _), = chunk
+        program, args = _patches(model, sites, first, start), (params, cache, km, padded[0])
+        key = ('patches', model, sites, first, start, _signature(args))
       else:
-        values, masks = _both_streams(model, first, cache[4][first], {r: cache[2][s] for r, s in zip(roles, sites)},
-                                      dict(zip(roles, chunk)))
-        program = _shared(model, tuple(masks), job_starts)
-        args = (params, cache[1], cache[3], cache[4][first], values, km, masks, jnp.int32(first))
-        key = ('shared', model, tuple(masks), job_starts, base, tuple(m.shape for m in masks.values()))
-      calls.append((key, program, args, index[at:at + rows]))
+        plan = tuple((first, rows) for (first, *_), (_, rows) in zip(chunk, placed))
+        roles = [dict(zip(_roles(model, sites, first), sites)) for first, sites, _, _ in chunk]
+        values = {first: {r: cache[2][s] for r, s in rs.items()} for (first, *_), rs in zip(chunk, roles)}
+        masks = {first: {r: m[s] for r, s in rs.items()} for (first, *_), rs, m in zip(chunk, roles, padded)}
+        states = {first: cache[4][first] for first, *_ in chunk}
+        reads = read_from if read_from is not None and read_from > start else None
+        program, args = _wave(model, what, start, plan, reads), (params, cache[3], states, values, km, masks)
+        key = ('wave', model, what, start, plan, reads, _signature(args))
+      calls.append((key, program, args, placed, start))
   _compile_all([c[:3] for c in calls])
-  out = np.empty((offset, *cache[1].shape), np.float32)
-  results = [(_EXECUTABLES[key](*args), index) for key, _, args, index in calls]  # dispatched, then read
-  for logits, index in results:
-    out[index] = np.asarray(logits)[:len(index)]
-  return np.asarray(cache[0]), np.asarray(cache[1]), out
+  results = [(_EXECUTABLES[key](*args), placed, start) for key, _, args, placed, start in calls]  # dispatched
+  clean_logits, corrupt_logits = np.asarray(cache[0]), np.asarray(cache[1])
+  out = np.empty((offset, *corrupt_logits.shape), np.float32)
+  done = np.zeros(offset, bool)
+  for logits, placed, start in results:
+    logits, at = np.asarray(logits), 0
+    begin = time - logits.shape[2]  # the start, or a metric's first position after it
+    for index, rows in placed:
+      # Before the start, the corrupt run's logits; from there to a metric's first position, not computed.
+      out[index, :, :start] = corrupt_logits[:, :start]
+      out[index, :, start:begin] = np.nan
+      out[index, :, begin:] = logits[at:at + len(index)]
+      done[index] = True
+      at += rows
+  out[~done] = corrupt_logits
+  return clean_logits, corrupt_logits, out

@@ -20,7 +20,9 @@ dispatched before any result is read, compiles once per sites and shapes, and th
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +41,11 @@ _STATE_SITES = ('resid', 'x_t', 'x_e')
 def applies(model: Transformer, time: int) -> bool:
   """Whether every position of the model reads only the positions up to its own (every head's mask below
   the diagonal), without relational edges: then a suffix is recomputed alone."""
-  cfg = model.config
+  return _causal(model.config, time)
+
+
+@functools.lru_cache(maxsize=64)
+def _causal(cfg, time: int) -> bool:
   if cfg.kind in ('lstm', 'program') or cfg.attention.relational:
     return False
   static = head_mask_matrix(tuple(cfg.mask_predicates()), time, time)
@@ -71,31 +77,42 @@ def _entering(model: Transformer, first: int) -> list[str]:
 _PROGRAMS: dict = {}
 
 
-def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...]):
+def _state(model: Transformer, first: int, value_of) -> Any:
+  """The state entering block ``first`` from its sites' values (``value_of(site)``): x, or (x_t, x_e)."""
+  entering = [value_of(s) for s in _entering(model, first)]
+  if model.config.kind == 'standard':
+    return entering[0]
+  return tuple(entering) if first else (entering[0], jnp.zeros_like(entering[0]))  # X_e⁰ = 0 before block 0
+
+
+def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...], read_from: int | None):
   """The clean and corrupt runs as one batch: (clean logits, corrupt logits, {site: (clean, corrupt)},
-  {block: corrupt (keys, values)}, {first: corrupt state entering it: x, or (x_t, x_e)})."""
-  key = ('cache', model, sites, firsts)
+  {block: corrupt (keys, values)}, {first: corrupt state entering it: x, or (x_t, x_e)}). ``read_from``: the
+  logits from that position on (NaN before it), the last block run there alone over the whole pass's keys and
+  values, and the rest of its pass left for XLA to remove."""
+  key = ('cache', model, sites, firsts, read_from)
   if key not in _PROGRAMS:
     cfg = model.config
+    last = cfg.num_layers - 1
     kv = [f'blocks.{l}.attn.{s}' for l in range(cfg.num_layers) for s in ('k', 'values')]
-    kept = tuple(dict.fromkeys((*sites, *kv, *(s for f in firsts for s in _entering(model, f)))))
+    extra = _entering(model, last) if read_from is not None else []
+    kept = tuple(dict.fromkeys((*sites, *kv, *(s for f in firsts for s in _entering(model, f)), *extra)))
 
     def run(params, clean, corrupt, key_mask):
       seen, b = {}, clean.shape[0]
       fns = {s: (lambda v, name, s=s: (seen.setdefault(s, v), v)[1]) for s in kept}
       km = None if key_mask is None else jnp.concatenate([key_mask, key_mask])
       logits = hooks.hooked_logits(model, params, jnp.concatenate([clean, corrupt]), km, fns)
+      if read_from is not None:
+        prefix = {last: tuple(seen[f'blocks.{last}.attn.{s}'][:, :read_from] for s in ('k', 'values'))}
+        state = jax.tree.map(lambda x: x[:, read_from:], _state(model, last, seen.__getitem__))
+        tail = Suffix(cfg, last).apply({'params': params}, state, prefix, km)
+        logits = jnp.concatenate([jnp.full((2 * b, read_from, tail.shape[-1]), jnp.nan, tail.dtype), tail], axis=1)
       # Clean rows first; a site with no position axis ([heads, batch·time, ff]) has them in its first half.
       split = {s: (v[:, :v.shape[1] // 2], v[:, v.shape[1] // 2:]) if _time_axis(model, s) is None
                else (v[:b], v[b:]) for s, v in seen.items()}
       corrupt_of = lambda s: split[s][1]
-      states = {}
-      for f in firsts:
-        entering = [corrupt_of(s) for s in _entering(model, f)]
-        if cfg.kind == 'standard':
-          states[f] = entering[0]
-        else:  # X_e⁰ = 0 before block 0
-          states[f] = tuple(entering) if f else (entering[0], jnp.zeros_like(entering[0]))
+      states = {f: _state(model, f, corrupt_of) for f in firsts}
       kv_of = {l: (corrupt_of(f'blocks.{l}.attn.k'), corrupt_of(f'blocks.{l}.attn.values'))
                for l in range(cfg.num_layers)}
       return logits[:b], logits[b:], {s: split[s] for s in sites}, kv_of, states
@@ -318,12 +335,12 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
   params = core.unboxed(params)
   time = clean.shape[1]
   width = -(-time // BUCKETS)
-  km = None if key_mask is None else jnp.asarray(key_mask)
+  km = None if key_mask is None else np.asarray(key_mask, bool)
   every = tuple(dict.fromkeys(s for g in groups for s in g))
   firsts = tuple(sorted({min(_first_block(model, s) for s in g) for g in groups}))
-  cache_args = (params, jnp.asarray(clean), jnp.asarray(corrupt), km)
-  cache_key = ('cache', model, every, firsts, _signature(cache_args))
-  _compile_all([(cache_key, _cache(model, every, firsts), cache_args)])
+  cache_args = (params, np.asarray(clean, np.int32), np.asarray(corrupt, np.int32), km)
+  cache_key = ('cache', model, every, firsts, read_from, _signature(cache_args))
+  _compile_all([(cache_key, _cache(model, every, firsts, read_from), cache_args)])
   cache = _EXECUTABLES[cache_key](*cache_args)  # dispatched: the patches' programs are queued behind it
   differs = (clean != corrupt).any(0)
   # Each patch's start: the latest multiple of ``width`` not after the first position it changes; a patch that

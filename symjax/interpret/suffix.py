@@ -34,7 +34,7 @@ from symjax.model import intermediates as names
 from symjax.model.masks import head_mask_matrix
 
 BUCKETS = 4          # starts per input: more recompute less, but compile more programs
-CHUNK_TOKENS = 4096  # patch tokens per vmapped call (patches × batch × time): bounds a program's memory
+CHUNK_TOKENS = 8192  # patch tokens per call (patches × batch × positions computed): bounds a program's memory
 _STATE_SITES = ('resid', 'x_t', 'x_e')
 
 
@@ -172,6 +172,15 @@ def _roles(model: Transformer, sites: tuple[str, ...], first: int) -> tuple[str,
     else:
       return None
   return tuple(roles)
+
+
+def _both_streams(model: Transformer, roles: tuple[str, ...] | None) -> tuple[str, ...] | None:
+  """A two-stream patch of the state entering a block names both streams, the one it leaves unpatched (an
+  all-False mask), so that the embedding's patches (X_t alone: X_e⁰ = 0) and the later blocks' states share
+  one program."""
+  if roles is None or model.config.kind == 'standard' or not any(r.startswith('in:') for r in roles):
+    return roles
+  return tuple(dict.fromkeys(('in:0', 'in:1', *roles)))
 
 
 def _role_axis(model, role: str):
@@ -329,7 +338,7 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
         limit: int | None = None, read_from: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(clean logits, corrupt logits, every patch's logits ``[patches, batch, time, vocab]`` in the order of
   ``groups``): ``model`` an analysis model that ``applies``; each group {site: ``[patches, ...]`` masks}, a
-  block's patches; ``limit`` patches per call (default: ``CHUNK_TOKENS`` tokens). ``read_from``: the patches'
+  block's patches; ``limit`` patches per call (default: ``CHUNK_TOKENS`` tokens computed). ``read_from``: the patches'
   logits are wanted from that position on only (a metric's positions); before it they are NaN where a patch
   ran."""
   params = core.unboxed(params)
@@ -353,15 +362,15 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
     changes = _first_changes(model, g, differs)
     whole = any(_time_axis(model, s) is None for s in sites)  # [heads, batch·time, ff]: from position 0 only
     starts = np.where(changes >= time, -1, 0 if whole else (changes // width) * width)
-    roles = _roles(model, sites, first)
+    roles = _both_streams(model, _roles(model, sites, first))
     for start in sorted(set(starts.tolist()) - {-1}):
       index = np.flatnonzero(starts == start)
       jobs.setdefault((roles or (first, sites), start), []).append(
           (first, sites, offset + index, {s: m[index] for s, m in g.items()}))
     offset += n
-  rows_limit = limit or max(1, CHUNK_TOKENS // clean.size)
   calls = []   # (executable key, jitted program, arguments, [(patch indices, rows)], start)
   for (what, start), pieces in jobs.items():
+    rows_limit = limit or max(1, CHUNK_TOKENS // (clean.shape[0] * (time - start)))
     for chunk in _chunks(sorted(pieces, key=lambda piece: piece[0]), rows_limit):
       placed = [(index, _pow2(len(index))) for _, _, index, _ in chunk]
       padded = [{s: np.concatenate([m, np.zeros((rows - len(m), *m.shape[1:]), bool)])
@@ -373,8 +382,10 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
       else:
         plan = tuple((first, rows) for (first, *_), (_, rows) in zip(chunk, placed))
         roles = [dict(zip(_roles(model, sites, first), sites)) for first, sites, _, _ in chunk]
-        values = {first: {r: cache[2][s] for r, s in rs.items()} for (first, *_), rs in zip(chunk, roles)}
-        masks = {first: {r: m[s] for r, s in rs.items()} for (first, *_), rs, m in zip(chunk, roles, padded)}
+        values = {first: {r: cache[2][rs.get(r) or next(iter(rs.values()))] for r in what}
+                  for (first, *_), rs in zip(chunk, roles)}
+        masks = {first: {r: m[rs[r]] if r in rs else np.zeros_like(next(iter(m.values()))) for r in what}
+                 for (first, *_), rs, m in zip(chunk, roles, padded)}
         states = {first: cache[4][first] for first, *_ in chunk}
         reads = read_from if read_from is not None and read_from > start else None
         program, args = _wave(model, what, start, plan, reads), (params, cache[3], states, values, km, masks)

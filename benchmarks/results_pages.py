@@ -222,8 +222,8 @@ def transformer_lens_table(data: dict, json_name: str, pages: str) -> str:
            f"{shape['layers']} layers, {shape['heads']} heads × {shape['head_dim']}, MLP {shape['mlp']}, vocabulary "
            f"{shape['vocab']}, the same weights in both; forward passes on {shape['batch']} × {shape['context']} "
            f"tokens, sweeps on {shape['sweep_batch']} prompt pair(s) of {shape['context']}; one run, warm medians "
-           f"of {data['repeats']} calls (a timing of programs, not a trained result: no seeds), symjax's first call "
-           f"(compilation included) apart "
+           f"of up to {data['repeats']} calls in bursts (a timing of programs, not a trained result: no seeds), "
+           f"symjax's first call (compilation included) apart "
            f"([all figures]({pages}/{json_name}.md)):", '',
            '| workload | TransformerLens | symjax | speed-up | symbolic model | speed-up | symjax first call |',
            '|---|---:|---:|---:|---:|---:|---:|']

@@ -38,7 +38,7 @@ from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
 
 _JSON = cli.json_output('benchmarks/results/vs_transformer_lens_cpu.json')
-_REPEATS = cli.repeats(9, 'Warm calls timed per workload and library, interleaved (the median is reported).')
+_REPEATS = cli.repeats(15, 'Warm calls timed per workload and library, in bursts (the median is reported).')
 _SWEEP_BATCH = flags.DEFINE_integer('sweep_batch', 1, 'Prompt pairs patched in every sweep.')
 
 LAYERS, HEADS, HEAD_DIM, MLP, VOCAB, CONTEXT, BATCH = 4, 4, 32, 512, 65, 64, 8
@@ -116,21 +116,22 @@ def timed(fn, repeats: int) -> tuple[float, float]:
 QUIET_S, WARM_UP_S = 0.3, 0.1
 
 
-def timed_side_by_side(fns: dict, repeats: int, rounds: int = 3) -> dict[str, tuple[float, float]]:
-  """{name: (first call's seconds, median of ``repeats`` warm calls)} of functions computing the same thing:
-  ``rounds`` rounds, each a burst of every function's calls in turn, so that a machine whose speed drifts
-  during the run slows them alike and their ratio stays."""
+def timed_side_by_side(fns: dict, repeats: int, rounds: int = 5, burst_s: float = 2.0
+                       ) -> dict[str, tuple[float, float]]:
+  """{name: (first call's seconds, median of its warm calls)} of functions computing the same thing:
+  ``rounds`` rounds, each a burst of every function's calls in turn (``repeats`` calls over the rounds, fewer
+  where a burst would pass ``burst_s``, one at least), so that a machine whose speed drifts during the run
+  slows them alike and their ratio stays."""
   first = {name: seconds(fn) for name, fn in fns.items()}
   warm = {name: [] for name in fns}
   for _ in range(rounds):
     for name, fn in fns.items():
       time.sleep(QUIET_S)
-      start = time.perf_counter()
-      while True:
-        fn()
-        if time.perf_counter() - start >= WARM_UP_S:
-          break
-      warm[name].extend(seconds(fn) for _ in range(-(-repeats // rounds)))
+      start, last = time.perf_counter(), 0.0
+      while time.perf_counter() - start < WARM_UP_S or not last:
+        last = seconds(fn)
+      calls = max(1, min(-(-repeats // rounds), int(burst_s / last)))
+      warm[name].extend(seconds(fn) for _ in range(calls))
   return {name: (first[name], statistics.median(warm[name])) for name in fns}
 
 

@@ -387,7 +387,9 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
         masks = {first: {r: m[rs[r]] if r in rs else np.zeros_like(next(iter(m.values()))) for r in what}
                  for (first, *_), rs, m in zip(chunk, roles, padded)}
         states = {first: cache[4][first] for first, *_ in chunk}
-        reads = read_from if read_from is not None and read_from > start else None
+        # The split last block slices positions: a site without a position axis is patched whole instead.
+        reads = (read_from if read_from is not None and read_from > start
+                 and all(_role_axis(model, r) is not None for r in what) else None)
         program, args = _wave(model, what, start, plan, reads), (params, cache[3], states, values, km, masks)
         key = ('wave', model, what, start, plan, reads, _signature(args))
       calls.append((key, program, args, placed, start))

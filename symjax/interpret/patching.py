@@ -283,7 +283,9 @@ def logit_difference(answer, wrong, position=-1, batch: int | None = None, reduc
                      ) -> Callable[[np.ndarray], float | np.ndarray]:
   """logits[answer] − logits[wrong] at ``position``, for every prompt of the batch: ``answer``, ``wrong`` and
   ``position`` are one value or one per batch row (a padded batch's last real positions). ``reduce='mean'``
-  averages over the rows, ``'none'`` gives one value per row; ``batch=i`` reads row i alone."""
+  averages over the rows, ``'none'`` gives one value per row; ``batch=i`` reads row i alone. The function's
+  ``positions`` attribute names the positions it reads: a sweep computes the patches' logits there alone
+  (NaN elsewhere), and a metric of one's own may set it too."""
   if reduce not in REDUCTIONS:
     raise InputError(f'reduce must be one of {list(REDUCTIONS)}, got {reduce!r}')
 

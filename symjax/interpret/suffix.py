@@ -215,14 +215,18 @@ def _wave(model: Transformer, roles: tuple[str, ...], start: int, plan: tuple[tu
     rows_of = dict(plan)
     axis_of = {r: _role_axis(model, r) for r in roles}
 
-    def apply(p, x, mask, clean, lo, prefix, key_mask, table, kept=None):
+    def apply(p, x, mask, clean, lo, prefix, key_mask, table, kept=None, corrupt=None):
       """Block ``p`` over positions lo… of ``x``, the patches of ``mask`` applied; ``kept``: a dict that gets
-      the block's attention keys and values."""
+      the block's attention keys and values. ``corrupt`` ({role: the corrupt run's value}): a patched site
+      takes its unpatched positions from there rather than from what the block computes, which then only
+      feeds the site and is left for XLA to remove (rows entering the block hold the corrupt state, so the
+      two are the same: a head's patch skips its block's attention)."""
       def patch(r, v):
         if r not in clean:
           return v
         a = axis_of[r]
-        return jnp.where(_window(a, mask[r], lo, v), _window(a, clean[r], lo, v).astype(v.dtype), v)
+        base = v if corrupt is None else _window(a, corrupt[r], lo, v).astype(v.dtype)
+        return jnp.where(_window(a, mask[r], lo, v), _window(a, clean[r], lo, v).astype(v.dtype), base)
       fns = {r: (lambda v, name, r=r: patch(r, v)) for r in clean}
       if kept is not None:
         for r in ('attn.k', 'attn.values'):
@@ -236,7 +240,7 @@ def _wave(model: Transformer, roles: tuple[str, ...], start: int, plan: tuple[tu
       table = params['embed']['embedding']
       x = None
       for l in range(plan[0][0], cfg.num_layers + 1):
-        row_masks = None
+        row_masks, before = None, 0
         if l in rows_of:
           # After the last block (a patch of its output state) the readout needs the metric's positions alone.
           lo = read_from if read_from is not None and l == cfg.num_layers else start
@@ -249,25 +253,36 @@ def _wave(model: Transformer, roles: tuple[str, ...], start: int, plan: tuple[tu
           before = 0 if x is None else jax.tree.leaves(x)[0].shape[0]
           x = new if x is None else jax.tree.map(lambda a, b: jnp.concatenate([a, b]), x, new)
           if inside:  # the rows begun in earlier blocks are not patched in this one
-            row_masks = {r: jnp.concatenate([jnp.zeros((before, *masks[l][r].shape[1:]), bool), masks[l][r]])
-                         for r in inside}
+            row_masks = {r: masks[l][r] for r in inside}
         if l == cfg.num_layers:
           break
         p, prefix = params[f'layer_{l}'], (kv[l][0][:, :start], kv[l][1][:, :start])
-        clean = {r: values[l][r][0] for r in inside} if row_masks is not None else {}
         split = read_from is not None and l == cfg.num_layers - 1
 
-        def step(x, mask, p=p, prefix=prefix, clean=clean, split=split):
+        def step(x, mask, clean, corrupt, p=p, prefix=prefix, split=split):
           if not split:
-            return apply(p, x, mask, clean, start, prefix, key_mask, table)
+            return apply(p, x, mask, clean, start, prefix, key_mask, table, corrupt=corrupt)
           cut = read_from - start
           kept = {}
           apply(p, jax.tree.map(lambda a: a[:, :cut], x), mask, clean, start, prefix,
-                None if key_mask is None else key_mask[:, :read_from], table, kept)
+                None if key_mask is None else key_mask[:, :read_from], table, kept, corrupt)
           prefix = tuple(jnp.concatenate([a, kept[r].astype(a.dtype)], axis=1)
                          for a, r in zip(prefix, ('attn.k', 'attn.values')))
-          return apply(p, jax.tree.map(lambda a: a[:, cut:], x), mask, clean, read_from, prefix, key_mask, table)
-        x = jax.vmap(step)(x, row_masks or {})
+          return apply(p, jax.tree.map(lambda a: a[:, cut:], x), mask, clean, read_from, prefix, key_mask, table,
+                       corrupt=corrupt)
+        if row_masks is None:
+          x = jax.vmap(lambda x: step(x, {}, {}, None))(x)
+        else:
+          # The block's own patches run apart from the rows begun earlier, which it does not patch: entering
+          # with the corrupt state, they take every patched site's other values from the corrupt run.
+          clean = {r: values[l][r][0] for r in inside}
+          corrupt = {r: values[l][r][1] for r in inside}
+          ours = jax.vmap(lambda x, m: step(x, m, clean, corrupt))(
+              jax.tree.map(lambda a: a[before:], x), row_masks)
+          if before:
+            earlier = jax.vmap(lambda x: step(x, {}, {}, None))(jax.tree.map(lambda a: a[:before], x))
+            ours = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), earlier, ours)
+          x = ours
       return jax.vmap(lambda x: Suffix(cfg, cfg.num_layers).apply({'params': params}, x, {}, key_mask))(x)
     _PROGRAMS[key] = jax.jit(run)
   return _PROGRAMS[key]

@@ -9,12 +9,14 @@ tokens before anything runs; a patch that can change nothing is not computed, an
 run's.
 
 One program (``_cache``) runs the clean and corrupt prompts once and keeps what the patches read: the sites'
-clean values, every block's corrupt keys and values, the corrupt state entering each block. Where the blocks
-are of one kind, the patches of every block that share a start run in one program (``_wave``): the blocks in
-turn, each over all the patches begun so far, a block's own patches joining as new rows with the corrupt state
-entering it, so that a patch of block l costs blocks l… alone and every matrix product runs over all the rows
-it serves. Blocks of two kinds (``symbolic_layers``) run a program per block (``_patches``). Every program is
-dispatched before any result is read, compiles once per sites and shapes, and the next sweep reuses it.
+clean values, every block's corrupt keys and values, the corrupt state entering each block. The clean run is
+the corrupt run before the first position where their tokens differ, so it is computed from there on alone.
+Where the blocks are of one kind, the patches of every block that share a start run in one program
+(``_wave``): the blocks in turn, each over all the patches begun so far, a block's own patches joining as new
+rows with the corrupt state entering it, so that a patch of block l costs blocks l… alone and every matrix
+product runs over all the rows it serves. Blocks of two kinds (``symbolic_layers``) run a program per block
+(``_patches``). Every program is dispatched before any result is read, compiles once per sites and shapes,
+and the next sweep reuses it.
 """
 
 from __future__ import annotations
@@ -85,37 +87,68 @@ def _state(model: Transformer, first: int, value_of) -> Any:
   return tuple(entering) if first else (entering[0], jnp.zeros_like(entering[0]))  # X_e⁰ = 0 before block 0
 
 
-def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...], read_from: int | None):
-  """The clean and corrupt runs as one batch: (clean logits, corrupt logits, {site: (clean, corrupt)},
-  {block: corrupt (keys, values)}, {first: corrupt state entering it: x, or (x_t, x_e)}). ``read_from``: the
-  logits from that position on (NaN before it), the last block run there alone over the whole pass's keys and
-  values, and the rest of its pass left for XLA to remove."""
-  key = ('cache', model, sites, firsts, read_from)
+def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...], read_from: int | None,
+           shared: int = 0):
+  """The clean and corrupt runs: (clean logits, corrupt logits, {site: (clean, corrupt)}, {block: corrupt
+  (keys, values)}, {first: corrupt state entering it: x, or (x_t, x_e)}). ``read_from``: the logits from that
+  position on (NaN before it), the last block run there alone over the whole pass's keys and values, and the
+  rest of its pass left for XLA to remove. ``shared``: the prompts' tokens agree before that position, so the
+  clean run is computed from there on alone, over the corrupt run's keys and values before it (every site
+  with a position axis)."""
+  key = ('cache', model, sites, firsts, read_from, shared)
   if key not in _PROGRAMS:
     cfg = model.config
     last = cfg.num_layers - 1
     kv = [f'blocks.{l}.attn.{s}' for l in range(cfg.num_layers) for s in ('k', 'values')]
     extra = _entering(model, last) if read_from is not None else []
     kept = tuple(dict.fromkeys((*sites, *kv, *(s for f in firsts for s in _entering(model, f)), *extra)))
+    capture = lambda seen, wanted: {s: (lambda v, name, s=s: (seen.setdefault(s, v), v)[1]) for s in wanted}
+
+    def readout(params, seen, km):
+      """The logits from ``read_from`` on, NaN before: the last block run again there over the pass's keys
+      and values (``seen``: its sites), so that XLA removes the rest of its run."""
+      prefix = {last: tuple(seen[f'blocks.{last}.attn.{s}'][:, :read_from] for s in ('k', 'values'))}
+      state = jax.tree.map(lambda x: x[:, read_from:], _state(model, last, seen.__getitem__))
+      tail = Suffix(cfg, last).apply({'params': params}, state, prefix, km)
+      pad = jnp.full((tail.shape[0], read_from, tail.shape[-1]), jnp.nan, tail.dtype)
+      return jnp.concatenate([pad, tail], axis=1)
 
     def run(params, clean, corrupt, key_mask):
-      seen, b = {}, clean.shape[0]
-      fns = {s: (lambda v, name, s=s: (seen.setdefault(s, v), v)[1]) for s in kept}
-      km = None if key_mask is None else jnp.concatenate([key_mask, key_mask])
-      logits = hooks.hooked_logits(model, params, jnp.concatenate([clean, corrupt]), km, fns)
-      if read_from is not None:
-        prefix = {last: tuple(seen[f'blocks.{last}.attn.{s}'][:, :read_from] for s in ('k', 'values'))}
-        state = jax.tree.map(lambda x: x[:, read_from:], _state(model, last, seen.__getitem__))
-        tail = Suffix(cfg, last).apply({'params': params}, state, prefix, km)
-        logits = jnp.concatenate([jnp.full((2 * b, read_from, tail.shape[-1]), jnp.nan, tail.dtype), tail], axis=1)
-      # Clean rows first; a site with no position axis ([heads, batch·time, ff]) has them in its first half.
-      split = {s: (v[:, :v.shape[1] // 2], v[:, v.shape[1] // 2:]) if _time_axis(model, s) is None
-               else (v[:b], v[b:]) for s, v in seen.items()}
+      b = clean.shape[0]
+      if not shared:
+        seen = {}
+        km = None if key_mask is None else jnp.concatenate([key_mask, key_mask])
+        logits = hooks.hooked_logits(model, params, jnp.concatenate([clean, corrupt]), km, capture(seen, kept))
+        if read_from is not None:
+          logits = readout(params, seen, km)
+        # Clean rows first; a site with no position axis ([heads, batch·time, ff]) has them in its first half.
+        split = {s: (v[:, :v.shape[1] // 2], v[:, v.shape[1] // 2:]) if _time_axis(model, s) is None
+                 else (v[:b], v[b:]) for s, v in seen.items()}
+        clean_logits, corrupt_logits = logits[:b], logits[b:]
+      else:
+        seen = {}
+        corrupt_logits = hooks.hooked_logits(model, params, corrupt, key_mask, capture(seen, kept))
+        if read_from is not None:
+          corrupt_logits = readout(params, seen, key_mask)
+        # The clean embedding (XLA removes the rest of this pass), then blocks 0… from ``shared`` on.
+        embedded = {}
+        hooks.hooked_logits(model, params, clean, key_mask, capture(embedded, ['embed']))
+        prefix = {l: (seen[f'blocks.{l}.attn.k'][:, :shared], seen[f'blocks.{l}.attn.values'][:, :shared])
+                  for l in range(cfg.num_layers)}
+        late = {}
+        with names.session(capture(late, [s for s in sites if s != 'embed']), lambda name: False):
+          logits = Suffix(cfg, 0).apply({'params': params},
+                                        _state(model, 0, lambda s: embedded['embed'][:, shared:]), prefix, key_mask)
+        clean_logits = jnp.concatenate([corrupt_logits[:, :shared], logits], axis=1)
+        join = lambda s, a: jnp.concatenate([jax.lax.slice_in_dim(seen[s], 0, shared, axis=a),
+                                             late[s].astype(seen[s].dtype)], axis=a)
+        split = {s: (embedded['embed'] if s == 'embed' else join(s, _time_axis(model, s)) if s in sites else None,
+                     v) for s, v in seen.items()}
       corrupt_of = lambda s: split[s][1]
       states = {f: _state(model, f, corrupt_of) for f in firsts}
       kv_of = {l: (corrupt_of(f'blocks.{l}.attn.k'), corrupt_of(f'blocks.{l}.attn.values'))
                for l in range(cfg.num_layers)}
-      return logits[:b], logits[b:], {s: split[s] for s in sites}, kv_of, states
+      return clean_logits, corrupt_logits, {s: split[s] for s in sites}, kv_of, states
     _PROGRAMS[key] = jax.jit(run)
   return _PROGRAMS[key]
 
@@ -363,10 +396,13 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
   every = tuple(dict.fromkeys(s for g in groups for s in g))
   firsts = tuple(sorted({min(_first_block(model, s) for s in g) for g in groups}))
   cache_args = (params, np.asarray(clean, np.int32), np.asarray(corrupt, np.int32), km)
-  cache_key = ('cache', model, every, firsts, read_from, _signature(cache_args))
-  _compile_all([(cache_key, _cache(model, every, firsts, read_from), cache_args)])
-  cache = _EXECUTABLES[cache_key](*cache_args)  # dispatched: the patches' programs are queued behind it
   differs = (clean != corrupt).any(0)
+  # The clean run from the first position where the prompts differ (rounded down to a start, as the patches).
+  shared = (int(np.argmax(differs)) // width * width
+            if differs.any() and all(_time_axis(model, s) is not None for s in every) else 0)
+  cache_key = ('cache', model, every, firsts, read_from, shared, _signature(cache_args))
+  _compile_all([(cache_key, _cache(model, every, firsts, read_from, shared), cache_args)])
+  cache = _EXECUTABLES[cache_key](*cache_args)  # dispatched: the patches' programs are queued behind it
   # Each patch's start: the latest multiple of ``width`` not after the first position it changes; a patch that
   # changes nothing is not computed (its logits are the corrupt run's).
   jobs: dict = {}   # (roles, start), or ((block, sites), start) for blocks of two kinds -> [(block, sites, ...)]

@@ -274,3 +274,17 @@ def test_transformer_lens_families_patch_the_sites_they_name(kind):
   hm = HookedModel(model, params)
   np.testing.assert_array_equal(all_pos, patching.get_act_patch_attn_head_out_all_pos(hm, clean, corrupt, metric))
   np.testing.assert_array_equal(all_pos, patching.sweep_heads(hm, clean, corrupt, metric=metric).values)
+
+
+def test_a_logit_difference_scores_many_patches_at_once_as_one_at_a_time():
+  """Sweeps score all their patches in one call of ``logit_difference``'s ``each``: per patch, the metric of
+  its logits, written out here row by row, for every reduction and a position per row."""
+  patched = np.random.default_rng(0).normal(size=(5, 3, 7, 11)).astype(np.float32)
+  answer, wrong = [1, 2, 3], 4
+  for kwargs in ({}, {'reduce': 'none'}, {'batch': 1}, {'position': [6, 4, 5]}):
+    at = kwargs.get('position', [-1] * 3)
+    rows = np.array([[p[r, at[r], answer[r]] - p[r, at[r], wrong] for r in range(3)] for p in patched])
+    want = rows[:, 1] if 'batch' in kwargs else rows if 'reduce' in kwargs else rows.mean(1)
+    metric = patching.logit_difference(answer, wrong, **kwargs)
+    np.testing.assert_allclose(metric.each(patched), want, rtol=1e-6, err_msg=str(kwargs))
+    np.testing.assert_allclose(np.array([metric(p) for p in patched]), want, rtol=1e-6, err_msg=str(kwargs))

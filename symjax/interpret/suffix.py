@@ -401,8 +401,7 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
   shared = (int(np.argmax(differs)) // width * width
             if differs.any() and all(_time_axis(model, s) is not None for s in every) else 0)
   cache_key = ('cache', model, every, firsts, read_from, shared, _signature(cache_args))
-  _compile_all([(cache_key, _cache(model, every, firsts, read_from, shared), cache_args)])
-  cache = _EXECUTABLES[cache_key](*cache_args)  # dispatched: the patches' programs are queued behind it
+  cache_program = _cache(model, every, firsts, read_from, shared)
   # Each patch's start: the latest multiple of ``width`` not after the first position it changes; a patch that
   # changes nothing is not computed (its logits are the corrupt run's).
   jobs: dict = {}   # (roles, start), or ((block, sites), start) for blocks of two kinds -> [(block, sites, ...)]
@@ -419,31 +418,44 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
       jobs.setdefault((roles or (first, sites), start), []).append(
           (first, sites, offset + index, {s: m[index] for s, m in g.items()}))
     offset += n
-  calls = []   # (executable key, jitted program, arguments, [(patch indices, rows)], start)
-  for (what, start), pieces in jobs.items():
-    rows_limit = limit or max(1, CHUNK_TOKENS // (clean.shape[0] * (time - start)))
-    for chunk in _chunks(sorted(pieces, key=lambda piece: piece[0]), rows_limit):
-      placed = [(index, _pow2(len(index))) for _, _, index, _ in chunk]
-      padded = [{s: np.concatenate([m, np.zeros((rows - len(m), *m.shape[1:]), bool)])
-                 for s, m in masks.items()} for (_, _, _, masks), (_, rows) in zip(chunk, placed)]
-      if isinstance(what[0], int):   # blocks of two kinds: an unrolled program per block
-        (first, sites, _, _), = chunk
-        program, args = _patches(model, sites, first, start), (params, cache, km, padded[0])
-        key = ('patches', model, sites, first, start, _signature(args))
-      else:
-        plan = tuple((first, rows) for (first, *_), (_, rows) in zip(chunk, placed))
-        roles = [dict(zip(_roles(model, sites, first), sites)) for first, sites, _, _ in chunk]
-        values = {first: {r: cache[2][rs.get(r) or next(iter(rs.values()))] for r in what}
-                  for (first, *_), rs in zip(chunk, roles)}
-        masks = {first: {r: m[rs[r]] if r in rs else np.zeros_like(next(iter(m.values()))) for r in what}
-                 for (first, *_), rs, m in zip(chunk, roles, padded)}
-        states = {first: cache[4][first] for first, *_ in chunk}
-        # The split last block slices positions: a site without a position axis is patched whole instead.
-        reads = (read_from if read_from is not None and read_from > start
-                 and all(_role_axis(model, r) is not None for r in what) else None)
-        program, args = _wave(model, what, start, plan, reads), (params, cache[3], states, values, km, masks)
-        key = ('wave', model, what, start, plan, reads, _signature(args))
-      calls.append((key, program, args, placed, start))
+
+  def plan(cache) -> list[tuple]:
+    """(executable key, jitted program, arguments, [(patch indices, rows)], start) per call, its arguments
+    parts of ``cache``: the cache program's outputs, or their shapes alone to compile."""
+    calls = []
+    for (what, start), pieces in jobs.items():
+      rows_limit = limit or max(1, CHUNK_TOKENS // (clean.shape[0] * (time - start)))
+      for chunk in _chunks(sorted(pieces, key=lambda piece: piece[0]), rows_limit):
+        placed = [(index, _pow2(len(index))) for _, _, index, _ in chunk]
+        padded = [{s: np.concatenate([m, np.zeros((rows - len(m), *m.shape[1:]), bool)])
+                   for s, m in masks.items()} for (_, _, _, masks), (_, rows) in zip(chunk, placed)]
+        if isinstance(what[0], int):   # blocks of two kinds: an unrolled program per block
+          (first, sites, _, _), = chunk
+          program, args = _patches(model, sites, first, start), (params, cache, km, padded[0])
+          key = ('patches', model, sites, first, start, _signature(args))
+        else:
+          order = tuple((first, rows) for (first, *_), (_, rows) in zip(chunk, placed))
+          roles = [dict(zip(_roles(model, sites, first), sites)) for first, sites, _, _ in chunk]
+          values = {first: {r: cache[2][rs.get(r) or next(iter(rs.values()))] for r in what}
+                    for (first, *_), rs in zip(chunk, roles)}
+          masks = {first: {r: m[rs[r]] if r in rs else np.zeros_like(next(iter(m.values()))) for r in what}
+                   for (first, *_), rs, m in zip(chunk, roles, padded)}
+          states = {first: cache[4][first] for first, *_ in chunk}
+          # The split last block slices positions: a site without a position axis is patched whole instead.
+          reads = (read_from if read_from is not None and read_from > start
+                   and all(_role_axis(model, r) is not None for r in what) else None)
+          program, args = _wave(model, what, start, order, reads), (params, cache[3], states, values, km, masks)
+          key = ('wave', model, what, start, order, reads, _signature(args))
+        calls.append((key, program, args, placed, start))
+    return calls
+
+  if cache_key not in _EXECUTABLES:
+    # The first sweep on these shapes compiles the cache program and the patches' programs together (the
+    # latter from the cache's output shapes): on as many cores as there are, rather than one after the other.
+    shapes = jax.eval_shape(cache_program, *cache_args)
+    _compile_all([(cache_key, cache_program, cache_args)] + [c[:3] for c in plan(shapes)])
+  cache = _EXECUTABLES[cache_key](*cache_args)  # dispatched: the patches' programs are queued behind it
+  calls = plan(cache)
   _compile_all([c[:3] for c in calls])
   results = [(_EXECUTABLES[key](*args), placed, start) for key, _, args, placed, start in calls]  # dispatched
   clean_logits, corrupt_logits = np.asarray(cache[0]), np.asarray(cache[1])

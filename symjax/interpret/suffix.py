@@ -228,6 +228,41 @@ def _window(axis: int | None, x, lo: int, like):
   return jax.lax.slice_in_dim(x, lo, lo + like.shape[axis], axis=axis)
 
 
+def _apply_block(block, axis_of: dict, p, x, mask, clean, lo, prefix, key_mask, table, kept=None, corrupt=None):
+  """``block`` (its parameters ``p``) over positions lo… of ``x``, the patches of ``mask`` applied at the roles'
+  sites (``axis_of``: each role's position axis); ``kept``: a dict that gets the block's attention keys and
+  values. ``corrupt`` ({role: the corrupt run's value}): a patched site takes its unpatched positions from
+  there rather than from what the block computes, which then only feeds the site and is left for XLA to
+  remove (rows entering the block hold the corrupt state, so the two are the same: a head's patch skips its
+  block's attention)."""
+  def patch(r, v):
+    if r not in clean:
+      return v
+    a = axis_of[r]
+    base = v if corrupt is None else _window(a, corrupt[r], lo, v).astype(v.dtype)
+    return jnp.where(_window(a, mask[r], lo, v), _window(a, clean[r], lo, v).astype(v.dtype), base)
+  fns = {r: (lambda v, name, r=r: patch(r, v)) for r in clean}
+  if kept is not None:
+    for r in ('attn.k', 'attn.values'):
+      fns[r] = lambda v, name, r=r: kept.setdefault(r, patch(r, v))
+  with names.session(fns, lambda name: False):
+    if isinstance(block, StandardBlock):
+      return block.apply({'params': p}, x, key_mask, True, None, prefix)
+    return block.apply({'params': p}, *x, table, key_mask, True, None, prefix)
+
+
+def _new_rows(roles: tuple[str, ...], state, masks: dict, values: dict, rows: int, lo: int):
+  """``rows`` copies of the corrupt state entering a block (x, or (x_t, x_e)) at positions lo…, each with its
+  patch of that state (the roles ``in:i``, masks ``[rows, batch, time, d]``) applied."""
+  new = jax.tree.map(lambda s: jnp.broadcast_to(s[:, lo:], (rows, *s[:, lo:].shape)), state)
+  for r in (r for r in roles if r.startswith('in:')):
+    i, m = int(r[3:]), _from(2, masks[r], lo)
+    stream = new[i] if isinstance(new, tuple) else new
+    patched = jnp.where(m, _from(1, values[r][0], lo)[None].astype(stream.dtype), stream)
+    new = tuple(patched if j == i else y for j, y in enumerate(new)) if isinstance(new, tuple) else patched
+  return new
+
+
 def _wave(model: Transformer, roles: tuple[str, ...], start: int, plan: tuple[tuple[int, int], ...],
           read_from: int | None):
   """The logits ``[patches, batch, time − start, vocab]`` of the patches of several blocks of one kind, in one
@@ -242,32 +277,12 @@ def _wave(model: Transformer, roles: tuple[str, ...], start: int, plan: tuple[tu
   key = ('wave', model, roles, start, plan, read_from)
   if key not in _PROGRAMS:
     cfg = model.config
-    standard = cfg.kind == 'standard'
-    block = StandardBlock(cfg) if standard else FactoredBlock(cfg, symbolic=cfg.layer_kinds()[0] == 'symbolic')
+    block = (StandardBlock(cfg) if cfg.kind == 'standard'
+             else FactoredBlock(cfg, symbolic=cfg.layer_kinds()[0] == 'symbolic'))
     inside = [r for r in roles if not r.startswith('in:')]
     rows_of = dict(plan)
-    axis_of = {r: _role_axis(model, r) for r in roles}
 
-    def apply(p, x, mask, clean, lo, prefix, key_mask, table, kept=None, corrupt=None):
-      """Block ``p`` over positions lo… of ``x``, the patches of ``mask`` applied; ``kept``: a dict that gets
-      the block's attention keys and values. ``corrupt`` ({role: the corrupt run's value}): a patched site
-      takes its unpatched positions from there rather than from what the block computes, which then only
-      feeds the site and is left for XLA to remove (rows entering the block hold the corrupt state, so the
-      two are the same: a head's patch skips its block's attention)."""
-      def patch(r, v):
-        if r not in clean:
-          return v
-        a = axis_of[r]
-        base = v if corrupt is None else _window(a, corrupt[r], lo, v).astype(v.dtype)
-        return jnp.where(_window(a, mask[r], lo, v), _window(a, clean[r], lo, v).astype(v.dtype), base)
-      fns = {r: (lambda v, name, r=r: patch(r, v)) for r in clean}
-      if kept is not None:
-        for r in ('attn.k', 'attn.values'):
-          fns[r] = lambda v, name, r=r: kept.setdefault(r, patch(r, v))
-      with names.session(fns, lambda name: False):
-        if standard:
-          return block.apply({'params': p}, x, key_mask, True, None, prefix)
-        return block.apply({'params': p}, *x, table, key_mask, True, None, prefix)
+    apply = functools.partial(_apply_block, block, {r: _role_axis(model, r) for r in roles})
 
     def run(params, kv, states, values, key_mask, masks):
       table = params['embed']['embedding']
@@ -277,12 +292,7 @@ def _wave(model: Transformer, roles: tuple[str, ...], start: int, plan: tuple[tu
         if l in rows_of:
           # After the last block (a patch of its output state) the readout needs the metric's positions alone.
           lo = read_from if read_from is not None and l == cfg.num_layers else start
-          new = jax.tree.map(lambda s: jnp.broadcast_to(s[:, lo:], (rows_of[l], *s[:, lo:].shape)), states[l])
-          for r in (r for r in roles if r.startswith('in:')):
-            i, m = int(r[3:]), _from(2, masks[l][r], lo)  # [patches, batch, time, d]
-            stream = new[i] if isinstance(new, tuple) else new
-            patched = jnp.where(m, _from(1, values[l][r][0], lo)[None].astype(stream.dtype), stream)
-            new = tuple(patched if j == i else y for j, y in enumerate(new)) if isinstance(new, tuple) else patched
+          new = _new_rows(roles, states[l], masks[l], values[l], rows_of[l], lo)
           before = 0 if x is None else jax.tree.leaves(x)[0].shape[0]
           x = new if x is None else jax.tree.map(lambda a, b: jnp.concatenate([a, b]), x, new)
           if inside:  # the rows begun in earlier blocks are not patched in this one
@@ -382,6 +392,50 @@ def _chunks(pieces: list[tuple], limit: int) -> list[list[tuple]]:
   return out + ([current] if current else [])
 
 
+def _jobs(model: Transformer, groups: list[dict[str, np.ndarray]], differs: np.ndarray, width: int
+          ) -> tuple[dict, int]:
+  """The patches of ``groups`` by the program that runs them: {(roles, start), or ((block, sites), start) for
+  blocks of two kinds: [(block, sites, patch indices, masks)]}, and the number of patches. Each patch's
+  start is the latest multiple of ``width`` not after the first position it changes; a patch that changes
+  nothing is in none (its logits are the corrupt run's)."""
+  time = differs.shape[0]
+  jobs: dict = {}
+  offset = 0
+  for g in groups:
+    sites, n = tuple(g), len(next(iter(g.values())))
+    first = min(_first_block(model, s) for s in sites)
+    changes = _first_changes(model, g, differs)
+    whole = any(_time_axis(model, s) is None for s in sites)  # [heads, batch·time, ff]: from position 0 only
+    starts = np.where(changes >= time, -1, 0 if whole else (changes // width) * width)
+    roles = _both_streams(model, _roles(model, sites, first))
+    for start in sorted(set(starts.tolist()) - {-1}):
+      index = np.flatnonzero(starts == start)
+      jobs.setdefault((roles or (first, sites), start), []).append(
+          (first, sites, offset + index, {s: m[index] for s, m in g.items()}))
+    offset += n
+  return jobs, offset
+
+
+def _assemble(results: list[tuple], patches: int, corrupt_logits: np.ndarray) -> np.ndarray:
+  """Every patch's logits ``[patches, batch, time, vocab]`` from the programs' ``results`` [(logits, [(patch
+  indices, rows)], start)]: the corrupt run's before a patch's start and for a patch not run, NaN from its
+  start to a metric's first position where the program left them out."""
+  time = corrupt_logits.shape[1]
+  out = np.empty((patches, *corrupt_logits.shape), np.float32)
+  done = np.zeros(patches, bool)
+  for logits, placed, start in results:
+    logits, at = np.asarray(logits), 0
+    begin = time - logits.shape[2]  # the start, or a metric's first position after it
+    for index, rows in placed:
+      out[index, :, :start] = corrupt_logits[:, :start]
+      out[index, :, start:begin] = np.nan
+      out[index, :, begin:] = logits[at:at + len(index)]
+      done[index] = True
+      at += rows
+  out[~done] = corrupt_logits
+  return out
+
+
 def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[str, np.ndarray]],
         limit: int | None = None, read_from: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(clean logits, corrupt logits, every patch's logits ``[patches, batch, time, vocab]`` in the order of
@@ -402,22 +456,7 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
             if differs.any() and all(_time_axis(model, s) is not None for s in every) else 0)
   cache_key = ('cache', model, every, firsts, read_from, shared, _signature(cache_args))
   cache_program = _cache(model, every, firsts, read_from, shared)
-  # Each patch's start: the latest multiple of ``width`` not after the first position it changes; a patch that
-  # changes nothing is not computed (its logits are the corrupt run's).
-  jobs: dict = {}   # (roles, start), or ((block, sites), start) for blocks of two kinds -> [(block, sites, ...)]
-  offset = 0
-  for g in groups:
-    sites, n = tuple(g), len(next(iter(g.values())))
-    first = min(_first_block(model, s) for s in sites)
-    changes = _first_changes(model, g, differs)
-    whole = any(_time_axis(model, s) is None for s in sites)  # [heads, batch·time, ff]: from position 0 only
-    starts = np.where(changes >= time, -1, 0 if whole else (changes // width) * width)
-    roles = _both_streams(model, _roles(model, sites, first))
-    for start in sorted(set(starts.tolist()) - {-1}):
-      index = np.flatnonzero(starts == start)
-      jobs.setdefault((roles or (first, sites), start), []).append(
-          (first, sites, offset + index, {s: m[index] for s, m in g.items()}))
-    offset += n
+  jobs, offset = _jobs(model, groups, differs, width)
 
   def plan(cache) -> list[tuple]:
     """(executable key, jitted program, arguments, [(patch indices, rows)], start) per call, its arguments
@@ -459,17 +498,5 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
   _compile_all([c[:3] for c in calls])
   results = [(_EXECUTABLES[key](*args), placed, start) for key, _, args, placed, start in calls]  # dispatched
   clean_logits, corrupt_logits = np.asarray(cache[0]), np.asarray(cache[1])
-  out = np.empty((offset, *corrupt_logits.shape), np.float32)
-  done = np.zeros(offset, bool)
-  for logits, placed, start in results:
-    logits, at = np.asarray(logits), 0
-    begin = time - logits.shape[2]  # the start, or a metric's first position after it
-    for index, rows in placed:
-      # Before the start, the corrupt run's logits; from there to a metric's first position, not computed.
-      out[index, :, :start] = corrupt_logits[:, :start]
-      out[index, :, start:begin] = np.nan
-      out[index, :, begin:] = logits[at:at + len(index)]
-      done[index] = True
-      at += rows
-  out[~done] = corrupt_logits
-  return clean_logits, corrupt_logits, out
+  return clean_logits, corrupt_logits, _assemble(results, offset, corrupt_logits)
+

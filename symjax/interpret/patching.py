@@ -285,14 +285,15 @@ def logit_difference(answer, wrong, position=-1, batch: int | None = None, reduc
   ``position`` are one value or one per batch row (a padded batch's last real positions). ``reduce='mean'``
   averages over the rows, ``'none'`` gives one value per row; ``batch=i`` reads row i alone. The function's
   ``positions`` attribute names the positions it reads: a sweep computes the patches' logits there alone
-  (NaN elsewhere), and a metric of one's own may set it too."""
+  (NaN elsewhere), and a metric of one's own may set it too. Its ``each`` attribute scores many patches in
+  one call: logits ``[patches, batch, time, vocab]`` -> one value (or row of values) per patch."""
   if reduce not in REDUCTIONS:
     raise InputError(f'reduce must be one of {list(REDUCTIONS)}, got {reduce!r}')
 
   def each(logits):
     """The metric of every patch at once: logits ``[patches, batch, time, vocab]`` -> ``[patches]`` (or
-    ``[patches, batch]``), as the loop over patches gives it (sweeps of a thousand patches spent most of
-    their time in that loop)."""
+    ``[patches, batch]``), as the loop over patches gives it (a sweep of 1,024 patches spent a third of its
+    time in that loop)."""
     logits = np.asarray(logits)
     rows = np.arange(logits.shape[1])
     at = np.broadcast_to(np.asarray(position), rows.shape)

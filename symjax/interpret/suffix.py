@@ -114,9 +114,8 @@ def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...], 
       return jnp.concatenate([pad, tail], axis=1)
 
     def run(params, clean, corrupt, key_mask):
-      b = clean.shape[0]
+      b, seen = clean.shape[0], {}
       if not shared:
-        seen = {}
         km = None if key_mask is None else jnp.concatenate([key_mask, key_mask])
         logits = hooks.hooked_logits(model, params, jnp.concatenate([clean, corrupt]), km, capture(seen, kept))
         if read_from is not None:
@@ -126,7 +125,6 @@ def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...], 
                  else (v[:b], v[b:]) for s, v in seen.items()}
         clean_logits, corrupt_logits = logits[:b], logits[b:]
       else:
-        seen = {}
         corrupt_logits = hooks.hooked_logits(model, params, corrupt, key_mask, capture(seen, kept))
         if read_from is not None:
           corrupt_logits = readout(params, seen, key_mask)

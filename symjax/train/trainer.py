@@ -342,6 +342,22 @@ class Progress:
       self.say(f"step {step}/{self.total}: loss {metrics['loss']:.4f}, {metrics['tokens_per_second']:,.0f} "
                f'tokens/s, {now - self.started:.1f} s')
 
+  def first_step(self, loss) -> None:
+    """How long compilation (or the cache) held the user up: said once the first step's loss exists."""
+    jax.block_until_ready(loss)
+    self.say(f'first step done after {time.time() - self.started:.1f} s (compilation included)')
+
+  def validated(self, step: int, validation: dict[str, float]) -> None:
+    self.writer.write(step, 'validation', validation)
+    self.say(f'step {step}: validation ' + ' '.join(f'{k}={v:.4f}' for k, v in validation.items()))
+
+  def reached(self, validation: dict[str, float], stop_at_accuracy: float) -> bool:
+    """Whether the validation accuracy reached ``config.stop_at_accuracy`` (0: never), said when it did."""
+    if not stop_at_accuracy or validation['accuracy'] < stop_at_accuracy:
+      return False
+    self.say(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
+    return True
+
   def stepped(self) -> None:
     if self.bar is not None:
       self.bar.update(1)
@@ -360,6 +376,47 @@ def diverged(what: str, workdir: str, start_step: int, step: int, manager) -> Tr
   return TrainingDiverged(f'{what}, {step - start_step} steps after resuming from {resumed} in {workdir!r}; to '
                           f'resume from an earlier checkpoint, move {resumed} into {rundir.CORRUPT_DIR}/ and '
                           f'rerun the same command')
+
+
+def announce(model_config: ModelConfig, params, task: tasks.Task, mesh, workdir: str, start_step: int) -> None:
+  """The run's first lines (process 0): what trains, on what, where, and from which step."""
+  if jax.process_index() != 0:
+    return
+  print(f'symjax: {model_config.kind} model, {sum(x.size for x in jax.tree.leaves(params)):,} parameters, task '
+        f'{task.name!r} (vocabulary {len(task.vocab)}), mesh {dict(mesh.shape)}, workdir {workdir}')
+  if start_step > 0:
+    print(f'resuming from step {start_step}')
+
+
+def finite_metrics(metrics: dict, where: tuple) -> dict[str, float]:
+  """The training metrics as floats; a ``TrainingDiverged`` naming ``where`` ((workdir, start step, step,
+  checkpoint manager)) when one is not finite."""
+  metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+  if not all(math.isfinite(v) for v in metrics.values()):
+    raise diverged(f'non-finite training metrics at step {where[2]}: {metrics}', *where)
+  return metrics
+
+
+def evaluator(run: CompiledRun, task: tasks.Task, config: ml_collections.ConfigDict, put):
+  """``evaluate(params, split)``: the metrics of ``params`` over every batch of the split."""
+  return lambda params, split: metrics_lib.evaluate(run.eval_step, params, metrics_lib.split_batches(
+      task, split, config.batch_size, config.data_seed), config.top_ks, put)
+
+
+def final_metrics(run: CompiledRun, params, task: tasks.Task, evaluate, validation: dict, where: tuple
+                  ) -> dict[str, dict[str, float]]:
+  """The metrics of the final ``params`` on every split (the validation metrics of the last evaluation where
+  there were some); a ``TrainingDiverged`` naming ``where`` ((workdir, start step, step, checkpoint manager))
+  when the parameters or the metrics are not finite, so that final_metrics.json is left as it was."""
+  step = where[2]
+  kept = lambda what: diverged(f'non-finite {what} at step {step}; {rundir.FINAL_FILE} is left as it was', *where)
+  if not bool(run.all_finite(params)):
+    raise kept('parameters')
+  final = {split: evaluate(params, split) if split != 'validation' or not validation else validation
+           for split in ('train', 'validation', 'test', *task.eval_splits)}
+  if not all(math.isfinite(v) for m in final.values() for v in m.values()):
+    raise kept('final metrics')
+  return final
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -393,44 +450,32 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     # --- Loop.
     writer = rundir.MetricWriter(workdir, resume_step=start_step)
-    if lead:
-      print(f'symjax: {model_config.kind} model, {sum(x.size for x in jax.tree.leaves(state.params)):,} parameters,'
-            f' task {task.name!r} (vocabulary {len(task.vocab)}), mesh {dict(mesh.shape)}, workdir {workdir}')
-      if start_step > 0:
-        print(f'resuming from step {start_step}')
+    announce(model_config, state.params, task, mesh, workdir, start_step)
     progress = Progress(start_step, config.total_steps, config.progress_bar, writer, config.batch_size * task.seq_len,
                         s.schedule)
     validation, run_files_written = {}, False
-    evaluate = lambda params, split: metrics_lib.evaluate(run.eval_step, params, metrics_lib.split_batches(
-        task, split, config.batch_size, config.data_seed), config.top_ks, put)
+    evaluate = evaluator(run, task, config, put)
     try:
       while step < config.total_steps:
         step_fn = soft_step if soft_step is not None and step < config.soft_steps else run.train_step
         state, metrics = step_fn(state, put(task.batch('train', step, config.batch_size, config.seed)))
         step += 1
-        if step == start_step + 1 and lead:  # how long compilation (or the cache) held the user up
-          jax.block_until_ready(metrics['loss'])
-          progress.say(f'first step done after {time.time() - progress.started:.1f} s (compilation included)')
+        if step == start_step + 1 and lead:
+          progress.first_step(metrics['loss'])
         if step % config.log_every_steps == 0 or step == config.total_steps:
-          metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-          if not all(math.isfinite(v) for v in metrics.values()):
-            raise diverged(f'non-finite training metrics at step {step}: {metrics}', workdir, start_step, step,
-                           manager)
-          progress.log(step, metrics)
+          progress.log(step, finite_metrics(metrics, (workdir, start_step, step, manager)))
         progress.stepped()
         if step % config.eval_every_steps == 0 or step == config.total_steps:
           if not bool(run.all_finite(state.params)):
             raise diverged(f'non-finite parameters at step {step}', workdir, start_step, step, manager)
           validation = evaluate(state.params, 'validation')
-          writer.write(step, 'validation', validation)
+          progress.validated(step, validation)
           if not run_files_written:  # the folder now holds checkpoints this config trained
             rundir.save_run_files(workdir, config, task, model_config, start_step)
             run_files_written = True
           manager = manager or rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
           rundir.save_state(manager, step, state, validation)
-          progress.say(f'step {step}: validation ' + ' '.join(f'{k}={v:.4f}' for k, v in validation.items()))
-          if config.stop_at_accuracy and validation['accuracy'] >= config.stop_at_accuracy:
-            progress.say(f'validation accuracy {validation["accuracy"]:.4f} >= config.stop_at_accuracy; stopping')
+          if progress.reached(validation, config.stop_at_accuracy):
             break
     except BaseException as e:  # a divergence, an interrupt or a bug: finish what was being saved, then fail
       writer.close()
@@ -447,14 +492,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     try:
       if manager is not None:
         manager.wait_until_finished()
-      kept = lambda what: diverged(f'non-finite {what} at step {step}; {rundir.FINAL_FILE} is left as it was',
-                                   workdir, start_step, step, manager)
-      if not bool(run.all_finite(state.params)):
-        raise kept('parameters')
-      final = {split: evaluate(state.params, split) if split != 'validation' or not validation else validation
-               for split in ('train', 'validation', 'test', *task.eval_splits)}
-      if not all(math.isfinite(v) for m in final.values() for v in m.values()):
-        raise kept('final metrics')
+      final = final_metrics(run, state.params, task, evaluate, validation, (workdir, start_step, step, manager))
       writer.write(step, 'test', final['test'])
     finally:
       writer.close()

@@ -7,8 +7,9 @@ the docs is typed by hand from a JSON file.
 Each page starts with the file's provenance (command, commit, device, date) and renders the rest
 generically: scalars as a field table, lists of records and maps of records as tables (a mean ± 95%
 interval record as one cell), anything deeper under a heading of its key. It also rewrites the generated
-tables of README.md and docs/performance.md (``GENERATED``, between ``<!-- results:NAME start/end -->`` markers).
-CI runs ``--check``.
+tables of README.md and docs/performance.md (``GENERATED``, between ``<!-- results:NAME start/end -->`` markers),
+and the snippets a page includes whole (``SNIPPETS``: ``--8<-- "PATH"``), so that a long generated block does not
+make its guide long. CI runs ``--check``.
 """
 
 from __future__ import annotations
@@ -306,10 +307,23 @@ GENERATED = {
                                           ('accelerator', 'accelerator_h100_batch64', accelerator_table),
                                           ('vs-transformer-lens', 'vs_transformer_lens_cpu', transformer_lens_table)),
                             'results/data'),
-    'docs/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),
-                          ('transformer-program-example', 'transformer_program_example',
-                           transformer_program_example)), 'results/data'),
+    'docs/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),),
+                         'results/data'),
 }
+# Files a page includes whole (``--8<-- "PATH"``; mkdocs.yml's ``exclude_docs`` keeps them from being pages of
+# their own): their JSON file, its renderer, and the data pages' folder as the including page links it.
+SNIPPETS = {
+    'docs/results/program_example.md': ('transformer_program_example', transformer_program_example, 'results/data'),
+}
+
+
+def snippets() -> dict[str, str]:
+  out = {}
+  for path, (name, render_block, pages) in SNIPPETS.items():
+    with open(os.path.join(RESULTS, name + '.json')) as f:
+      out[path] = (f'<!-- Generated from {RESULTS}/{name}.json by python -m benchmarks.results_pages; '
+                   'do not edit. -->\n' + render_block(json.load(f), name, pages))
+  return out
 
 
 def generated(path: str, text: str) -> str:
@@ -331,7 +345,7 @@ def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--check', action='store_true', help='compare instead of writing; exit 1 on a difference')
   args = parser.parse_args(argv)
-  wanted = pages()
+  wanted = {**pages(), **snippets()}
   for path in GENERATED:
     with open(path) as f:
       wanted[path] = generated(path, f.read())
@@ -345,7 +359,8 @@ def main(argv: list[str]) -> int:
   for p, text in wanted.items():
     with open(p, 'w') as f:
       f.write(text)
-  print(f'wrote {len(wanted) - len(GENERATED)} pages under {PAGES}, and the generated tables of {list(GENERATED)}')
+  print(f'wrote {len(wanted) - len(GENERATED) - len(SNIPPETS)} pages under {PAGES}, the snippets '
+        f'{list(SNIPPETS)} and the generated tables of {list(GENERATED)}')
   return 0
 
 

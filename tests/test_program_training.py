@@ -135,6 +135,14 @@ def test_the_program_chosen_on_validation_is_the_best_seed_there_the_first_on_a_
   assert chosen_on_validation({'0': {'program_accuracy': 99.0}}) is None  # a file without validation
 
 
+def test_restarted_seeds_train_disjoint_initialisations_and_one_seed_is_itself():
+  from benchmarks.lib.collect import initialisations
+  assert [initialisations(s, 5) for s in range(3)] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
+  assert initialisations(2, 1) == [2]
+  with pytest.raises(ValueError, match='restarts must be >= 1'):
+    initialisations(0, 0)
+
+
 def test_a_recipe_trial_is_recorded_from_validation_alone_with_the_settings_it_names(tmp_path):
   import json
 

@@ -66,6 +66,15 @@ def run_record(path: str, fields: list[str]) -> dict:
   return record
 
 
+def initialisations(seed: int, restarts: int) -> list[int]:
+  """The training seeds behind seed ``seed`` of a recipe that trains ``restarts`` initialisations per seed and
+  keeps the one best on validation (``chosen_on_validation``): seed·R … seed·R + R − 1, disjoint across seeds,
+  and ``[seed]`` itself for one."""
+  if restarts < 1 or seed < 0:
+    raise ValueError(f'restarts must be >= 1 and seed >= 0, got {restarts} and {seed}')
+  return list(range(seed * restarts, (seed + 1) * restarts))
+
+
 def chosen_on_validation(per_seed: dict) -> tuple[str, dict] | None:
   """The seed whose run is best on validation (the lowest such seed on a tie) and its record: how
   "Learning Transformer Programs" choose the one program they report (of 5 seeds, Appendix B)."""

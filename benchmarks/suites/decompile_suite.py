@@ -8,8 +8,11 @@ Each run is trained by the command a user types (``python -m symjax.main --confi
 or ``--config=symbolic`` for induction, ``program=true`` for program training, ``--config.seed=S``) unless
 its folder holds a finished run, then decompiled from its best checkpoint by ``python -m symjax.decompile``,
 which measures on the test split the program's fidelity to the model, both accuracies and the program's
-size. The JSON is rewritten after every run, so a stopped suite keeps what it measured. ``--jobs=2`` trains two
-runs at once (on a 2-core machine, two one-core runs finish sooner than the same two one after the other).
+size. Where the recipe trains several initialisations per seed (``symjax.configs.rasp.RESTARTS``, as "Learning
+Transformer Programs" keeps the best of 5), seed s trains initialisations s·R … s·R + R − 1 and decompiles the
+one best on validation accuracy. The JSON is rewritten after every run, so a stopped suite keeps what it
+measured. ``--jobs=2`` trains two runs at once (on a 2-core machine, two one-core runs finish sooner than the
+same two one after the other).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import time
 
 from absl import app, flags
 
-from benchmarks.lib import cli
+from benchmarks.lib import cli, collect
 from benchmarks.lib import results as result_files
-from benchmarks.lib.collect import chosen_on_validation
+from benchmarks.lib.collect import chosen_on_validation, run_record
+from symjax.configs import rasp as rasp_recipe
 from symjax.system import files
 from symjax.tasks import rasp
 from symjax.train import sweep
@@ -64,6 +68,7 @@ PUBLISHED_LINES = {'reverse': 709, 'hist': 195, 'double_hist': 845, 'sort': 917,
                    'dyck2': 1258}
 MEASURES = ('program_accuracy', 'fidelity', 'model_accuracy', 'lines', 'table_entries', 'validation_accuracy',
             'decompile_seconds', 'program_seconds', 'model_seconds', 'train_seconds')
+RESTART_FIELDS = ('initialisation', 'restart_validation_accuracies')
 
 
 def validation_at(workdir: str) -> float:
@@ -83,19 +88,39 @@ def recipe(task: str, mode: str) -> list[str]:
   return [f'--config={name}'] + (['--config.model.qk_positions=false'] if mode == 'program_alibi' else [])
 
 
-def one(task: str, mode: str, seed: int) -> tuple[dict, list[str]]:
-  workdir = os.path.join(_RUNS.value, f'{task}_{mode}_seed{seed}')
-  train = [sys.executable, '-m', 'symjax.main', *recipe(task, mode), f'--config.seed={seed}',
-           '--config.progress_bar=false', f'--workdir={workdir}']
+def initialisations(task: str, mode: str, seed: int) -> list[int]:
+  """The training seeds behind suite seed ``seed``: itself, or R of their own where the recipe restarts."""
+  return collect.initialisations(seed, rasp_recipe.RESTARTS.get(task, 1) if mode == 'transformer_program' else 1)
+
+
+def train(task: str, mode: str, init: int) -> tuple[str, list[str], float | None]:
+  """Trains training seed ``init`` unless its folder holds a finished run: (folder, command, wall seconds)."""
+  workdir = os.path.join(_RUNS.value, f'{task}_{mode}_seed{init}')
+  command = [sys.executable, '-m', 'symjax.main', *recipe(task, mode), f'--config.seed={init}',
+             '--config.progress_bar=false', f'--workdir={workdir}']
   if _STEPS.value:
-    train += [f'--config.total_steps={_STEPS.value}', f'--config.eval_every_steps={_STEPS.value}',
-              f'--config.warmup_steps={min(100, _STEPS.value // 2)}']
+    command += [f'--config.total_steps={_STEPS.value}', f'--config.eval_every_steps={_STEPS.value}',
+                f'--config.warmup_steps={min(100, _STEPS.value // 2)}']
   seconds = os.path.join(workdir, 'train_seconds.txt')
   if not os.path.exists(os.path.join(workdir, 'final_metrics.json')):
     start = time.perf_counter()
-    subprocess.run(train, check=True, capture_output=True)
+    subprocess.run(command, check=True, capture_output=True)
     with open(seconds, 'w') as f:
       f.write(f'{time.perf_counter() - start:.1f}\n')
+  taken = None
+  if os.path.exists(seconds):  # the wall time of training, with the other job of --jobs beside it
+    with open(seconds) as f:
+      taken = float(f.read())
+  return workdir, command, taken
+
+
+def one(task: str, mode: str, seed: int) -> tuple[dict, list[str]]:
+  inits = initialisations(task, mode, seed)
+  trained = [train(task, mode, init) for init in inits]
+  validation = [run_record(workdir, [])['best_validation_accuracy'] for workdir, _, _ in trained]
+  chosen = inits.index(int(chosen_on_validation(
+      {str(init): {'validation_accuracy': v} for init, v in zip(inits, validation)})[0]))
+  workdir = trained[chosen][0]
   measured = os.path.join(workdir, 'program', 'measured.json')
   output = os.path.join(workdir, 'program', 'program.py')
   decompile = [sys.executable, '-m', 'symjax.decompile', f'--workdir={workdir}', f'--output={output}',
@@ -106,10 +131,13 @@ def one(task: str, mode: str, seed: int) -> tuple[dict, list[str]]:
   with open(measured) as f:
     row = json.load(f)
   row['validation_accuracy'] = validation_at(workdir)
-  if os.path.exists(seconds):  # the wall time of training, with the other job of --jobs beside it
-    with open(seconds) as f:
-      row['train_seconds'] = float(f.read())
-  return row, [' '.join(['python', *train[1:]]), ' '.join(['python', *decompile[1:]])]
+  if all(taken is not None for _, _, taken in trained):
+    row['train_seconds'] = sum(taken for _, _, taken in trained)
+  if len(trained) > 1:
+    row['initialisation'] = inits[chosen]
+    row['restart_validation_accuracies'] = validation
+  commands = [' '.join(['python', *command[1:]]) for _, command, _ in trained]
+  return row, [*commands, ' '.join(['python', *decompile[1:]])]
 
 
 def table(paths=RESULTS) -> str:
@@ -181,8 +209,10 @@ def add_validation(paths=RESULTS) -> None:
 def write_example(task: str, path: str = 'benchmarks/results/transformer_program_example.json') -> None:
   """The program of the seed best on validation, with its measurements and one sentence per module."""
   best = None
-  for seed in map(int, _SEEDS.value):
+  for seed in (init for s in map(int, _SEEDS.value) for init in initialisations(task, 'transformer_program', s)):
     workdir = os.path.join(_RUNS.value, f'{task}_transformer_program_seed{seed}')
+    if not os.path.exists(os.path.join(workdir, 'program', 'measured.json')):
+      continue  # an initialisation a restart did not keep: never decompiled
     with open(os.path.join(workdir, 'program', 'measured.json')) as f:
       measured = json.load(f)
     measured['validation_accuracy'] = validation_at(workdir)
@@ -224,7 +254,7 @@ def main(_):
     key = f'{task}/{mode}'
     with lock:
       commands[f'{key}/{seed}'] = command
-      per_seed.setdefault(key, {})[str(seed)] = {m: row[m] for m in MEASURES if m in row}
+      per_seed.setdefault(key, {})[str(seed)] = {m: row[m] for m in MEASURES + RESTART_FIELDS if m in row}
       print(key, seed, {m: round(row[m], 2) for m in MEASURES if m in row}, flush=True)
       summary[key] = {m: sweep.stat([r[m] for r in per_seed[key].values()]) for m in MEASURES
                       if all(m in r for r in per_seed[key].values())}

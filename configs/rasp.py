@@ -47,9 +47,17 @@ TRANSFORMER_PROGRAM = {'num_heads': 8, 'mlps': 2, 'gumbel': (3.0, 0.3), 'learnin
 # 100% on 3 seeds as with 3 layers, in a program of a third the lines.
 # Reverse trained as that paper trains (the Gumbel-softmax relaxation, temperature 3 to 0.01) on batches
 # that draw its rare short inputs more often (length_balance 0.5): 99.24 / 99.33 / 98.80 on seeds 0-2 against
-# 98.51 / 97.63 / 97.71. Either alone did no better on seed 0 (98.54, 93.95).
+# 98.51 / 97.63 / 97.71. Either alone did no better on seed 0 (98.54, 93.95). 20,000 steps: 99.84 / 99.05 /
+# 99.26 / 99.84 / 99.37 on seeds 0-4, two of five at the published 99.79, none of the 12,000-step runs.
 TRANSFORMER_PROGRAM_TASK = {'hist': {'num_layers': 1, 'num_heads': 4, 'mlps': 2},
-                            'reverse': {'relaxed': True, 'gumbel': (3.0, 0.01), 'length_balance': 0.5}}
+                            'reverse': {'relaxed': True, 'gumbel': (3.0, 0.01), 'length_balance': 0.5,
+                                        'total_steps': 20000}}
+# Initialisations trained per seed by the benchmark suite (benchmarks/suites/decompile_suite.py), of which it
+# keeps the one best on validation accuracy: the protocol behind the published figures ("Learning Transformer
+# Programs", Appendix B: the best of 5 on validation). Reverse needs it: its programs copy from positions laid
+# out per input length, as that paper's own do (its Appendix C.3: the length-general program is not found), and
+# how many lengths a run covers varies by initialisation. One command above trains one initialisation.
+RESTARTS = {'reverse': 5}
 
 
 def get_config(arg=None):

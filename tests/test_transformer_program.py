@@ -116,6 +116,41 @@ def test_positions_predicate_is_written_as_arithmetic():
   assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
 
 
+def test_reverse_for_every_length_is_a_counting_head_and_a_head_that_reads_its_count():
+  """Trained reverse programs copy from positions laid out per input length; "Learning Transformer Programs"
+  (Appendix C.3) finds its training misses the program for every length too. The kind can express that
+  program: a numerical head counts the keys at or after the query (n − i for n real tokens), and a categorical
+  head reads the position one below that count (n − 1 − i) and copies its token. Set by hand, it reverses every
+  input of the task, and its decompiled code keeps exactly those two heads."""
+  from symjax.tasks import base, rasp
+  v = rasp.vocab('reverse', 8)
+  x = rasp.all_inputs('reverse', 8, 8, v)
+  lengths = (x != v.id(base.PAD)).sum(1)
+  cfg = config(vocab_size=len(v), num_layers=2, max_len=8)
+  card = tp.cardinality(cfg)
+  q, k = np.indices((card, card))
+  params = jax.tree.map(jnp.zeros_like, init(cfg))
+  params['attn_0_1'] = dict(select_query=choose(2, 1), select_key=choose(2, 1),              # positions, positions
+                            predicate=jnp.asarray(np.where(k >= q, 1.0, -1.0)))
+  params['attn_1_0'] = dict(select_query=choose(5, 3), select_key=choose(5, 1), select_value=choose(5, 0),
+                            predicate=jnp.asarray(np.where(k == q - 1, 1.0, -1.0)))    # attn_0_1, positions, tokens
+  readout = np.zeros((cfg.vocab_size, 8 * card + 1))       # 8 variables: attn_1_0 is the sixth
+  readout[np.arange(len(v)), 5 * card + np.arange(len(v))] = 1.0
+  params['readout'] = jnp.asarray(readout)
+  source = rasp.reverse_source_positions(x, v)              # [input, tagged position, the position it reverses]
+  tagged = source.any(-1)
+  want = np.einsum('nqt,nt->nq', source.astype(int), x)
+  got = tags(cfg, params, x, lengths)
+  assert len(x) == 19530 and (got[tagged] == want[tagged]).all()
+  program = program_code.build(params, cfg, v.tokens, x, lengths, exhaustive=True)
+  assert 'return k_position >= q_position' in program.source
+  assert 'attn_1_0 = aggregate(attn_1_0_pattern, tokens)' in program.source
+  run = program.source[program.source.index('def run('):]
+  assert 'attn_0_0' not in run and 'mlp_' not in run and 'attn_1_1' not in run      # the unused modules: dropped
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths)[tagged] == want[tagged]).all()
+
+
 def test_a_head_whose_predicate_never_holds_is_folded_into_the_bias():
   # Head 0 matches no key, so it reads position 0, '<s>', on every input, although the variable it copies
   # (tokens) takes several values. Its classifier row for '<s>' offsets the bias: it goes into the bias, and

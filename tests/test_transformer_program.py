@@ -121,7 +121,7 @@ def test_reverse_for_every_length_is_a_counting_head_and_a_head_that_reads_its_c
   (Appendix C.3) finds its training misses the program for every length too. The kind can express that
   program: a numerical head counts the keys at or after the query (n − i for n real tokens), and a categorical
   head reads the position one below that count (n − 1 − i) and copies its token. Set by hand, it reverses every
-  input of the task, and its decompiled code keeps exactly those two heads."""
+  input of the task, and its decompiled code keeps exactly those two heads, each one comparison."""
   from symjax.tasks import base, rasp
   v = rasp.vocab('reverse', 8)
   x = rasp.all_inputs('reverse', 8, 8, v)
@@ -144,6 +144,8 @@ def test_reverse_for_every_length_is_a_counting_head_and_a_head_that_reads_its_c
   assert len(x) == 19530 and (got[tagged] == want[tagged]).all()
   program = program_code.build(params, cfg, v.tokens, x, lengths, exhaustive=True)
   assert 'return k_position >= q_position' in program.source
+  # Counts 0 and 1 name position 0, the key a query without a match reads: the predicate is one comparison.
+  assert 'return position == attn_0_1 - 1' in program.source
   assert 'attn_1_0 = aggregate(attn_1_0_pattern, tokens)' in program.source
   run = program.source[program.source.index('def run('):]
   assert 'attn_0_0' not in run and 'mlp_' not in run and 'attn_1_1' not in run      # the unused modules: dropped

@@ -133,22 +133,39 @@ RELATIONS = (('==', np.equal), ('!=', np.not_equal), ('<', np.less), ('<=', np.l
              ('>', np.greater), ('>=', np.greater_equal))
 
 
-def _relation(truth: np.ndarray, qd, kd, both_numbers: bool, same_kind: bool) -> str | None:
-  """A comparison of k with q equal to the predicate ``truth`` [len(qd), len(kd)] over the domains."""
+def _relation(truth: np.ndarray, qd, kd, both_numbers: bool, same_kind: bool, free: np.ndarray | None = None
+              ) -> str | None:
+  """A comparison of k with q equal to the predicate ``truth`` [len(qd), len(kd)] over the domains; on the
+  query values ``free`` marks (``_free_rows``) it may instead match nothing."""
   q, k = np.array(qd)[:, None], np.array(kd)[None, :]
-  if not truth.any():
+  free = np.zeros(len(qd), bool) if free is None else free
+
+  def agrees(candidate: np.ndarray) -> bool:
+    return bool(((candidate == truth).all(1) | (free & ~candidate.any(1))).all())
+
+  if agrees(np.zeros_like(truth)):
     return 'False'
   if truth.all():
     return 'True'
   for symbol, op in RELATIONS:
     if (symbol in ('==', '!=') and same_kind) or both_numbers:
-      if (op(k, q) == truth).all():
+      if agrees(op(k, q)):
         return symbol
   if both_numbers:
     for shift in range(-len(kd), len(kd) + 1):
-      if shift and ((k == q + shift) == truth).all():
+      if shift and agrees(k == q + shift):
         return f'== {"+" if shift > 0 else "-"} {abs(shift)}'
   return None
+
+
+def _free_rows(m: Module, doms) -> np.ndarray:
+  """The query values for which a categorical head's predicate names position 0 alone. A query that matches no
+  key reads position 0, which every query may read (inputs start there), so naming nothing for these values
+  reads the same key: the code may write them either way."""
+  truth = _truth(m, doms)
+  if m.kind != 'categorical' or m.reads[1] != 'positions':
+    return np.zeros(len(truth), bool)
+  return truth[:, 0] & (truth.sum(1) == 1)
 
 
 def _truth(m: Module, doms) -> np.ndarray:
@@ -161,7 +178,7 @@ def _truth(m: Module, doms) -> np.ndarray:
 
 def _head_relation(m: Module, doms) -> str | None:
   (qd, q_tok), (kd, k_tok) = doms[m.reads[0]], doms[m.reads[1]]
-  return _relation(_truth(m, doms), qd, kd, not q_tok and not k_tok, q_tok == k_tok)
+  return _relation(_truth(m, doms), qd, kd, not q_tok and not k_tok, q_tok == k_tok, _free_rows(m, doms))
 
 
 def _comparison(ka: str, rel: str, qa: str) -> str:
@@ -170,12 +187,13 @@ def _comparison(ka: str, rel: str, qa: str) -> str:
 
 
 def _groups(m: Module, doms) -> list[tuple[tuple[int, ...], list[int]]]:
-  """The query values grouped by the key values they match, in the order of their first query value."""
+  """The query values grouped by the key values they match, in the order of their first query value; those that
+  name position 0 alone (``_free_rows``) are left to match nothing, which reads the same key."""
   qd, kd = doms[m.reads[0]][0], doms[m.reads[1]][0]
   groups: dict[tuple[int, ...], list[int]] = {}
-  for i, q in enumerate(_truth(m, doms)):
+  for i, (q, free) in enumerate(zip(_truth(m, doms), _free_rows(m, doms))):
     keys = tuple(kd[j] for j in np.nonzero(q)[0])
-    if keys:
+    if keys and not free:
       groups.setdefault(keys, []).append(qd[i])
   return sorted(groups.items(), key=lambda g: g[1][0])
 

@@ -269,8 +269,8 @@ def transformer_program_table(data: dict, json_name: str, pages: str) -> str:
            '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   def runs(seeds: dict) -> str:
     """The seeds, and where each kept the best of several initialisations on validation, how many."""
-    restarts = {len(r.get('restart_validation_accuracies', [0])) for r in seeds.values()}
-    return f'{len(seeds)}' if restarts == {1} else f"{len(seeds)}, each the best of {'/'.join(map(str, restarts))}"
+    restarts = sorted({len(r.get('restart_validation_accuracies', ())) or 1 for r in seeds.values()})
+    return f'{len(seeds)}' if restarts == [1] else f"{len(seeds)}, each the best of {'/'.join(map(str, restarts))}"
 
   for task, (accuracy, published_lines) in PUBLISHED_PROGRAMS.items():
     st = data['summary'].get(f'{task}/transformer_program')

@@ -192,7 +192,8 @@ def add_validation(paths=RESULTS) -> None:
       for seed, row in seeds.items():
         if 'validation_accuracy' in row:
           continue
-        workdir = re.search(r'--workdir=(\S+)', record['commands'][f'{key}/{seed}'][0]).group(1)
+        # The decompile command, last, names the run decompiled (a restarted seed trains several before it).
+        workdir = re.search(r'--workdir=(\S+)', record['commands'][f'{key}/{seed}'][-1]).group(1)
         row['validation_accuracy'] = validation_at(workdir)
         changed = True
       record['summary'][key]['validation_accuracy'] = sweep.stat(

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -117,6 +118,41 @@ def test_a_deleted_manifest_is_damage_not_an_old_checkpoint(run, tmp_path):
   os.remove(os.path.join(workdir, rundir.CHECKPOINT_DIR, str(STEPS), checksums.MANIFEST))
   with pytest.raises(checksums.ChecksumError, match='its checksums.json is missing'):
     checksums.verify(os.path.join(workdir, rundir.CHECKPOINT_DIR, str(STEPS)))
+
+
+def test_the_manifest_covers_the_step_metadata_orbax_updates_from_its_own_thread(tmp_path, monkeypatch):
+  """Orbax updates a checkpoint's step metadata from a thread of its own and waits for it only at the rename.
+  Here that update is held until something waits for Orbax's metadata writes, so a manifest written without
+  waiting reads the file before the update (or half-written) and the checkpoint fails its own checksum."""
+  from orbax.checkpoint._src.metadata import checkpoint as orbax_metadata
+  store = orbax_metadata._NonBlockingMetadataStore
+  update, update_and_log, wait = store.update, store._update_and_log, store.wait_until_finished
+  held = {}
+
+  def held_update(self, file_path, **kwargs):
+    if checksums.TMP_SUFFIX in str(file_path):
+      held[str(file_path)] = threading.Event()
+    return update(self, file_path, **kwargs)
+
+  def held_update_and_log(self, file, **kwargs):
+    if str(file) in held:
+      held[str(file)].wait(timeout=120)  # a bound, so that a broken wait fails the test rather than hangs
+    return update_and_log(self, file, **kwargs)
+
+  def releasing_wait(self):
+    for event in list(held.values()):
+      event.set()
+    return wait(self)
+
+  monkeypatch.setattr(store, 'update', held_update)
+  monkeypatch.setattr(store, '_update_and_log', held_update_and_log)
+  monkeypatch.setattr(store, 'wait_until_finished', releasing_wait)
+  workdir = str(tmp_path / 'work')
+  train.train_and_evaluate(tiny_config(total_steps=10), workdir)
+  assert held, 'no step-metadata update was held: the test no longer reaches Orbax\'s metadata thread'
+  folder = os.path.join(workdir, rundir.CHECKPOINT_DIR, '10')
+  assert checksums.written_with_checksums(folder)
+  assert checksums.verify(folder)
 
 
 def test_checkpoints_written_before_checksums_restore_and_say_so_once(run, tmp_path, capsys):

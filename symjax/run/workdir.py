@@ -199,14 +199,29 @@ def _manager(workdir: str, keep: int, metric: str, read_only: bool) -> ocp.Check
                keep_checkpoints_without_metrics=False),
   ])
   directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
+  made = []
+
+  def seal():
+    # Orbax updates the step metadata from a thread of its own (the manager's non-blocking metadata store)
+    # and waits for it only at the rename, after this callback. The manifest reads that file, so it waits
+    # for the same writes first: otherwise it may read the file half-written (the save fails, and the other
+    # processes wait at Orbax's barrier) or before its last update (the checkpoint then fails its checksum).
+    made[0]._non_blocking_metadata_store.wait_until_finished()
+    checksums.seal_pending(directory)
+
   # Each checkpoint's manifest is written into it just before Orbax commits it (symjax.run.checksums).
-  sealing = None if read_only else ocp.AsyncOptions(
-      post_finalization_callback=lambda: checksums.seal_pending(directory))
+  sealing = None if read_only else ocp.AsyncOptions(post_finalization_callback=seal)
   with quiet_orbax():  # read_only options log a notice when made
     options = ocp.CheckpointManagerOptions(preservation_policy=policy, best_fn=lambda m: m[metric],
                                            best_mode=mode, read_only=read_only, create=not read_only,
                                            enable_async_checkpointing=not read_only, async_options=sealing)
-    return ocp.CheckpointManager(directory, options=options)
+    manager = ocp.CheckpointManager(directory, options=options)
+  if not read_only and not hasattr(manager, '_non_blocking_metadata_store'):
+    manager.close()
+    raise RuntimeError(f'orbax-checkpoint {ocp.__version__} has no CheckpointManager._non_blocking_metadata_store, '
+                       f'which symjax waits on before writing checksums.json (0.11.17 and 0.12.8 have it)')
+  made.append(manager)
+  return manager
 
 
 def best_step(workdir: str, best_metric: str) -> int | None:

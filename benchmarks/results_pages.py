@@ -304,7 +304,7 @@ def transformer_program_example(data: dict, json_name: str, pages: str) -> str:
 
 
 # Blocks written from result files into each page: (marker name, JSON file, renderer of the JSON, the file's
-# name and the data pages' folder as the page links it). The CPU benchmark has one file per CPU vendor the
+# name and the data pages' folder as the page links it). The CPU benchmarks have one file per CPU vendor the
 # project's machines have had.
 CPU_BLOCKS = (('vs-pytorch', 'vs_pytorch_cpu', vs_pytorch_table),
               ('vs-pytorch-amd', 'vs_pytorch_cpu_amd', vs_pytorch_table))
@@ -312,7 +312,9 @@ GENERATED = {
     README: (CPU_BLOCKS, 'docs/results/data'),
     'docs/performance.md': (CPU_BLOCKS + (('first-step', 'first_step_cpu', first_step_table),
                                           ('accelerator', 'accelerator_h100_batch64', accelerator_table),
-                                          ('vs-transformer-lens', 'vs_transformer_lens_cpu', transformer_lens_table)),
+                                          ('vs-transformer-lens', 'vs_transformer_lens_cpu', transformer_lens_table),
+                                          ('vs-transformer-lens-intel', 'vs_transformer_lens_cpu_intel',
+                                           transformer_lens_table)),
                             'results/data'),
     'docs/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),),
                          'results/data'),

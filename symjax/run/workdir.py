@@ -199,14 +199,13 @@ def _manager(workdir: str, keep: int, metric: str, read_only: bool) -> ocp.Check
                keep_checkpoints_without_metrics=False),
   ])
   directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
-  made = []
 
-  def seal():
+  def seal():  # runs after the manager below is made, on its commit thread
     # Orbax updates the step metadata from a thread of its own (the manager's non-blocking metadata store)
     # and waits for it only at the rename, after this callback. The manifest reads that file, so it waits
     # for the same writes first: otherwise it may read the file half-written (the save fails, and the other
     # processes wait at Orbax's barrier) or before its last update (the checkpoint then fails its checksum).
-    made[0]._non_blocking_metadata_store.wait_until_finished()
+    manager._non_blocking_metadata_store.wait_until_finished()
     checksums.seal_pending(directory)
 
   # Each checkpoint's manifest is written into it just before Orbax commits it (symjax.run.checksums).
@@ -220,7 +219,6 @@ def _manager(workdir: str, keep: int, metric: str, read_only: bool) -> ocp.Check
     manager.close()
     raise RuntimeError(f'orbax-checkpoint {ocp.__version__} has no CheckpointManager._non_blocking_metadata_store, '
                        f'which symjax waits on before writing checksums.json (0.11.17 and 0.12.8 have it)')
-  made.append(manager)
   return manager
 
 

@@ -40,6 +40,22 @@ def half_run(tmp_path_factory):
   return workdir
 
 
+def test_load_turns_on_the_runs_compilation_cache_unless_the_process_has_one(half_run, tmp_path):
+  """A fresh process that loads a run compiles into the run's ``compilation_cache_dir`` (the default under
+  HOME here); a cache folder the user chose through JAX wins."""
+  script = f'import jax, symjax\nsymjax.load({half_run!r})\nprint(jax.config.jax_compilation_cache_dir)'
+  env = {k: v for k, v in os.environ.items() if not k.startswith('JAX_COMPILATION_CACHE')}
+  env['HOME'] = str(tmp_path)
+  with open(os.path.join(half_run, 'config.json')) as f:
+    assert json.load(f)['compilation_cache_dir'] == '~/.cache/symjax/jax'
+  ran = subprocess.run([sys.executable, '-c', script], cwd=REPO, capture_output=True, text=True, env=env)
+  assert ran.returncode == 0, ran.stderr[-2000:]
+  assert ran.stdout.strip() == str(tmp_path / '.cache' / 'symjax' / 'jax')
+  ran = subprocess.run([sys.executable, '-c', script], cwd=REPO, capture_output=True, text=True,
+                       env={**env, 'JAX_COMPILATION_CACHE_DIR': str(tmp_path / 'mine')})
+  assert ran.returncode == 0 and ran.stdout.strip() == str(tmp_path / 'mine'), ran.stderr[-2000:]
+
+
 def test_a_resume_keeps_each_step_once_in_the_metrics_log(half_run, tmp_path, capsys):
   workdir = str(tmp_path / 'w')
   shutil.copytree(half_run, workdir)

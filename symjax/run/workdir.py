@@ -41,7 +41,7 @@ from symjax import model as model_lib
 from symjax import tasks
 from symjax.model import ModelConfig, Transformer
 from symjax.run import checksums
-from symjax.system import files
+from symjax.system import files, host
 from symjax.system.errors import InputError
 from symjax.tasks.text import tokenizer_from_json
 
@@ -490,13 +490,18 @@ class Loaded:
 def load(workdir: str, which: str | int = 'best') -> Loaded:
   """Loads the ``'best'`` (by the run's ``best_metric``) or ``'latest'`` checkpoint of ``workdir``, or the one
   saved at step ``which`` (an int; ``checkpoint_steps(workdir)`` lists them). A checkpoint that does not
-  restore is reported in one line and the next one is tried (``'best'``, ``'latest'``); nothing is moved."""
+  restore is reported in one line and the next one is tried (``'best'``, ``'latest'``); nothing is moved.
+  JAX's persistent compilation cache is turned on in the run's ``compilation_cache_dir``, unless the process
+  already has one (``symjax.system.host.use_compilation_cache``)."""
   if which not in ('best', 'latest') and (isinstance(which, bool) or not isinstance(which, int)):
     raise InputError(f"which must be 'best', 'latest' or a checkpointed step number, got {which!r}")
   for name in (CONFIG_FILE, RUN_FILE, tasks.VOCAB_FILE):
     if not os.path.isfile(os.path.join(workdir, name)):
       raise FileNotFoundError(f'{workdir!r} is not a symjax work directory: {name} is missing')
   config = ml_collections.ConfigDict(files.read_json(os.path.join(workdir, CONFIG_FILE), CONFIG_HINT))
+  # The run's compilation cache serves its analysis too: a later process's forward passes, sweeps and
+  # decompiling load what an earlier one compiled instead of compiling it again.
+  host.use_compilation_cache(config.get('compilation_cache_dir', ''))
   run = files.read_json(os.path.join(workdir, RUN_FILE))
   vocab_json = files.read_json(os.path.join(workdir, tasks.VOCAB_FILE))
   tokenizer = tokenizer_from_json(vocab_json) if vocab_json['type'] in ('char', 'bpe') else TokenVocab(

@@ -1,6 +1,6 @@
 """Process-wide settings, applied first thing by the trainer and the seed trainer: XLA:CPU's compiler flags
 (before the process's first JAX computation) and JAX's persistent compilation cache, which is what makes a
-rerun or a resume start without compiling.
+rerun or a resume start without compiling (``symjax.load`` turns the cache on too, for a run's analysis).
 """
 
 from __future__ import annotations

@@ -55,10 +55,39 @@ def test_bad_inputs_are_one_line_errors(hm):
                         (lambda: hm(np.zeros((1, 2, 3), int)), r'token ids must be 1-D \(one prompt\) or 2-D'),
                         (lambda: HookedModel(object()), r'HookedModel takes a loaded run'),
                         (lambda: HookedModel(hm.model, hm.params)('<s> a'), r'has no tokenizer'),
-                        (lambda: hm(['<s> a', '<s>'], key_mask=[[1, 1], [1, 0]]), r'carry their own key mask')]:
+                        (lambda: hm(['<s> a', '<s>'], key_mask=[[1, 1], [1, 0]]), r'carry their own key mask'),
+                        (lambda: hm(np.zeros((1, 0), int)), r'at least one id per prompt, got shape \(1, 0\)'),
+                        (lambda: hm.run_with_hooks('<s> a', {'blocks.0.attn.z': hooks.zero_head(9)}),
+                         r'zero_head\(9\) at blocks.0.attn.z: head out of range, the model has heads 0..2'),
+                        (lambda: hm.run_with_hooks('<s> a', [('blocks.0.attn.pattern', hooks.zero_head(3))]),
+                         r'zero_head\(3\) at blocks.0.attn.pattern: head out of range'),
+                        (lambda: hm.run_with_hooks('<s> a', [('embed', abs), ('embed', abs)]),
+                         r"fwd_hooks names \['embed'\] more than once"),
+                        (lambda: hm.run_with_hooks('<s> a', [('embed',)]), r'a list of \(site, fn\) pairs'),
+                        (lambda: hm.run_with_cache('<s> a', names=['embed'], names_filter=['embed']),
+                         r'names= or names_filter=, not both')]:
     with pytest.raises(InputError, match=message) as e:
       call()
     assert '\n' not in str(e.value)
+
+
+def test_transformer_lens_forms_of_hooks_and_names_give_what_the_dict_and_names_give(hm):
+  ids = hm.tokenizer.encode('<s> a 1 b 2')
+  zero = hooks.zero_head(1)
+  # A hook's first pass runs eagerly and its later ones compiled: equal to float32 rounding.
+  close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+  close(hm.run_with_hooks(ids, [('blocks.0.attn.z', zero)]),
+                                hm.run_with_hooks(ids, {'blocks.0.attn.z': zero}))
+  logits, cache = hm.run_with_cache(ids, names_filter='blocks.1.x_e', fwd_hooks=[('blocks.0.attn.z', zero)])
+  want_logits, want = hm.run_with_cache(ids, ['blocks.1.x_e'], {'blocks.0.attn.z': zero})
+  close(logits, want_logits)
+  assert list(cache.arrays) == ['blocks.1.x_e']
+  close(cache['blocks.1.x_e'], want['blocks.1.x_e'])
+  _, cache = hm.run_with_cache(ids, names_filter=lambda n: n == 'blocks.1.x_e', incl_grad=True,
+                               metric=lambda l: l[:, -1, 2].mean())
+  _, grads = hooks.site_gradients(hm.model, hm.params, ids, lambda l: l[:, -1, 2].mean(), ['blocks.1.x_e'])
+  np.testing.assert_allclose(cache['blocks.1.x_e_grad'], grads['blocks.1.x_e'], rtol=1e-6, atol=1e-7)
+  assert np.abs(cache['blocks.1.x_e_grad']).max() > 0
 
 
 def test_boxed_params_are_unboxed_once_and_edits_in_place_are_seen_by_the_next_call(hm):

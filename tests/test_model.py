@@ -12,6 +12,7 @@ from symjax import model as model_lib
 from symjax.interpret import mixtures as symjax_mixtures
 from symjax.model import FactoredBlock, ModelConfig, StandardBlock, Transformer
 from symjax.model import intermediates as names
+from symjax.system.errors import InputError
 
 TOL = 1e-5
 def streams(seed, t=6, batch=2, cfg=SMALL):
@@ -415,10 +416,12 @@ def test_dropout_is_active_only_when_not_deterministic():
   assert not np.allclose(a, b)
 
 
-def test_sequence_longer_than_max_len_is_a_clear_error():
+def test_sequence_empty_or_longer_than_max_len_is_a_clear_error():
   cfg = small(max_len=8)
   with pytest.raises(ValueError, match=r'sequence length 9 exceeds model.max_len = 8'):
     Transformer(cfg).init(jax.random.key(0), jnp.zeros((1, 9), jnp.int32))
+  with pytest.raises(InputError, match=r'sequence length 0: give at least one token'):
+    Transformer(cfg).init(jax.random.key(0), jnp.zeros((1, 0), jnp.int32))
 
 
 @pytest.mark.parametrize('change, message', [

@@ -86,6 +86,14 @@ def test_patching_errors_are_one_line():
                                                         'blocks.0.x_e': np.ones((2, 1, 8, 1), bool)})
   with pytest.raises(InputError, match='predict the same token'):
     patching.sweep_heads(model, params, clean, clean)
+  logits = np.zeros((2, 8, 11))  # [batch, time, vocab]
+  for metric, message in [(patching.logit_difference(11, 0), r'answer 11 is out of range; allowed 0..10'),
+                          (patching.logit_difference(1, -1), r'wrong -1 is out of range; allowed 0..10'),
+                          (patching.logit_difference(1, 0, position=8), r'position 8 is out of range; allowed -8..7'),
+                          (patching.logit_difference([1, 2, 3], 0), r'answer gives 3 values for a batch of 2'),
+                          (patching.logit_difference(1, 0, batch=2), r'batch=2 is out of range for a batch of 2')]:
+    with pytest.raises(InputError, match=message):
+      metric(logits)
 
 
 def two_pairs(kind, **overrides):

@@ -88,6 +88,8 @@ def as_batch(tokens, vocab_size: int | None = None) -> np.ndarray:
   if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
     raise InputError(f'tokens must be integer ids of shape [time] or [batch, time], got '
                      f'{tokens.dtype} {tokens.shape}')
+  if not tokens.size:
+    raise InputError(f'tokens must hold at least one id per prompt, got shape {tokens.shape}')
   if vocab_size is not None:
     model_lib.check_token_ids(tokens, vocab_size)
   return tokens.astype(np.int32)

@@ -22,6 +22,25 @@ from symjax.interpret import core, hooks
 from symjax.run import sample
 from symjax.system.errors import InputError
 
+# Hooks as a dict {site: fn(value, name)}, or as TransformerLens writes them: a list of (site, fn) pairs.
+Hooks = dict[str, Callable] | Sequence[tuple[str, Callable]]
+
+
+def hook_dict(fwd_hooks: Hooks | None) -> dict[str, Callable]:
+  """{site: fn} of either form; one hook per site (chain two in one function)."""
+  if not fwd_hooks:
+    return {}
+  if isinstance(fwd_hooks, dict):
+    return dict(fwd_hooks)
+  pairs = list(fwd_hooks)
+  if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and callable(p[1]) for p in pairs):
+    raise InputError('fwd_hooks must be a dict {site: fn} or a list of (site, fn) pairs')
+  sites = [name for name, _ in pairs]
+  twice = sorted({n for n in sites if sites.count(n) > 1})
+  if twice:
+    raise InputError(f'fwd_hooks names {twice} more than once; one hook per site (compose them in one function)')
+  return dict(pairs)
+
 
 def _is_batch(inputs) -> bool:
   """A list of texts, a list of id lists or a 2-D array, as against one text or one id sequence."""
@@ -106,19 +125,27 @@ class HookedModel:
     """The logits ``[batch, time, vocab]`` (or the loss: ``return_type='loss'``) of the inputs."""
     return self.run_with_hooks(inputs, {}, return_type=return_type, key_mask=key_mask, **kw)
 
-  def run_with_cache(self, inputs, names: Sequence[str] | Callable[[str], bool] | None = None,
-                     fwd_hooks: dict[str, Callable] | None = None, key_mask=None) -> tuple[np.ndarray, hooks.Cache]:
+  def run_with_cache(self, inputs, names: Sequence[str] | str | Callable[[str], bool] | None = None,
+                     fwd_hooks: Hooks | None = None, key_mask=None, *, names_filter=None, incl_grad: bool = False,
+                     metric: Callable | None = None) -> tuple[np.ndarray, hooks.Cache]:
     """``symjax.interpret.run_with_cache`` on the inputs, the padding masked (``fwd_hooks`` applied while
-    caching)."""
+    caching). ``names_filter`` is TransformerLens's name for ``names`` (a site, a list of them or a predicate);
+    ``incl_grad`` adds each cached site's gradient of ``metric`` as ``{site}_grad``."""
+    if names is not None and names_filter is not None:
+      raise InputError('pass the sites to cache as names= or names_filter=, not both')
+    names = names_filter if names is None else names
     ids, mask = self._ids_and_mask(inputs, key_mask)
     decode = (lambda i: self.to_string(i)) if self.tokenizer is not None else None
-    return hooks.run_with_cache(self.model, self.params, ids, names, key_mask=mask, decode=decode, hooks=fwd_hooks)
+    return hooks.run_with_cache(self.model, self.params, ids, [names] if isinstance(names, str) else names,
+                                key_mask=mask, decode=decode, hooks=hook_dict(fwd_hooks), incl_grad=incl_grad,
+                                metric=metric)
 
-  def run_with_hooks(self, inputs, fwd_hooks: dict[str, Callable], return_type: str = 'logits', key_mask=None,
+  def run_with_hooks(self, inputs, fwd_hooks: Hooks, return_type: str = 'logits', key_mask=None,
                      **kw) -> Any:
     """``symjax.interpret.run_with_hooks`` on the inputs, the padding masked."""
     ids, mask = self._ids_and_mask(inputs, key_mask)
-    return hooks.run_with_hooks(self.model, self.params, ids, fwd_hooks, key_mask=mask, return_type=return_type, **kw)
+    return hooks.run_with_hooks(self.model, self.params, ids, hook_dict(fwd_hooks), key_mask=mask,
+                                return_type=return_type, **kw)
 
   def _ids_and_mask(self, inputs, key_mask):
     ids, mask = self.to_tokens(inputs)
@@ -129,7 +156,7 @@ class HookedModel:
     return ids, mask
 
   def generate(self, inputs, max_new_tokens: int, stop_token: int | str | None = None,
-               fwd_hooks: dict[str, Callable] | None = None, mode: str = 'greedy', temperature: float = 1.0,
+               fwd_hooks: Hooks | None = None, mode: str = 'greedy', temperature: float = 1.0,
                top_k: int = 40, top_p: float = 0.9, seed: int = 0):
     """Continues every prompt of ``inputs`` (texts of unequal length too) by up to ``max_new_tokens`` tokens,
     with ``fwd_hooks`` applied at every step; a row stops after ``stop_token`` (an id, or a text of one
@@ -154,7 +181,7 @@ class HookedModel:
     buffer[:, :ids.shape[1]] = np.where(mask if mask is not None else True, ids, 0)
     ends, done = lengths.copy(), np.zeros(len(ids), bool)
     rows, rng = np.arange(len(ids)), jax.random.key(seed)
-    fns = dict(fwd_hooks or {})
+    fns = hook_dict(fwd_hooks)
     for _ in range(max_new_tokens):
       logits = np.asarray(hooks.apply_with_hooks(self.model, self.params, buffer, fns))[rows, ends - 1]
       if mode == 'greedy':

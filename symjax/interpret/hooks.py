@@ -115,6 +115,7 @@ def _apply(model: Transformer, params, tokens, key_mask, fns: dict[str, Callable
   of names; a predicate): compiled when it repeats (``_program``), eager otherwise and inside a caller's
   trace (``jax.grad`` of a metric, a vmapped sweep), where the caller compiles."""
   model = core.analysis_model(model)
+  check_head_hooks(model, fns)
   tokens = core.as_batch(tokens, model.config.vocab_size) if not isinstance(tokens, jax.core.Tracer) else tokens
   km = None if key_mask is None else (key_mask if isinstance(key_mask, jax.core.Tracer)
                                       else np.asarray(key_mask, bool).reshape(tokens.shape))
@@ -468,6 +469,16 @@ def attribution_patch(model: Transformer, params, clean, corrupt, metric: Callab
   return {n: ((clean_cache[n].astype(np.float64) - corrupt_cache[n]) * grads[n]).sum(-1) for n in names_}
 
 
+def check_head_hooks(model: Transformer, fns: dict[str, Callable]) -> None:
+  """InputError for a per-head hook (``zero_head``) naming a head the model lacks, before the pass runs: raised
+  inside it, the error would come out of JAX's trace with its traceback note appended."""
+  heads = model.config.num_heads
+  for name, fn in fns.items():
+    head = getattr(fn, 'head', None)
+    if head is not None and not 0 <= head < heads:
+      raise InputError(f'zero_head({head}) at {name}: head out of range, the model has heads 0..{heads - 1}')
+
+
 @functools.lru_cache(maxsize=None)
 def zero_head(head: int) -> Callable:
   """A hook for a per-head site (``attn.q``, ``.k``, ``.values``, ``.z`` ``[..., heads, d]``; ``.scores``,
@@ -475,7 +486,11 @@ def zero_head(head: int) -> Callable:
   that its compiled pass is reused."""
   def fn(value, name):
     axis = 1 if name.endswith(('.scores', '.pattern')) else -2
+    if not 0 <= head < value.shape[axis]:  # .at[] drops an index out of range without a word
+      raise InputError(f'zero_head({head}) at {name}: head out of range, the model has heads '
+                       f'0..{value.shape[axis] - 1}')
     index = [slice(None)] * value.ndim
     index[axis] = head
     return value.at[tuple(index)].set(0)
+  fn.head = head
   return fn

@@ -295,6 +295,7 @@ def logit_difference(answer, wrong, position=-1, batch: int | None = None, reduc
     ``[patches, batch]``), as the loop over patches gives it (a sweep of 1,024 patches spent a third of its
     time in that loop)."""
     logits = np.asarray(logits)
+    _check_metric_indices(logits.shape, answer, wrong, position, batch)
     rows = np.arange(logits.shape[1])
     at = np.broadcast_to(np.asarray(position), rows.shape)
     values = (logits[:, rows, at, np.broadcast_to(np.asarray(answer), rows.shape)]
@@ -309,6 +310,22 @@ def logit_difference(answer, wrong, position=-1, batch: int | None = None, reduc
   metric.positions = position  # all it reads: a sweep computes the patches' logits there alone
   metric.each = each
   return metric
+
+
+def _check_metric_indices(shape: tuple[int, ...], answer, wrong, position, batch: int | None) -> None:
+  """InputError naming a token, position or row that logits ``[patches, batch, time, vocab]`` lack (NumPy would
+  raise an IndexError deep in the sweep, or wrap a negative id around)."""
+  _, rows, time, vocab = shape
+  for what, ids, low, high in (('answer', answer, 0, vocab), ('wrong', wrong, 0, vocab),
+                               ('position', position, -time, time)):
+    ids = np.asarray(ids)
+    if ids.size and (ids.min() < low or ids.max() >= high):
+      raise InputError(f'logit_difference: {what} {ids.tolist()} is out of range; allowed {low}..{high - 1}')
+    if ids.ndim and ids.shape != (rows,):
+      raise InputError(f'logit_difference: {what} gives {ids.size} values for a batch of {rows} prompts; '
+                       f'give one value or one per prompt')
+  if batch is not None and not -rows <= batch < rows:
+    raise InputError(f'logit_difference: batch={batch} is out of range for a batch of {rows} prompts')
 
 
 @dataclasses.dataclass

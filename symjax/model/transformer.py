@@ -238,6 +238,8 @@ class Transformer(nn.Module):
     if time > cfg.max_len:
       raise InputError(f'sequence length {time} exceeds model.max_len = {cfg.max_len}; '
                        f'shorten the input or raise model.max_len')
+    if time == 0:
+      raise InputError('sequence length 0: give at least one token')
     embed = _embed(cfg)
     x = embed(tokens)
     table = embed.embedding

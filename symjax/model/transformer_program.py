@@ -234,6 +234,8 @@ class TransformerProgram(nn.Module):
     if time > cfg.max_len:
       raise InputError(f'sequence length {time} exceeds model.max_len = {cfg.max_len}; '
                        f'shorten the input or raise model.max_len')
+    if time == 0:
+      raise InputError('sequence length 0: give at least one token')
     card = cardinality(cfg)
     scale = cfg.program.gumbel_scale if gumbel_scale is None else gumbel_scale
     scale = scale if cfg.samples_argmaxes else None

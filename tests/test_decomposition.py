@@ -111,11 +111,22 @@ def test_decompose_keeps_the_hooks_and_key_mask_of_the_cache(kind):
                              logits[..., 0], atol=TOL)
 
 
+def test_layer_minus_one_stacks_every_block_as_transformer_lens_reads_it(cached):
+  _, _, _, _, cache, _ = cached
+  for method in (cache.stack_head_results, cache.decompose_resid, cache.accumulated_resid):
+    every, labels = method(layer=-1, return_labels=True)
+    want, want_labels = method(return_labels=True)
+    np.testing.assert_array_equal(every, want)
+    assert labels == want_labels
+  assert len(cache.accumulated_resid(layer=-1)) > len(cache.accumulated_resid(layer=1))
+
+
 def test_bad_input_is_a_one_line_error(cached):
   model, _, _, _, cache, targets = cached
   stack = cache.stack_head_results()
   for call, message in [
-      (lambda: cache.stack_head_results(layer=model.config.num_layers + 1), r'layer must be None or an integer'),
+      (lambda: cache.stack_head_results(layer=model.config.num_layers + 1), r'layer must be None or -1 \(every '),
+      (lambda: cache.accumulated_resid(layer=-2), r'layer must be None or -1 \(every block\) or an integer'),
       (lambda: cache.decompose_resid(pos_slice=99), r'position 99 is outside the input of 9 tokens'),
       (lambda: cache.logit_attrs(stack, model.config.vocab_size), r'tokens must be integer ids in 0\.\.12'),
       (lambda: cache.logit_attrs(stack, targets[:, :3]), r'do not fit the stack'),

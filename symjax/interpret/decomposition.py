@@ -51,12 +51,12 @@ def _positions(x: np.ndarray, pos_slice: int | slice | None, time_axis: int) -> 
 
 
 def _layer_count(cfg: ModelConfig, layer: int | None) -> int:
-  """How many blocks a stack ``up to layer`` covers: all of them for None."""
-  if layer is None:
+  """How many blocks a stack ``up to layer`` covers: all of them for None or -1 (TransformerLens's spelling)."""
+  if layer is None or (isinstance(layer, (int, np.integer)) and not isinstance(layer, bool) and layer == -1):
     return cfg.num_layers
   if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer <= cfg.num_layers:
-    raise InputError(f'layer must be None or an integer in 0..{cfg.num_layers} (the blocks before it are '
-                     f'stacked), got {layer!r}')
+    raise InputError(f'layer must be None or -1 (every block) or an integer in 0..{cfg.num_layers} (the blocks '
+                     f'before it are stacked), got {layer!r}')
   return int(layer)
 
 

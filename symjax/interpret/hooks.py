@@ -246,7 +246,7 @@ class Cache(Mapping):
   # TransformerLens's decomposition of the residual stream (symjax.interpret.decomposition).
   def decompose_resid(self, layer: int | None = None, pos_slice: int | slice | None = None,
                       return_labels: bool = False):
-    """The embedding and each block's attention and FFN update before block ``layer`` (None: all),
+    """The embedding and each block's attention and FFN update before block ``layer`` (None or -1: all),
     ``[components, batch, time, d_model]``; with every block they sum to the state the final norm reads.
     Two-stream labels name the stream each term is added to (``0_attn_out.x_t``, ``0_ffn_out.x_e``)."""
     cfg = self.model.config
@@ -257,7 +257,7 @@ class Cache(Mapping):
 
   def accumulated_resid(self, layer: int | None = None, pos_slice: int | slice | None = None,
                         return_labels: bool = False):
-    """The residual stream after the embedding and after each block up to ``layer`` (None: all),
+    """The residual stream after the embedding and after each block up to ``layer`` (None or -1: all),
     ``[layers + 1, batch, time, d_model]`` (X_t + X_e for two streams): labels ``embed``, ``0``, ``1``..."""
     cfg = self.model.config
     terms = [t for _, t in decomposition.block_terms(cfg, self._inter)]  # embedding, then two per block
@@ -270,7 +270,7 @@ class Cache(Mapping):
 
   def stack_head_results(self, layer: int | None = None, pos_slice: int | slice | None = None,
                          return_labels: bool = False, incl_remainder: bool = False):
-    """Each head's term of the blocks before ``layer`` (None: all), ``[layers × heads, batch, time,
+    """Each head's term of the blocks before ``layer`` (None or -1: all), ``[layers × heads, batch, time,
     d_model]``, labels ``L{l}H{h}`` (``.x_t`` in two-stream models, where head h writes channel h of X_t).
     ``incl_remainder``: one more term, the rest of the final state (embedding, FFN updates, later blocks),
     so that the stack sums to the state the final norm reads."""

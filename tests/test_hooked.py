@@ -90,6 +90,29 @@ def test_transformer_lens_forms_of_hooks_and_names_give_what_the_dict_and_names_
   assert np.abs(cache['blocks.1.x_e_grad']).max() > 0
 
 
+def test_transformer_lens_site_names_reach_the_same_sites(hm):
+  ids = hm.tokenizer.encode('<s> a 1 b 2')
+  _, cache = hm.run_with_cache(ids)
+  last = hm.cfg.num_layers - 1
+  for theirs, ours in [(('pattern', 0), 'blocks.0.attn.pattern'), (('v', 1), 'blocks.1.attn.values'),
+                       (('resid_pre', 0), 'embed'), (('resid_pre', 1), 'blocks.0.resid'),
+                       (('resid_post', -1), f'blocks.{last}.resid'), (('mlp_out', 1), 'blocks.1.ffn.out'),
+                       ('blocks.1.hook_resid_post', 'blocks.1.resid'), ('blocks.0.attn.hook_attn_scores',
+                                                                     'blocks.0.attn.scores'),
+                       ('blocks.1.mlp.hook_post', 'blocks.1.ffn.hidden'), ('ln_final.hook_normalized', 'final.norm')]:
+    np.testing.assert_array_equal(cache[theirs], cache[ours])
+  zero = hooks.zero_head(1)
+  np.testing.assert_allclose(hm.run_with_hooks(ids, [('blocks.0.attn.hook_z', zero)]),
+                             hm.run_with_hooks(ids, {'blocks.0.attn.z': zero}), rtol=1e-5, atol=1e-5)
+  _, only = hm.run_with_cache(ids, names_filter=['blocks.1.attn.hook_pattern'])
+  assert list(only.arrays) == ['blocks.1.attn.pattern']
+  for key, message in [(('pattern', hm.cfg.num_layers), r'layer 2 is out of range: the model has blocks 0..1'),
+                       (('hook_pattern', 0), r"'hook_pattern' is not a TransformerLens name symjax has"),
+                       (('pattern', 0, 'attn'), r'a TransformerLens key is \(name, layer\)')]:
+    with pytest.raises(InputError, match=message):
+      cache[key]
+
+
 def test_boxed_params_are_unboxed_once_and_edits_in_place_are_seen_by_the_next_call(hm):
   import flax.linen as nn
   boxed = nn.Partitioned  # a partitioned leaf, as Flax's logical partitioning makes at init

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from symjax.interpret import core, hooks
+from symjax.model import intermediates as site_names
 from symjax.run import sample
 from symjax.system.errors import InputError
 
@@ -26,16 +27,16 @@ from symjax.system.errors import InputError
 Hooks = dict[str, Callable] | Sequence[tuple[str, Callable]]
 
 
-def hook_dict(fwd_hooks: Hooks | None) -> dict[str, Callable]:
-  """{site: fn} of either form; one hook per site (chain two in one function)."""
+def hook_dict(fwd_hooks: Hooks | None, num_layers: int) -> dict[str, Callable]:
+  """{site: fn} of either form, the sites under symjax's names (TransformerLens's are translated); one hook per
+  site (chain two in one function)."""
   if not fwd_hooks:
     return {}
-  if isinstance(fwd_hooks, dict):
-    return dict(fwd_hooks)
-  pairs = list(fwd_hooks)
+  pairs = list(fwd_hooks.items()) if isinstance(fwd_hooks, dict) else list(fwd_hooks)
   if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and callable(p[1]) for p in pairs):
     raise InputError('fwd_hooks must be a dict {site: fn} or a list of (site, fn) pairs')
-  sites = [name for name, _ in pairs]
+  pairs = [(site_names.from_transformer_lens(site, num_layers), fn) for site, fn in pairs]
+  sites = [site for site, _ in pairs]
   twice = sorted({n for n in sites if sites.count(n) > 1})
   if twice:
     raise InputError(f'fwd_hooks names {twice} more than once; one hook per site (compose them in one function)')
@@ -134,18 +135,20 @@ class HookedModel:
     if names is not None and names_filter is not None:
       raise InputError('pass the sites to cache as names= or names_filter=, not both')
     names = names_filter if names is None else names
+    if names is not None and not callable(names):
+      names = [site_names.from_transformer_lens(n, self.cfg.num_layers)
+               for n in ([names] if isinstance(names, str) else names)]
     ids, mask = self._ids_and_mask(inputs, key_mask)
     decode = (lambda i: self.to_string(i)) if self.tokenizer is not None else None
-    return hooks.run_with_cache(self.model, self.params, ids, [names] if isinstance(names, str) else names,
-                                key_mask=mask, decode=decode, hooks=hook_dict(fwd_hooks), incl_grad=incl_grad,
-                                metric=metric)
+    return hooks.run_with_cache(self.model, self.params, ids, names, key_mask=mask, decode=decode,
+                                hooks=hook_dict(fwd_hooks, self.cfg.num_layers), incl_grad=incl_grad, metric=metric)
 
   def run_with_hooks(self, inputs, fwd_hooks: Hooks, return_type: str = 'logits', key_mask=None,
                      **kw) -> Any:
     """``symjax.interpret.run_with_hooks`` on the inputs, the padding masked."""
     ids, mask = self._ids_and_mask(inputs, key_mask)
-    return hooks.run_with_hooks(self.model, self.params, ids, hook_dict(fwd_hooks), key_mask=mask,
-                                return_type=return_type, **kw)
+    fns = hook_dict(fwd_hooks, self.cfg.num_layers)
+    return hooks.run_with_hooks(self.model, self.params, ids, fns, key_mask=mask, return_type=return_type, **kw)
 
   def _ids_and_mask(self, inputs, key_mask):
     ids, mask = self.to_tokens(inputs)
@@ -181,7 +184,7 @@ class HookedModel:
     buffer[:, :ids.shape[1]] = np.where(mask if mask is not None else True, ids, 0)
     ends, done = lengths.copy(), np.zeros(len(ids), bool)
     rows, rng = np.arange(len(ids)), jax.random.key(seed)
-    fns = hook_dict(fwd_hooks)
+    fns = hook_dict(fwd_hooks, self.cfg.num_layers)
     for _ in range(max_new_tokens):
       logits = np.asarray(hooks.apply_with_hooks(self.model, self.params, buffer, fns))[rows, ends - 1]
       if mode == 'greedy':

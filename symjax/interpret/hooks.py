@@ -153,7 +153,9 @@ class Cache(Mapping):
   decode: Callable | None = None
   key_mask: np.ndarray | None = None  # [batch, time], False at padding: the mask the pass ran with
 
-  def __getitem__(self, name: str) -> np.ndarray:
+  def __getitem__(self, name: str | tuple[str, int]) -> np.ndarray:
+    """The array of a site: its name, or TransformerLens's (``('pattern', 0)``, ``'blocks.0.attn.hook_z'``)."""
+    name = names.from_transformer_lens(name, self.model.config.num_layers)
     if name not in self.arrays:
       raise KeyError(f'{name!r} is not in this cache; it has {list(self.arrays)}')
     return self.arrays[name]

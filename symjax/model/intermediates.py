@@ -109,6 +109,45 @@ def site_names(kind: str, num_layers: int, symbolic_layers: tuple[int, ...] = ()
   return names_ + ['final.norm', 'final.logits']
 
 
+# TransformerLens's names of the sites that are the same concept here (its utils.get_act_name short names, and
+# its hook points' full names), so that a user may bring them: short name -> the site within blocks.{l}.
+TRANSFORMER_LENS_SHORT = {'resid_mid': 'resid_mid', 'resid_post': 'resid', 'q': 'attn.q', 'k': 'attn.k',
+                          'v': 'attn.values', 'attn_scores': 'attn.scores', 'pattern': 'attn.pattern', 'z': 'attn.z',
+                          'attn_out': 'attn.out', 'mlp_out': 'ffn.out', 'post': 'ffn.hidden'}
+_TL_FULL = {'hook_resid_pre': 'resid_pre', 'hook_resid_mid': 'resid_mid', 'hook_resid_post': 'resid_post',
+            'attn.hook_q': 'q', 'attn.hook_k': 'k', 'attn.hook_v': 'v', 'attn.hook_attn_scores': 'attn_scores',
+            'attn.hook_pattern': 'pattern', 'attn.hook_z': 'z', 'hook_attn_out': 'attn_out',
+            'hook_mlp_out': 'mlp_out', 'mlp.hook_post': 'post'}
+
+
+def from_transformer_lens(key, num_layers: int):
+  """The site a TransformerLens name means: ``('pattern', l)`` (l < 0 counts from the last block, as its
+  cache reads it), ``'blocks.{l}.attn.hook_pattern'``, ``('resid_pre', l)`` (``embed`` for l = 0, else
+  ``blocks.{l-1}.resid``), ``'ln_final.hook_normalized'``; any other key as it is."""
+  if isinstance(key, tuple):
+    if len(key) != 2 or not isinstance(key[0], str) or isinstance(key[1], bool) or not isinstance(key[1], int):
+      raise InputError(f'a TransformerLens key is (name, layer), e.g. (\'pattern\', 0); got {key!r}')
+    short, layer = key
+    if short not in TRANSFORMER_LENS_SHORT and short != 'resid_pre':
+      raise InputError(f'{short!r} is not a TransformerLens name symjax has; it has '
+                       f'{["resid_pre", *TRANSFORMER_LENS_SHORT]}')
+    if not -num_layers <= layer < num_layers:
+      raise InputError(f'layer {layer} is out of range: the model has blocks 0..{num_layers - 1}')
+    layer %= num_layers
+    if short == 'resid_pre':
+      return 'embed' if layer == 0 else f'blocks.{layer - 1}.resid'
+    return f'blocks.{layer}.{TRANSFORMER_LENS_SHORT[short]}'
+  if not isinstance(key, str):
+    return key
+  if key == 'ln_final.hook_normalized':
+    return 'final.norm'
+  head, dot, rest = key.partition('.')
+  layer, dot2, hook_point = rest.partition('.')
+  if head == 'blocks' and dot and dot2 and layer.isdigit() and hook_point in _TL_FULL:
+    return from_transformer_lens((_TL_FULL[hook_point], int(layer)), num_layers)
+  return key
+
+
 @dataclasses.dataclass
 class _Session:
   fns: dict[str, Callable]               # site name -> fn(value, name) -> value

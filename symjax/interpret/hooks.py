@@ -478,7 +478,11 @@ def check_head_hooks(model: Transformer, fns: dict[str, Callable]) -> None:
   for name, fn in fns.items():
     head = getattr(fn, 'head', None)
     if head is not None and not 0 <= head < heads:
-      raise InputError(f'zero_head({head}) at {name}: head out of range, the model has heads 0..{heads - 1}')
+      raise InputError(_head_out_of_range(head, name, heads))
+
+
+def _head_out_of_range(head: int, name: str, heads: int) -> str:
+  return f'zero_head({head}) at {name}: head out of range, the model has heads 0..{heads - 1}'
 
 
 @functools.lru_cache(maxsize=None)
@@ -488,9 +492,9 @@ def zero_head(head: int) -> Callable:
   that its compiled pass is reused."""
   def fn(value, name):
     axis = 1 if name.endswith(('.scores', '.pattern')) else -2
-    if not 0 <= head < value.shape[axis]:  # .at[] drops an index out of range without a word
-      raise InputError(f'zero_head({head}) at {name}: head out of range, the model has heads '
-                       f'0..{value.shape[axis] - 1}')
+    # .at[] drops an index out of range without a word; hooked_logits and direct sessions skip check_head_hooks.
+    if not 0 <= head < value.shape[axis]:
+      raise InputError(_head_out_of_range(head, name, value.shape[axis]))
     index = [slice(None)] * value.ndim
     index[axis] = head
     return value.at[tuple(index)].set(0)

@@ -357,6 +357,17 @@ def test_head_scores_on_hand_built_attention():
   np.testing.assert_allclose(circuits.induction_scores(attention, tokens)[:, 0], [0.0, 1.0])
 
 
+def test_a_previous_token_head_does_not_score_as_induction_where_a_token_repeats_two_positions_on():
+  """In ``a b a b``, the key after the earlier ``a`` is the query's previous position: a previous-token head
+  reads it whatever the tokens, so it is no induction target; the key after an earlier, farther copy is."""
+  tokens = np.array([[3, 4, 3, 4, 9, 3]])
+  targets = circuits.induction_targets(tokens)[0]
+  assert np.argwhere(targets).tolist() == [[5, 1], [5, 3]]       # the last 3 only: s = 1 and 3, not s = i − 1
+  t = tokens.shape[1]
+  prev = np.zeros((t, t)); prev[0, 0] = 1; prev[np.arange(1, t), np.arange(t - 1)] = 1
+  np.testing.assert_allclose(circuits.induction_scores(prev[None, None, None], tokens), [[0.0]])
+
+
 def test_program_view_reads_the_heads_writes_from_the_mixture_trace(symbolic_model):
   model, params, tokens = symbolic_model
   cfg = model.config

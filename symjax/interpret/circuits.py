@@ -38,14 +38,19 @@ def previous_token_scores(attention: np.ndarray, key_mask: np.ndarray | None = N
 
 def induction_targets(tokens: np.ndarray, key_mask: np.ndarray | None = None,
                       ignore: set[int] | frozenset = frozenset()) -> np.ndarray:
-  """``[batch, i, s]`` True where s − 1 < i is an earlier occurrence of tokens[i] (s < i), for tokens not
-  in ``ignore``."""
+  """``[batch, i, s]`` True where s − 1 is an earlier occurrence of tokens[i] and s < i − 1, for tokens not
+  in ``ignore``.
+
+  The key s = i − 1 is left out: it is the previous position, which a previous-token head reads whatever
+  the tokens. Where a token repeats two positions on (``a b a``), counting it would score a previous-token
+  head as an induction head; in data of repeated pairs, such as the induction task's, that score can top
+  the real induction head's. On TransformerLens's repeated random tokens the pattern is the same."""
   b, t = tokens.shape
   valid = core.valid_keys(tokens, key_mask)
   same = (tokens[:, :, None] == tokens[:, None, :]) & valid[:, :, None] & valid[:, None, :]
   out = np.zeros((b, t, t), bool)
   out[:, :, 1:] = same[:, :, :-1]                                        # s − 1 has the same token as i
-  out &= np.tril(np.ones((t, t), bool), -1)[None]                         # s < i
+  out &= np.tril(np.ones((t, t), bool), -2)[None]                         # s < i − 1
   for tok in ignore:
     out[tokens == tok] = False
   return out

@@ -25,13 +25,18 @@ Array = jax.Array
 
 
 def softmax_over_allowed(logits: Array, mask: Array | None) -> Array:
-  """Softmax over the last axis where ``mask`` holds; a row with no allowed key gets zeros, not NaN."""
-  if mask is not None:
-    logits = jnp.where(mask, logits, -jnp.inf)
-    row_max = jnp.max(logits, axis=-1, keepdims=True)
-    logits = jnp.where(jnp.isfinite(row_max), logits, 0.0)
-  weights = jax.nn.softmax(logits, axis=-1)
-  return weights if mask is None else jnp.where(mask, weights, 0.0)
+  """Softmax over the last axis where ``mask`` holds; a row with no allowed key gets zeros, not NaN.
+
+  Written out (exp(x − max) / Σ, as ``jax.nn.softmax`` computes it, the max held constant for the
+  gradient) so that the masked row takes one max and one sum: ``jax.nn.softmax`` after a masked max would
+  take the max again, which costs as much as the sum at a small model's attention."""
+  if mask is None:
+    return jax.nn.softmax(logits, axis=-1)
+  logits = jnp.where(mask, logits, -jnp.inf)
+  row_max = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+  unnormalised = jnp.exp(logits - jnp.where(jnp.isfinite(row_max), row_max, 0.0))  # 0 where masked
+  total = jnp.sum(unnormalised, axis=-1, keepdims=True)
+  return unnormalised / jnp.where(total > 0.0, total, 1.0)
 
 
 def dot_product_attention(q: Array, k: Array, v: Array, bias: Array | None, mask: Array | None

@@ -316,7 +316,7 @@ GENERATED = {
     'docs/performance.md': (CPU_BLOCKS + (('first-step', 'first_step_cpu', first_step_table),
                                           ('accelerator', 'accelerator_h100_batch64', accelerator_table),
                                           ('vs-transformer-lens', 'vs_transformer_lens_cpu', transformer_lens_table),
-                                          ('vs-transformer-lens-intel', 'vs_transformer_lens_cpu_intel',
+                                          ('vs-transformer-lens-intel', 'vs_transformer_lens_cpu_intel_one_product_r45',
                                            transformer_lens_table)),
                             'results/data'),
     'docs/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),),

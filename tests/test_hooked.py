@@ -43,7 +43,7 @@ def test_calls_equal_the_functional_api_and_a_padded_row_equals_the_row_alone(hm
   batch = hm(['<s> a 1 b 2', '<s> c'])
   np.testing.assert_allclose(batch[1, :2], hm('<s> c')[0], rtol=1e-5, atol=1e-5)  # causal: padding after it
   zeroed = hm.run_with_hooks('<s> a 1 b 2', {'blocks.0.attn.z': hooks.zero_head(0)})
-  # The same hook function a second time runs the compiled pass: float32 rounding apart from the eager one.
+  # zero_head's pass is compiled at its first call; the two calls share it (float32 rounding allowed).
   np.testing.assert_allclose(zeroed, hooks.run_with_hooks(hm.model, hm.params, ids,
                                                           {'blocks.0.attn.z': hooks.zero_head(0)}),
                              rtol=1e-5, atol=1e-5)
@@ -74,7 +74,7 @@ def test_bad_inputs_are_one_line_errors(hm):
 def test_transformer_lens_forms_of_hooks_and_names_give_what_the_dict_and_names_give(hm):
   ids = hm.tokenizer.encode('<s> a 1 b 2')
   zero = hooks.zero_head(1)
-  # A hook's first pass runs eagerly and its later ones compiled: equal to float32 rounding.
+  # Different cached sites are different compiled passes: equal to float32 rounding.
   close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
   close(hm.run_with_hooks(ids, [('blocks.0.attn.z', zero)]),
                                 hm.run_with_hooks(ids, {'blocks.0.attn.z': zero}))

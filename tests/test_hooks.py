@@ -85,6 +85,22 @@ def test_zero_ablation_through_hooks_equals_the_ablation_interventions(kind):
     assert np.abs(got - hooks.run_with_hooks(model, params, tokens, {})).max() > 1e-4  # it did something
 
 
+def test_symjax_hooks_compile_at_the_first_call_and_a_new_closure_at_its_second():
+  """zero_head hands out one function per head, so its pass is compiled at once; a closure may be rebuilt per
+  call, so its first pass runs eagerly and a second call with the same function compiles."""
+  model, params, tokens = model_and_params('standard', seed=5)
+  compiled = lambda fn: [p for k, p in hooks._PROGRAMS.items() if any(f is fn for _, f in k[1]) and p is not None]
+  zero, double = hooks.zero_head(1), lambda v, n: 2 * v
+  first = hooks.run_with_hooks(model, params, tokens, {'blocks.0.attn.q': zero})
+  assert len(compiled(zero)) == 1
+  eager = hooks.run_with_hooks(model, params, tokens, {'blocks.0.attn.q': double})
+  assert not compiled(double)
+  again = hooks.run_with_hooks(model, params, tokens, {'blocks.0.attn.q': double})
+  assert len(compiled(double)) == 1
+  np.testing.assert_allclose(again, eager, rtol=1e-5, atol=1e-5)
+  assert np.abs(first - eager).max() > 1e-4
+
+
 def test_a_mixture_hook_sets_the_values_to_its_tokens_embeddings():
   """Replacing α of the values with a one-hot on token 3 makes every head move E^(h)[3]: the output is the
   mixture of the new weights, not of the old ones."""

@@ -79,9 +79,12 @@ def check_names(model: Transformer, requested: Sequence[str], hooking: bool = Fa
 # Compiled forward passes, one per (model, hooks, cached sites, collections): a call that repeats reuses it and
 # jax.jit retraces only for new shapes. A hook function is compiled from the second call that passes the same
 # function object: a loop that builds a new closure per call would otherwise compile every time, which costs
-# more than the eager pass it replaces. Kept to the most recent few, so closures do not pile up.
+# more than the eager pass it replaces. symjax's own hooks (``zero_head``) are one function per argument, so
+# their pass is compiled at the first call: the first eager pass compiles each of its operations apart, several
+# times the one program's compilation. Kept to the most recent few, so closures do not pile up.
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
 _SEEN: collections.OrderedDict = collections.OrderedDict()
+_REUSED: set = set()  # the hook functions symjax hands out again for the same arguments
 _KEPT = 32
 _UNTRACEABLE = (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
                 jax.errors.TracerIntegerConversionError)
@@ -94,7 +97,7 @@ def _program(model: Transformer, fns: dict[str, Callable], keep, mutable: tuple[
   if key in _PROGRAMS:  # None: a hook that cannot be traced
     _PROGRAMS.move_to_end(key)
     return _PROGRAMS[key]
-  if fns and key not in _SEEN:
+  if fns and key not in _SEEN and not _REUSED.issuperset(fns.values()):
     _SEEN[key] = None
     while len(_SEEN) > _KEPT:
       _SEEN.popitem(last=False)
@@ -499,4 +502,5 @@ def zero_head(head: int) -> Callable:
     index[axis] = head
     return value.at[tuple(index)].set(0)
   fn.head = head
+  _REUSED.add(fn)
   return fn

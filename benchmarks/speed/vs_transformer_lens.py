@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -35,105 +34,12 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks.lib import cli
+from benchmarks.lib import lens_pair as pair
 from benchmarks.lib import results as result_files
 
 _JSON = cli.json_output('benchmarks/results/vs_transformer_lens_cpu.json')
 _REPEATS = cli.repeats(15, 'Warm calls timed per workload and library, in bursts (the median is reported).')
 _SWEEP_BATCH = flags.DEFINE_integer('sweep_batch', 1, 'Prompt pairs patched in every sweep.')
-
-LAYERS, HEADS, HEAD_DIM, MLP, VOCAB, CONTEXT, BATCH = 4, 4, 32, 512, 65, 64, 8
-ANSWER, WRONG = 1, 2
-
-
-def symjax_model(kind: str):
-  import flax.linen as nn
-
-  from symjax.interpret import HookedModel
-  from symjax.model import ModelConfig, Transformer
-  cfg = ModelConfig.of(kind=kind, vocab_size=VOCAB, num_layers=LAYERS, num_heads=HEADS, head_dim=HEAD_DIM,
-                    ff_dim=MLP, ff_dim_per_head=MLP // HEADS, max_len=CONTEXT,
-                    positions='learned' if kind == 'standard' else 'alibi')
-  model = Transformer(cfg)
-  params = nn.meta.unbox(model.init(jax.random.key(0), jnp.zeros((1, CONTEXT), jnp.int32))['params'])
-  # Away from the initialisation, so that the patches move the metric.
-  leaves, tree = jax.tree.flatten(params)
-  keys = jax.random.split(jax.random.key(1), len(leaves))
-  params = jax.tree.unflatten(tree, [x + 0.3 * jax.random.normal(k, x.shape) * (np.std(x) + 0.05)
-                                     for x, k in zip(leaves, keys)])
-  return HookedModel(model, params)
-
-
-def lens_model(params):
-  """TransformerLens's HookedTransformer holding the standard model's weights (biases it lacks set to 0)."""
-  import torch
-  from transformer_lens import HookedTransformer, HookedTransformerConfig
-  cfg = HookedTransformerConfig(n_layers=LAYERS, d_model=HEADS * HEAD_DIM, d_head=HEAD_DIM, n_heads=HEADS,
-                                d_mlp=MLP, d_vocab=VOCAB, n_ctx=CONTEXT, act_fn='gelu_new',
-                                normalization_type='LN', positional_embedding_type='standard', device='cpu',
-                                eps=1e-5)
-  model = HookedTransformer(cfg)
-  t = lambda x: torch.tensor(np.asarray(x, np.float32))
-  sd = model.state_dict()
-  new = {'embed.W_E': t(params['embed']['embedding']), 'pos_embed.W_pos': t(params['pos_embedding']),
-         'ln_final.w': t(params['norm_final']['scale']), 'ln_final.b': t(params['norm_final']['bias']),
-         'unembed.W_U': t(params['embed']['embedding']).T.contiguous(), 'unembed.b_U': torch.zeros(VOCAB)}
-  for l in range(LAYERS):
-    p, b = params[f'layer_{l}'], f'blocks.{l}.'
-    for ours, theirs in (('query', 'Q'), ('key', 'K'), ('value', 'V')):
-      new[b + f'attn.W_{theirs}'] = t(np.transpose(p['attention'][ours]['kernel'], (1, 0, 2)))
-      new[b + f'attn.b_{theirs}'] = torch.zeros(HEADS, HEAD_DIM)
-    new[b + 'attn.W_O'] = t(p['attention']['out']['kernel'])
-    new[b + 'attn.b_O'] = torch.zeros(HEADS * HEAD_DIM)
-    new[b + 'ln1.w'], new[b + 'ln1.b'] = t(p['norm_attn']['scale']), t(p['norm_attn']['bias'])
-    new[b + 'ln2.w'], new[b + 'ln2.b'] = t(p['norm_ffn']['scale']), t(p['norm_ffn']['bias'])
-    new[b + 'mlp.W_in'], new[b + 'mlp.b_in'] = t(p['ffn']['wi']['kernel']), t(p['ffn']['wi']['bias'])
-    new[b + 'mlp.W_out'], new[b + 'mlp.b_out'] = t(p['ffn']['wo']['kernel']), t(p['ffn']['wo']['bias'])
-  missing = sorted(k for k in sd if k not in new and not k.endswith(('.IGNORE', '.mask')))
-  if missing:
-    raise SystemExit(f'weights not mapped into TransformerLens: {missing}')
-  sd.update(new)
-  model.load_state_dict(sd)
-  return model.eval()
-
-
-def seconds(fn) -> float:
-  start = time.perf_counter()
-  fn()
-  return time.perf_counter() - start
-
-
-def timed(fn, repeats: int) -> tuple[float, float]:
-  """(first call's seconds, median of ``repeats`` warm calls' seconds)."""
-  first = seconds(fn)
-  return first, statistics.median(seconds(fn) for _ in range(repeats))
-
-
-# PyTorch's OpenMP workers spin for 200 ms after each parallel region (Intel OpenMP's default block time), so a
-# call made just after a PyTorch call shares the cores with them (``interference`` measures it; the JSON keeps
-# it); and after the cores idle, the next calls of either library run slower for tens of milliseconds. A
-# library's calls are therefore timed in bursts, each after a pause longer than that spin and WARM_UP_S of its
-# own untimed calls: each library is timed as a loop of its calls runs, neither slowed by the other.
-QUIET_S, WARM_UP_S = 0.3, 0.1
-
-
-def timed_side_by_side(fns: dict, repeats: int, rounds: int = 5, burst_s: float = 2.0
-                       ) -> dict[str, tuple[float, float]]:
-  """{name: (first call's seconds, median of its warm calls)} of functions computing the same thing:
-  ``rounds`` rounds, each a burst of every function's calls in turn (``repeats`` calls over the rounds, fewer
-  where a burst would pass ``burst_s``, one at least), so that a machine whose speed drifts during the run
-  slows them alike and their ratio stays."""
-  first = {name: seconds(fn) for name, fn in fns.items()}
-  warm = {name: [] for name in fns}
-  for _ in range(rounds):
-    for name, fn in fns.items():
-      time.sleep(QUIET_S)
-      start, last = time.perf_counter(), 0.0
-      while time.perf_counter() - start < WARM_UP_S or not last:
-        last = seconds(fn)
-      calls = max(1, min(-(-repeats // rounds), int(burst_s / last)))
-      warm[name].extend(seconds(fn) for _ in range(calls))
-  return {name: (first[name], statistics.median(warm[name])) for name in fns}
-
 
 def interference(symjax_call, lens_call, repeats: int) -> dict[str, float]:
   """Each library's forward pass timed back to back, and right after one call of the other library: what
@@ -141,24 +47,24 @@ def interference(symjax_call, lens_call, repeats: int) -> dict[str, float]:
   out = {}
   for name, call, other in (('symjax', symjax_call, lens_call), ('transformer_lens', lens_call, symjax_call)):
     call()
-    out[f'{name}_s'] = statistics.median(seconds(call) for _ in range(repeats))
+    out[f'{name}_s'] = statistics.median(pair.seconds(call) for _ in range(repeats))
     after = []
     for _ in range(repeats):
       other()
-      after.append(seconds(call))
+      after.append(pair.seconds(call))
     out[f'{name}_after_the_other_s'] = statistics.median(after)
   return out
 
 
 def first_token_corrupted(clean):
   corrupt = clean.copy()
-  corrupt[:, 0] = (corrupt[:, 0] + 7) % VOCAB
+  corrupt[:, 0] = (corrupt[:, 0] + 7) % pair.VOCAB
   return corrupt
 
 
 def symjax_workloads(hm, tokens, clean, corrupt):
   from symjax.interpret import hooks, patching
-  metric = patching.logit_difference(ANSWER, WRONG)
+  metric = patching.logit_difference(pair.ANSWER, pair.WRONG)
   zero = hooks.zero_head(0)
   ready = lambda x: jax.block_until_ready(x)
   first = first_token_corrupted(clean)
@@ -183,7 +89,7 @@ def cache_output_floor(hm, tokens, repeats: int) -> dict[str, float]:
   logits, cache = hm.run_with_cache(tokens)
   shapes = [(np.shape(a), np.asarray(a).dtype) for a in (logits, *cache.intermediates.values())]
   fill = jax.jit(lambda x: [jnp.full(shape, x, dtype) for shape, dtype in shapes])
-  first, warm = timed(lambda: jax.block_until_ready(fill(1.0)), repeats)
+  first, warm = pair.timed(lambda: jax.block_until_ready(fill(1.0)), repeats)
   return {'arrays': len(shapes), 'megabytes': sum(int(np.prod(s)) * d.itemsize for s, d in shapes) / 1e6,
           'seconds': warm}
 
@@ -198,7 +104,7 @@ def lens_workloads(model, tokens, clean, corrupt):
     _, clean_cache = model.run_with_cache(clean)
 
   def metric(logits):
-    return (logits[:, -1, ANSWER] - logits[:, -1, WRONG]).mean()
+    return (logits[:, -1, pair.ANSWER] - logits[:, -1, pair.WRONG]).mean()
 
   def zero(value, hook):
     value[:, :, 0] = 0.0
@@ -243,17 +149,17 @@ def main(argv):
   del argv
   import torch
   rng = np.random.default_rng(0)
-  tokens = rng.integers(0, VOCAB, (BATCH, CONTEXT))
-  clean = rng.integers(0, VOCAB, (_SWEEP_BATCH.value, CONTEXT))
+  tokens = rng.integers(0, pair.VOCAB, (pair.BATCH, pair.CONTEXT))
+  clean = rng.integers(0, pair.VOCAB, (_SWEEP_BATCH.value, pair.CONTEXT))
   corrupt = clean.copy()
-  corrupt[:, CONTEXT // 2] = (corrupt[:, CONTEXT // 2] + 7) % VOCAB
-  standard, symbolic = symjax_model('standard'), symjax_model('symbolic')
-  lens = lens_model(standard.params)
+  corrupt[:, pair.CONTEXT // 2] = (corrupt[:, pair.CONTEXT // 2] + 7) % pair.VOCAB
+  standard, symbolic = pair.symjax_model('standard'), pair.symjax_model('symbolic')
+  lens = pair.lens_model(standard.params)
   # Each workload in turn, the three libraries' calls interleaved; symjax's first calls compile.
   workloads = {'transformer_lens': lens_workloads(lens, tokens, clean, corrupt),
                'symjax': symjax_workloads(standard, tokens, clean, corrupt),
                'symjax_symbolic': symjax_workloads(symbolic, tokens, clean, corrupt)}
-  rows = {name: timed_side_by_side({kind: w[name] for kind, w in workloads.items()}, _REPEATS.value)
+  rows = {name: pair.timed_side_by_side({kind: w[name] for kind, w in workloads.items()}, _REPEATS.value)
           for name in workloads['transformer_lens']}
   floor = {kind: cache_output_floor(hm, tokens, _REPEATS.value)
            for kind, hm in (('symjax', standard), ('symjax_symbolic', symbolic))}
@@ -275,9 +181,10 @@ def main(argv):
   result_files.write(_JSON.value, {
       'what': 'symjax interpretability workloads against TransformerLens (HookedTransformer, same weights), one '
               'process, warm medians of bursts of calls interleaved between the libraries, each burst after a '
-              f'{QUIET_S} s pause and {WARM_UP_S} s of untimed calls; first calls (compilation included) apart',
-      'shape': {'layers': LAYERS, 'heads': HEADS, 'head_dim': HEAD_DIM, 'mlp': MLP, 'vocab': VOCAB,
-                'context': CONTEXT, 'batch': BATCH, 'sweep_batch': _SWEEP_BATCH.value},
+              f'{pair.QUIET_S} s pause and {pair.WARM_UP_S} s of untimed calls; first calls (compilation '
+              'included) apart',
+      'shape': {'layers': pair.LAYERS, 'heads': pair.HEADS, 'head_dim': pair.HEAD_DIM, 'mlp': pair.MLP,
+                'vocab': pair.VOCAB, 'context': pair.CONTEXT, 'batch': pair.BATCH, 'sweep_batch': _SWEEP_BATCH.value},
       'repeats': _REPEATS.value, 'transformer_lens': importlib.metadata.version('transformer_lens'),
       'torch': torch.__version__, 'torch_threads': torch.get_num_threads(), 'jax': jax.__version__,
       'largest_difference': same, 'workloads': table, 'cache_output_floor': floor, 'interference': mixed})

@@ -1,0 +1,105 @@
+"""The model pair of the TransformerLens benchmarks (``benchmarks/speed/vs_transformer_lens.py``,
+``forward_floor.py``): symjax's model at nanoGPT's CPU shape, the same weights in TransformerLens's
+``HookedTransformer``, and the side-by-side timing both use."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+LAYERS, HEADS, HEAD_DIM, MLP, VOCAB, CONTEXT, BATCH = 4, 4, 32, 512, 65, 64, 8
+ANSWER, WRONG = 1, 2
+
+
+def symjax_model(kind: str):
+  import flax.linen as nn
+
+  from symjax.interpret import HookedModel
+  from symjax.model import ModelConfig, Transformer
+  cfg = ModelConfig.of(kind=kind, vocab_size=VOCAB, num_layers=LAYERS, num_heads=HEADS, head_dim=HEAD_DIM,
+                    ff_dim=MLP, ff_dim_per_head=MLP // HEADS, max_len=CONTEXT,
+                    positions='learned' if kind == 'standard' else 'alibi')
+  model = Transformer(cfg)
+  params = nn.meta.unbox(model.init(jax.random.key(0), jnp.zeros((1, CONTEXT), jnp.int32))['params'])
+  # Away from the initialisation, so that the patches move the metric.
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(1), len(leaves))
+  params = jax.tree.unflatten(tree, [x + 0.3 * jax.random.normal(k, x.shape) * (np.std(x) + 0.05)
+                                     for x, k in zip(leaves, keys)])
+  return HookedModel(model, params)
+
+
+def lens_model(params):
+  """TransformerLens's HookedTransformer holding the standard model's weights (biases it lacks set to 0)."""
+  import torch
+  from transformer_lens import HookedTransformer, HookedTransformerConfig
+  cfg = HookedTransformerConfig(n_layers=LAYERS, d_model=HEADS * HEAD_DIM, d_head=HEAD_DIM, n_heads=HEADS,
+                                d_mlp=MLP, d_vocab=VOCAB, n_ctx=CONTEXT, act_fn='gelu_new',
+                                normalization_type='LN', positional_embedding_type='standard', device='cpu',
+                                eps=1e-5)
+  model = HookedTransformer(cfg)
+  t = lambda x: torch.tensor(np.asarray(x, np.float32))
+  sd = model.state_dict()
+  new = {'embed.W_E': t(params['embed']['embedding']), 'pos_embed.W_pos': t(params['pos_embedding']),
+         'ln_final.w': t(params['norm_final']['scale']), 'ln_final.b': t(params['norm_final']['bias']),
+         'unembed.W_U': t(params['embed']['embedding']).T.contiguous(), 'unembed.b_U': torch.zeros(VOCAB)}
+  for l in range(LAYERS):
+    p, b = params[f'layer_{l}'], f'blocks.{l}.'
+    for ours, theirs in (('query', 'Q'), ('key', 'K'), ('value', 'V')):
+      new[b + f'attn.W_{theirs}'] = t(np.transpose(p['attention'][ours]['kernel'], (1, 0, 2)))
+      new[b + f'attn.b_{theirs}'] = torch.zeros(HEADS, HEAD_DIM)
+    new[b + 'attn.W_O'] = t(p['attention']['out']['kernel'])
+    new[b + 'attn.b_O'] = torch.zeros(HEADS * HEAD_DIM)
+    new[b + 'ln1.w'], new[b + 'ln1.b'] = t(p['norm_attn']['scale']), t(p['norm_attn']['bias'])
+    new[b + 'ln2.w'], new[b + 'ln2.b'] = t(p['norm_ffn']['scale']), t(p['norm_ffn']['bias'])
+    new[b + 'mlp.W_in'], new[b + 'mlp.b_in'] = t(p['ffn']['wi']['kernel']), t(p['ffn']['wi']['bias'])
+    new[b + 'mlp.W_out'], new[b + 'mlp.b_out'] = t(p['ffn']['wo']['kernel']), t(p['ffn']['wo']['bias'])
+  missing = sorted(k for k in sd if k not in new and not k.endswith(('.IGNORE', '.mask')))
+  if missing:
+    raise SystemExit(f'weights not mapped into TransformerLens: {missing}')
+  sd.update(new)
+  model.load_state_dict(sd)
+  return model.eval()
+
+
+def seconds(fn) -> float:
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
+def timed(fn, repeats: int) -> tuple[float, float]:
+  """(first call's seconds, median of ``repeats`` warm calls' seconds)."""
+  first = seconds(fn)
+  return first, statistics.median(seconds(fn) for _ in range(repeats))
+
+
+# PyTorch's OpenMP workers spin for 200 ms after each parallel region (Intel OpenMP's default block time), so a
+# call made just after a PyTorch call shares the cores with them (``interference`` measures it; the JSON keeps
+# it); and after the cores idle, the next calls of either library run slower for tens of milliseconds. A
+# library's calls are therefore timed in bursts, each after a pause longer than that spin and WARM_UP_S of its
+# own untimed calls: each library is timed as a loop of its calls runs, neither slowed by the other.
+QUIET_S, WARM_UP_S = 0.3, 0.1
+
+
+def timed_side_by_side(fns: dict, repeats: int, rounds: int = 5, burst_s: float = 2.0
+                       ) -> dict[str, tuple[float, float]]:
+  """{name: (first call's seconds, median of its warm calls)} of functions computing the same thing:
+  ``rounds`` rounds, each a burst of every function's calls in turn (``repeats`` calls over the rounds, fewer
+  where a burst would pass ``burst_s``, one at least), so that a machine whose speed drifts during the run
+  slows them alike and their ratio stays."""
+  first = {name: seconds(fn) for name, fn in fns.items()}
+  warm = {name: [] for name in fns}
+  for _ in range(rounds):
+    for name, fn in fns.items():
+      time.sleep(QUIET_S)
+      start, last = time.perf_counter(), 0.0
+      while time.perf_counter() - start < WARM_UP_S or not last:
+        last = seconds(fn)
+      calls = max(1, min(-(-repeats // rounds), int(burst_s / last)))
+      warm[name].extend(seconds(fn) for _ in range(calls))
+  return {name: (first[name], statistics.median(warm[name])) for name in fns}

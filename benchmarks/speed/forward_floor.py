@@ -18,6 +18,7 @@ row, one after another. Run it on an idle machine.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
@@ -54,6 +55,14 @@ def layers(params):
   return out
 
 
+def products(blocks, emb, x):
+  """The forward's dense products alone, on rows ``x`` [tokens, D]: in either library (``@`` and slices)."""
+  for qkv, o, wi, _, wo, *_ in blocks:
+    x = x + (x @ qkv)[:, :D] @ o
+    x = x + (x @ wi) @ wo
+  return x @ emb.T
+
+
 def jax_rows(params):
   blocks = jax.tree.map(jnp.asarray, layers(params))
   emb, pos = jnp.asarray(params['embed']['embedding']), jnp.asarray(params['pos_embedding'])
@@ -76,13 +85,7 @@ def jax_rows(params):
       x = x + jax.nn.gelu(norm(x, s2, b2) @ wi + bi) @ wo + bo
     return norm(x, *final) @ emb.T
 
-  @jax.jit
-  def products(x):
-    for qkv, o, wi, bi, wo, bo, *_ in blocks:
-      x = x + (x @ qkv)[:, :D] @ o
-      x = x + (x @ wi) @ wo
-    return x @ emb.T
-  return forward, products
+  return forward, jax.jit(functools.partial(products, blocks, emb))
 
 
 def torch_rows(params):
@@ -104,12 +107,7 @@ def torch_rows(params):
       x = x + F.gelu(F.layer_norm(x, (D,), s2, b2, 1e-5) @ wi + bi, approximate='tanh') @ wo + bo
     return F.layer_norm(x, (D,), *final, 1e-5) @ emb.T
 
-  def products(x):
-    for qkv, o, wi, bi, wo, bo, *_ in blocks:
-      x = x + (x @ qkv)[:, :D] @ o
-      x = x + (x @ wi) @ wo
-    return x @ emb.T
-  return forward, products
+  return forward, functools.partial(products, blocks, emb)
 
 
 def one_process() -> dict[str, float]:

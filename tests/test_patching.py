@@ -233,6 +233,23 @@ def test_a_compiled_sweep_equals_the_loop_of_single_patches(kind):
 
 
 @pytest.mark.parametrize('kind', KINDS)
+def test_a_sweep_split_into_calls_runs_them_through_one_program_per_start(kind):
+  """Patches beyond a call's limit are split evenly over the blocks, so that every call of a start runs the
+  same compiled program, and the values equal the sweep in one call."""
+  model, params, clean, corrupt = setup(kind)
+  analysis = core.analysis_model(model)
+  groups = patching._heads_by_position(model, params, clean, None,
+                                       [f'blocks.{l}.attn.z' for l in range(model.config.num_layers)])
+  whole = suffix.run(analysis, params, clean, corrupt, None, groups)[2]
+  before = set(suffix._EXECUTABLES)
+  split = suffix.run(analysis, params, clean, corrupt, None, groups, limit=4)[2]
+  waves = sorted(k[3] for k in set(suffix._EXECUTABLES) - before if k[0] == 'wave')  # each program's start
+  width = -(-clean.shape[1] // suffix.BUCKETS)
+  assert waves == list(range(2 // width * width, clean.shape[1], width))  # corrupted at position 2
+  np.testing.assert_allclose(split, whole, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize('kind', KINDS)
 def test_transformer_lens_families_patch_the_sites_they_name(kind):
   """``get_act_patch_*``: the state before block l+1 is the state after block l; the state before block 0
   is the embedding; the mid state of a two-stream block holds X_t after the attention and X_e before the

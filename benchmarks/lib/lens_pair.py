@@ -66,6 +66,45 @@ def lens_model(params):
   return model.eval()
 
 
+def prompts(sweep_batch: int = 1):
+  """The benchmarks' inputs: ``BATCH`` × ``CONTEXT`` tokens, and ``sweep_batch`` clean prompts with their
+  corrupt versions (the middle token changed)."""
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(0, VOCAB, (BATCH, CONTEXT))
+  clean = rng.integers(0, VOCAB, (sweep_batch, CONTEXT))
+  corrupt = clean.copy()
+  corrupt[:, CONTEXT // 2] = (corrupt[:, CONTEXT // 2] + 7) % VOCAB
+  return tokens, clean, corrupt
+
+
+def first_token_corrupted(clean):
+  corrupt = clean.copy()
+  corrupt[:, 0] = (corrupt[:, 0] + 7) % VOCAB
+  return corrupt
+
+
+def symjax_workloads(hm, tokens, clean, corrupt):
+  """{workload: a call} of the benchmarks' symjax workloads on ``hm``: a forward, a full cache and a hooked loss
+  of ``tokens``; the patching sweeps of ``clean`` against ``corrupt`` and, as ``…_from_0``, against ``clean``
+  with its first token changed (every patch then runs)."""
+  from symjax.interpret import hooks, patching
+  metric = patching.logit_difference(ANSWER, WRONG)
+  zero = hooks.zero_head(0)
+  ready = lambda x: jax.block_until_ready(x)
+  first = first_token_corrupted(clean)
+  return {
+      'forward': lambda: ready(hm(tokens)),
+      'run_with_cache': lambda: ready(hm.run_with_cache(tokens)[0]),
+      'hooked_loss': lambda: hm.run_with_hooks(tokens, {'blocks.1.attn.z': zero}, return_type='loss'),
+      'heads_sweep_16': lambda: patching.get_act_patch_attn_head_out_all_pos(hm, clean, corrupt, metric),
+      'resid_pre_sweep_256': lambda: patching.get_act_patch_resid_pre(hm, clean, corrupt, metric),
+      'heads_by_position_sweep_1024': lambda: patching.get_act_patch_attn_head_out_by_pos(hm, clean, corrupt, metric),
+      'resid_pre_sweep_256_from_0': lambda: patching.get_act_patch_resid_pre(hm, clean, first, metric),
+      'heads_by_position_sweep_1024_from_0': lambda: patching.get_act_patch_attn_head_out_by_pos(hm, clean, first,
+                                                                                              metric),
+  }
+
+
 def seconds(fn) -> float:
   start = time.perf_counter()
   fn()

@@ -56,31 +56,6 @@ def interference(symjax_call, lens_call, repeats: int) -> dict[str, float]:
   return out
 
 
-def first_token_corrupted(clean):
-  corrupt = clean.copy()
-  corrupt[:, 0] = (corrupt[:, 0] + 7) % pair.VOCAB
-  return corrupt
-
-
-def symjax_workloads(hm, tokens, clean, corrupt):
-  from symjax.interpret import hooks, patching
-  metric = patching.logit_difference(pair.ANSWER, pair.WRONG)
-  zero = hooks.zero_head(0)
-  ready = lambda x: jax.block_until_ready(x)
-  first = first_token_corrupted(clean)
-  return {
-      'forward': lambda: ready(hm(tokens)),
-      'run_with_cache': lambda: ready(hm.run_with_cache(tokens)[0]),
-      'hooked_loss': lambda: hm.run_with_hooks(tokens, {'blocks.1.attn.z': zero}, return_type='loss'),
-      'heads_sweep_16': lambda: patching.get_act_patch_attn_head_out_all_pos(hm, clean, corrupt, metric),
-      'resid_pre_sweep_256': lambda: patching.get_act_patch_resid_pre(hm, clean, corrupt, metric),
-      'heads_by_position_sweep_1024': lambda: patching.get_act_patch_attn_head_out_by_pos(hm, clean, corrupt, metric),
-      'resid_pre_sweep_256_from_0': lambda: patching.get_act_patch_resid_pre(hm, clean, first, metric),
-      'heads_by_position_sweep_1024_from_0': lambda: patching.get_act_patch_attn_head_out_by_pos(hm, clean, first,
-                                                                                              metric),
-  }
-
-
 def cache_output_floor(hm, tokens, repeats: int) -> dict[str, float]:
   """What writing a full cache costs by itself: a compiled program that only fills fresh arrays of the
   cache's shapes (every sown site and the logits) with a constant, timed as the workloads are. XLA on a CPU
@@ -98,7 +73,7 @@ def lens_workloads(model, tokens, clean, corrupt):
   import torch
   from transformer_lens import patching
   to = lambda x: torch.tensor(np.asarray(x), dtype=torch.long)
-  first = to(first_token_corrupted(clean))
+  first = to(pair.first_token_corrupted(clean))
   tokens, clean, corrupt = to(tokens), to(clean), to(corrupt)
   with torch.no_grad():
     _, clean_cache = model.run_with_cache(clean)
@@ -134,7 +109,7 @@ def lens_workloads(model, tokens, clean, corrupt):
 
 def check_same(hm, lens, tokens, clean, corrupt) -> dict[str, float]:
   """The largest difference between the two libraries' logits and sweep values (the same weights)."""
-  sym, tl = symjax_workloads(hm, tokens, clean, corrupt), lens_workloads(lens, tokens, clean, corrupt)
+  sym, tl = pair.symjax_workloads(hm, tokens, clean, corrupt), lens_workloads(lens, tokens, clean, corrupt)
   out = {'logits': float(np.abs(np.asarray(sym['forward']()) - tl['forward']().numpy()).max())}
   for name in ('heads_sweep_16', 'resid_pre_sweep_256', 'heads_by_position_sweep_1024', 'resid_pre_sweep_256_from_0',
                'heads_by_position_sweep_1024_from_0'):
@@ -148,17 +123,13 @@ def check_same(hm, lens, tokens, clean, corrupt) -> dict[str, float]:
 def main(argv):
   del argv
   import torch
-  rng = np.random.default_rng(0)
-  tokens = rng.integers(0, pair.VOCAB, (pair.BATCH, pair.CONTEXT))
-  clean = rng.integers(0, pair.VOCAB, (_SWEEP_BATCH.value, pair.CONTEXT))
-  corrupt = clean.copy()
-  corrupt[:, pair.CONTEXT // 2] = (corrupt[:, pair.CONTEXT // 2] + 7) % pair.VOCAB
+  tokens, clean, corrupt = pair.prompts(_SWEEP_BATCH.value)
   standard, symbolic = pair.symjax_model('standard'), pair.symjax_model('symbolic')
   lens = pair.lens_model(standard.params)
   # Each workload in turn, the three libraries' calls interleaved; symjax's first calls compile.
   workloads = {'transformer_lens': lens_workloads(lens, tokens, clean, corrupt),
-               'symjax': symjax_workloads(standard, tokens, clean, corrupt),
-               'symjax_symbolic': symjax_workloads(symbolic, tokens, clean, corrupt)}
+               'symjax': pair.symjax_workloads(standard, tokens, clean, corrupt),
+               'symjax_symbolic': pair.symjax_workloads(symbolic, tokens, clean, corrupt)}
   rows = {name: pair.timed_side_by_side({kind: w[name] for kind, w in workloads.items()}, _REPEATS.value)
           for name in workloads['transformer_lens']}
   floor = {kind: cache_output_floor(hm, tokens, _REPEATS.value)

@@ -247,6 +247,21 @@ def transformer_lens_table(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def sweep_starts_table(data: dict, json_name: str, pages: str) -> str:
+  """A sweep's first call and warm calls by its number of starts (``benchmarks/speed/sweep_starts.py``)."""
+  buckets = list(next(iter(data['sweeps'].values())))
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; the sweeps above, each (kind, sweep, starts) in a "
+           f"fresh process: its first call (compilation included) and the median of {data['repeats']} warm calls; "
+           f"one run, a timing of programs ([all figures]({pages}/{json_name}.md)):", '',
+           '| sweep | ' + ' | '.join(f'{b} start{"s" * (b != "1")}: first, warm' for b in buckets) + ' |',
+           '|---|' + '---:|' * len(buckets)]
+  for name, row in data['sweeps'].items():
+    lines.append(f"| {name.replace('/', ': ').replace('_', ' ')} | "
+                 + ' | '.join(f"{row[b]['first_call_s']:.1f} s, {row[b]['warm_s'] * 1e3:,.1f} ms" for b in buckets)
+                 + ' |')
+  return '\n'.join(lines) + '\n'
+
+
 # "Learning Transformer Programs": test accuracy (Table 1) and lines of its published programs
 # (princeton-nlp/TransformerPrograms, programs/rasp/<task>/<task>.py).
 PUBLISHED_PROGRAMS = {'reverse': (99.79, 709), 'hist': (100.0, 195), 'double_hist': (98.40, 845),
@@ -318,7 +333,8 @@ GENERATED = {
                                           ('vs-transformer-lens', 'vs_transformer_lens_cpu_amd_r45',
                                            transformer_lens_table),
                                           ('vs-transformer-lens-intel', 'vs_transformer_lens_cpu_intel_one_product_r45',
-                                           transformer_lens_table)),
+                                           transformer_lens_table),
+                                          ('sweep-starts', 'sweep_starts_cpu_amd', sweep_starts_table)),
                             'results/data'),
     'docs/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),),
                          'results/data'),

@@ -35,7 +35,10 @@ from symjax.model import FactoredBlock, StandardBlock, Suffix, Transformer
 from symjax.model import intermediates as names
 from symjax.model.masks import head_mask_matrix
 
-BUCKETS = 4          # starts per input: more recompute less, but compile more programs
+# Starts per input. Each start is a program to compile (about a second on two cores, once per shapes); for
+# patches spread over the positions, two starts recompute 3/4 of the suffix work of one, four 5/8: the fourth
+# start saves less than its compile unless a sweep is rerun many times.
+BUCKETS = 2
 CHUNK_TOKENS = 8192  # patch tokens per call (patches × batch × positions computed): bounds a program's memory
 _STATE_SITES = ('resid', 'x_t', 'x_e')
 

@@ -36,9 +36,10 @@ from symjax.model import intermediates as names
 from symjax.model.masks import head_mask_matrix
 
 # Starts per input. Each start is a program to compile (about a second on two cores, once per shapes); for
-# patches spread over the positions, two starts recompute 3/4 of the suffix work of one, four 5/8: the fourth
-# start saves less than its compile unless a sweep is rerun many times.
+# patches spread over the positions, two starts recompute 3/4 of the suffix work of one, four 5/8: the two
+# further starts save less than their compiles unless a sweep is rerun many times.
 BUCKETS = 2
+CLEAN_FROM_DIFFERENCE = True  # the clean run computed from the first position where the prompts differ
 CHUNK_TOKENS = 8192  # patch tokens per call (patches × batch × positions computed): bounds a program's memory
 _STATE_SITES = ('resid', 'x_t', 'x_e')
 
@@ -464,7 +465,8 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
   differs = (clean != corrupt).any(0)
   # The clean run from the first position where the prompts differ (rounded down to a start, as the patches).
   shared = (int(np.argmax(differs)) // width * width
-            if differs.any() and all(_time_axis(model, s) is not None for s in every) else 0)
+            if CLEAN_FROM_DIFFERENCE and differs.any() and all(_time_axis(model, s) is not None for s in every)
+            else 0)
   cache_key = ('cache', model, every, firsts, read_from, shared, _signature(cache_args))
   cache_program = _cache(model, every, firsts, read_from, shared)
   jobs, offset = _jobs(model, groups, differs, width)

@@ -131,26 +131,6 @@ def test_sweeps_recomputing_only_the_suffix_equal_whole_hooked_passes(kind, symb
 
 
 @pytest.mark.parametrize('kind', KINDS)
-def test_the_clean_run_from_where_the_prompts_differ_equals_the_whole_clean_run(kind):
-  """Before the first position where the prompts differ the clean run is the corrupt run, so the sweeps'
-  clean pass starts there, over the corrupt run's keys and values: every site's clean value and the clean
-  logits equal those of the whole pass."""
-  model, params, clean, corrupt = setup(kind)   # the prompts differ from position 2 on
-  analysis = core.analysis_model(model)
-  params = core.unboxed(params)
-  two_stream = ('.resid', '.resid_mid') if kind != 'standard' else ()   # read-only sums of the streams
-  sites = tuple(s for s in hooks.valid_names(analysis)
-                if hooks.axes(analysis, s)[0] is not None and not s.endswith(two_stream))
-  whole = suffix._cache(analysis, sites, (0, 1), None, 0)(params, clean, corrupt, None)
-  late = suffix._cache(analysis, sites, (0, 1), None, 2)(params, clean, corrupt, None)
-  np.testing.assert_allclose(late[0], whole[0], rtol=0, atol=1e-5)
-  np.testing.assert_allclose(late[1], whole[1], rtol=0, atol=1e-5)
-  for s in sites:
-    np.testing.assert_allclose(late[2][s][0], whole[2][s][0], rtol=0, atol=1e-5, err_msg=s)
-  assert np.abs(np.asarray(whole[0]) - np.asarray(whole[1])).max() > 1e-3  # the clean run is not the corrupt
-
-
-@pytest.mark.parametrize('kind', KINDS)
 def test_a_metric_naming_its_positions_is_computed_there_alone_with_the_same_values(kind):
   """``logit_difference`` names the positions it reads: a sweep then runs the last block over the others only as
   far as its keys and values, and leaves their logits NaN. The values equal those of the same metric without

@@ -9,8 +9,7 @@ tokens before anything runs; a patch that can change nothing is not computed, an
 run's.
 
 One program (``_cache``) runs the clean and corrupt prompts once and keeps what the patches read: the sites'
-clean values, every block's corrupt keys and values, the corrupt state entering each block. The clean run is
-the corrupt run before the first position where their tokens differ, so it is computed from there on alone.
+clean values, every block's corrupt keys and values, the corrupt state entering each block.
 Where the blocks are of one kind, the patches of every block that share a start run in one program
 (``_wave``): the blocks in turn, each over all the patches begun so far, a block's own patches joining as new
 rows with the corrupt state entering it, so that a patch of block l costs blocks l… alone and every matrix
@@ -39,7 +38,6 @@ from symjax.model.masks import head_mask_matrix
 # patches spread over the positions, two starts recompute 3/4 of the suffix work of one, four 5/8: the two
 # further starts save less than their compiles unless a sweep is rerun many times.
 BUCKETS = 2
-CLEAN_FROM_DIFFERENCE = True  # the clean run computed from the first position where the prompts differ
 CHUNK_TOKENS = 8192  # patch tokens per call (patches × batch × positions computed): bounds a program's memory
 _STATE_SITES = ('resid', 'x_t', 'x_e')
 
@@ -91,15 +89,14 @@ def _state(model: Transformer, first: int, value_of) -> Any:
   return tuple(entering) if first else (entering[0], jnp.zeros_like(entering[0]))  # X_e⁰ = 0 before block 0
 
 
-def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...], read_from: int | None,
-           shared: int = 0):
+def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...], read_from: int | None):
   """The clean and corrupt runs: (clean logits, corrupt logits, {site: (clean, corrupt)}, {block: corrupt
   (keys, values)}, {first: corrupt state entering it: x, or (x_t, x_e)}). ``read_from``: the logits from that
   position on (NaN before it), the last block run there alone over the whole pass's keys and values, and the
-  rest of its pass left for XLA to remove. ``shared``: the prompts' tokens agree before that position, so the
-  clean run is computed from there on alone, over the corrupt run's keys and values before it (every site
-  with a position axis)."""
-  key = ('cache', model, sites, firsts, read_from, shared)
+  rest of its pass left for XLA to remove. The clean and corrupt prompts run as one batch: computing the clean
+  run only from where the prompts differ saved nothing measurable at warm calls, and its larger program made
+  the first call slower (``benchmarks/results/clean_from_difference_cpu_amd.json``)."""
+  key = ('cache', model, sites, firsts, read_from)
   if key not in _PROGRAMS:
     cfg = model.config
     last = cfg.num_layers - 1
@@ -119,33 +116,14 @@ def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...], 
 
     def run(params, clean, corrupt, key_mask):
       b, seen = clean.shape[0], {}
-      if not shared:
-        km = None if key_mask is None else jnp.concatenate([key_mask, key_mask])
-        logits = hooks.hooked_logits(model, params, jnp.concatenate([clean, corrupt]), km, capture(seen, kept))
-        if read_from is not None:
-          logits = readout(params, seen, km)
-        # Clean rows first; a site with no position axis ([heads, batch·time, ff]) has them in its first half.
-        split = {s: (v[:, :v.shape[1] // 2], v[:, v.shape[1] // 2:]) if _time_axis(model, s) is None
-                 else (v[:b], v[b:]) for s, v in seen.items()}
-        clean_logits, corrupt_logits = logits[:b], logits[b:]
-      else:
-        corrupt_logits = hooks.hooked_logits(model, params, corrupt, key_mask, capture(seen, kept))
-        if read_from is not None:
-          corrupt_logits = readout(params, seen, key_mask)
-        # The clean embedding (XLA removes the rest of this pass), then blocks 0… from ``shared`` on.
-        embedded = {}
-        hooks.hooked_logits(model, params, clean, key_mask, capture(embedded, ['embed']))
-        prefix = {l: (seen[f'blocks.{l}.attn.k'][:, :shared], seen[f'blocks.{l}.attn.values'][:, :shared])
-                  for l in range(cfg.num_layers)}
-        late = {}
-        with names.session(capture(late, [s for s in sites if s != 'embed']), lambda name: False):
-          logits = Suffix(cfg, 0).apply({'params': params},
-                                        _state(model, 0, lambda s: embedded['embed'][:, shared:]), prefix, key_mask)
-        clean_logits = jnp.concatenate([corrupt_logits[:, :shared], logits], axis=1)
-        join = lambda s, a: jnp.concatenate([jax.lax.slice_in_dim(seen[s], 0, shared, axis=a),
-                                             late[s].astype(seen[s].dtype)], axis=a)
-        split = {s: (embedded['embed'] if s == 'embed' else join(s, _time_axis(model, s)) if s in sites else None,
-                     v) for s, v in seen.items()}
+      km = None if key_mask is None else jnp.concatenate([key_mask, key_mask])
+      logits = hooks.hooked_logits(model, params, jnp.concatenate([clean, corrupt]), km, capture(seen, kept))
+      if read_from is not None:
+        logits = readout(params, seen, km)
+      # Clean rows first; a site with no position axis ([heads, batch·time, ff]) has them in its first half.
+      split = {s: (v[:, :v.shape[1] // 2], v[:, v.shape[1] // 2:]) if _time_axis(model, s) is None
+               else (v[:b], v[b:]) for s, v in seen.items()}
+      clean_logits, corrupt_logits = logits[:b], logits[b:]
       corrupt_of = lambda s: split[s][1]
       states = {f: _state(model, f, corrupt_of) for f in firsts}
       kv_of = {l: (corrupt_of(f'blocks.{l}.attn.k'), corrupt_of(f'blocks.{l}.attn.values'))
@@ -463,12 +441,8 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
   firsts = tuple(sorted({min(_first_block(model, s) for s in g) for g in groups}))
   cache_args = (params, np.asarray(clean, np.int32), np.asarray(corrupt, np.int32), km)
   differs = (clean != corrupt).any(0)
-  # The clean run from the first position where the prompts differ (rounded down to a start, as the patches).
-  shared = (int(np.argmax(differs)) // width * width
-            if CLEAN_FROM_DIFFERENCE and differs.any() and all(_time_axis(model, s) is not None for s in every)
-            else 0)
-  cache_key = ('cache', model, every, firsts, read_from, shared, _signature(cache_args))
-  cache_program = _cache(model, every, firsts, read_from, shared)
+  cache_key = ('cache', model, every, firsts, read_from, _signature(cache_args))
+  cache_program = _cache(model, every, firsts, read_from)
   jobs, offset = _jobs(model, groups, differs, width)
 
   def plan(cache) -> list[tuple]:

@@ -252,7 +252,8 @@ def sweep_starts_table(data: dict, json_name: str, pages: str) -> str:
   buckets = list(next(iter(data['sweeps'].values())))
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; the sweeps above, each (kind, sweep, starts) in a "
            f"fresh process: its first call (compilation included) and the median of {data['repeats']} warm calls; "
-           f"one run, a timing of programs ([all figures]({pages}/{json_name}.md)):", '',
+           f"one run, a timing of programs, not a trained result: no seeds "
+           f"([all figures]({pages}/{json_name}.md)):", '',
            '| sweep | ' + ' | '.join(f'{b} start{"s" * (b != "1")}: first, warm' for b in buckets) + ' |',
            '|---|' + '---:|' * len(buckets)]
   for name, row in data['sweeps'].items():

@@ -13,6 +13,8 @@ import numpy as np
 
 LAYERS, HEADS, HEAD_DIM, MLP, VOCAB, CONTEXT, BATCH = 4, 4, 32, 512, 65, 64, 8
 ANSWER, WRONG = 1, 2
+SWEEPS = ('heads_sweep_16', 'resid_pre_sweep_256', 'heads_by_position_sweep_1024', 'resid_pre_sweep_256_from_0',
+          'heads_by_position_sweep_1024_from_0')  # the patching workloads of ``symjax_workloads``
 
 
 def symjax_model(kind: str):

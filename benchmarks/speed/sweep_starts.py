@@ -32,8 +32,6 @@ _JSON = cli.json_output('benchmarks/results/sweep_starts_cpu.json')
 _REPEATS = cli.repeats(15, 'Warm calls timed per sweep (the median is reported).')
 _BUCKETS = flags.DEFINE_list('buckets', ['1', '2', '4'], 'Starts per input (suffix.BUCKETS) to compare.')
 _KINDS = cli.kinds(('standard', 'symbolic'))
-SWEEPS = ('heads_sweep_16', 'resid_pre_sweep_256', 'heads_by_position_sweep_1024', 'resid_pre_sweep_256_from_0',
-          'heads_by_position_sweep_1024_from_0')
 _CHILD = 'SYMJAX_SWEEP_STARTS_CHILD'  # "kind sweep buckets", set in the processes the first one starts
 
 
@@ -60,7 +58,7 @@ def main(argv):
   print(f'{"kind":9s} {"sweep":36s} ' + ' '.join(f'{f"first s, B={b}":>13s} {f"warm s, B={b}":>12s}'
                                                   for b in buckets))
   for kind in _KINDS.value:
-    for sweep in SWEEPS:
+    for sweep in pair.SWEEPS:
       row = {}
       for b in buckets:
         env = dict(os.environ, **{_CHILD: f'{kind} {sweep} {b}'})

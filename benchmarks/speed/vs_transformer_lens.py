@@ -111,8 +111,7 @@ def check_same(hm, lens, tokens, clean, corrupt) -> dict[str, float]:
   """The largest difference between the two libraries' logits and sweep values (the same weights)."""
   sym, tl = pair.symjax_workloads(hm, tokens, clean, corrupt), lens_workloads(lens, tokens, clean, corrupt)
   out = {'logits': float(np.abs(np.asarray(sym['forward']()) - tl['forward']().numpy()).max())}
-  for name in ('heads_sweep_16', 'resid_pre_sweep_256', 'heads_by_position_sweep_1024', 'resid_pre_sweep_256_from_0',
-               'heads_by_position_sweep_1024_from_0'):
+  for name in pair.SWEEPS:
     ours, theirs = np.asarray(sym[name]()), tl[name]().numpy()
     if name.startswith('heads_by_position'):
       theirs = theirs.reshape(ours.shape)  # TransformerLens: [layers, positions, heads], as symjax

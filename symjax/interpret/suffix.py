@@ -34,9 +34,9 @@ from symjax.model import FactoredBlock, StandardBlock, Suffix, Transformer
 from symjax.model import intermediates as names
 from symjax.model.masks import head_mask_matrix
 
-# Starts per input. Each start is a program to compile (about a second on two cores, once per shapes); for
-# patches spread over the positions, two starts recompute 3/4 of the suffix work of one, four 5/8: the two
-# further starts save less than their compiles unless a sweep is rerun many times.
+# Starts per input. Each start is a program to compile (once per shapes); for patches spread over the
+# positions, two starts recompute 3/4 of the suffix work of one, four 5/8: the two further starts save less
+# than their compiles unless a sweep is rerun many times (benchmarks/results/sweep_starts_cpu_amd*.json).
 BUCKETS = 2
 CHUNK_TOKENS = 8192  # patch tokens per call (patches × batch × positions computed): bounds a program's memory
 _STATE_SITES = ('resid', 'x_t', 'x_e')
@@ -359,8 +359,8 @@ def _chunks(pieces: list[tuple], limit: int) -> list[list[tuple]]:
   """(block, sites, patch indices, masks) pieces, in block order, as calls [[(block, sites, indices, masks,
   rows)]] of at most ``limit`` patches, each piece's indices padded to ``rows`` (a power of two). Where the
   blocks are distinct and ``limit`` allows, every call holds an equal part of each block's patches, padded
-  alike, so that the calls share one compiled program (a program compiles in about a second on two cores;
-  how the patches are split leaves their cost unchanged: a patch of block l costs blocks l… in any call).
+  alike, so that the calls share one compiled program (how the patches are split leaves their cost
+  unchanged: a patch of block l costs blocks l… in any call).
   Otherwise the pieces are packed in turn, each block at most once per call, a piece larger than ``limit``
   split."""
   sizes = [len(index) for _, _, index, _ in pieces]

@@ -188,8 +188,55 @@ def test_random_programs_decompile_exactly_on_every_short_input(seed, causal):
                                                                           np.minimum(lengths[:50], 3))).all()
 
 
-def test_forward_is_one_hot_and_gradients_reach_every_choice():
-  cfg = config(num_layers=2, num_heads=2, numerical_heads=1, mlps=1)
+def test_a_numerical_head_sums_a_lower_count_and_saturates_as_its_code_says():
+  """model.numerical_values, on a hand-built program whose answer is known: head 0.1 counts the keys holding the
+  query's token (c_j), head 1.1 sums those counts over every key (the sum of c_s² over the symbols s), which
+  saturates at cardinality − 1; the readout tags each position with that sum."""
+  cfg = config(num_layers=2, numerical_values=True, mlps=0)
+  card = tp.cardinality(cfg)
+  assert tp.numerical_names(cfg, 0) == ['ones'] and tp.numerical_names(cfg, 1) == ['ones', 'attn_0_1']
+  params = jax.tree.map(jnp.zeros_like, init(cfg))
+  params['attn_0_1'] = dict(select_query=choose(2, 0), select_key=choose(2, 0), select_value=choose(1, 0),
+                            predicate=jnp.asarray(np.where(np.eye(card) > 0, 1.0, -1.0)))
+  params['attn_1_1'] = dict(select_query=choose(4, 1), select_key=choose(4, 1), select_value=choose(2, 1),
+                            predicate=jnp.ones((card, card)))
+  params['attn_1_0'] = {**params['attn_1_0'], 'predicate': -jnp.ones((card, card))}
+  readout = np.zeros((cfg.vocab_size, 6 * card + 1))   # tokens, positions, attn_0_0, attn_0_1, attn_1_0, attn_1_1
+  readout[np.arange(card), 5 * card + np.arange(card)] = 1.0
+  params['readout'] = jnp.asarray(readout)
+  x, lengths = every_input(5, cfg.max_len)
+  got = tags(cfg, params, x, lengths)
+  want = np.zeros_like(x)
+  for r, (row, n) in enumerate(zip(x, lengths)):
+    counts = [list(row[:n]).count(t) for t in row[:n]]     # '<s>' is a key too
+    want[r, :n] = min(sum(counts), card - 1)
+  assert (got == want).all() and (want == card - 1).any() and (want < card - 1).any()
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  assert 'attn_1_1 = aggregate_sum(attn_1_1_pattern, attn_0_1)' in program.source
+  assert 'attn_0_1 = aggregate_sum(attn_0_1_pattern)' in program.source      # it sums ones: a count
+  assert '`attn_1_1` sums the `attn_0_1` of every key' in ' '.join(program.notes)
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == want).all()
+
+
+@pytest.mark.parametrize('seed,causal', [(3, False), (4, True)])
+def test_random_programs_that_sum_numerical_variables_decompile_exactly(seed, causal):
+  cfg = config(num_layers=3, num_heads=3, numerical_heads=2, mlps=1, causal=causal, numerical_values=True)
+  params = init(cfg, seed)
+  for name, which in (('attn_1_1', 1), ('attn_2_2', 4)):     # a lower numerical head, not ones
+    params[name] = {**params[name], 'select_value': choose(len(params[name]['select_value']), which)}
+  x, lengths = every_input(5, cfg.max_len)
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
+  run = program_code.plan_of(params, cfg)
+  reads = {m.name: m.reads for m in run.modules}
+  assert reads['attn_1_1'][2] == 'attn_0_1' and reads['attn_2_2'][2] == 'attn_1_2'
+
+
+@pytest.mark.parametrize('numerical_values', [False, True])
+def test_forward_is_one_hot_and_gradients_reach_every_choice(numerical_values):
+  cfg = config(num_layers=2, num_heads=2, numerical_heads=1, mlps=1, numerical_values=numerical_values)
   params = init(cfg)
   x, lengths = every_input(3, cfg.max_len)
   model = build(cfg)
@@ -201,18 +248,18 @@ def test_forward_is_one_hot_and_gradients_reach_every_choice():
   grads, hidden = jax.grad(loss, has_aux=True)(params)
   assert set(np.unique(np.asarray(hidden))) == {0.0, 1.0}
   for name in ('attn_1_0', 'attn_1_1', 'mlp_1_0'):
-    for leaf in ('select_query', 'select_first'):
+    for leaf in ('select_query', 'select_first') + (('select_value',) if name == 'attn_1_1' else ()):
       if leaf in grads[name]:
         assert np.abs(np.asarray(grads[name][leaf])).sum() > 0, (name, leaf)
     assert np.abs(np.asarray(grads[name].get('predicate', grads[name].get('out_kernel')))).sum() > 0
 
 
-@pytest.mark.parametrize('seed,causal', [(0, False), (1, True)])
-def test_the_relaxation_becomes_the_program_as_its_temperature_falls(seed, causal, monkeypatch):
+@pytest.mark.parametrize('seed,causal,numerical_values', [(0, False, False), (1, True, True)])
+def test_the_relaxation_becomes_the_program_as_its_temperature_falls(seed, causal, numerical_values, monkeypatch):
   """Relaxed training's forward pass (every choice softmax((logits + g) / τ)) has the hard model, the program,
   as its limit: with the noise at zero and τ tiny, the same logits; at τ = 1 soft weights and other logits."""
   cfg = config(num_layers=2, num_heads=3, numerical_heads=1, mlps=1, causal=causal, relaxed=True,
-               gumbel_scale=3.0)
+               gumbel_scale=3.0, numerical_values=numerical_values)
   params = init(cfg, seed)
   x, lengths = every_input(3, cfg.max_len)
   mask = jnp.asarray(np.arange(x.shape[1])[None, :] < lengths[:, None])
@@ -243,6 +290,10 @@ def test_program_kind_refuses_options_it_has_not():
     config(numerical_heads=3)
   with pytest.raises(InputError, match='mlps'):
     config(mlps=-1)
+  with pytest.raises(InputError, match='model.numerical_values is what numerical heads sum'):
+    config(numerical_heads=0, numerical_values=True)
+  with pytest.raises(InputError, match="model.numerical_values sums a Transformer Program's numerical"):
+    config(kind='symbolic', numerical_values=True)
 
 
 def test_the_command_trains_and_decompiles_sort_into_code_equal_on_every_input(tmp_path):

@@ -106,6 +106,11 @@ class ProgramConfig:
   # "keys holding my token" cannot depend on where the keys are (opt-in, per task; the categorical heads keep
   # their positions).
   numerical_positions: bool = True
+  # Kind 'program' only: numerical heads sum a numerical variable over the keys they select rather than
+  # count them ("Learning Transformer Programs", §3.3 and Appendix A: at the input the constant `ones`, whose
+  # sum is the count; above it a lower layer's numerical head). Each selects its value variable among these;
+  # a sum saturates at the largest value a variable holds (cardinality − 1).
+  numerical_values: bool = False
   # Kind 'program' only: MLPs per layer, each reading two variables it selects, and their hidden width.
   mlps: int = 2
   mlp_hidden: int = 64
@@ -360,6 +365,9 @@ def _check_program(c) -> None:
   if c.relaxed:
     raise InputError(f"model.relaxed trains a Transformer Program's relaxation: it needs model.kind = 'program', "
                      f'got {c.kind!r}')
+  if c.numerical_values:
+    raise InputError(f"model.numerical_values sums a Transformer Program's numerical variables: it needs "
+                     f"model.kind = 'program', got {c.kind!r}")
   # What program training and numerical heads both need: the explicit, dense, one-piece computations that
   # the forward pass takes its argmaxes and predicates from.
   needs = (('kind', 'symbolic', c.kind), ('symbolic_sites', 'both', c.symbolic_sites),
@@ -400,6 +408,9 @@ def _check_transformer_program(c) -> None:
   if not 0 <= c.numerical_heads <= c.num_heads:
     raise InputError(f'model.numerical_heads must be in [0, model.num_heads = {c.num_heads}], got '
                      f'{c.numerical_heads!r}')
+  if c.numerical_values and not c.numerical_heads:
+    raise InputError('model.numerical_values is what numerical heads sum: it needs model.numerical_heads >= 1, '
+                     f'got {c.numerical_heads!r}')
   if not (isinstance(c.mlps, int) and c.mlps >= 0) or not (isinstance(c.mlp_hidden, int) and c.mlp_hidden > 0):
     raise InputError(f'model.mlps must be an int >= 0 and model.mlp_hidden an int > 0, got {c.mlps!r} and '
                      f'{c.mlp_hidden!r}')

@@ -18,7 +18,9 @@ A module reads a variable through a selection: a learned distribution over the v
   no key matches; Appendix A.1) and copies that key's value variable;
 - a numerical head (§3.3) selects a query and a key variable; its predicate holds for every (query value, key
   value) whose entry of a ``[cardinality, cardinality]`` table is above 0 (several key values per query value,
-  the entry-wise form of Appendix C); it writes how many keys it selects;
+  the entry-wise form of Appendix C); it writes how many keys it selects, or with ``model.numerical_values``
+  the sum over them of a numerical variable it selects (``ones``, whose sum is that count, or a lower layer's
+  numerical head), saturating at cardinality − 1;
 - an MLP (§3.3) selects two variables and writes the argmax of a one-hidden-layer network of their one-hots:
   a lookup table from pairs of values to a value;
 - the readout is linear in every variable's one-hot (the classifier of §3.4).
@@ -66,6 +68,13 @@ def variable_names(cfg: ModelConfig, upto_layer: int | None = None, with_heads_o
   if with_heads_of is not None:
     names += [f'attn_{with_heads_of}_{h}' for h in range(cfg.num_heads)]
   return names
+
+
+def numerical_names(cfg: ModelConfig, layer: int) -> list[str]:
+  """The numerical variables a numerical head of ``layer`` can sum (``model.numerical_values``): the constant
+  ``ones`` and every numerical head of the layers below."""
+  first = cfg.num_heads - cfg.program.numerical_heads
+  return ['ones'] + [f'attn_{l}_{h}' for l in range(layer) for h in range(first, cfg.num_heads)]
 
 
 def exact_straight_through(hard: Array, soft: Array) -> Array:
@@ -166,13 +175,15 @@ class CategoricalHead(nn.Module):
 
 
 class NumericalHead(nn.Module):
-  """select(key, query, predicate) then aggregate_sum(ones): how many keys the predicate holds for."""
+  """select(key, query, predicate) then aggregate_sum(ones): how many keys the predicate holds for; given
+  ``numbers`` (``model.numerical_values``), aggregate_sum of the numerical variable it selects among them."""
 
   noise: Any = None
   relaxed: bool = False
 
   @nn.compact
-  def __call__(self, stack: Array, allowed: Array) -> Array:
+  def __call__(self, stack: Array, allowed: Array, numbers: Array | None = None) -> Array:
+    """``numbers``: ``[variables, batch, time, 1]``, the values of ``numerical_names`` at every position."""
     noise = _Noise(self, self.noise, self.relaxed)
     q, k = (_select(self, name, stack, noise) for name in ('query', 'key'))
     card = stack.shape[-1]
@@ -182,12 +193,16 @@ class NumericalHead(nn.Module):
     noisy = score if extra is None else score + extra
     soft = jnp.where(allowed, jax.nn.sigmoid(noisy / (noise.temperature if noise.relaxed else 1.0)), 0.0)
     values = jnp.arange(card, dtype=soft.dtype)
-    if noise.relaxed:  # the relaxed count, one-hot at the nearest integer as τ falls
+    # What each key adds: 1 (a count), or the value of the numerical variable selected, an integer exactly.
+    added = 1.0 if numbers is None else _select(self, 'value', numbers, noise)[..., 0][:, None, :]
+    if noise.relaxed:  # the relaxed sum, one-hot at the nearest integer as τ falls
       self.sow('intermediates', 'pattern', soft)
-      return jax.nn.softmax(-(values - soft.sum(-1)[..., None]) ** 2 / noise.temperature, -1)
+      total = jnp.minimum((soft * added).sum(-1), card - 1)
+      return jax.nn.softmax(-(values - total[..., None]) ** 2 / noise.temperature, -1)
     selected = exact_straight_through((allowed & (noisy > 0)).astype(soft.dtype), soft)
     self.sow('intermediates', 'pattern', selected)
-    count = selected.sum(-1)                                          # an integer, exactly
+    # An integer, exactly; a sum saturates at the largest value a variable holds.
+    count = jnp.minimum((selected * added).sum(-1), card - 1)
     soft_count = jax.nn.softmax(-(values - count[..., None]) ** 2, -1)
     hard_count = jax.nn.one_hot(jax.lax.stop_gradient(count).astype(jnp.int32), card, dtype=count.dtype)
     return exact_straight_through(hard_count, soft_count)
@@ -247,14 +262,17 @@ class TransformerProgram(nn.Module):
     if cfg.causal:
       allowed = allowed & jnp.tril(jnp.ones((time, time), bool))
     first_numerical = cfg.num_heads - cfg.program.numerical_heads
+    numbers = [jnp.ones((batch, time, 1))]            # numerical_names: ones, then the numerical heads'
     for l in range(cfg.num_layers):
       read = jnp.stack(stack)
+      read_numbers = jnp.stack(numbers) if cfg.program.numerical_values else None
       for h in range(cfg.num_heads):
         if h < first_numerical:
-          head = CategoricalHead(cfg.max_len, scale, relaxed, name=f'attn_{l}_{h}')
+          stack.append(CategoricalHead(cfg.max_len, scale, relaxed, name=f'attn_{l}_{h}')(read, allowed))
         else:
-          head = NumericalHead(scale, relaxed, name=f'attn_{l}_{h}')
-        stack.append(head(read, allowed))
+          stack.append(NumericalHead(scale, relaxed, name=f'attn_{l}_{h}')(read, allowed, read_numbers))
+          if cfg.program.numerical_values:
+            numbers.append(stack[-1] @ jnp.arange(card, dtype=stack[-1].dtype)[:, None])  # its value, a number
       read = jnp.stack(stack)
       for m in range(cfg.program.mlps):
         stack.append(ProgramMLP(cfg.program.mlp_hidden, scale, relaxed, name=f'mlp_{l}_{m}')(read))

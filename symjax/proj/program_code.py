@@ -7,8 +7,9 @@ data file.
 Where a predicate is arithmetic it is written so (``k_position == q_position - 1``, ``k_token < q_token`` for
 numbers), and an MLP that reads one of its inputs only is written over that one. The values a variable can
 take (its domain) follow from the program: the input tokens, the positions 0…max_len − 1, a categorical head
-copies its value variable's, a numerical head counts 0…max_len, an MLP writes what its table holds over its
-inputs' domains. Predicates and tables are written over those domains only.
+copies its value variable's, a numerical head counts 0…max_len (or sums a numerical variable, up to the
+cardinality − 1 it saturates at), an MLP writes what its table holds over its inputs' domains. Predicates
+and tables are written over those domains only.
 
 Pruning: a variable whose readout term can be left out without changing any prediction on the task's whole
 input space (``RaspTask.input_space``; the train and validation inputs where the space is too large to
@@ -36,7 +37,8 @@ class Module:
 
   name: str
   kind: str                 # 'categorical', 'numerical' or 'mlp'
-  reads: tuple[str, ...]    # categorical: (query, key, value); numerical: (query, key); mlp: (first, second)
+  reads: tuple[str, ...]    # categorical: (query, key, value); numerical: (query, key), and the numerical
+                            # variable it sums where it has one (model.numerical_values); mlp: (first, second)
   table: np.ndarray         # categorical: key value per query value [card]; numerical: [card, card] bool;
                             # mlp: value written per pair [card, card]
 
@@ -78,7 +80,10 @@ def plan_of(params, cfg) -> Plan:
         modules.append(Module(name, 'categorical', tuple(chosen(p, r, readable) for r in ('query', 'key', 'value')),
                               psi.argmax(-1)))
       else:
-        modules.append(Module(name, 'numerical', tuple(chosen(p, r, readable) for r in ('query', 'key')), psi > 0))
+        reads = tuple(chosen(p, r, readable) for r in ('query', 'key'))
+        if cfg.program.numerical_values:
+          reads += (chosen(p, 'value', tp.numerical_names(cfg, l)),)
+        modules.append(Module(name, 'numerical', reads, psi > 0))
     readable = tp.variable_names(cfg, l, with_heads_of=l)
     for m in range(cfg.program.mlps):
       name, p = f'mlp_{l}_{m}', params[f'mlp_{l}_{m}']
@@ -96,12 +101,14 @@ def plan_of(params, cfg) -> Plan:
 # ---------------------------------------------------------------------------------------------------------
 def domains(plan: Plan, input_tokens: list[int]) -> dict[str, tuple[tuple[int, ...], bool]]:
   """variable -> (its values, whether they are tokens)."""
-  out = {'tokens': (tuple(sorted(input_tokens)), True), 'positions': (tuple(range(plan.max_len)), False)}
+  out = {'tokens': (tuple(sorted(input_tokens)), True), 'positions': (tuple(range(plan.max_len)), False),
+         'ones': ((1,), False)}
   for m in plan.modules:
     if m.kind == 'categorical':
       out[m.name] = out[m.reads[2]]
-    elif m.kind == 'numerical':
-      out[m.name] = (tuple(range(plan.max_len + 1)), False)
+    elif m.kind == 'numerical':       # at most max_len keys, each adding its value; saturating at card − 1
+      most = plan.max_len * max(out[m.reads[2]][0]) if len(m.reads) > 2 else plan.max_len
+      out[m.name] = (tuple(range(min(most, plan.card - 1) + 1)), False)
     else:
       a, b = (out[r][0] for r in m.reads)
       pairs = zip(a, a) if m.reads[0] == m.reads[1] else ((i, j) for i in a for j in b)
@@ -269,9 +276,12 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
   rel = _head_relation(m, doms)
   same = q == k
   qa, ka = _arg(q, 'q', same), _arg(k, 'k', same)
+  sums = m.kind == 'numerical' and len(m.reads) > 2 and m.reads[2] != 'ones'
   if rel == 'False':
-    return (f'`{m.name}` counts no key: it is 0 everywhere.' if m.kind == 'numerical' else
+    return (f'`{m.name}` selects no key: it is 0 everywhere.' if m.kind == 'numerical' else
             f'`{m.name}`: no key matches, so every position copies the `{m.reads[2]}` of position 0.')
+  if rel == 'True' and sums:
+    return f'`{m.name}` sums the `{m.reads[2]}` of every key (up to the position, causal).'
   if rel == 'True':
     return (f'`{m.name}` counts every key: the length (up to the position, causal).' if m.kind == 'numerical' else
             f'`{m.name}`: every key matches, so every position copies the `{m.reads[2]}` of its closest other '
@@ -288,6 +298,8 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
       where = f'whose `{k}` is, by the query\'s `{q}`: ' + '; '.join(
           f'{key_text(keys)} for {text(qs, q_tok)}' for keys, qs in groups)
   if m.kind == 'numerical':
+    if sums:
+      return f'`{m.name}` sums the `{m.reads[2]}` of the keys {where}.'
     return f'`{m.name}` counts the keys {where}.'
   return f'`{m.name}` copies the `{m.reads[2]}` of the closest key {where} (position 0 where there is none).'
 
@@ -339,9 +351,11 @@ def aggregate(pattern, values):
     return Variable(np.take_along_axis(values.ids, pattern, axis=1), values.is_token)
 
 
-def aggregate_sum(pattern):
-    """How many keys each query selects."""
-    return Variable(pattern.sum(-1), False)
+def aggregate_sum(pattern, values=None):
+    """How many keys each query selects; given a numerical variable, the sum of its values at those keys,
+    at most CARDINALITY - 1 (the largest value a variable holds)."""
+    total = pattern.sum(-1) if values is None else (pattern * values.ids[:, None, :]).sum(-1)
+    return Variable(np.minimum(total, CARDINALITY - 1), False)
 
 
 def apply(function, *variables):
@@ -412,6 +426,8 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str
       lines.append(f'    {m.name}_pattern = {select}({m.reads[1]}, {m.reads[0]}, {prefix}predicate_{m.name[5:]})')
       if m.kind == 'categorical':
         lines.append(f'    {m.name} = aggregate({m.name}_pattern, {m.reads[2]})')
+      elif len(m.reads) > 2 and m.reads[2] != 'ones':
+        lines.append(f'    {m.name} = aggregate_sum({m.name}_pattern, {m.reads[2]})')
       else:
         lines.append(f'    {m.name} = aggregate_sum({m.name}_pattern)')
     lines.append('')

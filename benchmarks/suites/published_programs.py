@@ -1,0 +1,103 @@
+"""The published Transformer Programs run on symjax's test splits: whether the accuracies "Learning Transformer
+Programs" reports (Table 1) carry over to the task data here, so that a program trained here can be compared
+with the published one on the same inputs.
+
+  git clone https://github.com/princeton-nlp/TransformerPrograms   # read at run time, never imported by symjax
+  pip install -e '.[bench]'                                        # pandas: the programs read their classifiers
+  python -m benchmarks.suites.published_programs --programs=TransformerPrograms
+      [--tasks=reverse,...] [--jobs=2] [--json=benchmarks/results/published_programs.json]
+
+Each task's program (``programs/rasp/<task>/<task>.py`` and its classifier CSV) tags every sequence of the test
+split that ``--config=rasp:task=<task>,model=program`` trains and scores on (its data seed), one sequence at a
+time as the published code runs; the score is token accuracy over the tagged positions, as the training command
+reports it. Tags are compared as text, with symjax's count tags (``#2``) read as the published ones (``2``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import importlib.util
+import io
+import os
+import subprocess
+import time
+
+from absl import app, flags
+
+from benchmarks.lib import results as result_files
+from symjax.tasks import rasp
+
+_PROGRAMS = flags.DEFINE_string('programs', None, 'A checkout of princeton-nlp/TransformerPrograms.', required=True)
+_TASKS = flags.DEFINE_list('tasks', list(rasp.TASKS), 'RASP tasks.')
+_JOBS = flags.DEFINE_integer('jobs', 1, 'Tasks scored at once.', lower_bound=1)
+_JSON = flags.DEFINE_string('json', 'benchmarks/results/published_programs.json', 'Where to write the results.')
+_SPLIT = 'test'
+
+
+def split_tokens(task_name: str) -> list[tuple[list[str], list[str], list[bool]]]:
+  """(input tokens, target tags, tagged) of every sequence of the split the program recipe scores on."""
+  from symjax import tasks
+  from symjax.configs import rasp as recipe
+  config = recipe.get_config(f'task={task_name},model=program')
+  task = tasks.get_task(config)
+  words = list(task.vocab.tokens)
+  rows = []
+  for batch in task.eval_batches(_SPLIT, 500, config.data_seed):
+    for x, y, w, mask in zip(batch['inputs'], batch['targets'], batch['weights'], batch['key_mask']):
+      n = int(mask.sum())
+      if n:  # the last batch's filler rows are not sequences of the split
+        rows.append(([words[i] for i in x[:n]], [words[i] for i in y[:n]], [bool(v > 0) for v in w[:n]]))
+  return rows
+
+
+def score(programs: str, task_name: str) -> dict:
+  """The published program of ``task_name`` over the split: token accuracy (%), positions, sequences, seconds."""
+  rows = split_tokens(task_name)
+  path = os.path.join(programs, 'programs', 'rasp', task_name, f'{task_name}.py')
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'no published program at {path}: --programs names a TransformerPrograms checkout')
+  here = os.getcwd()
+  os.chdir(programs)  # the programs read their classifier CSV by a path from the repository's root
+  try:
+    spec = importlib.util.spec_from_file_location(f'published_{task_name}', path)
+    module = importlib.util.module_from_spec(spec)
+    with contextlib.redirect_stdout(io.StringIO()):  # the file tags its own examples when imported
+      spec.loader.exec_module(module)
+    start = time.perf_counter()
+    right = total = 0
+    for tokens, tags, tagged in rows:
+      for got, want, counted in zip(module.run(tokens), tags, tagged):
+        if counted:
+          total += 1
+          right += str(got) == want.removeprefix('#')
+    seconds = time.perf_counter() - start
+  finally:
+    os.chdir(here)
+  return {'accuracy': 100.0 * right / total, 'positions': total, 'sequences': len(rows), 'seconds': seconds}
+
+
+def main(argv):
+  del argv
+  programs = os.path.abspath(_PROGRAMS.value)
+  with concurrent.futures.ProcessPoolExecutor(_JOBS.value) as pool:
+    futures = {t: pool.submit(score, programs, t) for t in _TASKS.value}
+    scores = {t: f.result() for t, f in futures.items()}
+  try:
+    commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=programs, capture_output=True, text=True,
+                            check=True).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    commit = 'unknown (not a git checkout)'
+  print(f'{"task":12s} {"published":>9s} {"on this split":>13s} {"positions":>9s}')
+  for t, s in scores.items():
+    print(f'{t:12s} {rasp.PUBLISHED[t]:9.2f} {s["accuracy"]:13.2f} {s["positions"]:9d}')
+  result_files.write(_JSON.value, {
+      'what': ("the published Transformer Programs (princeton-nlp/TransformerPrograms, programs/rasp/<task>) on the "
+               "test split symjax's program recipe scores on: token accuracy (%) over the tagged positions, beside "
+               "the accuracy that paper reports on its own data (Table 1)"),
+      'programs_commit': commit, 'split': _SPLIT,
+      'published_accuracy': {t: rasp.PUBLISHED[t] for t in scores}, 'on_this_split': scores})
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -120,6 +120,20 @@ def test_rasp_length_generalisation_splits(rasp_task):
     assert not any(tuple(r[:8]) in train and (r[8:] == pad).all() for r in inputs)
 
 
+def test_splits_longer_than_the_model_reads_are_left_out_of_the_final_evaluation_with_a_line(capsys):
+  from symjax.model import ModelConfig
+  from symjax.train import trainer
+  task = rasp.RaspTask('most_freq')
+  assert [task.split_length(s) for s in ('test', 'length_12', 'length_16')] == [8, 12, 16]
+  model = lambda n: ModelConfig.of(kind='program', vocab_size=len(task.vocab), max_len=n)
+  assert trainer.readable_eval_splits(task, model(16)) == ('length_12', 'length_16')
+  assert capsys.readouterr().out == ''
+  assert trainer.readable_eval_splits(task, model(12)) == ('length_12',)
+  assert capsys.readouterr().out == 'not evaluated at the end: length_16 (sequences of 16 tokens; model.max_len = 12)\n'
+  assert trainer.readable_eval_splits(task, model(8)) == ()
+  assert 'length_12, length_16 (sequences of 12, 16 tokens; model.max_len = 8)' in capsys.readouterr().out
+
+
 def test_length_balance_draws_each_length_by_its_weight_and_the_same_rows_on_a_resume():
   task = rasp.RaspTask('reverse')
   lengths = (task.data.inputs['train'] != task.pad_id).sum(1)

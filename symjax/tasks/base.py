@@ -99,6 +99,11 @@ class Task(abc.ABC):
   def eval_batches(self, split: str, batch_size: int, seed: int) -> Iterator[dict[str, np.ndarray]]:
     """A fixed pass over ``split`` for evaluation."""
 
+  def split_length(self, split: str) -> int:
+    """The tokens per sequence of ``split``."""
+    del split
+    return self.seq_len
+
 
 @dataclasses.dataclass
 class SequenceDataset:
@@ -152,6 +157,10 @@ class FixedSetTask(Task):
     if split not in self.data.inputs:
       raise InputError(f'split must be one of {list(self.data.inputs)}, got {split!r}')
     return len(self.data.inputs[split])
+
+  def split_length(self, split: str) -> int:
+    self.split_size(split)  # the one-line error for an unknown split
+    return self.data.inputs[split].shape[1]
 
   def row_probabilities(self, split: str) -> np.ndarray:
     """What ``length_balance`` draws each row of ``split`` with: n_L^(-a), normalised (computed once per split

@@ -228,6 +228,17 @@ def check_task_fits(task: tasks.Task, model_config: ModelConfig) -> None:
                      f'{model_config.max_len}; raise config.model.max_len or lower config.seq_len')
 
 
+def readable_eval_splits(task: tasks.Task, model_config: ModelConfig) -> tuple[str, ...]:
+  """The task's extra evaluation splits whose sequences the model reads. Longer ones (a RASP task's
+  length_16 for a model of max_len 8) are left out of the final evaluation, with one line saying so, rather
+  than failing it after training."""
+  too_long = {s: task.split_length(s) for s in task.eval_splits if task.split_length(s) > model_config.max_len}
+  if too_long and jax.process_index() == 0:
+    print(f'not evaluated at the end: {", ".join(too_long)} (sequences of '
+          f'{", ".join(str(n) for n in too_long.values())} tokens; model.max_len = {model_config.max_len})')
+  return tuple(s for s in task.eval_splits if s not in too_long)
+
+
 def task_init(state: TrainState, task: tasks.Task, model_config: ModelConfig, shardings) -> TrainState:
   """Freshly initialised parameters with the task's own changes (``Task.initial_params``), if it has any."""
   change = lambda params: task.initial_params(params, model_config)
@@ -260,6 +271,7 @@ def setup(config: ml_collections.ConfigDict, runs: list[tuple[str, ml_collection
   task = tasks.get_task(config, runs[0][0])
   model_config = config_lib.model_config(config, len(task.vocab), task.causal, vocab_shards=vocab_shards)
   check_task_fits(task, model_config)
+  task.eval_splits = readable_eval_splits(task, model_config)
   for workdir, run_config in runs:
     rundir.check_same_model(workdir, model_config)
     rundir.check_same_data(workdir, task)

@@ -10,11 +10,13 @@ with the published one on the same inputs.
 Each task's program (``programs/rasp/<task>/<task>.py`` and its classifier CSV) tags every sequence of the test
 split that ``--config=rasp:task=<task>,model=program`` trains and scores on (its data seed), one sequence at a
 time as the published code runs; the score is token accuracy over the tagged positions, as the training command
-reports it. Tags are compared as text, with symjax's count tags (``#2``) read as the published ones (``2``).
+reports it, and by position in the sequence. Tags are compared as text, with symjax's count tags (``#2``)
+read as the published ones (``2``).
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import importlib.util
@@ -65,16 +67,18 @@ def score(programs: str, task_name: str) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):  # the file tags its own examples when imported
       spec.loader.exec_module(module)
     start = time.perf_counter()
-    right = total = 0
+    right, total = collections.Counter(), collections.Counter()   # by position
     for tokens, tags, tagged in rows:
-      for got, want, counted in zip(module.run(tokens), tags, tagged):
+      for i, (got, want, counted) in enumerate(zip(module.run(tokens), tags, tagged)):
         if counted:
-          total += 1
-          right += str(got) == want.removeprefix('#')
+          total[i] += 1
+          right[i] += str(got) == want.removeprefix('#')
     seconds = time.perf_counter() - start
   finally:
     os.chdir(here)
-  return {'accuracy': 100.0 * right / total, 'positions': total, 'sequences': len(rows), 'seconds': seconds}
+  return {'accuracy': 100.0 * sum(right.values()) / sum(total.values()), 'positions': sum(total.values()),
+          'sequences': len(rows), 'seconds': seconds,
+          'accuracy_by_position': {str(i): 100.0 * right[i] / total[i] for i in sorted(total)}}
 
 
 def main(argv):

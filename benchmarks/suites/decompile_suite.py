@@ -2,7 +2,7 @@
 model decompiled as it is, and the program-trained one (``program=true``), over seeds.
 
   python -m benchmarks.suites.decompile_suite [--tasks=induction,reverse,...] [--seeds=0,1,2]
-      [--runs=/tmp/symjax_decompile] [--json=benchmarks/results/decompile.json] [--jobs=2]
+      [--runs=/tmp/symjax_decompile] [--json=benchmarks/results/decompile.json] [--jobs=2] [--restarts=reverse=10]
 
 Each run is trained by the command a user types (``python -m symjax.main --config=rasp:task=T,model=symbolic``
 or ``--config=symbolic`` for induction, ``program=true`` for program training, ``--config.seed=S``) unless
@@ -10,9 +10,10 @@ its folder holds a finished run, then decompiled from its best checkpoint by ``p
 which measures on the test split the program's fidelity to the model, both accuracies and the program's
 size. Where the recipe trains several initialisations per seed (``symjax.configs.rasp.RESTARTS``, as "Learning
 Transformer Programs" keeps the best of 5), seed s trains initialisations s·R … s·R + R − 1 and decompiles the
-one best on validation accuracy. The JSON is rewritten after every run, so a stopped suite keeps what it
-measured. ``--jobs=2`` trains two runs at once (on a 2-core machine, two one-core runs finish sooner than the
-same two one after the other).
+one best on validation accuracy (``--restarts=task=R`` sets R for a trial). The JSON is rewritten after every
+seed, so a stopped suite keeps what it measured, and a suite run again trains only what its folders lack
+(a stopped run resumes from its checkpoint). ``--jobs=2`` trains two runs at once (on a 2-core machine, two
+one-core runs finish sooner than the same two one after the other).
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds.')
 _RUNS = flags.DEFINE_string('runs', '/tmp/symjax_decompile', 'Where runs are trained (or found).')
 _JSON = cli.json_output('benchmarks/results/decompile.json', 'Output.')
 _JOBS = flags.DEFINE_integer('jobs', 1, 'Runs trained and decompiled at once.', lower_bound=1)
+_RESTARTS = flags.DEFINE_list('restarts', [], 'task=R, ...: initialisations per seed of the transformer_program '
+                               "mode instead of the recipe's (symjax.configs.rasp.RESTARTS), for a trial of a "
+                               'larger search.')
 _STEPS = cli.steps(0, "Train each run this many steps instead of the recipe's budget: a speed run "
                       "(decompiling and predicting take as long for any parameters of the recipe's shape); its "
                       "accuracies are not results.")
@@ -87,9 +91,20 @@ def recipe(task: str, mode: str) -> list[str]:
   return [f'--config={name}'] + (['--config.model.qk_positions=false'] if mode == 'program_alibi' else [])
 
 
+def restarts(task: str) -> int:
+  """Initialisations per seed of the transformer_program mode: ``--restarts``, else the recipe's."""
+  given = {}
+  for item in _RESTARTS.value:
+    name, _, count = item.partition('=')
+    if not count.isdigit() or int(count) < 1:
+      raise app.UsageError(f'--restarts takes task=R with R a whole number >= 1, got {item!r}')
+    given[name] = int(count)
+  return given.get(task, rasp_recipe.RESTARTS.get(task, 1))
+
+
 def initialisations(task: str, mode: str, seed: int) -> list[int]:
   """The training seeds behind suite seed ``seed``: itself, or R of their own where the recipe restarts."""
-  return collect.initialisations(seed, rasp_recipe.RESTARTS.get(task, 1) if mode == 'transformer_program' else 1)
+  return collect.initialisations(seed, restarts(task) if mode == 'transformer_program' else 1)
 
 
 def train(task: str, mode: str, init: int) -> tuple[str, list[str], float | None]:
@@ -269,10 +284,15 @@ def main(_):
           'what': what, 'published_program_accuracy': PUBLISHED,
           'commands': commands, 'summary': summary, 'per_seed': per_seed})
 
+  # Every initialisation is one training job, so that --jobs stays busy across seeds; a seed is decompiled
+  # (here, one at a time) as soon as its initialisations are trained.
   with concurrent.futures.ThreadPoolExecutor(_JOBS.value) as pool:
-    futures = {pool.submit(one, *run): run for run in runs}
-    for future in concurrent.futures.as_completed(futures):
-      record(*futures[future], *future.result())
+    trained = {(task, mode, init): pool.submit(train, task, mode, init)
+               for task, mode, seed in runs for init in initialisations(task, mode, seed)}
+    for task, mode, seed in runs:
+      for init in initialisations(task, mode, seed):
+        trained[task, mode, init].result()
+      record(task, mode, seed, *one(task, mode, seed))
   print('\n| task | mode | program accuracy | fidelity | model accuracy | published |\n|---|---|---:|---:|---:|---:|')
   for key, stats in summary.items():
     task, mode = key.split('/')

@@ -33,6 +33,13 @@ def test_texts_of_unequal_length_are_padded_with_their_key_mask(hm):
   assert hm.to_string([0, 1, 6]) == '<s> a 1' and hm.cfg.kind == 'symbolic'
 
 
+def test_the_model_object_prints_its_kind_shape_and_size(hm):
+  c, n = hm.cfg, sum(int(np.size(p)) for p in jax.tree.leaves(hm.params))
+  assert repr(hm) == (f'HookedModel(symbolic: {c.num_layers} layers, {c.num_heads} heads × {c.head_dim}, '
+                      f'vocabulary {c.vocab_size}, context {c.max_len}, {n:,} parameters)')
+  assert n > 1000
+
+
 def test_calls_equal_the_functional_api_and_a_padded_row_equals_the_row_alone(hm):
   ids = hm.tokenizer.encode('<s> a 1 b 2')
   logits, cache = hm.run_with_cache('<s> a 1 b 2')

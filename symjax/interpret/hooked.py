@@ -72,6 +72,13 @@ class HookedModel:
   def params(self, params):
     self._params = core.plain_params(params)
 
+  def __repr__(self) -> str:
+    """What TransformerLens's users read off a loaded model: its kind and shape, and its size."""
+    c = self.model.config
+    n = sum(int(np.size(p)) for p in jax.tree.leaves(self.params))
+    return (f'HookedModel({c.kind}: {c.num_layers} layers, {c.num_heads} heads × {c.head_dim}, vocabulary '
+            f'{c.vocab_size}, context {c.max_len}, {n:,} parameters)')
+
   @property
   def cfg(self):
     """The model's ``ModelConfig`` (TransformerLens's ``cfg``)."""

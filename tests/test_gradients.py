@@ -59,6 +59,26 @@ def test_attribution_patching_is_exact_for_a_metric_linear_in_the_site(kind):
   np.testing.assert_allclose(estimate['final.norm'].sum(), exact, rtol=1e-4, atol=1e-5)
 
 
+def test_logit_difference_is_a_metric_that_gradients_and_attribution_patching_go_through():
+  model, params, clean, corrupt = setup('symbolic')
+  sites = ['final.norm', 'blocks.0.attn.z']
+  for reduce in ('mean', 'none'):
+    metric = patching.logit_difference(3, 4, reduce=reduce)
+    by_hand = difference if reduce == 'mean' else (lambda logits: logits[:, -1, 3] - logits[:, -1, 4])
+    value, grads = hooks.site_gradients(model, params, clean, lambda x: metric(x).sum(), sites)
+    want_value, want = hooks.site_gradients(model, params, clean, lambda x: by_hand(x).sum(), sites)
+    np.testing.assert_allclose(value, want_value, rtol=1e-6)
+    for name in sites:
+      np.testing.assert_allclose(grads[name], want[name], rtol=1e-6, atol=1e-7)
+  estimate = hooks.attribution_patch(model, params, clean, corrupt, patching.logit_difference(3, 4), sites)
+  want = hooks.attribution_patch(model, params, clean, corrupt, difference, sites)
+  np.testing.assert_allclose(estimate['blocks.0.attn.z'], want['blocks.0.attn.z'], rtol=1e-5, atol=1e-7)
+  # Outside a trace it still gives plain numbers: a float, or one value per row.
+  logits = hooks.run_with_hooks(model, params, clean, {})
+  assert isinstance(patching.logit_difference(3, 4)(logits), float)
+  assert isinstance(patching.logit_difference(3, 4, reduce='none')(jnp.asarray(logits)), np.ndarray)
+
+
 def test_the_functional_core_jits_and_its_gradient_reaches_the_parameters():
   model, params, clean, _ = setup('symbolic')
   loss = jax.jit(lambda p: difference(hooks.apply_with_hooks(model, p, clean, {'blocks.0.attn.z': hooks.zero_head(1)})))

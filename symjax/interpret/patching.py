@@ -293,8 +293,9 @@ def logit_difference(answer, wrong, position=-1, batch: int | None = None, reduc
   def each(logits):
     """The metric of every patch at once: logits ``[patches, batch, time, vocab]`` -> ``[patches]`` (or
     ``[patches, batch]``), as the loop over patches gives it (a sweep of 1,024 patches spent a third of its
-    time in that loop)."""
-    logits = np.asarray(logits)
+    time in that loop). JAX arrays stay JAX arrays, so that gradients and jit go through the metric."""
+    if not isinstance(logits, jax.Array):
+      logits = np.asarray(logits)
     _check_metric_indices(logits.shape, answer, wrong, position, batch)
     rows = np.arange(logits.shape[1])
     at = np.broadcast_to(np.asarray(position), rows.shape)
@@ -305,8 +306,10 @@ def logit_difference(answer, wrong, position=-1, batch: int | None = None, reduc
     return values if reduce == 'none' else values.mean(1)
 
   def metric(logits):
-    values = each(np.asarray(logits)[None])[0]
-    return values if reduce == 'none' and batch is None else float(values)
+    values = each((logits if isinstance(logits, jax.Array) else np.asarray(logits))[None])[0]
+    if isinstance(values, jax.core.Tracer):  # inside jax.grad or jit (site_gradients, attribution_patch)
+      return values
+    return np.asarray(values) if reduce == 'none' and batch is None else float(values)
   metric.positions = position  # all it reads: a sweep computes the patches' logits there alone
   metric.each = each
   return metric

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import KINDS, randomize, shapes_of, small
 
-from symjax.interpret import hooks
+from symjax.interpret import core, hooks
 from symjax.model import Transformer
 from symjax.system.errors import InputError
 
@@ -54,7 +54,7 @@ def test_blocks_and_accumulated_states_sum_to_the_logits_and_name_their_streams(
   got = cache.logit_attrs(stack, targets).sum(0) + cache.ln_bias_logits(targets)
   np.testing.assert_allclose(got, logit_of(logits, targets), atol=TOL)
   acc, acc_labels = cache.accumulated_resid(return_labels=True)
-  assert acc_labels == ['embed'] + [str(l) for l in range(L)] and acc.shape[0] == L + 1
+  assert acc_labels == [f'{l}_pre' for l in range(L)] + ['final_post'] and acc.shape[0] == L + 1
   embeds = len(stack) - 2 * L  # a two-stream model's X_e starts at zero: one embedding term
   np.testing.assert_allclose(acc, np.cumsum(stack, 0)[[embeds - 1 + 2 * l for l in range(L + 1)]], atol=1e-9)
   # The last accumulated state is the state the final norm reads: read out, it gives the logits.
@@ -121,6 +121,57 @@ def test_layer_minus_one_stacks_every_block_as_transformer_lens_reads_it(cached)
   assert len(cache.accumulated_resid(layer=-1)) > len(cache.accumulated_resid(layer=1))
 
 
+def test_the_accumulated_states_are_the_cached_ones_with_transformer_lens_labels_and_middles(cached):
+  model, _, _, _, cache, _ = cached
+  L = model.config.num_layers
+  stack, labels = cache.accumulated_resid(incl_mid=True, return_labels=True)
+  assert labels == [name for l in range(L) for name in (f'{l}_pre', f'{l}_mid')] + ['final_post']
+  two = model.config.kind != 'standard'
+  for state, label in zip(stack, labels):
+    if label == '0_pre':
+      want = np.asarray(cache['embed'], np.float64)
+    elif label == 'final_post':
+      want = sum(np.asarray(cache[f'blocks.{L - 1}.{s}'], np.float64) for s in (('x_t', 'x_e') if two else ('resid',)))
+    else:
+      l, part = int(label.split('_')[0]), label.split('_')[1]
+      sites = ([f'blocks.{l - 1}.x_t', f'blocks.{l - 1}.x_e'] if two else [f'blocks.{l - 1}.resid']) if part == 'pre' \
+          else ([f'blocks.{l}.x_t_mid', f'blocks.{l}.x_e_mid'] if two else [f'blocks.{l}.resid_mid'])
+      want = sum(np.asarray(cache[s], np.float64) for s in sites)
+    np.testing.assert_allclose(state, want, atol=1e-5, err_msg=label)
+  upto, upto_labels = cache.accumulated_resid(layer=1, mlp_input=True, return_labels=True)
+  assert upto_labels == ['0_pre', '1_pre', '1_mid'] and np.array_equal(upto, stack[[0, 2, 3]])
+
+
+def test_decompose_resid_modes_embeddings_and_mlp_input_sum_to_the_states_they_make(cached):
+  model, _, _, _, cache, _ = cached
+  L, two = model.config.num_layers, model.config.kind != 'standard'
+  every, labels = cache.decompose_resid(return_labels=True)
+  attn, attn_labels = cache.decompose_resid(mode='attn', incl_embeds=False, return_labels=True)
+  ffn, ffn_labels = cache.decompose_resid(mode='mlp', incl_embeds=False, return_labels=True)
+  assert attn_labels == [f'{l}_attn_out' + ('.x_t' if two else '') for l in range(L)]
+  assert ffn_labels == [f'{l}_' + ('ffn_out.x_e' if two else 'mlp_out') for l in range(L)]
+  np.testing.assert_allclose(every[0] + attn.sum(0) + ffn.sum(0), every.sum(0), atol=1e-9)
+  # Up to block 1 with its attention: the state its FFN reads, as accumulated_resid gives it.
+  mid = cache.decompose_resid(layer=1, mlp_input=True)
+  np.testing.assert_allclose(mid.sum(0), cache.accumulated_resid(layer=1, mlp_input=True)[-1], atol=1e-9)
+
+
+def test_apply_ln_is_the_frozen_final_norm_and_the_logit_lens_reads_its_own_statistics(cached):
+  model, _, _, logits, cache, targets = cached
+  heads = cache.stack_head_results(pos_slice=-1)
+  np.testing.assert_array_equal(cache.stack_head_results(pos_slice=-1, apply_ln=True),
+                                cache.apply_ln_to_stack(heads, pos_slice=-1))
+  np.testing.assert_array_equal(cache.decompose_resid(apply_ln=True), cache.apply_ln_to_stack(cache.decompose_resid()))
+  # The last state through the final norm, plus β, read out: the logits themselves.
+  lens = cache.accumulated_resid(apply_ln=True)
+  table = core.readout_table(model.config, cache.params)
+  _, beta = core.final_norm_affine(model.config, cache.params, cache.accumulated_resid()[-1])
+  np.testing.assert_allclose((lens[-1] + beta) @ table.T[:, :logits.shape[-1]], logits, atol=TOL)
+  # An earlier state is normalised by its own statistics, not the final state's.
+  frozen = cache.apply_ln_to_stack(cache.accumulated_resid())
+  assert np.abs(lens[0] - frozen[0]).max() > 1e-3
+
+
 def test_bad_input_is_a_one_line_error(cached):
   model, _, _, _, cache, targets = cached
   stack = cache.stack_head_results()
@@ -131,6 +182,9 @@ def test_bad_input_is_a_one_line_error(cached):
       (lambda: cache.logit_attrs(stack, model.config.vocab_size), r'tokens must be integer ids in 0\.\.12'),
       (lambda: cache.logit_attrs(stack, targets[:, :3]), r'do not fit the stack'),
       (lambda: cache.apply_ln_to_stack(stack, pos_slice=-1), r'make the stack with the same pos_slice'),
+      (lambda: cache.decompose_resid(mode='ffn'), r"mode must be one of \['all', 'attn', 'mlp'\], got 'ffn'"),
+      (lambda: cache.decompose_resid(layer=1, apply_ln=True), r'apply_ln applies the final norm'),
+      (lambda: cache.accumulated_resid(layer=1, apply_ln=True), r'apply_ln reads each state through the final'),
   ]:
     with pytest.raises(InputError, match=message) as e:
       call()

@@ -78,6 +78,28 @@ def test_bad_inputs_are_one_line_errors(hm):
     assert '\n' not in str(e.value)
 
 
+def test_a_transformer_lens_hook_function_reads_hook_name_and_layer_and_may_return_nothing(hm):
+  ids = hm.tokenizer.encode('<s> a 1 b 2')
+  seen = []
+
+  def zero_in_block_0(value, hook):  # as TransformerLens users write them
+    seen.append((hook.name, hook.layer(), str(hook)))
+    if hook.layer() == 0:
+      return value.at[:, :, 1].set(0.0)
+
+  got = hm.run_with_hooks(ids, fwd_hooks=[('blocks.0.attn.hook_z', zero_in_block_0),
+                                          ('blocks.1.attn.z', zero_in_block_0)])
+  np.testing.assert_allclose(got, hm.run_with_hooks(ids, {'blocks.0.attn.z': hooks.zero_head(1)}), rtol=1e-5,
+                             atol=1e-5)
+  assert ('blocks.0.attn.z', 0, 'blocks.0.attn.z') in seen and ('blocks.1.attn.z', 1, 'blocks.1.attn.z') in seen
+
+  def layer_of_embed(value, hook):
+    hook.layer()
+
+  with pytest.raises(InputError, match=r"'embed' is not a site of a block"):
+    hm.run_with_hooks(ids, {'embed': layer_of_embed})
+
+
 def test_transformer_lens_forms_of_hooks_and_names_give_what_the_dict_and_names_give(hm):
   ids = hm.tokenizer.encode('<s> a 1 b 2')
   zero = hooks.zero_head(1)

@@ -9,7 +9,8 @@ The sites and their shapes are listed once, in ``symjax.model.intermediates``: `
 block l = 0..L−1 ``blocks.{l}.attn.{q,k,scores,pattern,values,v_mixture,z,out}``,
 ``blocks.{l}.ffn.{pre,hidden,mixture,out}`` and ``blocks.{l}.{x_t,x_e,resid}`` (the state after block l), and
 ``final.{norm,logits}``. Hooks run inside the model's own modules (no second implementation of the model):
-``fn(value, name) -> value`` of the same shape.
+``fn(value, name) -> value`` of the same shape. ``name`` is also TransformerLens's hook object (``name.name``,
+``name.layer()``), and a hook that returns None leaves the value as it is, so its users' hooks run unchanged.
 """
 
 from __future__ import annotations
@@ -142,6 +143,9 @@ def _apply(model: Transformer, params, tokens, key_mask, fns: dict[str, Callable
   return model, tokens, logits, state
 
 
+DECOMPOSE_MODES = ('all', 'attn', 'mlp')  # TransformerLens's decompose_resid modes ('mlp': the FFN updates)
+
+
 @dataclasses.dataclass
 class Cache(Mapping):
   """Every cached site of one forward pass, by name (``symjax.model.intermediates`` lists them with their
@@ -248,40 +252,75 @@ class Cache(Mapping):
     parts = attribution.attribution_of(self.model.config, self.params, self._inter)
     return {k: v[:, pos] for k, v in parts.items()}
 
-  # TransformerLens's decomposition of the residual stream (symjax.interpret.decomposition).
-  def decompose_resid(self, layer: int | None = None, pos_slice: int | slice | None = None,
+  # TransformerLens's decomposition of the residual stream (symjax.interpret.decomposition), with its
+  # arguments in its order, so that its users' calls run unchanged.
+  def decompose_resid(self, layer: int | None = None, mlp_input: bool = False, mode: str = 'all',
+                      apply_ln: bool = False, pos_slice: int | slice | None = None, incl_embeds: bool = True,
                       return_labels: bool = False):
     """The embedding and each block's attention and FFN update before block ``layer`` (None or -1: all),
     ``[components, batch, time, d_model]``; with every block they sum to the state the final norm reads.
-    Two-stream labels name the stream each term is added to (``0_attn_out.x_t``, ``0_ffn_out.x_e``)."""
+    ``mlp_input``: block ``layer``'s attention update too (what its FFN reads); ``mode``: 'all', 'attn' or
+    'mlp' (the FFN updates); ``incl_embeds``: the embedding term; ``apply_ln``: through the frozen final
+    norm (``apply_ln_to_stack``). Two-stream labels name the stream each term is added to
+    (``0_attn_out.x_t``, ``0_ffn_out.x_e``)."""
+    if mode not in DECOMPOSE_MODES:
+      raise InputError(f'mode must be one of {list(DECOMPOSE_MODES)}, got {mode!r}')
     cfg = self.model.config
-    terms = decomposition.block_terms(cfg, self._inter)
-    keep = len(terms) - 2 * (cfg.num_layers - decomposition._layer_count(cfg, layer))
-    stack = decomposition._positions(np.stack([t for _, t in terms[:keep]]), pos_slice, 2)
-    return (stack, [label for label, _ in terms[:keep]]) if return_labels else stack
-
-  def accumulated_resid(self, layer: int | None = None, pos_slice: int | slice | None = None,
-                        return_labels: bool = False):
-    """The residual stream after the embedding and after each block up to ``layer`` (None or -1: all),
-    ``[layers + 1, batch, time, d_model]`` (X_t + X_e for two streams): labels ``embed``, ``0``, ``1``..."""
-    cfg = self.model.config
-    terms = [t for _, t in decomposition.block_terms(cfg, self._inter)]  # embedding, then two per block
-    states = [terms[0]]
-    for l in range(decomposition._layer_count(cfg, layer)):
-      states.append(states[-1] + terms[1 + 2 * l] + terms[2 + 2 * l])
-    stack = decomposition._positions(np.stack(states), pos_slice, 2)
-    labels = ['embed'] + [str(l) for l in range(len(states) - 1)]
+    count = decomposition._layer_count(cfg, layer)
+    terms = decomposition.block_terms(cfg, self._inter)               # embedding, then attention, FFN per block
+    kept = [terms[0]] if incl_embeds else []
+    for l in range(min(count + (mlp_input and count < cfg.num_layers), cfg.num_layers)):
+      attn, ffn = terms[1 + 2 * l], terms[2 + 2 * l]
+      kept += [t for t, part in ((attn, 'attn'), (ffn, 'mlp')) if mode in ('all', part) and (l < count or t is attn)]
+    stack = (np.stack([t for _, t in kept]) if kept else np.zeros((0, *terms[0][1].shape)))
+    stack = decomposition._positions(stack, pos_slice, 2)
+    if apply_ln:
+      stack = self._final_ln(stack, pos_slice, count, mlp_input)
+    labels = [label for label, _ in kept]
     return (stack, labels) if return_labels else stack
 
-  def stack_head_results(self, layer: int | None = None, pos_slice: int | slice | None = None,
-                         return_labels: bool = False, incl_remainder: bool = False):
+  def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
+                        pos_slice: int | slice | None = None, mlp_input: bool = False, return_labels: bool = False):
+    """The residual stream entering each block up to ``layer`` (None or -1: all, and then the state the
+    final norm reads), ``[states, batch, time, d_model]`` (X_t + X_e for two streams), labelled as
+    TransformerLens labels them: ``0_pre`` (the embedding), ``1_pre``, ..., ``final_post``. ``incl_mid``: the
+    state after each block's attention too (``{l}_mid``); ``mlp_input``: that of block ``layer`` last;
+    ``apply_ln``: each state through the final norm with its own statistics, a(x) ⊙ (x − μ(x)) without β
+    (the logit lens; every block only)."""
+    cfg = self.model.config
+    count = decomposition._layer_count(cfg, layer)
+    terms = [t for _, t in decomposition.block_terms(cfg, self._inter)]
+    states, labels, state = [], [], terms[0]
+    for l in range(count + 1):
+      if l == cfg.num_layers:
+        states.append(state)
+        labels.append('final_post')
+        break
+      states.append(state)
+      labels.append(f'{l}_pre')
+      if (incl_mid and l < count) or (mlp_input and l == count):
+        states.append(state + terms[1 + 2 * l])
+        labels.append(f'{l}_mid')
+      state = state + terms[1 + 2 * l] + terms[2 + 2 * l]
+    stack = decomposition._positions(np.stack(states), pos_slice, 2)
+    if apply_ln:
+      if count < cfg.num_layers:
+        raise InputError(f'apply_ln reads each state through the final norm: stack every block (layer=None), '
+                         f'got layer={layer!r} of {cfg.num_layers}')
+      a, _ = core.final_norm_affine(cfg, self.params, stack)
+      stack = a * core.centre(cfg, stack)
+    return (stack, labels) if return_labels else stack
+
+  def stack_head_results(self, layer: int | None = None, return_labels: bool = False,
+                         incl_remainder: bool = False, pos_slice: int | slice | None = None, apply_ln: bool = False):
     """Each head's term of the blocks before ``layer`` (None or -1: all), ``[layers × heads, batch, time,
     d_model]``, labels ``L{l}H{h}`` (``.x_t`` in two-stream models, where head h writes channel h of X_t).
     ``incl_remainder``: one more term, the rest of the final state (embedding, FFN updates, later blocks),
-    so that the stack sums to the state the final norm reads."""
+    so that the stack sums to the state the final norm reads; ``apply_ln``: through the frozen final norm."""
     cfg = self.model.config
     two = '' if cfg.kind == 'standard' else '.x_t'
-    blocks = range(decomposition._layer_count(cfg, layer))
+    count = decomposition._layer_count(cfg, layer)
+    blocks = range(count)
     labels = [f'L{l}H{h}{two}' for l in blocks for h in range(cfg.num_heads)]
     stack = (np.concatenate([decomposition.head_terms(cfg, self.params, self.arrays, l) for l in blocks])
              if labels else np.zeros((0, *self.arrays['embed'].shape)))
@@ -289,7 +328,17 @@ class Cache(Mapping):
       rest = decomposition.final_state(cfg, self._inter) - stack.sum(0)
       stack, labels = np.concatenate([stack, rest[None]]), labels + ['remainder']
     stack = decomposition._positions(stack, pos_slice, 2)
+    if apply_ln:
+      stack = self._final_ln(stack, pos_slice, count, False)
     return (stack, labels) if return_labels else stack
+
+  def _final_ln(self, stack: np.ndarray, pos_slice, count: int, mlp_input: bool) -> np.ndarray:
+    """``apply_ln`` of a stack of every block's terms: the frozen final norm (a block's own norm, which
+    TransformerLens applies to a stack that ends inside the model, is not what symjax's readout reads)."""
+    if count < self.model.config.num_layers or mlp_input:
+      raise InputError(f'apply_ln applies the final norm, frozen at this pass\'s final state: stack every block '
+                       f'(layer=None, mlp_input=False), got {count} of {self.model.config.num_layers} blocks')
+    return self.apply_ln_to_stack(stack, pos_slice)
 
   def apply_ln_to_stack(self, stack: np.ndarray, pos_slice: int | slice | None = None) -> np.ndarray:
     """Each term of ``stack`` through the final norm with its scale frozen at this pass's final state,

@@ -188,6 +188,22 @@ def read_only_message(name: str) -> str:
           f'and {base}.x_e{suffix} instead')
 
 
+class HookName(str):
+  """A site's name as a hook function receives it: the string itself, with the attributes of TransformerLens's
+  ``HookPoint`` that hook functions read (``hook.name``, ``hook.layer()``), so theirs run unchanged."""
+
+  @property
+  def name(self) -> str:
+    return str(self)
+
+  def layer(self) -> int:
+    """The block a ``blocks.{l}.…`` site belongs to."""
+    parts = self.split('.')
+    if parts[0] != 'blocks' or len(parts) < 3 or not parts[1].isdigit():
+      raise InputError(f'{str(self)!r} is not a site of a block (blocks.{{l}}.…): it has no layer')
+    return int(parts[1])
+
+
 def hooked(name: str) -> bool:
   """Whether a hook function is registered at ``name`` in the open session."""
   s = _SESSION.get()
@@ -209,7 +225,9 @@ def hook(module, local: str, value, replaceable: bool = True):
   if fn is not None:
     if not replaceable:
       raise InputError(read_only_message(name))
-    new = fn(value, name)
+    new = fn(value, HookName(name))
+    if new is None:  # a hook that only reads (TransformerLens's convention: None leaves the value as it is)
+      new = value
     if getattr(new, 'shape', None) != value.shape:
       raise InputError(f'the hook at {name} returned shape {getattr(new, "shape", None)}; the site has '
                        f'{tuple(value.shape)}')

@@ -33,6 +33,26 @@ def test_texts_of_unequal_length_are_padded_with_their_key_mask(hm):
   assert hm.to_string([0, 1, 6]) == '<s> a 1' and hm.cfg.kind == 'symbolic'
 
 
+def test_weights_tokens_and_losses_under_transformer_lens_names(hm):
+  ids = hm.to_tokens('<s> a 1 b 2')[0]
+  logits, cache = hm.run_with_cache(ids)
+  # The readout: the final norm's output times W_U is the logits; the embedding's rows are the input state.
+  np.testing.assert_allclose(np.asarray(cache['final.norm'], np.float64) @ hm.W_U, logits, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(hm.W_E[ids[0]], cache['embed'][0], rtol=1e-6, atol=1e-6)
+  assert hm.W_U.shape == (hm.cfg.d_model, hm.cfg.vocab_size) == hm.W_E.T.shape
+  one = hm.to_single_token('1')
+  assert one == ids[0, 2]
+  np.testing.assert_array_equal(hm.tokens_to_residual_directions('1'), hm.W_U[:, one])
+  assert hm.tokens_to_residual_directions(ids).shape == (1, 5, hm.cfg.d_model)
+  both = hm(ids, return_type='both')
+  np.testing.assert_array_equal(both[0], hm(ids))
+  assert both[1] == hm(ids, return_type='loss') and np.isfinite(both[1])
+  for call, message in [(lambda: hm.to_single_token('a 1'), r"'a 1' is 2 tokens, not one"),
+                        (lambda: hm.tokens_to_residual_directions([hm.cfg.vocab_size]), r'tokens must be ids in')]:
+    with pytest.raises(InputError, match=message):
+      call()
+
+
 def test_the_model_object_prints_its_kind_shape_and_size(hm):
   c, n = hm.cfg, sum(int(np.size(p)) for p in jax.tree.leaves(hm.params))
   assert repr(hm) == (f'HookedModel(symbolic: {c.num_layers} layers, {c.num_heads} heads × {c.head_dim}, '

@@ -130,8 +130,41 @@ class HookedModel:
     return self.tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
   def __call__(self, inputs, return_type: str = 'logits', key_mask=None, **kw) -> np.ndarray | float:
-    """The logits ``[batch, time, vocab]`` (or the loss: ``return_type='loss'``) of the inputs."""
+    """The logits ``[batch, time, vocab]`` (or the loss: ``return_type='loss'``; both: ``'both'``) of the
+    inputs."""
     return self.run_with_hooks(inputs, {}, return_type=return_type, key_mask=key_mask, **kw)
+
+  def to_single_token(self, text: str) -> int:
+    """The id of a text that is one token (TransformerLens's ``to_single_token``)."""
+    ids = self._encoded(text)
+    if ids.size != 1:
+      raise InputError(f'{text!r} is {ids.size} tokens, not one: {self.to_str_tokens(text)}')
+    return int(ids[0])
+
+  @property
+  def W_E(self) -> np.ndarray:  # noqa: N802 (TransformerLens's name)
+    """The input embedding ``[vocab, d_model]`` (token rows; positions, where learned, are apart)."""
+    return core.embedding_table(self._tables())[:self.cfg.vocab_size]
+
+  @property
+  def W_U(self) -> np.ndarray:  # noqa: N802 (TransformerLens's name)
+    """The readout ``[d_model, vocab]``: logits = LN_f(x) @ W_U (the embedding's transpose when tied)."""
+    return core.readout_table(self.cfg, self._tables()).T
+
+  def tokens_to_residual_directions(self, tokens) -> np.ndarray:
+    """The readout's direction of each token, ``[..., d_model]``: a state's logit of the token is its final
+    norm's output dotted with it (TransformerLens's ``tokens_to_residual_directions``); text works too."""
+    ids = self._encoded(tokens) if isinstance(tokens, str) else np.asarray(tokens)
+    if ids.size and not (np.issubdtype(ids.dtype, np.integer) and 0 <= ids.min() and ids.max() < self.cfg.vocab_size):
+      raise InputError(f'tokens must be ids in 0..{self.cfg.vocab_size - 1}, got {ids.tolist()}')
+    directions = self.W_U.T[ids]
+    return directions[0] if isinstance(tokens, str) and ids.size == 1 else directions
+
+  def _tables(self):
+    if self.cfg.kind == 'program':
+      raise InputError('a Transformer Program (model.kind program) has no embedding or readout matrix: its '
+                       'variables are one-hot; read its program with python -m symjax.decompile')
+    return self.params
 
   def run_with_cache(self, inputs, names: Sequence[str] | str | Callable[[str], bool] | None = None,
                      fwd_hooks: Hooks | None = None, key_mask=None, *, names_filter=None, incl_grad: bool = False,

@@ -48,7 +48,7 @@ def axes(model: Transformer, name: str) -> tuple[int | None, int | None]:
   return 1, None
 
 
-RETURN_TYPES = ('logits', 'loss')
+RETURN_TYPES = ('logits', 'loss', 'both')  # 'both': (logits, loss), as TransformerLens's forward gives them
 
 
 def valid_names(model: Transformer) -> list[str]:
@@ -451,14 +451,20 @@ def run_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable
                    return_type: str = 'logits', targets=None, weights=None) -> np.ndarray | float:
   """The model with ``hooks`` {site name: ``fn(value, name) -> value``} applied where the sites are met.
   ``return_type='loss'``: the mean cross-entropy of ``targets`` (default: the next token of ``tokens``,
-  weighted by ``weights`` where given)."""
+  weighted by ``weights`` where given); ``'both'``: (logits, loss)."""
   if return_type not in RETURN_TYPES:
     raise InputError(f'return_type must be one of {list(RETURN_TYPES)}, got {return_type!r}')
   check_names(model, list(hooks), hooking=True)
   _, tokens, logits, _ = _apply(model, params, tokens, key_mask, hooks, frozenset(), [])
   if return_type == 'logits':
     return np.asarray(logits)
-  logits = np.asarray(logits, np.float64)  # a few small arrays: NumPy, not a string of eager JAX calls
+  loss = _loss(np.asarray(logits, np.float64), tokens, targets, weights)
+  return (np.asarray(logits), loss) if return_type == 'both' else loss
+
+
+def _loss(logits: np.ndarray, tokens, targets, weights) -> float:
+  """The mean cross-entropy of ``run_with_hooks`` (a few small arrays: NumPy, not a string of eager JAX
+  calls)."""
   logp = logits - logits.max(-1, keepdims=True)
   logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
   if targets is None:

@@ -88,8 +88,6 @@ def test_bad_inputs_are_one_line_errors(hm):
                          r'zero_head\(9\) at blocks.0.attn.z: head out of range, the model has heads 0..2'),
                         (lambda: hm.run_with_hooks('<s> a', [('blocks.0.attn.pattern', hooks.zero_head(3))]),
                          r'zero_head\(3\) at blocks.0.attn.pattern: head out of range'),
-                        (lambda: hm.run_with_hooks('<s> a', [('embed', abs), ('embed', abs)]),
-                         r"fwd_hooks names \['embed'\] more than once"),
                         (lambda: hm.run_with_hooks('<s> a', [('embed',)]), r'a list of \(site, fn\) pairs'),
                         (lambda: hm.run_with_cache('<s> a', names=['embed'], names_filter=['embed']),
                          r'names= or names_filter=, not both')]:
@@ -118,6 +116,45 @@ def test_a_transformer_lens_hook_function_reads_hook_name_and_layer_and_may_retu
 
   with pytest.raises(InputError, match=r"'embed' is not a site of a block"):
     hm.run_with_hooks(ids, {'embed': layer_of_embed})
+
+
+def test_hooks_added_to_the_model_object_run_in_every_call_until_reset_and_chain_in_order(hm):
+  from symjax.interpret import patching
+  ids = hm.tokenizer.encode('<s> a 1 b 2')
+  zero = hooks.zero_head(1)
+  plain, zeroed = hm(ids), hm.run_with_hooks(ids, {'blocks.0.attn.z': zero})
+  assert np.abs(plain - zeroed).max() > 1e-4
+  hm.add_hook('blocks.0.attn.hook_z', zero)
+  try:
+    np.testing.assert_array_equal(hm(ids), zeroed)
+    np.testing.assert_array_equal(hm.run_with_cache(ids)[0], zeroed)
+    with pytest.raises(InputError, match=r'get_act_patch_resid_pre runs the model without the hooks added'):
+      patching.get_act_patch_resid_pre(hm, ids[None], ids[None], patching.logit_difference(1, 2))
+  finally:
+    hm.reset_hooks()
+  np.testing.assert_array_equal(hm(ids), plain)
+  with hm.hooks(fwd_hooks=[('blocks.0.attn.z', zero)]):
+    np.testing.assert_array_equal(hm(ids), zeroed)
+  np.testing.assert_array_equal(hm(ids), plain)
+  # Two hooks at one site run in order, the second on the first's output: (v + 1) · 2, not v · 2 + 1.
+  add = lambda v, name: v + 1.0
+  double = lambda v, name: v * 2.0
+  want = hm.run_with_hooks(ids, {'blocks.1.attn.z': lambda v, name: (v + 1.0) * 2.0})
+  np.testing.assert_allclose(hm.run_with_hooks(ids, [('blocks.1.attn.z', add), ('blocks.1.attn.z', double)]), want,
+                             rtol=1e-6, atol=1e-6)
+  with hm.hooks(fwd_hooks=[('blocks.1.attn.z', add)]):
+    np.testing.assert_allclose(hm.run_with_hooks(ids, [('blocks.1.attn.z', double)]), want, rtol=1e-6, atol=1e-6)
+  # A predicate adds the hook at every site it accepts.
+  seen = []
+  hm.add_hook(lambda name: name.endswith('attn.pattern'), lambda v, hook: seen.append(hook.name))
+  try:
+    hm(ids)
+  finally:
+    hm.reset_hooks()
+  assert sorted(seen) == [f'blocks.{l}.attn.pattern' for l in range(hm.cfg.num_layers)]
+  with pytest.raises(InputError, match=r"unknown site name 'blocks.0.attn.zz'"):
+    hm.add_hook('blocks.0.attn.zz', zero)
+  assert not hm._hooks
 
 
 def test_transformer_lens_forms_of_hooks_and_names_give_what_the_dict_and_names_give(hm):

@@ -33,6 +33,9 @@ def takes_hooked_model(fn):
   @functools.wraps(fn)
   def wrapper(model, *args, **kw):
     if not isinstance(model, nn.Module) and hasattr(model, 'model') and hasattr(model, 'params'):
+      if getattr(model, '_hooks', None):  # not silently dropped: the answer would not be the hooked model's
+        raise InputError(f'{fn.__name__} runs the model without the hooks added to this HookedModel (add_hook, '
+                         f'hooks()): call it after hm.reset_hooks() or outside the with block')
       return fn(model.model, model.params, *args, **kw)
     return fn(model, *args, **kw)
   return wrapper

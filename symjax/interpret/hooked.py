@@ -12,6 +12,8 @@ stays for composing JAX code; this object calls it, with no second implementatio
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any, Callable, Sequence
 
 import jax
@@ -27,20 +29,38 @@ from symjax.system.errors import InputError
 Hooks = dict[str, Callable] | Sequence[tuple[str, Callable]]
 
 
-def hook_dict(fwd_hooks: Hooks | None, num_layers: int) -> dict[str, Callable]:
-  """{site: fn} of either form, the sites under symjax's names (TransformerLens's are translated); one hook per
-  site (chain two in one function)."""
+def hook_pairs(fwd_hooks: Hooks | None) -> list[tuple[str, Callable]]:
+  """The (site, fn) pairs of either form, in order."""
   if not fwd_hooks:
-    return {}
+    return []
   pairs = list(fwd_hooks.items()) if isinstance(fwd_hooks, dict) else list(fwd_hooks)
   if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and callable(p[1]) for p in pairs):
     raise InputError('fwd_hooks must be a dict {site: fn} or a list of (site, fn) pairs')
-  pairs = [(site_names.from_transformer_lens(site, num_layers), fn) for site, fn in pairs]
-  sites = [site for site, _ in pairs]
-  twice = sorted({n for n in sites if sites.count(n) > 1})
-  if twice:
-    raise InputError(f'fwd_hooks names {twice} more than once; one hook per site (compose them in one function)')
-  return dict(pairs)
+  return pairs
+
+
+def hook_dict(fwd_hooks: Hooks | None, num_layers: int) -> dict[str, Callable]:
+  """{site: fn} of either form, the sites under symjax's names (TransformerLens's are translated); several
+  hooks at one site run in order, each on what the one before returned."""
+  by_site: dict[str, list[Callable]] = {}
+  for site, fn in hook_pairs(fwd_hooks):
+    by_site.setdefault(site_names.from_transformer_lens(site, num_layers), []).append(fn)
+  return {site: chain(tuple(fns)) for site, fns in by_site.items()}
+
+
+@functools.lru_cache(maxsize=256)
+def chain(fns: tuple[Callable, ...]) -> Callable:
+  """One hook running ``fns`` in order (a None result leaves the value as it is). The same functions give the
+  same function object, which the compiled passes are keyed on."""
+  if len(fns) == 1:
+    return fns[0]
+
+  def chained(value, name):
+    for fn in fns:
+      out = fn(value, name)
+      value = value if out is None else out
+    return value
+  return chained
 
 
 def _is_batch(inputs) -> bool:
@@ -62,6 +82,36 @@ class HookedModel:
         raise InputError('HookedModel takes a loaded run (symjax.load(workdir)) or a model and its params')
       run_or_model, params, tokenizer = run_or_model.model, run_or_model.params, run_or_model.tokenizer
     self.model, self.params, self.tokenizer = run_or_model, params, tokenizer
+    self._hooks: list[tuple[str, Callable]] = []   # add_hook's, run before each call's own
+
+  # TransformerLens's hooks that stay on the model: every call of this object runs them.
+  def add_hook(self, name: str | Callable[[str], bool], hook: Callable) -> None:
+    """Runs ``hook`` at site ``name`` (or at every site the predicate ``name`` accepts) in every later call
+    of this object, until ``reset_hooks``. Functions that take the model object (patching, traces) run the
+    model without them and say so."""
+    sites = ([n for n in hooks.valid_names(self.model) if name(n)] if callable(name) else [name])
+    pairs = [(site, hook) for site in sites]
+    # The form and the names are checked now, not at the next call.
+    hooks.check_names(self.model, list(hook_dict(pairs, self.cfg.num_layers)), hooking=True)
+    self._hooks += pairs
+
+  def reset_hooks(self) -> None:
+    """Removes every hook ``add_hook`` (or an open ``hooks`` block) added."""
+    self._hooks = []
+
+  @contextlib.contextmanager
+  def hooks(self, fwd_hooks: Hooks):
+    """``with hm.hooks(fwd_hooks=[(site, fn)]):`` every call inside runs these hooks too."""
+    before = list(self._hooks)
+    for site, fn in hook_pairs(fwd_hooks):
+      self.add_hook(site, fn)
+    try:
+      yield self
+    finally:
+      self._hooks = before
+
+  def _all_hooks(self, fwd_hooks: Hooks | None) -> dict[str, Callable]:
+    return hook_dict(self._hooks + hook_pairs(fwd_hooks), self.cfg.num_layers)
 
   @property
   def params(self):
@@ -181,13 +231,13 @@ class HookedModel:
     ids, mask = self._ids_and_mask(inputs, key_mask)
     decode = (lambda i: self.to_string(i)) if self.tokenizer is not None else None
     return hooks.run_with_cache(self.model, self.params, ids, names, key_mask=mask, decode=decode,
-                                hooks=hook_dict(fwd_hooks, self.cfg.num_layers), incl_grad=incl_grad, metric=metric)
+                                hooks=self._all_hooks(fwd_hooks), incl_grad=incl_grad, metric=metric)
 
   def run_with_hooks(self, inputs, fwd_hooks: Hooks, return_type: str = 'logits', key_mask=None,
                      **kw) -> Any:
     """``symjax.interpret.run_with_hooks`` on the inputs, the padding masked."""
     ids, mask = self._ids_and_mask(inputs, key_mask)
-    fns = hook_dict(fwd_hooks, self.cfg.num_layers)
+    fns = self._all_hooks(fwd_hooks)
     return hooks.run_with_hooks(self.model, self.params, ids, fns, key_mask=mask, return_type=return_type, **kw)
 
   def _ids_and_mask(self, inputs, key_mask):
@@ -224,7 +274,7 @@ class HookedModel:
     buffer[:, :ids.shape[1]] = np.where(mask if mask is not None else True, ids, 0)
     ends, done = lengths.copy(), np.zeros(len(ids), bool)
     rows, rng = np.arange(len(ids)), jax.random.key(seed)
-    fns = hook_dict(fwd_hooks, self.cfg.num_layers)
+    fns = self._all_hooks(fwd_hooks)
     for _ in range(max_new_tokens):
       logits = np.asarray(hooks.apply_with_hooks(self.model, self.params, buffer, fns))[rows, ends - 1]
       if mode == 'greedy':

@@ -144,14 +144,17 @@ def test_hooks_added_to_the_model_object_run_in_every_call_until_reset_and_chain
                              rtol=1e-6, atol=1e-6)
   with hm.hooks(fwd_hooks=[('blocks.1.attn.z', add)]):
     np.testing.assert_allclose(hm.run_with_hooks(ids, [('blocks.1.attn.z', double)]), want, rtol=1e-6, atol=1e-6)
-  # A predicate adds the hook at every site it accepts.
-  seen = []
-  hm.add_hook(lambda name: name.endswith('attn.pattern'), lambda v, hook: seen.append(hook.name))
-  try:
-    hm(ids)
-  finally:
-    hm.reset_hooks()
-  assert sorted(seen) == [f'blocks.{l}.attn.pattern' for l in range(hm.cfg.num_layers)]
+  # A predicate adds the hook at every site it accepts, under symjax's names or TransformerLens's.
+  patterns = [f'blocks.{l}.attn.pattern' for l in range(hm.cfg.num_layers)]
+  for predicate in (lambda name: name.endswith('attn.pattern'), lambda name: name.endswith('hook_pattern')):
+    seen = []
+    hm.add_hook(predicate, lambda v, hook: seen.append(hook.name))
+    try:
+      hm(ids)
+    finally:
+      hm.reset_hooks()
+    assert sorted(seen) == patterns
+    assert sorted(hm.run_with_cache(ids, names_filter=predicate)[1].arrays) == patterns
   with pytest.raises(InputError, match=r"unknown site name 'blocks.0.attn.zz'"):
     hm.add_hook('blocks.0.attn.zz', zero)
   assert not hm._hooks

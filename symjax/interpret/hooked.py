@@ -89,7 +89,11 @@ class HookedModel:
     """Runs ``hook`` at site ``name`` (or at every site the predicate ``name`` accepts) in every later call
     of this object, until ``reset_hooks``. Functions that take the model object (patching, traces) run the
     model without them and say so."""
-    sites = ([n for n in hooks.valid_names(self.model) if name(n)] if callable(name) else [name])
+    if callable(name):  # a predicate over symjax's site names or TransformerLens's
+      accepts = site_names.transformer_lens_predicate(name, self.cfg.num_layers)
+      sites = [n for n in hooks.valid_names(self.model) if accepts(n)]
+    else:
+      sites = [name]
     pairs = [(site, hook) for site in sites]
     # The form and the names are checked now, not at the next call.
     hooks.check_names(self.model, list(hook_dict(pairs, self.cfg.num_layers)), hooking=True)
@@ -100,12 +104,12 @@ class HookedModel:
     self._hooks = []
 
   @contextlib.contextmanager
-  def hooks(self, fwd_hooks: Hooks):
+  def hooks(self, fwd_hooks: Hooks = ()):
     """``with hm.hooks(fwd_hooks=[(site, fn)]):`` every call inside runs these hooks too."""
     before = list(self._hooks)
-    for site, fn in hook_pairs(fwd_hooks):
-      self.add_hook(site, fn)
     try:
+      for site, fn in hook_pairs(fwd_hooks):
+        self.add_hook(site, fn)
       yield self
     finally:
       self._hooks = before
@@ -225,7 +229,9 @@ class HookedModel:
     if names is not None and names_filter is not None:
       raise InputError('pass the sites to cache as names= or names_filter=, not both')
     names = names_filter if names is None else names
-    if names is not None and not callable(names):
+    if callable(names):
+      names = site_names.transformer_lens_predicate(names, self.cfg.num_layers)
+    elif names is not None:
       names = [site_names.from_transformer_lens(n, self.cfg.num_layers)
                for n in ([names] if isinstance(names, str) else names)]
     ids, mask = self._ids_and_mask(inputs, key_mask)

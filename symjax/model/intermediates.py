@@ -148,6 +148,21 @@ def from_transformer_lens(key, num_layers: int):
   return key
 
 
+def transformer_lens_names(name: str, num_layers: int) -> list[str]:
+  """TransformerLens's full names of site ``name`` (none where it has no such hook point): what a
+  TransformerLens predicate over hook names (``names_filter``, ``add_hook``) is asked about."""
+  out = ['ln_final.hook_normalized'] if name == 'final.norm' else ['hook_embed'] if name == 'embed' else []
+  for l in range(num_layers):
+    out += [f'blocks.{l}.{full}' for full in _TL_FULL
+            if from_transformer_lens(f'blocks.{l}.{full}', num_layers) == name]
+  return out
+
+
+def transformer_lens_predicate(predicate: Callable[[str], bool], num_layers: int) -> Callable[[str], bool]:
+  """``predicate`` over site names that also accepts a site whose TransformerLens name it accepts."""
+  return lambda name: bool(predicate(name)) or any(predicate(n) for n in transformer_lens_names(name, num_layers))
+
+
 @dataclasses.dataclass
 class _Session:
   fns: dict[str, Callable]               # site name -> fn(value, name) -> value

@@ -167,6 +167,13 @@ def test_apply_ln_is_the_frozen_final_norm_and_the_logit_lens_reads_its_own_stat
   table = core.readout_table(model.config, cache.params)
   _, beta = core.final_norm_affine(model.config, cache.params, cache.accumulated_resid()[-1])
   np.testing.assert_allclose((lens[-1] + beta) @ table.T[:, :logits.shape[-1]], logits, atol=TOL)
+  # TransformerLens's tutorial form: one state, not a stack, sliced by position and by batch row.
+  final = cache.accumulated_resid(pos_slice=-1)[-1]                                   # [batch, d_model]
+  np.testing.assert_array_equal(cache.apply_ln_to_stack(final, layer=-1, pos_slice=-1),
+                                cache.apply_ln_to_stack(final[None], pos_slice=-1)[0])
+  np.testing.assert_array_equal(cache.apply_ln_to_stack(final[1], pos_slice=-1, batch_slice=1, has_batch_dim=False),
+                                cache.apply_ln_to_stack(final, pos_slice=-1)[1])
+  np.testing.assert_array_equal(cache.apply_ln_to_stack(cache.accumulated_resid(), recompute_ln=True), lens)
   # An earlier state is normalised by its own statistics, not the final state's.
   frozen = cache.apply_ln_to_stack(cache.accumulated_resid())
   assert np.abs(lens[0] - frozen[0]).max() > 1e-3
@@ -181,7 +188,9 @@ def test_bad_input_is_a_one_line_error(cached):
       (lambda: cache.decompose_resid(pos_slice=99), r'position 99 is outside the input of 9 tokens'),
       (lambda: cache.logit_attrs(stack, model.config.vocab_size), r'tokens must be integer ids in 0\.\.12'),
       (lambda: cache.logit_attrs(stack, targets[:, :3]), r'do not fit the stack'),
-      (lambda: cache.apply_ln_to_stack(stack, pos_slice=-1), r'make the stack with the same pos_slice'),
+      (lambda: cache.apply_ln_to_stack(stack, pos_slice=-1), r'make the stack with the same slices'),
+      (lambda: cache.apply_ln_to_stack(stack, layer=1), r'apply_ln_to_stack applies the final norm'),
+      (lambda: cache.apply_ln_to_stack(stack[:, 0], has_batch_dim=False), r'has_batch_dim=False needs a batch of one'),
       (lambda: cache.decompose_resid(mode='ffn'), r"mode must be one of \['all', 'attn', 'mlp'\], got 'ffn'"),
       (lambda: cache.decompose_resid(layer=1, apply_ln=True), r'apply_ln applies the final norm'),
       (lambda: cache.accumulated_resid(layer=1, apply_ln=True), r'apply_ln reads each state through the final'),

@@ -307,8 +307,7 @@ class Cache(Mapping):
       if count < cfg.num_layers:
         raise InputError(f'apply_ln reads each state through the final norm: stack every block (layer=None), '
                          f'got layer={layer!r} of {cfg.num_layers}')
-      a, _ = core.final_norm_affine(cfg, self.params, stack)
-      stack = a * core.centre(cfg, stack)
+      stack = self.apply_ln_to_stack(stack, recompute_ln=True)
     return (stack, labels) if return_labels else stack
 
   def stack_head_results(self, layer: int | None = None, return_labels: bool = False,
@@ -338,19 +337,37 @@ class Cache(Mapping):
     if count < self.model.config.num_layers or mlp_input:
       raise InputError(f'apply_ln applies the final norm, frozen at this pass\'s final state: stack every block '
                        f'(layer=None, mlp_input=False), got {count} of {self.model.config.num_layers} blocks')
-    return self.apply_ln_to_stack(stack, pos_slice)
+    return self.apply_ln_to_stack(stack, pos_slice=pos_slice)
 
-  def apply_ln_to_stack(self, stack: np.ndarray, pos_slice: int | slice | None = None) -> np.ndarray:
-    """Each term of ``stack`` through the final norm with its scale frozen at this pass's final state,
-    a ⊙ (c − μ(c)) (no β, which ``ln_bias_logits`` gives): linear, so the terms still add up. ``pos_slice``
-    must be the one the stack was made with."""
-    a, _ = decomposition.frozen_norm(self.model.config, self.params, self._inter)
-    a = decomposition._positions(a, pos_slice, 1)
+  def apply_ln_to_stack(self, stack: np.ndarray, layer: int | None = None, mlp_input: bool = False,
+                        pos_slice: int | slice | None = None, batch_slice: int | slice | None = None,
+                        has_batch_dim: bool = True, recompute_ln: bool = False) -> np.ndarray:
+    """Each term of ``stack`` (``[components, *batch_and_pos, d_model]``, or one state ``[*batch_and_pos,
+    d_model]``) through the final norm with its scale frozen at this pass's final state, a ⊙ (c − μ(c)) (no β,
+    which ``ln_bias_logits`` gives): linear, so the terms still add up. ``pos_slice`` and ``batch_slice``
+    must be the ones the stack was made with (``has_batch_dim=False``: its batch axis was taken away);
+    ``recompute_ln``: each term normalised by its own statistics instead (the logit lens). The arguments are
+    TransformerLens's; ``layer`` and ``mlp_input`` name the norm, and symjax's readout reads the final one
+    (layer None, -1 or the number of blocks)."""
+    cfg = self.model.config
+    if decomposition._layer_count(cfg, layer) < cfg.num_layers or mlp_input:
+      raise InputError(f'apply_ln_to_stack applies the final norm: give layer=None (or -1, {cfg.num_layers}) and '
+                       f'mlp_input=False, got layer={layer!r}, mlp_input={mlp_input!r}')
     stack = np.asarray(stack, np.float64)
-    if stack.shape[1:] != a.shape:
+    if recompute_ln:
+      a, _ = core.final_norm_affine(cfg, self.params, stack)
+      return a * core.centre(cfg, stack)
+    a, _ = decomposition.frozen_norm(cfg, self.params, self._inter)
+    a = decomposition._positions(decomposition._positions(a, pos_slice, 1), batch_slice, 0)
+    if not has_batch_dim and not isinstance(batch_slice, (int, np.integer)):  # an integer took the axis away
+      if a.shape[0] != 1:
+        raise InputError(f'has_batch_dim=False needs a batch of one prompt (or batch_slice=i); this cache has '
+                         f'{a.shape[0]}')
+      a = a[0]
+    if stack.shape[-a.ndim:] != a.shape:
       raise InputError(f'the stack has terms of shape {stack.shape[1:]}, this cache\'s final state {a.shape} '
-                       f'(after pos_slice): make the stack with the same pos_slice')
-    return a * core.centre(self.model.config, stack)
+                       f'(after pos_slice and batch_slice): make the stack with the same slices')
+    return a * core.centre(cfg, stack)
 
   def _rows(self, tokens, shape) -> np.ndarray:
     try:
@@ -365,7 +382,7 @@ class Cache(Mapping):
     """Each term's direct effect on the logit of ``tokens`` (minus that of ``incorrect_tokens``), through the
     frozen final norm: ``[components, batch(, time)]``. ``tokens``: one id, or one per batch row (and
     position). With every term, these plus ``ln_bias_logits`` are the logits themselves."""
-    applied = self.apply_ln_to_stack(stack, pos_slice)
+    applied = self.apply_ln_to_stack(stack, pos_slice=pos_slice)
     rows = self._rows(tokens, applied.shape[1:-1])
     if incorrect_tokens is not None:
       rows = rows - self._rows(incorrect_tokens, applied.shape[1:-1])

@@ -188,7 +188,8 @@ def test_transformer_lens_site_names_reach_the_same_sites(hm):
                        (('resid_post', -1), f'blocks.{last}.resid'), (('mlp_out', 1), 'blocks.1.ffn.out'),
                        ('blocks.1.hook_resid_post', 'blocks.1.resid'), ('blocks.0.attn.hook_attn_scores',
                                                                      'blocks.0.attn.scores'),
-                       ('blocks.1.mlp.hook_post', 'blocks.1.ffn.hidden'), ('ln_final.hook_normalized', 'final.norm')]:
+                       ('blocks.1.mlp.hook_post', 'blocks.1.ffn.hidden'), ('ln_final.hook_normalized', 'final.norm'),
+                       (('pattern', 1, 'attn'), 'blocks.1.attn.pattern')]:
     np.testing.assert_array_equal(cache[theirs], cache[ours])
   zero = hooks.zero_head(1)
   np.testing.assert_allclose(hm.run_with_hooks(ids, [('blocks.0.attn.hook_z', zero)]),
@@ -197,7 +198,8 @@ def test_transformer_lens_site_names_reach_the_same_sites(hm):
   assert list(only.arrays) == ['blocks.1.attn.pattern']
   for key, message in [(('pattern', hm.cfg.num_layers), r'layer 2 is out of range: the model has blocks 0..1'),
                        (('hook_pattern', 0), r"'hook_pattern' is not a TransformerLens name symjax has"),
-                       (('pattern', 0, 'attn'), r'a TransformerLens key is \(name, layer\)')]:
+                       (('pattern', 0, 1), r'a TransformerLens key is \(name, layer\) or \(name, layer, '
+                                            r'layer_type\)')]:
     with pytest.raises(InputError, match=message):
       cache[key]
 

@@ -125,8 +125,11 @@ def from_transformer_lens(key, num_layers: int):
   cache reads it), ``'blocks.{l}.attn.hook_pattern'``, ``('resid_pre', l)`` (``embed`` for l = 0, else
   ``blocks.{l-1}.resid``), ``'ln_final.hook_normalized'``; any other key as it is."""
   if isinstance(key, tuple):
+    if len(key) == 3 and isinstance(key[2], str):  # (name, layer, 'attn'): the kind of layer adds nothing here
+      key = key[:2]
     if len(key) != 2 or not isinstance(key[0], str) or isinstance(key[1], bool) or not isinstance(key[1], int):
-      raise InputError(f'a TransformerLens key is (name, layer), e.g. (\'pattern\', 0); got {key!r}')
+      raise InputError(f'a TransformerLens key is (name, layer) or (name, layer, layer_type), e.g. '
+                       f'(\'pattern\', 0); got {key!r}')
     short, layer = key
     if short not in TRANSFORMER_LENS_SHORT and short != 'resid_pre':
       raise InputError(f'{short!r} is not a TransformerLens name symjax has; it has '

@@ -274,6 +274,19 @@ def test_generate_continues_a_padded_batch_stops_at_the_stop_token_and_applies_h
   for _ in range(6):  # the same greedy loop by hand, through run_with_hooks
     want.append(int(hm.run_with_hooks(np.asarray(want), zero_all)[0, -1].argmax()))
   np.testing.assert_array_equal(hooked, want)
+  np.testing.assert_array_equal(hm.generate(ids, 6, eos_token_id=stop), stopped)
+  # TransformerLens's sampling arguments sample; a greedy call given one refuses rather than ignore it.
+  for kw, want_kw in [(dict(temperature=3.0), dict(mode='temperature', temperature=3.0)),
+                      (dict(do_sample=True), dict(mode='temperature')),
+                      (dict(top_k=2, temperature=2.0), dict(mode='top_k', top_k=2, temperature=2.0))]:
+    runs = [hm.generate(ids, 6, seed=s, **kw) for s in range(4)]
+    for s, run in enumerate(runs):
+      np.testing.assert_array_equal(run, hm.generate(ids, 6, seed=s, **want_kw))
+  assert any(not np.array_equal(hm.generate(ids, 6, seed=s, temperature=3.0), alone) for s in range(4))
+  with pytest.raises(InputError, match=r'temperature given to greedy decoding, which takes none'):
+    hm.generate(ids, 2, mode='greedy', temperature=0.5)
+  with pytest.raises(InputError, match=r'top_k given to greedy decoding'):
+    hm.generate(ids, 2, do_sample=False, top_k=3)
   with pytest.raises(InputError, match=r'stop_token .* is 2 tokens; give one token'):
     hm.generate(ids, 2, stop_token='a b')
   with pytest.raises(InputError, match=r'exceeds model.max_len = 16'):

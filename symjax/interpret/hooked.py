@@ -63,6 +63,23 @@ def chain(fns: tuple[Callable, ...]) -> Callable:
   return chained
 
 
+def _sampling_mode(mode, do_sample, temperature, top_k, top_p) -> str:
+  """``generate``'s mode: the one named, else sampling where TransformerLens's arguments ask for it. A
+  sampling argument given to a greedy call is an error, not ignored."""
+  given = [n for n, v in (('temperature', temperature), ('top_k', top_k), ('top_p', top_p)) if v is not None]
+  if mode is None:
+    if do_sample is False or (do_sample is None and not given):
+      mode = 'greedy'
+    else:
+      mode = 'top_p' if top_p is not None else 'top_k' if top_k is not None else 'temperature'
+  if mode not in sample.MODES:
+    raise InputError(f'mode must be one of {list(sample.MODES)}, got {mode!r}')
+  if mode == 'greedy' and given:
+    raise InputError(f'{", ".join(given)} given to greedy decoding, which takes none: pass do_sample=True or a '
+                     f'sampling mode ({", ".join(sample.MODES[1:])})')
+  return mode
+
+
 def _is_batch(inputs) -> bool:
   """A list of texts, a list of id lists or a 2-D array, as against one text or one id sequence."""
   if isinstance(inputs, str):
@@ -255,15 +272,24 @@ class HookedModel:
     return ids, mask
 
   def generate(self, inputs, max_new_tokens: int, stop_token: int | str | None = None,
-               fwd_hooks: Hooks | None = None, mode: str = 'greedy', temperature: float = 1.0,
-               top_k: int = 40, top_p: float = 0.9, seed: int = 0):
+               fwd_hooks: Hooks | None = None, mode: str | None = None, temperature: float | None = None,
+               top_k: int | None = None, top_p: float | None = None, seed: int = 0, *,
+               do_sample: bool | None = None, eos_token_id: int | None = None):
     """Continues every prompt of ``inputs`` (texts of unequal length too) by up to ``max_new_tokens`` tokens,
     with ``fwd_hooks`` applied at every step; a row stops after ``stop_token`` (an id, or a text of one
-    token). Returns what came in: a text (or a list of texts) with its continuation, else an id array per
-    prompt. Every step runs the same compiled pass over one fixed buffer (the models are causal, so the
-    tokens after a row's end change nothing before it)."""
-    if mode not in sample.MODES:
-      raise InputError(f'mode must be one of {list(sample.MODES)}, got {mode!r}')
+    token; TransformerLens's ``eos_token_id`` too). Greedy unless sampling is asked for: ``mode``
+    ('temperature', 'top_k', 'top_p'), ``do_sample=True``, or a ``temperature``, ``top_k`` or ``top_p``
+    (the last given of top_p, top_k picks the filter, as in TransformerLens). Returns what came in: a text
+    (or a list of texts) with its continuation, else an id array per prompt. Every step runs the same
+    compiled pass over one fixed buffer (the models are causal, so the tokens after a row's end change
+    nothing before it)."""
+    mode = _sampling_mode(mode, do_sample, temperature, top_k, top_p)
+    temperature, top_k, top_p = (1.0 if temperature is None else temperature, 40 if top_k is None else top_k,
+                                 0.9 if top_p is None else top_p)
+    if eos_token_id is not None:
+      if stop_token is not None and stop_token != eos_token_id:
+        raise InputError(f'stop_token={stop_token!r} and eos_token_id={eos_token_id!r} disagree: give one')
+      stop_token = eos_token_id
     if max_new_tokens < 1:
       raise InputError(f'max_new_tokens must be >= 1, got {max_new_tokens}')
     if not self.cfg.causal:

@@ -179,6 +179,30 @@ def test_apply_ln_is_the_frozen_final_norm_and_the_logit_lens_reads_its_own_stat
   assert np.abs(lens[0] - frozen[0]).max() > 1e-3
 
 
+def test_the_full_decomposition_into_heads_neurons_and_bias_sums_to_the_stream(cached):
+  model, params, _, logits, cache, targets = cached
+  cfg = model.config
+  expand = cfg.kind != 'symbolic'
+  stack, labels = cache.get_full_resid_decomposition(expand_neurons=expand, return_labels=True)
+  assert len(stack) == len(labels) and labels[-1] == 'bias' and labels[1].startswith('L0H0')
+  np.testing.assert_allclose(stack.sum(0), cache.accumulated_resid()[-1], atol=1e-9)
+  got = cache.logit_attrs(stack, targets).sum(0) + cache.ln_bias_logits(targets)
+  np.testing.assert_allclose(got, logit_of(logits, targets), atol=TOL)
+  if not expand:
+    with pytest.raises(InputError, match=r"block 0's FFN is symbolic"):
+      cache.get_full_resid_decomposition()
+    return
+  # Block 1's neurons and its output bias make its FFN update.
+  ff = cfg.ff_dim
+  first = labels.index('L1N0' + ('' if cfg.kind == 'standard' else '.x_e'))
+  bias = np.asarray(params['layer_1']['ffn']['wo']['bias'], np.float64)
+  np.testing.assert_allclose(stack[first:first + ff].sum(0) + bias, cache['blocks.1.ffn.out'], atol=1e-5)
+  # Up to block 1's FFN: the state it reads, at one position.
+  mid = cache.get_full_resid_decomposition(layer=1, mlp_input=True, pos_slice=-1)
+  np.testing.assert_allclose(mid.sum(0), cache.accumulated_resid(layer=1, mlp_input=True, pos_slice=-1)[-1],
+                             atol=1e-9)
+
+
 def test_bad_input_is_a_one_line_error(cached):
   model, _, _, _, cache, targets = cached
   stack = cache.stack_head_results()

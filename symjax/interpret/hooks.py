@@ -331,6 +331,51 @@ class Cache(Mapping):
       stack = self._final_ln(stack, pos_slice, count, False)
     return (stack, labels) if return_labels else stack
 
+  def get_full_resid_decomposition(self, layer: int | None = None, mlp_input: bool = False,
+                                   expand_neurons: bool = True, apply_ln: bool = False,
+                                   pos_slice: int | slice | None = None, return_labels: bool = False):
+    """The stream entering block ``layer`` (None or -1: the state the final norm reads) as the embedding,
+    every head (``L{l}H{h}``), every FFN neuron (``L{l}N{n}``: its activation times its row of the output
+    matrix; ``expand_neurons=False``: each FFN's update, ``{l}_mlp_out``) and ``bias``, what no head or
+    neuron owns (the output biases); the terms sum to that state exactly. ``mlp_input``: block ``layer``'s
+    heads too. Two-stream labels name their stream (``.x_t``, ``.x_e``). A symbolic FFN writes a vocabulary
+    projection of its neurons, not their sum, so its neurons are not terms: ``expand_neurons=False`` there."""
+    cfg = self.model.config
+    count = decomposition._layer_count(cfg, layer)
+    terms = decomposition.block_terms(cfg, self._inter)
+    at = lambda x: decomposition._positions(np.asarray(x, np.float64), pos_slice, 1)   # [batch, time, ...]
+    two = cfg.kind != 'standard'
+    (embed_label, embed), parts, labels = terms[0], [], []
+    parts.append(at(embed)[None])
+    labels.append(embed_label)
+    state = embed + sum(terms[1 + 2 * l][1] + terms[2 + 2 * l][1] for l in range(count))
+    heads, head_labels = self.stack_head_results(layer=min(count + mlp_input, cfg.num_layers), return_labels=True)
+    parts.append(decomposition._positions(heads, pos_slice, 2))
+    labels += head_labels
+    if mlp_input and count < cfg.num_layers:
+      state = state + terms[1 + 2 * count][1]
+    params = nn.meta.unbox(self.params)
+    for l in range(count):
+      ffn = params[f'layer_{l}']['ffn']
+      if not expand_neurons:
+        label, term = terms[2 + 2 * l]
+        parts.append(at(term)[None])
+        labels.append(label.replace('ffn_out', 'mlp_out') if not two else label)
+        continue
+      if 'wo' not in ffn:
+        raise InputError(f'block {l}\'s FFN is symbolic: its update is a vocabulary projection of its neurons, '
+                         f'not their sum; use expand_neurons=False')
+      hidden = at(self[f'blocks.{l}.ffn.hidden'])                                   # [batch, (time,) ff]
+      w_out = np.asarray(ffn['wo']['kernel'], np.float64)                            # [ff, d_model]
+      parts.append(np.moveaxis(hidden[..., None] * w_out, -2, 0))
+      labels += [f'L{l}N{n}' + ('.x_e' if two else '') for n in range(w_out.shape[0])]
+    stack = np.concatenate(parts)
+    stack = np.concatenate([stack, (at(state) - stack.sum(0))[None]])
+    labels.append('bias')
+    if apply_ln:
+      stack = self._final_ln(stack, pos_slice, count, mlp_input)
+    return (stack, labels) if return_labels else stack
+
   def _final_ln(self, stack: np.ndarray, pos_slice, count: int, mlp_input: bool) -> np.ndarray:
     """``apply_ln`` of a stack of every block's terms: the frozen final norm (a block's own norm, which
     TransformerLens applies to a stack that ends inside the model, is not what symjax's readout reads)."""

@@ -90,6 +90,9 @@ def test_one_position_and_a_logit_difference(cached):
   want = logit_of(logits, targets)[:, -1] - logit_of(logits, other)[:, -1]
   np.testing.assert_allclose(diff.sum(0) + cache.ln_bias_logits(targets[:, -1], other[:, -1], pos_slice=-1), want,
                              atol=TOL)
+  # One batch row, its axis taken away as TransformerLens's batch_slice does.
+  row = cache.logit_attrs(stack[:, 1], targets[1, -1], other[1, -1], pos_slice=-1, batch_slice=1)
+  np.testing.assert_allclose(row, diff[:, 1], atol=1e-12)
 
 
 @pytest.mark.parametrize('kind', KINDS)

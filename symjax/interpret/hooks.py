@@ -422,12 +422,14 @@ class Cache(Mapping):
                        f'unless one position was taken)') from None
     return decomposition.readout_rows(self.model.config, self.params, tokens)
 
-  def logit_attrs(self, stack: np.ndarray, tokens, incorrect_tokens=None, pos_slice: int | slice | None = None
-                  ) -> np.ndarray:
+  def logit_attrs(self, stack: np.ndarray, tokens, incorrect_tokens=None, pos_slice: int | slice | None = None,
+                  batch_slice: int | slice | None = None, has_batch_dim: bool = True) -> np.ndarray:
     """Each term's direct effect on the logit of ``tokens`` (minus that of ``incorrect_tokens``), through the
     frozen final norm: ``[components, batch(, time)]``. ``tokens``: one id, or one per batch row (and
-    position). With every term, these plus ``ln_bias_logits`` are the logits themselves."""
-    applied = self.apply_ln_to_stack(stack, pos_slice=pos_slice)
+    position). With every term, these plus ``ln_bias_logits`` are the logits themselves. ``pos_slice``,
+    ``batch_slice``, ``has_batch_dim``: how the stack was sliced (``apply_ln_to_stack``)."""
+    applied = self.apply_ln_to_stack(stack, pos_slice=pos_slice, batch_slice=batch_slice,
+                                     has_batch_dim=has_batch_dim)
     rows = self._rows(tokens, applied.shape[1:-1])
     if incorrect_tokens is not None:
       rows = rows - self._rows(incorrect_tokens, applied.shape[1:-1])

@@ -345,22 +345,16 @@ class Cache(Mapping):
     terms = decomposition.block_terms(cfg, self._inter)
     at = lambda x: decomposition._positions(np.asarray(x, np.float64), pos_slice, 1)   # [batch, time, ...]
     two = cfg.kind != 'standard'
-    (embed_label, embed), parts, labels = terms[0], [], []
-    parts.append(at(embed)[None])
-    labels.append(embed_label)
-    state = embed + sum(terms[1 + 2 * l][1] + terms[2 + 2 * l][1] for l in range(count))
-    heads, head_labels = self.stack_head_results(layer=min(count + mlp_input, cfg.num_layers), return_labels=True)
-    parts.append(decomposition._positions(heads, pos_slice, 2))
-    labels += head_labels
-    if mlp_input and count < cfg.num_layers:
-      state = state + terms[1 + 2 * count][1]
+    heads, head_labels = self.stack_head_results(layer=min(count + mlp_input, cfg.num_layers), pos_slice=pos_slice,
+                                                 return_labels=True)
+    parts, labels = [at(terms[0][1])[None], heads], [terms[0][0], *head_labels]
     params = nn.meta.unbox(self.params)
     for l in range(count):
       ffn = params[f'layer_{l}']['ffn']
       if not expand_neurons:
         label, term = terms[2 + 2 * l]
         parts.append(at(term)[None])
-        labels.append(label.replace('ffn_out', 'mlp_out') if not two else label)
+        labels.append(label)
         continue
       if 'wo' not in ffn:
         raise InputError(f'block {l}\'s FFN is symbolic: its update is a vocabulary projection of its neurons, '
@@ -370,7 +364,9 @@ class Cache(Mapping):
       parts.append(np.moveaxis(hidden[..., None] * w_out, -2, 0))
       labels += [f'L{l}N{n}' + ('.x_e' if two else '') for n in range(w_out.shape[0])]
     stack = np.concatenate(parts)
-    stack = np.concatenate([stack, (at(state) - stack.sum(0))[None]])
+    # The state these terms make, as accumulated_resid gives it; what they leave over is the biases'.
+    state = self.accumulated_resid(layer=count, mlp_input=mlp_input, pos_slice=pos_slice)[-1]
+    stack = np.concatenate([stack, (state - stack.sum(0))[None]])
     labels.append('bias')
     if apply_ln:
       stack = self._final_ln(stack, pos_slice, count, mlp_input)

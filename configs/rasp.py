@@ -24,10 +24,8 @@ UNTIED_READOUT = ('symbolic',)
 # program_budget.json: 2 of 4 heads at size small).
 COUNTING_TASKS = ('hist', 'sort', 'double_hist')
 # Program training that samples its argmaxes (model.gumbel_scale, constant), per task; chosen on validation
-# accuracy over 3 seeds (benchmarks/results/program_gumbel.json): sort 99.79 / 99.72 / 99.84 with it against
-# 99.71 / 99.45 / 99.10 without. Hist (seed 1: 99.19 against 99.91) and double_hist (seeds 0, 1: 78.86 /
-# 89.37 against 97.20 / 90.76) did worse with it; annealed to 0.01 as Transformer Programs do, hist and sort
-# did worse (99.38, 98.09).
+# accuracy over 3 seeds (benchmarks/results/program_gumbel.json): sort did better with it on every seed, hist
+# and double_hist worse, and annealing it to 0.01 as Transformer Programs do was worse for both hist and sort.
 GUMBEL_SCALE = {'sort': 1.0}
 # Program training's heads per task (4 elsewhere), half of them numerical on the counting tasks; chosen on
 # validation accuracy over 3 seeds (benchmarks/results/program_architecture.json; the docs' "Programs" page).
@@ -42,16 +40,13 @@ PROGRAM_HEADS = {'sort': 8, 'double_hist': 8}
 # schedule and the budget were chosen on validation (benchmarks/results/transformer_program_recipe.json).
 TRANSFORMER_PROGRAM = {'num_heads': 8, 'mlps': 2, 'gumbel': (3.0, 0.3), 'learning_rate': 1e-2,
                        'total_steps': 12000, 'relaxed': False, 'length_balance': 0.0}
-# Per task where another choice did better on validation (benchmarks/results/transformer_program_shape.json).
-# Hist with the one layer, 4 heads and 2 MLPs of that paper's best hist program (Table 1): validation accuracy
-# 100% on 3 seeds as with 3 layers, in a program of a third the lines.
-# Reverse trained as that paper trains (the Gumbel-softmax relaxation, temperature 3 to 0.01) on batches
-# that draw its rare short inputs more often (length_balance 0.5): 99.24 / 99.33 / 98.80 on seeds 0-2 against
-# 98.51 / 97.63 / 97.71. Either alone did no better on seed 0 (98.54, 93.95). 20,000 steps: 99.84 / 99.05 /
-# 99.26 / 99.84 / 99.37 on seeds 0-4, two of five at the published 99.79, none of the 12,000-step runs.
-# Dyck-2 on the same relaxation for 36,000 steps (about a third of that paper's 250 epochs of 16,000 inputs):
-# 97.97 / 98.05 / 97.56 on seeds 0-2 against 91.12 / 91.71 / 93.98 straight through at 12,000 steps and
-# 96.27 / 89.78 / 96.01 relaxed at 12,000 (benchmarks/results/transformer_program_dyck2_budget.json).
+# Per task where another choice did better on validation (benchmarks/results/transformer_program_shape.json,
+# transformer_program_dyck2_budget.json). Hist with the one layer, 4 heads and 2 MLPs of that paper's best
+# hist program (Table 1): as accurate as 3 layers, in a program of a third the lines. Reverse trained as that
+# paper trains (the Gumbel-softmax relaxation, temperature 3 to 0.01), on batches that draw its rare short
+# inputs more often (length_balance 0.5): the two together did better on every seed, either alone did not;
+# 20,000 steps did better on the mean. Dyck-2 on the same relaxation for 36,000 steps (about a third of that paper's 250
+# epochs of 16,000 inputs), against straight-through or relaxed training at 12,000 steps.
 TRANSFORMER_PROGRAM_TASK = {'hist': {'num_layers': 1, 'num_heads': 4, 'mlps': 2},
                             'reverse': {'relaxed': True, 'gumbel': (3.0, 0.01), 'length_balance': 0.5,
                                         'total_steps': 20000},
@@ -84,8 +79,8 @@ def get_config(arg=None):
   # Program training: the forward pass takes every mixture and attention pattern as its argmax (gradients
   # straight through), so the decompiled program is the model. A hard head reads one key, and reverse and
   # sort need to find a key by its position (Transformer Programs give every program its positions):
-  # learned query/key positions, a table over positions in the program. Without them, on 3 seeds: reverse
-  # 31%, sort 81% (the docs' "Programs" page).
+  # learned query/key positions, a table over positions in the program; without them reverse and sort fall
+  # far short (the docs' "Programs" page).
   config.model.hard = a.program
   config.model.qk_positions = a.program
   if a.program:

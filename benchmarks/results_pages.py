@@ -285,7 +285,7 @@ def transformer_program_table(data: dict, json_name: str, pages: str) -> str:
            f"published one, fidelity 100.00% on every seed. The last column: seconds to tag the test split, the "
            f"program in one NumPy call against the model compiled and warm. \"Train\" is per seed: the sum over its "
            f"initialisations where a seed keeps the best of several on validation, as that paper keeps the best "
-           f"of 5. \"On this split\": the published program run on the same test split as symjax's "
+           f"of its runs. \"On this split\": the published program run on the same test split as symjax's "
            f"([{PUBLISHED_ON_SPLIT}]({pages}/{PUBLISHED_ON_SPLIT}.md)); the published accuracy is on that paper's own "
            f"data."]
   # Rows a later run of the suite replaced (a task whose recipe changed) say where they were measured.

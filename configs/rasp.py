@@ -45,8 +45,8 @@ TRANSFORMER_PROGRAM = {'num_heads': 8, 'mlps': 2, 'gumbel': (3.0, 0.3), 'learnin
 # hist program (Table 1): as accurate as 3 layers, in a program of a third the lines. Reverse trained as that
 # paper trains (the Gumbel-softmax relaxation, temperature 3 to 0.01), on batches that draw its rare short
 # inputs more often (length_balance 0.5): the two together did better on every seed, either alone did not;
-# 20,000 steps did better on the mean. Dyck-2 on the same relaxation for 36,000 steps (about a third of that paper's 250
-# epochs of 16,000 inputs), against straight-through or relaxed training at 12,000 steps.
+# 20,000 steps did better on the mean. Dyck-2 on the same relaxation for 36,000 steps (about a third of that
+# paper's 250 epochs of 16,000 inputs), against straight-through or relaxed training at 12,000 steps.
 TRANSFORMER_PROGRAM_TASK = {'hist': {'num_layers': 1, 'num_heads': 4, 'mlps': 2},
                             'reverse': {'relaxed': True, 'gumbel': (3.0, 0.01), 'length_balance': 0.5,
                                         'total_steps': 20000},

@@ -11,6 +11,7 @@ back as {name: array}. A hook session (``session``, used by ``symjax.interpret.r
 import contextlib
 import contextvars
 import dataclasses
+import functools
 from typing import Callable, Iterator
 
 from symjax.system.errors import InputError
@@ -154,11 +155,19 @@ def from_transformer_lens(key, num_layers: int):
 def transformer_lens_names(name: str, num_layers: int) -> list[str]:
   """TransformerLens's full names of site ``name`` (none where it has no such hook point): what a
   TransformerLens predicate over hook names (``names_filter``, ``add_hook``) is asked about."""
-  out = ['ln_final.hook_normalized'] if name == 'final.norm' else ['hook_embed'] if name == 'embed' else []
+  return list(_transformer_lens_names_by_site(num_layers).get(name, ()))
+
+
+@functools.lru_cache(maxsize=16)
+def _transformer_lens_names_by_site(num_layers: int) -> dict[str, tuple[str, ...]]:
+  """{site: its TransformerLens names}, built once per depth: a predicate asks it of every site at every
+  call, and scanning every block's names for each site grew with the square of the depth."""
+  by_site: dict[str, list[str]] = {'final.norm': ['ln_final.hook_normalized'], 'embed': ['hook_embed']}
   for l in range(num_layers):
-    out += [f'blocks.{l}.{full}' for full in _TL_FULL
-            if from_transformer_lens(f'blocks.{l}.{full}', num_layers) == name]
-  return out
+    for full in _TL_FULL:
+      tl = f'blocks.{l}.{full}'
+      by_site.setdefault(from_transformer_lens(tl, num_layers), []).append(tl)
+  return {site: tuple(names) for site, names in by_site.items()}
 
 
 def transformer_lens_predicate(predicate: Callable[[str], bool], num_layers: int) -> Callable[[str], bool]:

@@ -48,7 +48,7 @@ def hook_dict(fwd_hooks: Hooks | None, num_layers: int) -> dict[str, Callable]:
   return {site: chain(tuple(fns)) for site, fns in by_site.items()}
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=hooks._KEPT)  # as many as compiled passes are kept: closures do not pile up
 def chain(fns: tuple[Callable, ...]) -> Callable:
   """One hook running ``fns`` in order (a None result leaves the value as it is). The same functions give the
   same function object, which the compiled passes are keyed on."""

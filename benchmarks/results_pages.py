@@ -340,7 +340,7 @@ GENERATED = {
     README: (CPU_BLOCKS, 'docs/results/data'),
     'docs/performance.md': (CPU_BLOCKS + (('first-step', 'first_step_cpu', first_step_table),
                                           ('accelerator', 'accelerator_h100_batch64', accelerator_table),
-                                          ('vs-transformer-lens', 'vs_transformer_lens_cpu_amd_2026_11_29_r45',
+                                          ('vs-transformer-lens', 'vs_transformer_lens_cpu_amd_2026_11_29_run2',
                                            transformer_lens_table),
                                           ('vs-transformer-lens-intel', 'vs_transformer_lens_cpu_intel_one_product_r45',
                                            transformer_lens_table),

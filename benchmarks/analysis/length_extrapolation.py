@@ -18,14 +18,12 @@ training length; the standard model's learned position table stops at ``model.ma
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 from absl import app, flags
 
 import symjax
-from benchmarks.lib import cli
+from benchmarks.lib import cli, default_runs
 from benchmarks.lib import results as result_files
 from symjax import tasks
 from symjax.tasks import base, induction
@@ -77,23 +75,13 @@ def score(run, inputs: np.ndarray, targets: np.ndarray, batch: int = 500) -> dic
           'number_tags_by_query_position': bands(query), 'number_tags_by_source_distance': bands(distance)}
 
 
-def train(kind: str, seed: int, workdir: str) -> list[str]:
-  command = [sys.executable, '-m', 'symjax.main', f'--config={kind}', f'--config.seed={seed}',
-             '--config.progress_bar=false', f'--workdir={workdir}']
-  if not os.path.exists(os.path.join(workdir, 'final_metrics.json')):
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode:
-      raise RuntimeError(f'training {kind} seed {seed} failed:\n{proc.stderr[-2000:]}')
-  return ['python', *command[1:]]
-
-
 def main(_):
   factors = [int(f) for f in _FACTORS.value]
   per_run, commands = {}, {}
   for kind in _KINDS.value:
     for seed in map(int, _SEEDS.value):
       workdir = os.path.join(_RUNS.value, f'{kind}_seed{seed}')
-      commands[f'{kind}/{seed}'] = ' '.join(train(kind, seed, workdir))
+      commands[f'{kind}/{seed}'] = ' '.join(default_runs.train(kind, seed, workdir))
       run = symjax.load(workdir)
       if run.task != 'induction':
         raise ValueError(f'{workdir} trained task {run.task!r}, not induction')

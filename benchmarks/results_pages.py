@@ -331,6 +331,60 @@ def transformer_program_example(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(out) + '\n'
 
 
+def vocab_projection_table(data: dict, json_name: str, pages: str) -> str:
+  """The vocabulary projection's memory and time, direct against streamed (``benchmarks/speed/vocab_projection.py``)."""
+  gib = lambda b: f'{b / 2**30:.3f} GiB'
+  temp, seconds = data['temp_bytes'], data['seconds']
+  lines = [f"{data['date']}, {data['device']} ([all figures]({pages}/{json_name}.md)):", '',
+           '| projection | vocabulary | temporaries |', '|---|---:|---:|']
+  for name, b in temp.items():
+    kind, vocab = name.rsplit('_', 1)
+    lines.append(f'| {kind} | {int(vocab):,} | {gib(b)} |')
+  lines += ['', f"Streamed temporaries are 1/{data['direct_over_streamed']:.0f} of direct and grow by "
+            f"{100 * data['streamed_growth_50k_to_200k']:+.1f}% from 50,257 to 200,000. Time at N = "
+            f"{data['time_tokens']}, V = {data['time_vocab']:,}: direct {seconds['direct'] * 1e3:.0f} ms, streamed "
+            f"{seconds['streamed'] * 1e3:.0f} ms ({data['streamed_over_direct_time']:.2f}× the direct time), the "
+            f"streamed one at {data['streamed_flops'] / 1e9:.1f} GFLOP/s counting 14·N·H·V·d, "
+            f"{data['streamed_flops_fraction']:.0%} of a 2048² float32 matrix product's "
+            f"{data['matmul_flops'] / 1e9:.1f} GFLOP/s in the same run."]
+  return '\n'.join(lines) + '\n'
+
+
+def train_step_table(data: dict, json_name: str, pages: str) -> str:
+  """Compiled memory of one training step at the paper's size, every kind (``benchmarks/speed/train_step.py``)."""
+  gib = lambda b: b / 2**30
+  lines = [f"{data['date']}; {data['layers']} layers, batch 1 × {data['tokens']:,}, |V| = {data['vocab']:,}, float32 "
+           f"([all figures]({pages}/{json_name}.md)):", '',
+           '| model | parameters | state (args) | temporaries | peak | fits 80 GB |', '|---|---:|---:|---:|---:|:---:|']
+  for name, row in data['rows'].items():
+    lines.append(f"| {name} | {row['parameters']:,} | {gib(row['argument']):.2f} GiB | {gib(row['temp']):.2f} GiB | "
+                 f"{gib(row['peak']):.2f} GiB | {'yes' if row['peak'] <= 80e9 else 'no'} |")
+  rows = data['rows']
+  streamed, factored = rows['symbolic (streamed projection)'], rows['token_factored']
+  direct = rows['symbolic (direct projection)']
+  lines += ['', f"The streamed Symbolic Transformer's step needs {data['symbolic_streamed_over_token_factored']:.2f}× "
+            f"the Token-Factored one's memory ({gib(streamed['peak']):.2f} vs {gib(factored['peak']):.2f} GiB); the "
+            f"direct one needs {gib(direct['peak']):.0f} GiB."]
+  return '\n'.join(lines) + '\n'
+
+
+def stream_cone_table(data: dict, json_name: str, pages: str) -> str:
+  """How close each stream stays to token mixtures (``benchmarks/analysis/stream_cone.py``)."""
+  lines = [f"{data['cpu']}, {data['date']}; the default induction jobs, the first {data['sequences']} test "
+           f"sequences, every position and head; mean ± 95% interval over "
+           f"{len(next(iter(data['per_seed'].values())))} seeds ([per seed]({pages}/{json_name}.md)):", '']
+  summary = data['summary']
+  blocks = len(next(iter(summary.values()))['cone_cosine_x_t'])
+  lines += ['| kind | ' + ' | '.join(f'{s} after block {l}' for s in ('X_t', 'X_e') for l in range(blocks)) +
+            ' | largest reconstruction error (X_t, X_e) |', '|---|' + '---:|' * (2 * blocks + 1)]
+  for kind, row in summary.items():
+    cells = [f"{st['mean']:.3f} ± {st['ci95']:.3f}" for s in ('x_t', 'x_e') for st in row[f'cone_cosine_{s}']]
+    error = (f"{row['reconstruction_error_x_t_largest']:.1e}, {row['reconstruction_error_x_e_largest']:.1e}"
+             if 'reconstruction_error_x_t_largest' in row else '—')
+    lines.append(f"| {kind} | {' | '.join(cells)} | {error} |")
+  return '\n'.join(lines) + '\n'
+
+
 # Blocks written from result files into each page: (marker name, JSON file, renderer of the JSON, the file's
 # name and the data pages' folder as the page links it). The CPU benchmarks have one file per CPU vendor the
 # project's machines have had.
@@ -348,6 +402,9 @@ GENERATED = {
                             'results/data'),
     'docs/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),),
                          'results/data'),
+    'docs/scaling.md': ((('vocab-projection', 'vocab_projection', vocab_projection_table),
+                         ('train-step', 'train_step', train_step_table)), 'results/data'),
+    'docs/reading.md': ((('stream-cone', 'stream_cone', stream_cone_table),), 'results/data'),
 }
 # Files a page includes whole (``--8<-- "PATH"``; mkdocs.yml's ``exclude_docs`` keeps them from being pages of
 # their own): their JSON file, its renderer, and the data pages' folder as the including page links it.

@@ -81,7 +81,7 @@ def main(_):
   for kind in _KINDS.value:
     for seed in map(int, _SEEDS.value):
       workdir = os.path.join(_RUNS.value, f'{kind}_seed{seed}')
-      commands[f'{kind}/{seed}'] = ' '.join(default_runs.train(kind, seed, workdir))
+      commands[f'{kind}/{seed}'] = ' '.join(default_runs.train(kind, seed, workdir)[0])
       run = symjax.load(workdir)
       if run.task != 'induction':
         raise ValueError(f'{workdir} trained task {run.task!r}, not induction')

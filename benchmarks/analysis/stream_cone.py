@@ -57,7 +57,7 @@ def main(_):
   for kind in _KINDS.value:
     for seed in map(int, _SEEDS.value):
       workdir = os.path.join(_RUNS.value, f'{kind}_seed{seed}')
-      commands[f'{kind}/{seed}'] = ' '.join(default_runs.train(kind, seed, workdir))
+      commands[f'{kind}/{seed}'] = ' '.join(default_runs.train(kind, seed, workdir)[0])
       run = symjax.load(workdir)
       if run.task != 'induction':
         raise ValueError(f'{workdir} trained task {run.task!r}, not induction')
@@ -65,7 +65,7 @@ def main(_):
       inputs = task.data.inputs['test'][:_SEQUENCES.value]
       per_run.setdefault(kind, {})[str(seed)] = row = {'step': run.step,
                                                        **measure(run, inputs, inputs != task.pad_id)}
-      print(kind, seed, {k: np.round(v, 4).tolist() for k, v in row.items()}, flush=True)
+      print(kind, seed, row, flush=True)
 
   summary = {}
   print('\n| kind | stream | block | cone cosine |\n|---|---|---:|---:|')

@@ -6,15 +6,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 
-def train(kind: str, seed: int, workdir: str) -> list[str]:
-  """Trains ``python -m symjax.main --config=<kind> --config.seed=<seed>`` into ``workdir`` unless it holds a
-  finished run, and returns that command as a user would type it."""
-  command = [sys.executable, '-m', 'symjax.main', f'--config={kind}', f'--config.seed={seed}',
+def train(kind: str, seed: int, workdir: str, *flags: str) -> tuple[list[str], float | None]:
+  """Trains ``python -m symjax.main --config=<kind> --config.seed=<seed> [flags]`` into ``workdir`` unless it
+  holds a finished run. Returns that command as a user would type it, and its wall time in seconds (None
+  where the run was already there)."""
+  command = [sys.executable, '-m', 'symjax.main', f'--config={kind}', f'--config.seed={seed}', *flags,
              '--config.progress_bar=false', f'--workdir={workdir}']
+  seconds = None
   if not os.path.exists(os.path.join(workdir, 'final_metrics.json')):
+    start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
     if proc.returncode:
       raise RuntimeError(f'training {kind} seed {seed} failed:\n{proc.stderr[-2000:]}')
-  return ['python', *command[1:]]
+  return ['python', *command[1:]], seconds

@@ -368,10 +368,29 @@ def train_step_table(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def default_jobs_table(data: dict, json_name: str, pages: str) -> str:
+  """The default job of each kind as a new user runs it (``benchmarks/analysis/default_jobs.py``)."""
+  ms = lambda st: f"{st['mean']:.2f} ± {st['ci95']:.2f}%"
+  seeds = len(next(iter(data['per_seed'].values())))
+  first = next(iter(data['summary'].values()))
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; {first['steps']} steps, batch "
+           f"{first['batch_size']}, one job at a time, each with an empty compilation cache; mean ± 95% interval "
+           f"over {seeds} seeds "
+           f"([per seed]({pages}/{json_name}.md)):", '',
+           '| config | parameters | test token accuracy | test sequence accuracy | wall time |',
+           '|---|---:|---:|---:|---:|']
+  for kind, row in data['summary'].items():
+    wall = row['wall_s']
+    lines.append(f"| `configs/{kind}.py` | {row['parameters']:,} | {ms(row['test_token_accuracy'])} | "
+                 f"{ms(row['test_sequence_accuracy'])} | {wall['mean']:.0f} s ± {wall['ci95']:.0f} |")
+  return '\n'.join(lines) + '\n'
+
+
 def stream_cone_table(data: dict, json_name: str, pages: str) -> str:
   """How close each stream stays to token mixtures (``benchmarks/analysis/stream_cone.py``)."""
-  lines = [f"{data['cpu']}, {data['date']}; the default induction jobs, the first {data['sequences']} test "
-           f"sequences, every position and head; mean ± 95% interval over "
+  lines = [f"{data['cpu']}, {data['date']}; the default induction jobs: the cosine of each channel state to its "
+           f"nearest token mixture, averaged over every position and head of the first {data['sequences']} test "
+           f"sequences; mean ± 95% interval over "
            f"{len(next(iter(data['per_seed'].values())))} seeds ([per seed]({pages}/{json_name}.md)):", '']
   summary = data['summary']
   blocks = len(next(iter(summary.values()))['cone_cosine_x_t'])
@@ -405,6 +424,7 @@ GENERATED = {
     'docs/scaling.md': ((('vocab-projection', 'vocab_projection', vocab_projection_table),
                          ('train-step', 'train_step', train_step_table)), 'results/data'),
     'docs/reading.md': ((('stream-cone', 'stream_cone', stream_cone_table),), 'results/data'),
+    'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table),), 'results/data'),
 }
 # Files a page includes whole (``--8<-- "PATH"``; mkdocs.yml's ``exclude_docs`` keeps them from being pages of
 # their own): their JSON file, its renderer, and the data pages' folder as the including page links it.

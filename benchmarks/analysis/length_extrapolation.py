@@ -17,12 +17,9 @@ training length; the standard model's learned position table stops at ``model.ma
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from absl import app, flags
 
-import symjax
 from benchmarks.lib import cli, default_runs
 from benchmarks.lib import results as result_files
 from symjax import tasks
@@ -80,11 +77,7 @@ def main(_):
   per_run, commands = {}, {}
   for kind in _KINDS.value:
     for seed in map(int, _SEEDS.value):
-      workdir = os.path.join(_RUNS.value, f'{kind}_seed{seed}')
-      commands[f'{kind}/{seed}'] = ' '.join(default_runs.train(kind, seed, workdir)[0])
-      run = symjax.load(workdir)
-      if run.task != 'induction':
-        raise ValueError(f'{workdir} trained task {run.task!r}, not induction')
+      commands[f'{kind}/{seed}'], run = default_runs.induction_run(kind, seed, _RUNS.value)
       rows = {}
       for factor in factors:
         if factor == 1:

@@ -23,3 +23,15 @@ def train(kind: str, seed: int, workdir: str, *flags: str) -> tuple[list[str], f
     if proc.returncode:
       raise RuntimeError(f'training {kind} seed {seed} failed:\n{proc.stderr[-2000:]}')
   return ['python', *command[1:]], seconds
+
+
+def induction_run(kind: str, seed: int, runs: str):
+  """The default induction job of ``kind`` and ``seed`` under ``runs`` (trained where missing): the command
+  and the loaded run."""
+  import symjax
+  workdir = os.path.join(runs, f'{kind}_seed{seed}')
+  command, _ = train(kind, seed, workdir)
+  run = symjax.load(workdir)
+  if run.task != 'induction':
+    raise ValueError(f'{workdir} trained task {run.task!r}, not induction')
+  return ' '.join(command), run

@@ -28,7 +28,7 @@ COUNTING_TASKS = ('hist', 'sort', 'double_hist')
 # and double_hist worse, and annealing it to 0.01 as Transformer Programs do was worse for both hist and sort.
 GUMBEL_SCALE = {'sort': 1.0}
 # Program training's heads per task (4 elsewhere), half of them numerical on the counting tasks; chosen on
-# validation accuracy over 3 seeds (benchmarks/results/program_architecture.json; the docs' "Programs" page).
+# validation accuracy over 3 seeds (benchmarks/results/program_architecture.json; docs/results/programs.md).
 # Sort and double_hist with 8 (Transformer Programs' best sort program has 8, Table 1): every seed of both did
 # better than with 4.
 # These runs evaluate every 1,000 steps (the others every 2,000, as their results were measured), so the
@@ -82,7 +82,7 @@ def get_config(arg=None):
   # straight through), so the decompiled program is the model. A hard head reads one key, and reverse and
   # sort need to find a key by its position (Transformer Programs give every program its positions):
   # learned query/key positions, a table over positions in the program; without them reverse and sort fall
-  # far short (the docs' "Programs" page).
+  # far short (docs/results/programs.md).
   config.model.hard = a.program
   config.model.qk_positions = a.program
   if a.program:

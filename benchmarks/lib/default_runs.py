@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import symjax
+
 
 def train(kind: str, seed: int, workdir: str, *flags: str) -> tuple[list[str], float | None]:
   """Trains ``python -m symjax.main --config=<kind> --config.seed=<seed> [flags]`` into ``workdir`` unless it
@@ -28,7 +30,6 @@ def train(kind: str, seed: int, workdir: str, *flags: str) -> tuple[list[str], f
 def induction_run(kind: str, seed: int, runs: str):
   """The default induction job of ``kind`` and ``seed`` under ``runs`` (trained where missing): the command
   and the loaded run."""
-  import symjax
   workdir = os.path.join(runs, f'{kind}_seed{seed}')
   command, _ = train(kind, seed, workdir)
   run = symjax.load(workdir)

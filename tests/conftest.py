@@ -9,7 +9,7 @@ from symjax.system import host
 sys.path.insert(0, os.path.dirname(__file__))
 
 # The same XLA:CPU and allocator settings as the trainer (before the first computation starts the backend).
-host.set_cpu_compiler_defaults()
+host.prepare()
 
 # On GPU and TPU a float32 matrix product runs by default at reduced precision (TF32 / bfloat16 passes),
 # about 1e-3 relative: the float32 tolerances of these tests assume true float32 products, as on CPU.

@@ -124,7 +124,7 @@ def test_the_trainers_import_no_start_up_module():
   from symjax.system import host
   public = {name for name in vars(host) if callable(getattr(host, name)) and not name.startswith('_')
             and getattr(getattr(host, name), '__module__', '') == host.__name__}
-  assert public == {'set_cpu_compiler_defaults', 'use_compilation_cache'}, public
+  assert public == {'prepare', 'retain_freed_memory', 'set_cpu_compiler_defaults', 'use_compilation_cache'}, public
 
 
 def test_import_symjax_imports_no_jax_and_its_names_import_the_model_and_no_trainer():

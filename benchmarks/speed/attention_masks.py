@@ -38,7 +38,7 @@ def timed(fn, *args) -> float:
 
 
 def main(_):
-  host.set_cpu_compiler_defaults()
+  host.prepare()
   t, heads, dim = _TIME.value, 4, 32
   rng = np.random.default_rng(0)
   q, k, v = (jnp.asarray(rng.normal(size=(4, t, heads, dim)), jnp.float32) for _ in range(3))

@@ -3,6 +3,11 @@ several seeds trained together (vmapped and unrolled, `symjax.train.seeds.combin
 default induction config.
 
   python -m benchmarks.speed.step_time [--json=benchmarks/results/step_time.json] [--steps=100] [--repeats=3]
+  python -m benchmarks.speed.step_time --allocator [--json=benchmarks/results/allocator_ab.json]
+
+``--allocator``: the kinds' step with and without ``symjax.system.host.retain_freed_memory`` (glibc's
+defaults: ``SYMJAX_KEEP_MALLOC=1``), each in its own process since malloc's settings are process-wide,
+the two alternating ``repeats`` times; the median of each is reported.
 
 Kinds: 4 layers, 4 heads × 32, |V| = 65 (Tiny Shakespeare's characters), batch 12 × 64 tokens, AdamW
 (``configs/<kind>.py:task=text,size=medium``); a fixed random batch, so only the compiled step is timed.
@@ -12,7 +17,12 @@ rounds, and the fastest round of each is reported, so that other load on the mac
 variant alike.
 """
 
+import json
 import os
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import jax
@@ -34,6 +44,8 @@ _JSON = cli.json_output('benchmarks/results/step_time.json')
 _STEPS = cli.steps(100, 'Timed steps per round.')
 _REPEATS = cli.repeats(3, 'Rounds; the fastest is reported.')
 _SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds trained together in the seeds comparison.')
+_ALLOCATOR = flags.DEFINE_bool('allocator', False, 'A/B of the allocator setting instead (see the docstring).')
+_KINDS_ONLY = flags.DEFINE_bool('kinds_only', False, 'Time the kinds only (the allocator A/B runs this).')
 KINDS = ('standard', 'token_factored', 'symbolic')
 
 
@@ -98,10 +110,43 @@ def time_rounds(runs: dict, steps: int, repeats: int) -> dict[str, float]:
   return best
 
 
+def allocator_ab() -> None:
+  """The kinds' step in processes with and without the allocator setting, alternating."""
+  times: dict[str, dict[str, list[float]]] = {mode: {k: [] for k in KINDS} for mode in ('retained', 'glibc default')}
+  with tempfile.TemporaryDirectory() as folder:
+    for r in range(_REPEATS.value):
+      for mode in times:
+        out = os.path.join(folder, f'{r}_{mode}.json')
+        env = dict(os.environ, **({host.KEEP_MALLOC_ENV: '1'} if mode == 'glibc default' else {}))
+        subprocess.run([sys.executable, '-m', 'benchmarks.speed.step_time', '--kinds_only', '--repeats=1',
+                        f'--steps={_STEPS.value}', f'--json={out}'], env=env, check=True, capture_output=True)
+        with open(out) as f:
+          step = json.load(f)['recipe_step_seconds']
+        for k in KINDS:
+          times[mode][k].append(step[k])
+  median = {mode: {k: statistics.median(v) for k, v in by_kind.items()} for mode, by_kind in times.items()}
+  print(f'\nTraining step at the text recipe shape, with and without the allocator setting, median of '
+        f'{_REPEATS.value} alternating processes ({result_files.cpu_model() + ", " + result_files.cpu_id()})')
+  print('| kind | retained (ms) | glibc default (ms) | speed-up |')
+  print('|---|---:|---:|---:|')
+  for k in KINDS:
+    a, b = median['retained'][k], median['glibc default'][k]
+    print(f'| {k} | {1e3 * a:.1f} | {1e3 * b:.1f} | {b / a:.2f}× |')
+  result = {'steps': _STEPS.value,
+            'repeats': _REPEATS.value, 'step_seconds': times, 'median_step_seconds': median,
+            'command': f'python -m benchmarks.speed.step_time --allocator --steps={_STEPS.value} '
+                       f'--repeats={_REPEATS.value}'}
+  result_files.write(_JSON.value, result)
+
+
 def main(_):
-  host.set_cpu_compiler_defaults()  # the trainer's compiler flags; SYMJAX_KEEP_XLA_FLAGS=1 keeps XLA's
+  host.prepare()  # the trainer's compiler flags and allocator; SYMJAX_KEEP_XLA_FLAGS=1 keeps XLA's flags
+  if _ALLOCATOR.value:
+    return allocator_ab()
   kinds = {k: recipe_step(k) for k in KINDS}
   kind_times = time_rounds({k: run for k, (run, _) in kinds.items()}, _STEPS.value, _REPEATS.value)
+  if _KINDS_ONLY.value:
+    return result_files.write(_JSON.value, {'recipe_step_seconds': kind_times})
   print(f'\nOne training step at the text recipe shape (batch 12 × 64, 4 layers, 4 × 32, |V| = 65), '
         f'{jax.devices()[0].platform}, fastest of {_REPEATS.value} rounds of {_STEPS.value} steps')
   print('| kind | parameters | step (ms) | tokens/s | vs token_factored |')
@@ -130,7 +175,6 @@ def main(_):
                 f'--{f}={flags.FLAGS[f].value}' for f in ('steps', 'repeats', 'seeds'))}
   os.makedirs(os.path.dirname(_JSON.value) or '.', exist_ok=True)
   result_files.write(_JSON.value, result)
-  print(f'wrote {_JSON.value}')
 
 
 if __name__ == '__main__':

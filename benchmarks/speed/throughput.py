@@ -97,7 +97,7 @@ def measure(kind: str) -> dict:
 
 
 def main(_):
-  host.set_cpu_compiler_defaults()  # as the trainer does
+  host.prepare()  # as the trainer does
   rows = [measure(kind) for kind in _KINDS.value]
   print(f'\n{jax.devices()[0].device_kind} ({jax.default_backend()}), text recipe: batch 12 × 64, |V| = {_VOCAB.value}, '  # noqa: E501
         f'float32; median of {_REPEATS.value} rounds of {_STEPS.value} steps')

@@ -36,6 +36,7 @@ from absl import app, flags
 from benchmarks.lib import cli
 from benchmarks.lib import lens_pair as pair
 from benchmarks.lib import results as result_files
+from symjax.system import host
 
 _JSON = cli.json_output('benchmarks/results/vs_transformer_lens_cpu.json')
 _REPEATS = cli.repeats(15, 'Warm calls timed per workload and library, in bursts (the median is reported).')
@@ -121,6 +122,7 @@ def check_same(hm, lens, tokens, clean, corrupt) -> dict[str, float]:
 
 def main(argv):
   del argv
+  host.prepare()  # the allocator and compiler flags every symjax process runs with
   import torch
   tokens, clean, corrupt = pair.prompts(_SWEEP_BATCH.value)
   standard, symbolic = pair.symjax_model('standard'), pair.symjax_model('symbolic')

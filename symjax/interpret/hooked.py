@@ -13,7 +13,6 @@ stays for composing JAX code; this object calls it, with no second implementatio
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any, Callable, Sequence
 
 import jax
@@ -48,10 +47,9 @@ def hook_dict(fwd_hooks: Hooks | None, num_layers: int) -> dict[str, Callable]:
   return {site: chain(tuple(fns)) for site, fns in by_site.items()}
 
 
-@functools.lru_cache(maxsize=hooks._KEPT)  # as many as compiled passes are kept: closures do not pile up
 def chain(fns: tuple[Callable, ...]) -> Callable:
-  """One hook running ``fns`` in order (a None result leaves the value as it is). The same functions give the
-  same function object, which the compiled passes are keyed on."""
+  """One hook running ``fns`` in order (a None result leaves the value as it is); the engine reads the
+  functions it closes over as hooks (``symjax.interpret.engine``)."""
   if len(fns) == 1:
     return fns[0]
 

@@ -15,7 +15,6 @@ block l = 0..L−1 ``blocks.{l}.attn.{q,k,scores,pattern,values,v_mixture,z,out}
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 from collections.abc import Mapping
@@ -26,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core, decomposition, mixtures
+from symjax.interpret import core, decomposition, engine, mixtures
 from symjax.model import Transformer
 from symjax.model import intermediates as names
 from symjax.system.errors import InputError
@@ -77,47 +76,11 @@ def check_names(model: Transformer, requested: Sequence[str], hooking: bool = Fa
     raise InputError(names.read_only_message(resid[0]))
 
 
-# Compiled forward passes, one per (model, hooks, cached sites, collections): a call that repeats reuses it and
-# jax.jit retraces only for new shapes. A hook function is compiled from the second call that passes the same
-# function object: a loop that builds a new closure per call would otherwise compile every time, which costs
-# more than the eager pass it replaces. symjax's own hooks (``zero_head``) are one function per argument, so
-# their pass is compiled at the first call: the first eager pass compiles each of its operations apart, several
-# times the one program's compilation. Kept to the most recent few, so closures do not pile up.
-_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
-_SEEN: collections.OrderedDict = collections.OrderedDict()
-_REUSED: set = set()  # the hook functions symjax hands out again for the same arguments
-_KEPT = 32
-_UNTRACEABLE = (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
-                jax.errors.TracerIntegerConversionError)
-
-
-def _program(model: Transformer, fns: dict[str, Callable], keep, mutable: tuple[str, ...]):
-  """The jitted pass for these hooks, or None when it should run eagerly (a hook seen for the first time,
-  or one that cannot be traced)."""
-  key = (model, tuple(sorted(fns.items())), keep, mutable)
-  if key in _PROGRAMS:  # None: a hook that cannot be traced
-    _PROGRAMS.move_to_end(key)
-    return _PROGRAMS[key]
-  if fns and key not in _SEEN and not _REUSED.issuperset(fns.values()):
-    _SEEN[key] = None
-    while len(_SEEN) > _KEPT:
-      _SEEN.popitem(last=False)
-    return None
-  keep_fn = keep.__contains__ if isinstance(keep, frozenset) else keep
-
-  def run(params, tokens, key_mask):
-    with names.session(fns, keep_fn):
-      return model.apply({'params': params}, tokens, key_mask, mutable=list(mutable) or False)
-  _PROGRAMS[key] = jax.jit(run)
-  while len(_PROGRAMS) > _KEPT:
-    _PROGRAMS.popitem(last=False)
-  return _PROGRAMS[key]
-
-
 def _apply(model: Transformer, params, tokens, key_mask, fns: dict[str, Callable], keep, mutable: list[str]):
   """One forward pass with ``fns`` at their sites, caching the sites ``keep`` names (None: all; a frozenset
-  of names; a predicate): compiled when it repeats (``_program``), eager otherwise and inside a caller's
-  trace (``jax.grad`` of a metric, a vmapped sweep), where the caller compiles."""
+  of names; a predicate): compiled by the engine, the hooks' numbers and arrays its arguments
+  (``symjax.interpret.engine``); run as it is inside a caller's trace (``jax.grad`` of a metric, a vmapped
+  sweep), where the caller compiles."""
   model = core.analysis_model(model)
   check_head_hooks(model, fns)
   tokens = core.as_batch(tokens, model.config.vocab_size) if not isinstance(tokens, jax.core.Tracer) else tokens
@@ -127,18 +90,21 @@ def _apply(model: Transformer, params, tokens, key_mask, fns: dict[str, Callable
   traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(
       (tokens, km) if plain is params else (plain, tokens, km)))  # a registered tree holds concrete arrays
   params = plain
-  program = None if traced else _program(model, fns, keep, tuple(mutable))
-  out = None
-  if program is not None:
-    try:  # NumPy arguments: the compiled call copies them in faster than jnp.asarray would
-      out = program(params, tokens, km)
-    except _UNTRACEABLE:  # a hook that needs concrete values (NumPy, Python branches): it stays eager
-      _PROGRAMS[(model, tuple(sorted(fns.items())), keep, tuple(mutable))] = None
-  if out is None:
-    keep_fn = keep.__contains__ if isinstance(keep, frozenset) else keep
-    with names.session(fns, keep_fn):
-      out = model.apply({'params': params}, jnp.asarray(tokens), None if km is None else jnp.asarray(km),
-                        mutable=mutable or False)
+  keep_fn = keep.__contains__ if isinstance(keep, frozenset) else keep
+  mutable_ = list(mutable) or False
+
+  def make(hook_fns):
+    def run(params, tokens, km):
+      with names.session(hook_fns, keep_fn):
+        return model.apply({'params': params}, tokens, km, mutable=mutable_)
+    return run
+
+  def eager(hook_fns):
+    return make(hook_fns)(params, jnp.asarray(tokens), None if km is None else jnp.asarray(km))
+  if traced:
+    out = eager(fns)
+  else:  # NumPy arguments: the compiled call copies them in faster than jnp.asarray would
+    out = engine.hooked(('forward', model, keep, tuple(mutable)), fns, make, (params, tokens, km), eager)
   logits, state = out if mutable else (out, {})
   return model, tokens, logits, state
 
@@ -594,7 +560,7 @@ def check_head_hooks(model: Transformer, fns: dict[str, Callable]) -> None:
   inside it, the error would come out of JAX's trace with its traceback note appended."""
   heads = model.config.num_heads
   for name, fn in fns.items():
-    head = getattr(fn, 'head', None)
+    head = fn.keywords.get('head') if isinstance(fn, functools.partial) and fn.func is _zero_head else None
     if head is not None and not 0 <= head < heads:
       raise InputError(_head_out_of_range(head, name, heads))
 
@@ -603,19 +569,17 @@ def _head_out_of_range(head: int, name: str, heads: int) -> str:
   return f'zero_head({head}) at {name}: head out of range, the model has heads 0..{heads - 1}'
 
 
-@functools.lru_cache(maxsize=None)
+def _zero_head(value, name, head):
+  axis = 1 if name.endswith(('.scores', '.pattern')) else value.ndim - 2
+  # .at[] would drop an index out of range without a word; a traced head was checked by check_head_hooks.
+  if not isinstance(head, jax.core.Tracer) and not 0 <= head < value.shape[axis]:
+    raise InputError(_head_out_of_range(head, name, value.shape[axis]))
+  chosen = (jnp.arange(value.shape[axis]) == head).reshape([-1 if a == axis else 1 for a in range(value.ndim)])
+  return jnp.where(chosen, jnp.zeros((), value.dtype), value)
+
+
 def zero_head(head: int) -> Callable:
   """A hook for a per-head site (``attn.q``, ``.k``, ``.values``, ``.z`` ``[..., heads, d]``; ``.scores``,
-  ``.pattern`` ``[batch, heads, ...]``) that sets one head to zero; the same function for the same head, so
-  that its compiled pass is reused."""
-  def fn(value, name):
-    axis = 1 if name.endswith(('.scores', '.pattern')) else -2
-    # .at[] drops an index out of range without a word; hooked_logits and direct sessions skip check_head_hooks.
-    if not 0 <= head < value.shape[axis]:
-      raise InputError(_head_out_of_range(head, name, value.shape[axis]))
-    index = [slice(None)] * value.ndim
-    index[axis] = head
-    return value.at[tuple(index)].set(0)
-  fn.head = head
-  _REUSED.add(fn)
-  return fn
+  ``.pattern`` ``[batch, heads, ...]``) that sets one head to zero. The head is the hook's data, so a loop
+  over heads compiles one program (``symjax.interpret.engine``)."""
+  return functools.partial(_zero_head, head=head)

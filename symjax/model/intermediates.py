@@ -237,6 +237,95 @@ def hooked(name: str) -> bool:
   return s is not None and name in s.fns
 
 
+class HookValue:
+  """A site's value as a hook receives it: the JAX array, which also takes TransformerLens's in-place writes
+  (``value[:, :, h] = 0``, ``value[...] *= 0.5``, ``value *= 0``), each a functional update of ``.array``,
+  so that a hook written for PyTorch tensors runs as written (returning None keeps the updated value).
+  Everything else reads through to the array (its methods, operators and ``jnp`` functions that accept
+  ``__jax_array__``)."""
+
+  __slots__ = ('array',)
+  __array_priority__ = 100  # NumPy defers its operators to this object's
+
+  def __init__(self, array):
+    self.array = array
+
+  def __getattr__(self, name):
+    return getattr(self.array, name)
+
+  def __jax_array__(self):
+    return self.array
+
+  def __array__(self, dtype=None, copy=None):
+    import numpy as np
+    return np.asarray(self.array, dtype)
+
+  def __repr__(self) -> str:
+    return f'HookValue({self.array!r})'
+
+  def __getitem__(self, index):
+    return self.array[_unwrapped(index)]
+
+  def __setitem__(self, index, new) -> None:
+    self.array = self.array.at[_unwrapped(index)].set(_unwrapped(new))
+
+  def __len__(self) -> int:
+    return len(self.array)
+
+  def __iter__(self):
+    return iter(self.array)
+
+
+def _unwrapped(x):
+  if isinstance(x, HookValue):
+    return x.array
+  if isinstance(x, tuple):
+    return tuple(_unwrapped(i) for i in x)
+  return x
+
+
+def _operator(name: str, in_place: bool = False):
+  if in_place:  # value *= x: the update is kept in this object, as a tensor's would be
+    op = f'__{name}__'
+
+    def update(self, other):
+      self.array = getattr(self.array, op)(_unwrapped(other))
+      return self
+    return update
+  return lambda self, *other: getattr(self.array, f'__{name}__')(*map(_unwrapped, other))
+
+
+for _name in ('add', 'sub', 'mul', 'truediv', 'floordiv', 'mod', 'pow', 'matmul', 'and', 'or', 'xor', 'lshift',
+              'rshift'):
+  setattr(HookValue, f'__{_name}__', _operator(_name))
+  setattr(HookValue, f'__r{_name}__', _operator(f'r{_name}'))
+  setattr(HookValue, f'__i{_name}__', _operator(_name, in_place=True))
+for _name in ('neg', 'pos', 'abs', 'invert', 'lt', 'le', 'gt', 'ge', 'eq', 'ne', 'bool', 'int', 'float', 'index',
+              'complex'):
+  setattr(HookValue, f'__{_name}__', _operator(_name))
+HookValue.__hash__ = None
+
+
+def _call_hook(fn: Callable, value, name: str):
+  """``fn`` on ``value`` at site ``name``: first as a ``HookValue`` (TransformerLens's in-place writes), then,
+  where the hook's own code cannot take one (a ``jnp`` function that reads only arrays), on the array itself."""
+  held = HookValue(value)
+  try:
+    out = fn(held, HookName(name))
+  except Exception as first:  # noqa: BLE001 (retried on the plain array below; its error wins if it fails too)
+    if isinstance(first, InputError):
+      raise
+    try:
+      out = fn(value, HookName(name))
+    except TypeError as second:
+      if 'immutable' in str(second) or 'item assignment' in str(second):
+        raise first from None  # the hook writes in place and needs the HookValue: the first error is the real one
+      raise
+    return value if out is None else out
+  out = held.array if out is None or out is held else out
+  return out.array if isinstance(out, HookValue) else out
+
+
 def hook(module, local: str, value, replaceable: bool = True):
   """The value at a named site: ``value`` itself outside a hook session (sown when the site is one of
   ``SOWN``); inside one, what its hook function returns, sown when the session keeps it or it is one of
@@ -252,9 +341,7 @@ def hook(module, local: str, value, replaceable: bool = True):
   if fn is not None:
     if not replaceable:
       raise InputError(read_only_message(name))
-    new = fn(value, HookName(name))
-    if new is None:  # a hook that only reads (TransformerLens's convention: None leaves the value as it is)
-      new = value
+    new = _call_hook(fn, value, name)  # TransformerLens's convention: None leaves the value as it is
     if getattr(new, 'shape', None) != value.shape:
       raise InputError(f'the hook at {name} returned shape {getattr(new, "shape", None)}; the site has '
                        f'{tuple(value.shape)}')

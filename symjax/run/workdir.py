@@ -502,6 +502,7 @@ def load(workdir: str, which: str | int = 'best') -> Loaded:
   # The run's compilation cache serves its analysis too: a later process's forward passes, sweeps and
   # decompiling load what an earlier one compiled instead of compiling it again.
   host.use_compilation_cache(config.get('compilation_cache_dir', ''))
+  host.retain_freed_memory()  # the analysis passes' temporaries, as the trainer's steps' (symjax.system.host)
   run = files.read_json(os.path.join(workdir, RUN_FILE))
   vocab_json = files.read_json(os.path.join(workdir, tasks.VOCAB_FILE))
   tokenizer = tokenizer_from_json(vocab_json) if vocab_json['type'] in ('char', 'bpe') else TokenVocab(

@@ -1,11 +1,23 @@
-"""Process-wide settings, applied first thing by the trainer and the seed trainer: XLA:CPU's compiler flags
-(before the process's first JAX computation) and JAX's persistent compilation cache, which is what makes a
-rerun or a resume start without compiling (``symjax.load`` turns the cache on too, for a run's analysis).
+"""Process-wide settings, in one place: ``prepare`` is called first thing by the trainer, the seed trainer,
+``symjax.load`` (the interpretability engine's entry), the tests and the CPU benchmarks. It sets XLA:CPU's
+compiler flags (before the process's first JAX computation) and glibc malloc's thresholds; JAX's persistent
+compilation cache (``use_compilation_cache``), which is what makes a rerun or a resume start without
+compiling, is turned on by the same callers once they know the run's folder.
+
+Why the allocator: XLA:CPU allocates a compiled step's temporary buffers afresh on every call and frees them
+when it ends. With glibc's default malloc, buffers above its mmap threshold (128 KiB, rising with use to at
+most 32 MiB) are mapped from the kernel and unmapped when freed, and free memory at the top of the heap is
+trimmed, so every step writes to pages the kernel must map and zero again: thousands of minor page faults a
+step. ``retain_freed_memory`` keeps freed memory for the next allocation instead (measured with and without
+in ``benchmarks/speed/train_step.py --allocator``). It changes no computation, only where buffers live; the
+cost is that resident memory no longer falls back after a peak.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import sys
 
 # XLA:CPU's YNNPACK library fusions (on by default in recent jaxlib) run the symbolic model's small
@@ -32,6 +44,48 @@ def set_cpu_compiler_defaults(kind: str | None = None) -> bool:
     return False
   os.environ['XLA_FLAGS'] = f'{flags} {YNN_FUSION_FLAG}='.strip()
   return True
+
+
+KEEP_MALLOC_ENV = 'SYMJAX_KEEP_MALLOC'
+# glibc's own malloc settings: a user who sets any of them keeps them, and symjax sets none.
+MALLOC_ENVS = ('MALLOC_TRIM_THRESHOLD_', 'MALLOC_MMAP_THRESHOLD_', 'MALLOC_TOP_PAD_', 'MALLOC_MMAP_MAX_',
+               'MALLOC_ARENA_MAX')
+# mallopt's parameters (glibc's <malloc.h>) and the values symjax gives them.
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -2, -3, -8
+MALLOC_SETTINGS = (
+    (M_TRIM_THRESHOLD, -1),         # read by glibc as the largest size_t: the heap is never trimmed
+    (M_MMAP_THRESHOLD, 2**31 - 1),  # the largest value mallopt takes: allocations below 2 GiB use the heap
+    (M_TOP_PAD, 2**27),             # above a thread arena's 64 MiB heap: an emptied heap is kept, not unmapped
+)
+_malloc_applied = False
+
+
+def retain_freed_memory() -> bool:
+  """Sets glibc malloc to reuse freed memory rather than hand it back to the kernel (the module docstring
+  says why), with one arena per core this process may run on (each arena keeps its own peak; glibc's default
+  is eight per core). Returns whether it changed anything: not on a C library other than glibc, not when the
+  user sets malloc through its environment (``MALLOC_*_`` or ``GLIBC_TUNABLES``), not with
+  ``SYMJAX_KEEP_MALLOC=1``, and not a second time."""
+  global _malloc_applied
+  if (_malloc_applied or os.environ.get(KEEP_MALLOC_ENV, '') not in ('', '0') or platform.libc_ver()[0] != 'glibc'
+      or any(name in os.environ for name in MALLOC_ENVS) or 'glibc.malloc' in os.environ.get('GLIBC_TUNABLES', '')):
+    return False
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except AttributeError:
+    cores = os.cpu_count() or 1
+  libc = ctypes.CDLL(None)
+  if not all([libc.mallopt(param, value) for param, value in (*MALLOC_SETTINGS, (M_ARENA_MAX, max(1, cores)))]):
+    return False
+  _malloc_applied = True
+  return True
+
+
+def prepare(kind: str | None = None) -> None:
+  """The process's settings, before its first JAX computation: XLA:CPU's compiler flags for ``kind``
+  (``set_cpu_compiler_defaults``) and the allocator (``retain_freed_memory``)."""
+  set_cpu_compiler_defaults(kind)
+  retain_freed_memory()
 
 
 _refused: set[str] = set()  # cache folders already found unwritable: one warning per process

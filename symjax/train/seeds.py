@@ -143,7 +143,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
     raise InputError(f'seed step must be one of {list(SEED_STEPS)}, got {seed_step!r}')
   if len(seeds) != len(workdirs) or not seeds:
     raise InputError(f'need one work directory per seed, got {len(seeds)} seeds and {len(workdirs)} folders')
-  host.set_cpu_compiler_defaults()
+  host.prepare()
   config_lib.validate(config)
   check_config(config)
   host.use_compilation_cache(config.compilation_cache_dir)

@@ -437,7 +437,7 @@ def final_metrics(run: CompiledRun, params, task: tasks.Task, evaluate, validati
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict[str, float]]:
   """Trains (or resumes) in ``workdir``; returns the final metrics per split."""
   # --- Config, processes and mesh.
-  host.set_cpu_compiler_defaults(config.get('model', {}).get('kind'))
+  host.prepare(config.get('model', {}).get('kind'))
   config_lib.validate(config)
   host.use_compilation_cache(config.compilation_cache_dir)
   mesh_lib.maybe_initialize_distributed(config.distributed)

@@ -1,6 +1,7 @@
 """What several test files share: paths, the tiny config, random parameters, small model shapes and exact
 comparisons. Test files import from here (never from each other); fixtures live in ``conftest.py``."""
 
+import contextlib
 import glob
 import itertools
 import os
@@ -12,6 +13,24 @@ import numpy as np
 
 import symjax.configs as configs
 from symjax.model import ModelConfig
+
+
+@contextlib.contextmanager
+def compilations():
+  """Counts XLA compilations inside the block: ``with compilations() as count: ...; count()`` (JAX's
+  monitoring event for a backend compilation)."""
+  from jax._src import monitoring
+  seen = []
+
+  def listener(event, duration, **kw):
+    if event == '/jax/core/compile/backend_compile_duration':
+      seen.append(duration)
+  monitoring.register_event_duration_secs_listener(listener)
+  try:
+    yield lambda: len(seen)
+  finally:
+    monitoring.unregister_event_duration_listener(listener)
+
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare.txt')

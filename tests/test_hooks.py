@@ -1,11 +1,13 @@
 """The named cache and hooks against the existing readings: the sown intermediates, the interventions, the
 exact mixture trace. Hooks run inside the model's own modules, so an identity hook changes nothing."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import KINDS, randomize, shapes_of, small
+from helpers import KINDS, compilations, randomize, shapes_of, small
 
 from symjax.interpret import core, hooks, interventions, mixtures
 from symjax.model import Transformer
@@ -85,23 +87,70 @@ def test_zero_ablation_through_hooks_equals_the_ablation_interventions(kind):
     assert np.abs(got - hooks.run_with_hooks(model, params, tokens, {})).max() > 1e-4  # it did something
 
 
-def test_symjax_hooks_compile_at_the_first_call_and_a_new_closure_at_its_second():
-  """zero_head hands out one function per head, so its pass is compiled at once; a closure may be rebuilt per
-  call, so its first pass runs eagerly and a second call with the same function compiles."""
-  # zero_head(1) is one function for the whole process, and programs are keyed by the model's config: a config
-  # of its own keeps other tests' programs out of the count.
+def test_a_loop_of_hooks_carrying_numbers_compiles_once():
+  """Hooks are data: ``zero_head(h)``, ``functools.partial(fn, head=h)`` and an inline lambda reading a loop
+  variable compile one program for all their values (compilations counted, not seconds), and each call gives
+  the values of its own head."""
   model, params, tokens = model_and_params('standard', seed=5, vocab_size=17)
-  compiled = lambda fn: [p for k, p in hooks._PROGRAMS.items()
-                         if k[0] == model and k[1] == (('blocks.0.attn.q', fn),) and p is not None]
-  zero, double = hooks.zero_head(1), lambda v, n: 2 * v
-  first = hooks.run_with_hooks(model, params, tokens, {'blocks.0.attn.q': zero})
-  assert len(compiled(zero)) == 1
-  eager = hooks.run_with_hooks(model, params, tokens, {'blocks.0.attn.q': double})
-  assert not compiled(double)
-  again = hooks.run_with_hooks(model, params, tokens, {'blocks.0.attn.q': double})
-  assert len(compiled(double)) == 1
-  np.testing.assert_allclose(again, eager, rtol=1e-5, atol=1e-5)
-  assert np.abs(first - eager).max() > 1e-4
+  plain = hooks.run_with_hooks(model, params, tokens, {})
+
+  def zero(z, hook, head):
+    return z.at[:, :, head].set(0)
+  loops = {'zero_head': lambda h: hooks.zero_head(h), 'partial': lambda h: functools.partial(zero, head=h),
+           'lambda': lambda h: (lambda z, name: zero(z, name, h))}
+  results = {}
+  for label, make in loops.items():
+    with compilations() as count:
+      results[label] = [hooks.run_with_hooks(model, params, tokens, {'blocks.0.attn.z': make(h)}) for h in range(3)]
+    assert count() == 1, (label, count())
+  for h in range(3):
+    for label in loops:
+      np.testing.assert_allclose(results[label][h], results['zero_head'][h], rtol=0, atol=1e-6)
+    assert np.abs(results['zero_head'][h] - plain).max() > 1e-4  # each head's ablation did something
+  assert np.abs(results['zero_head'][0] - results['zero_head'][1]).max() > 1e-4
+
+
+def test_a_hook_needing_concrete_numbers_or_arrays_still_runs(capsys):
+  """A number used as a slice bound is compiled per value; a hook reading NumPy runs eagerly and says so once."""
+  model, params, tokens = model_and_params('standard', seed=5, vocab_size=17)
+
+  def first_positions(v, name, k):
+    return v.at[:, :k].set(0)
+  for k in (2, 4):
+    got = hooks.run_with_hooks(model, params, tokens, {'blocks.1.attn.out': functools.partial(first_positions, k=k)})
+    want = hooks.run_with_hooks(model, params, tokens, {'blocks.1.attn.out': lambda v, n, k=k: v.at[:, :k].set(0)})
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+  def in_numpy(v, name):
+    return jnp.asarray(np.asarray(v) * 2)
+  eager = [hooks.run_with_hooks(model, params, tokens, {'blocks.1.attn.out': in_numpy}) for _ in range(2)]
+  want = hooks.run_with_hooks(model, params, tokens, {'blocks.1.attn.out': lambda v, n: v * 2})
+  np.testing.assert_allclose(eager[1], want, rtol=1e-6, atol=1e-6)
+  assert capsys.readouterr().err.count('in_numpy') == 1
+
+
+def test_transformer_lens_in_place_hooks_run_as_written():
+  """A hook that assigns in place (``z[:, :, h] = 0`` returning None, ``z[...] *= 0.5``, ``z *= 0``) gives the
+  functional hook's values."""
+  model, params, tokens = model_and_params('standard', seed=5, vocab_size=17)
+  run = lambda fn, site='blocks.0.attn.z': hooks.run_with_hooks(model, params, tokens, {site: fn})
+
+  def ablate(z, hook, head_index_to_ablate):
+    z[:, :, head_index_to_ablate, :] = 0.
+
+  def halve(z, hook):
+    z[...] *= 0.5
+    return z
+
+  def erase(out, hook):
+    out *= 0
+  for h in range(3):
+    np.testing.assert_allclose(run(functools.partial(ablate, head_index_to_ablate=h)), run(hooks.zero_head(h)),
+                               rtol=0, atol=1e-6)
+  np.testing.assert_allclose(run(halve), run(lambda z, n: z * 0.5), rtol=0, atol=1e-6)
+  np.testing.assert_allclose(run(erase, 'blocks.1.attn.out'), run(lambda v, n: v * 0, 'blocks.1.attn.out'),
+                             rtol=0, atol=1e-6)
+  assert np.abs(run(halve) - run(lambda z, n: z)).max() > 1e-4
 
 
 def test_a_mixture_hook_sets_the_values_to_its_tokens_embeddings():

@@ -11,6 +11,7 @@ back as {name: array}. A hook session (``session``, used by ``symjax.interpret.r
 import contextlib
 import contextvars
 import dataclasses
+import dis
 import functools
 from typing import Callable, Iterator
 
@@ -307,23 +308,38 @@ HookValue.__hash__ = None
 
 
 def _call_hook(fn: Callable, value, name: str):
-  """``fn`` on ``value`` at site ``name``: first as a ``HookValue`` (TransformerLens's in-place writes), then,
-  where the hook's own code cannot take one (a ``jnp`` function that reads only arrays), on the array itself."""
-  held = HookValue(value)
-  try:
-    out = fn(held, HookName(name))
-  except Exception as first:  # noqa: BLE001 (retried on the plain array below; its error wins if it fails too)
-    if isinstance(first, InputError):
-      raise
+  """``fn`` on ``value`` at site ``name``. A hook receives the array itself, which it may keep (a cache of its
+  own); where it writes in place — an item assignment, which JAX's arrays refuse, or an in-place operator on
+  its argument (``value *= 0``), which would rebind a local name and change nothing — it receives a
+  ``HookValue`` instead, and the value it leaves is the site's new value."""
+  if not _rebinds_argument(fn):
     try:
       out = fn(value, HookName(name))
-    except TypeError as second:
-      if 'immutable' in str(second) or 'item assignment' in str(second):
-        raise first from None  # the hook writes in place and needs the HookValue: the first error is the real one
-      raise
-    return value if out is None else out
+    except TypeError as e:
+      if 'immutable' not in str(e) and 'item assignment' not in str(e):
+        raise
+    else:
+      return value if out is None else out
+  held = HookValue(value)
+  out = fn(held, HookName(name))
   out = held.array if out is None or out is held else out
   return out.array if isinstance(out, HookValue) else out
+
+
+def _rebinds_argument(fn) -> bool:
+  """Whether ``fn``'s code assigns to its first parameter (``value *= 0`` compiles to such a store)."""
+  while isinstance(fn, functools.partial):
+    fn = fn.func
+  code = getattr(fn, '__code__', None)
+  return code is not None and _stores_first_argument(code)
+
+
+@functools.lru_cache(maxsize=1024)
+def _stores_first_argument(code) -> bool:
+  if not code.co_argcount:
+    return False
+  first = code.co_varnames[0]
+  return any(i.opname == 'STORE_FAST' and i.argval == first for i in dis.get_instructions(code))
 
 
 def hook(module, local: str, value, replaceable: bool = True):

@@ -53,6 +53,16 @@ def test_weights_tokens_and_losses_under_transformer_lens_names(hm):
       call()
 
 
+def test_the_config_answers_transformer_lens_names(hm):
+  c = hm.cfg
+  assert (c.n_layers, c.n_heads, c.d_head, c.d_model, c.d_vocab, c.n_ctx) == (
+      c.num_layers, c.num_heads, c.head_dim, c.num_heads * c.head_dim, c.vocab_size, c.max_len)
+  # a symbolic channel FFN's hidden units are every channel's together (blocks.{l}.ffn.hidden's last axis)
+  _, cache = hm.run_with_cache('<s> a 1')
+  assert c.d_mlp == c.num_heads * c.symbolic.ff_dim_per_head == cache['blocks.0.ffn.hidden'].shape[-1] * c.num_heads
+  assert small(kind='standard').d_mlp == small(kind='standard').ff_dim and c.act_fn == 'gelu_new'
+
+
 def test_the_model_object_prints_its_kind_shape_and_size(hm):
   c, n = hm.cfg, sum(int(np.size(p)) for p in jax.tree.leaves(hm.params))
   assert repr(hm) == (f'HookedModel(symbolic: {c.num_layers} layers, {c.num_heads} heads × {c.head_dim}, '

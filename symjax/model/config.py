@@ -202,6 +202,25 @@ class ModelConfig:
   def d_model(self) -> int:
     return self.num_heads * self.head_dim
 
+  # TransformerLens's names for the same numbers (its HookedTransformerConfig), so that ``hm.cfg.n_heads``
+  # and the rest read as its users write them.
+  n_layers = property(lambda self: self.num_layers)
+  n_heads = property(lambda self: self.num_heads)
+  d_head = property(lambda self: self.head_dim)
+  d_vocab = property(lambda self: self.vocab_size)
+  n_ctx = property(lambda self: self.max_len)
+
+  @property
+  def d_mlp(self) -> int:
+    """The FFN's hidden width: every channel's units together in a symbolic channel FFN (eq. 20)."""
+    channel = self.kind == 'symbolic' and self.symbolic.vocab_ffn == 'channel'
+    return self.num_heads * self.symbolic.ff_dim_per_head if channel else self.ff_dim
+
+  @property
+  def act_fn(self) -> str:
+    """The FFN's activation under TransformerLens's name: the tanh approximation of GELU is its 'gelu_new'."""
+    return 'relu' if self.kind == 'program' else 'gelu_new'
+
   @property
   def padded_vocab_size(self) -> int:
     return -(-self.vocab_size // self.kernels.vocab_pad_multiple) * self.kernels.vocab_pad_multiple

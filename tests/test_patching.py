@@ -293,3 +293,54 @@ def test_a_logit_difference_scores_many_patches_at_once_as_one_at_a_time():
     metric = patching.logit_difference(answer, wrong, **kwargs)
     np.testing.assert_allclose(metric.each(patched), want, rtol=1e-6, err_msg=str(kwargs))
     np.testing.assert_allclose(np.array([metric(p) for p in patched]), want, rtol=1e-6, err_msg=str(kwargs))
+
+
+@pytest.mark.parametrize('kind', ['standard', 'symbolic'])
+def test_a_sweep_scored_by_a_users_jnp_metric_equals_logit_difference_and_reads_its_positions(kind):
+  """A lambda of the logits is traced: the positions it reads are found (the last one here), and its sweep
+  gives logit_difference's values; a metric reading every position reads from 0."""
+  model, params, clean, corrupt = setup(kind)
+  ld = patching.logit_difference(3, 4)
+  user = lambda logits: (logits[:, -1, 3] - logits[:, -1, 4]).mean()
+  assert patching.metric_reads_from(user, (1, 8, 13)) == 7
+  assert patching.metric_reads_from(lambda l: l[:, 5:, 2].sum(), (1, 8, 13)) == 5
+  assert patching.metric_reads_from(lambda l: l.sum(), (1, 8, 13)) is None
+  for family in (patching.get_act_patch_attn_head_out_all_pos, patching.get_act_patch_resid_pre,
+                 patching.get_act_patch_attn_head_out_by_pos):
+    want = family(model, params, clean, corrupt, metric=ld)
+    np.testing.assert_allclose(family(model, params, clean, corrupt, metric=user), want, rtol=0, atol=1e-6)
+    assert np.abs(want).max() > 1e-3
+  with pytest.raises(InputError, match=r'one number per patch; it returned shape \(1,\)'):
+    patching.sweep_heads(model, params, clean, corrupt, metric=lambda logits: logits[:, -1, 3])
+
+
+@pytest.mark.parametrize('kind', ['standard', 'token_factored'])
+def test_a_hook_over_a_grid_of_its_arguments_equals_the_loop_of_single_runs(kind):
+  """sweep_hooks over layers × heads (a TransformerLens in-place hook, the layer chosen by the site) gives the
+  loss, logits and metric of each hooked run; bad grids and metrics are one-line errors."""
+  model, params, clean, _ = setup(kind)
+  cfg = model.config
+  hm = HookedModel(model, params)
+
+  def ablate(z, hook, head):
+    z[:, :, head, :] = 0.
+  over = {'layer': range(cfg.num_layers), 'head': range(cfg.num_heads)}
+  one = lambda l, h, **kw: hooks.run_with_hooks(model, params, clean, {f'blocks.{l}.attn.z': lambda z, n: ablate(z, n, h)},
+                                                **kw)
+  losses = hm.sweep_hooks(clean, 'blocks.{layer}.attn.hook_z', ablate, over)
+  want = np.array([[one(l, h, return_type='loss') for h in over['head']] for l in over['layer']])
+  np.testing.assert_allclose(losses, want, rtol=1e-6, atol=1e-6)
+  assert losses.shape == (cfg.num_layers, cfg.num_heads) and np.ptp(losses) > 1e-4
+  logits = hm.sweep_hooks(clean, 'blocks.{layer}.attn.z', ablate, over, return_type='logits')
+  np.testing.assert_allclose(logits[1, 2], one(1, 2), rtol=1e-6, atol=1e-6)
+  metric = lambda logits: logits[:, -1, 3].mean()
+  np.testing.assert_allclose(hm.sweep_hooks(clean, 'blocks.{layer}.attn.z', ablate, over, metric=metric),
+                             logits[..., 0, -1, 3], rtol=1e-6, atol=1e-6)
+  with pytest.raises(InputError, match="over names 'hed', which is neither a field of the site"):
+    hm.sweep_hooks(clean, 'blocks.{layer}.attn.z', ablate, {'layer': [0], 'hed': [0]})
+  with pytest.raises(InputError, match=r'one number per setting; it returned shape \(1, 13\)'):
+    hm.sweep_hooks(clean, 'blocks.{layer}.attn.z', ablate, over, metric=lambda logits: logits[:, -1])
+  with pytest.raises(InputError, match="the site 'blocks.{lyr}.attn.z' names 'lyr'"):
+    hm.sweep_hooks(clean, 'blocks.{lyr}.attn.z', ablate, over)
+  with pytest.raises(InputError, match='returned shape'):
+    hm.sweep_hooks(clean, 'blocks.{layer}.attn.z', lambda z, hook, head: z[..., 0], over)

@@ -20,6 +20,7 @@ from symjax.interpret.circuits import (
                                           program,
 )
 from symjax.interpret.core import analysis_model, channel_lens, head_parameters, readout
+from symjax.interpret.grid import sweep_hooks
 from symjax.interpret.hooked import HookedModel
 from symjax.interpret.hooks import (
                                           Cache,
@@ -61,5 +62,5 @@ __all__ = [
     'valid_names', 'zero_head', 'Sweep', 'logit_difference', 'patch', 'patch_many', 'sweep_heads',
     'sweep_positions', 'get_act_patch_resid_pre', 'get_act_patch_resid_mid', 'get_act_patch_resid_post',
     'get_act_patch_attn_out', 'get_act_patch_mlp_out', 'get_act_patch_attn_head_out_all_pos',
-    'get_act_patch_attn_head_out_by_pos', 'get_act_patch_block_every',
+    'get_act_patch_attn_head_out_by_pos', 'get_act_patch_block_every', 'sweep_hooks',
 ]

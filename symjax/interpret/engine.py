@@ -266,5 +266,5 @@ def _warn_eager(fns: dict[str, Callable]) -> None:
       continue
     _WARNED.add(code)
     label = getattr(getattr(fn, 'func', fn), '__qualname__', type(fn).__name__)
-    print(f'symjax: the hook {label} at {name} needs concrete values (NumPy or a Python branch on an array), '
-          f'so its passes run eagerly, uncompiled; write it with jnp to compile it', file=sys.stderr)
+    print(f'symjax: {label} ({name}) needs concrete values (NumPy, or a Python branch on an array), so it runs '
+          f'eagerly, uncompiled; written with jnp it compiles', file=sys.stderr)

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core, hooks
+from symjax.interpret import core, grid, hooks
 from symjax.model import intermediates as site_names
 from symjax.run import sample
 from symjax.system.errors import InputError
@@ -260,6 +260,19 @@ class HookedModel:
     ids, mask = self._ids_and_mask(inputs, key_mask)
     fns = self._all_hooks(fwd_hooks)
     return hooks.run_with_hooks(self.model, self.params, ids, fns, key_mask=mask, return_type=return_type, **kw)
+
+  def sweep_hooks(self, inputs, site: str, hook: Callable, over: dict, return_type: str = 'loss',
+                  metric: Callable | None = None, key_mask=None) -> np.ndarray:
+    """One hook over a grid of its arguments, every setting in one compiled program
+    (``symjax.interpret.grid.sweep_hooks``): ``hm.sweep_hooks(text, 'blocks.{layer}.attn.z', ablate,
+    over={'layer': range(hm.cfg.n_layers), 'head': range(hm.cfg.n_heads)})`` gives ``[layers, heads]`` losses.
+    """
+    ids, mask = self._ids_and_mask(inputs, key_mask)
+    if self._hooks:
+      raise InputError('sweep_hooks runs one hook per setting: call it after hm.reset_hooks() or outside the '
+                       'with block')
+    return grid.sweep_hooks(self.model, self.params, ids, site, hook, over, key_mask=mask, return_type=return_type,
+                            metric=metric)
 
   def _ids_and_mask(self, inputs, key_mask):
     ids, mask = self.to_tokens(inputs)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core, hooks, suffix
+from symjax.interpret import core, engine, hooks, suffix
 from symjax.model import Transformer
 from symjax.system.errors import InputError
 
@@ -371,8 +371,8 @@ class _Score:
   each prompt pair's last real position, averaged over the pairs, and the clean and corrupt runs those of the
   same compiled program as the patches."""
 
-  def __init__(self, metric, answer, wrong, key_mask, shape):
-    self.metric, self.answer, self.wrong = metric, answer, wrong
+  def __init__(self, metric, answer, wrong, key_mask, shape, vocab_size: int):
+    self.metric, self.answer, self.wrong, self.vocab_size = metric, answer, wrong, vocab_size
     rows = np.arange(shape[0])
     self.last = (np.full(rows.shape, shape[1] - 1) if key_mask is None
                  else key_mask.shape[1] - 1 - np.argmax(key_mask[:, ::-1], axis=1))
@@ -380,14 +380,17 @@ class _Score:
 
   def reads_from(self, time: int) -> int | None:
     """The first position the metric reads: the last real positions for the recovered fraction, a metric's
-    ``positions`` (``logit_difference``'s) where it names them; None (all of them) otherwise."""
+    ``positions`` (``logit_difference``'s) where it names them, else the first its trace reads
+    (``metric_reads_from``); None (all of them) where that is position 0."""
     positions = self.last if self.metric is None else getattr(self.metric, 'positions', None)
+    if positions is None and self.metric is not None:
+      return metric_reads_from(self.metric, (len(self.last), time, self.vocab_size))
     return None if positions is None else int(np.min(np.asarray(positions) % time))
 
   def __call__(self, run: _Patched) -> np.ndarray:
     if self.metric is not None:
       each = getattr(self.metric, 'each', None)
-      return np.asarray(each(run.patched), float) if each else np.array([self.metric(row) for row in run.patched])
+      return np.asarray(each(run.patched), float) if each else metric_each(self.metric, run.patched)
     rows = np.arange(run.clean.shape[0])
     if self.answer is None or self.wrong is None:
       self.answer = np.argmax(run.clean[rows, self.last], -1)
@@ -401,6 +404,52 @@ class _Score:
     if abs(high - low) < 1e-9:
       raise InputError('the logit difference is the same on the clean and the corrupt prompt: nothing to recover')
     return (diff.each(run.patched).astype(float) - low) / (high - low)
+
+
+def metric_each(metric: Callable, logits: np.ndarray) -> np.ndarray:
+  """``metric`` of each patch's logits ``[patches, batch, time, vocab]``, vmapped in one compiled program (the
+  metric's numbers its arguments, so a new lambda of the same code reuses it); one patch at a time where the
+  metric needs concrete values."""
+  def make(fns):
+    return lambda logits: jax.vmap(fns['metric'])(logits)
+  out = engine.hooked(('metric', 'each'), {'metric': metric}, make, (logits,),
+                      lambda fns: np.array([fns['metric'](row) for row in logits]))
+  out = np.asarray(out, float)
+  if out.shape != (len(logits),):
+    raise InputError(f'the metric must return one number per patch; it returned shape {out.shape[1:]}')
+  return out
+
+
+_DRAWS = 3  # random logits per test position: a metric that reads a position changes with all three
+
+
+def metric_reads_from(metric: Callable, shape: tuple[int, int, int]) -> int | None:
+  """The first position whose logits ``metric`` (logits ``[batch, time, vocab]`` -> scalar) depends on, found
+  from its trace: the metric of random logits is compared with the same logits redrawn before each position
+  r, all the r in one compiled call. None where it reads position 0 or cannot be traced: a sweep then computes
+  the logits at every position."""
+  rng = np.random.default_rng(0)
+  base = rng.standard_normal(shape).astype(np.float32)
+  others = rng.standard_normal((_DRAWS, *shape)).astype(np.float32)
+
+  def make(fns):
+    f = fns['metric']
+
+    def run(base, others):
+      before = lambda r: (jnp.arange(shape[1]) < r)[None, :, None]
+      at = lambda r, other: f(jnp.where(before(r), other, base))
+      return f(base), jax.vmap(jax.vmap(at, (None, 0)), (0, None))(jnp.arange(1, shape[1]), others)
+    return run
+  try:
+    ref, redrawn = engine.hooked(('metric', 'reads_from'), {'metric': metric}, make, (base, others), lambda fns: None)
+  except Exception:  # noqa: BLE001 (a metric that needs concrete values: the sweep keeps every position)
+    return None
+  ref, redrawn = np.asarray(ref), np.asarray(redrawn)
+  if ref.shape != () or not np.isfinite(ref):
+    return None
+  same = np.all(redrawn.reshape(len(redrawn), -1) == ref, axis=1)   # [time - 1]: unchanged when redrawn before r
+  first = int(np.argmin(same)) if not same.all() else len(same)      # the first r (minus 1) that changed it
+  return first or None
 
 
 def _sweep(model, params, clean, corrupt, groups: list[dict[str, np.ndarray]], score: _Score, key_mask):
@@ -467,7 +516,7 @@ def sweep_heads(model: Transformer, params, clean, corrupt, site: str = 'attn.z'
   hooks.check_names(model, sites, hooking=True)
   if axes(model, sites[0])[1] is None:
     raise InputError(f'{site} has no head axis; sweep_heads patches {list(_PER_HEAD + _HEAD_FIRST)}')
-  score = _Score(metric, answer, wrong, key_mask, clean.shape)
+  score = _Score(metric, answer, wrong, key_mask, clean.shape, model.config.vocab_size)
   values = _sweep(model, params, clean, corrupt, _one_site_per_patch(model, params, clean, key_mask, sites, 'head'),
                   score, key_mask).reshape(cfg.num_layers, cfg.num_heads)
   return Sweep(values, [f'block {l}' for l in range(cfg.num_layers)], [f'head {h}' for h in range(cfg.num_heads)],
@@ -485,7 +534,7 @@ def sweep_positions(model: Transformer, params, clean, corrupt, streams: Sequenc
   streams = list(streams or (['resid'] if cfg.kind == 'standard' else ['x_t', 'x_e']))
   per_layer = [[f'blocks.{l}.{s}' for s in streams] for l in range(cfg.num_layers)]
   hooks.check_names(model, [s for layer in per_layer for s in layer], hooking=True)
-  score = _Score(metric, answer, wrong, key_mask, clean.shape)
+  score = _Score(metric, answer, wrong, key_mask, clean.shape, model.config.vocab_size)
   values = _sweep(model, params, clean, corrupt, _one_site_per_patch(model, params, clean, key_mask, per_layer, 'time'),
                   score, key_mask).reshape(cfg.num_layers, clean.shape[1])
   return _position_sweep(values, clean, decode, streams, score.name)
@@ -511,7 +560,7 @@ def _by_position(model, params, clean, corrupt, sites_of, metric, answer, wrong,
   clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
   per_layer = [sites_of(model, l) for l in range(model.config.num_layers)]
   hooks.check_names(model, [s for layer in per_layer for s in layer], hooking=True)
-  score = _Score(metric, answer, wrong, key_mask, clean.shape)
+  score = _Score(metric, answer, wrong, key_mask, clean.shape, model.config.vocab_size)
   return _sweep(model, params, clean, corrupt, _one_site_per_patch(model, params, clean, key_mask, per_layer, 'time'),
                 score, key_mask).reshape(model.config.num_layers, clean.shape[1])
 
@@ -563,7 +612,7 @@ def get_act_patch_attn_head_out_by_pos(model, params, clean, corrupt, metric=Non
   clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
   cfg = model.config
   sites = [f'blocks.{l}.attn.z' for l in range(cfg.num_layers)]
-  score = _Score(metric, answer, wrong, key_mask, clean.shape)
+  score = _Score(metric, answer, wrong, key_mask, clean.shape, model.config.vocab_size)
   values = _sweep(model, params, clean, corrupt, _heads_by_position(model, params, clean, key_mask, sites), score,
                   key_mask)
   return values.reshape(cfg.num_layers, clean.shape[1], cfg.num_heads)

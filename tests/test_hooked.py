@@ -4,7 +4,7 @@ functional call it wraps."""
 import jax
 import numpy as np
 import pytest
-from helpers import randomize, shapes_of, small
+from helpers import compilations, randomize, shapes_of, small
 
 import symjax.configs as configs
 from symjax.interpret import HookedModel, circuits, hooks
@@ -301,6 +301,33 @@ def test_generate_continues_a_padded_batch_stops_at_the_stop_token_and_applies_h
     hm.generate(ids, 2, stop_token='a b')
   with pytest.raises(InputError, match=r'exceeds model.max_len = 16'):
     hm.generate(ids, 13)
+
+
+@pytest.mark.parametrize('kind,extra', [('standard', {'positions': 'learned'}), ('token_factored', {}),
+                                         ('symbolic', {'window': 3})])
+def test_generation_with_the_key_value_cache_equals_the_full_pass_per_token(kind, extra):
+  """Prompts of unequal length, greedy and each sampling mode, a hook carrying a number, a stop token: the
+  cached loop gives today's tokens, token for token, in one program per shapes and hook structure."""
+  cfg = small(kind=kind, max_len=24, **extra)
+  model = Transformer(cfg)
+  params = randomize(shapes_of(model, np.zeros((1, 4), np.int32))['params'], 1)
+  hm = HookedModel(model, params)
+  rng = np.random.default_rng(0)
+  prompts = [rng.integers(0, cfg.vocab_size, n).tolist() for n in (5, 2, 7)]
+  for mode in (dict(), dict(mode='temperature', temperature=0.8), dict(mode='top_k', top_k=4),
+               dict(mode='top_p', top_p=0.7)):
+    for scale in (0.0, 0.5):
+      fwd_hooks = [('blocks.0.attn.z', lambda z, hook, scale=scale: z * scale)]
+      with compilations() as count:
+        cached = hm.generate(prompts, 10, fwd_hooks=fwd_hooks, seed=3, **mode)
+      assert count() <= 1  # the second scale reuses the first one's program
+      full = hm.generate(prompts, 10, fwd_hooks=fwd_hooks, seed=3, use_past_kv_cache=False, **mode)
+      for a, b in zip(cached, full):
+        np.testing.assert_array_equal(a, b)
+  stop = int(full[0][6])
+  for a, b in zip(hm.generate(prompts, 10, stop_token=stop),
+                  hm.generate(prompts, 10, stop_token=stop, use_past_kv_cache=False)):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_test_prompt_gives_each_answer_tokens_rank_and_probability(hm, capsys):

@@ -85,12 +85,39 @@ def first_token_corrupted(clean):
   return corrupt
 
 
+def ablate(z, hook, head):
+  """TransformerLens's head-ablation hook as its users write it: an in-place write, returned."""
+  z[:, :, head, :] = 0.0
+  return z
+
+
+def scale_inline():
+  """A hook written inline: a new function object at every call."""
+  return lambda z, hook: z * 0.5
+
+
+def user_metric(logits):
+  """The logit difference written by a user with ``jnp`` (or torch): nothing tells symjax which positions
+  it reads."""
+  return (logits[:, -1, ANSWER] - logits[:, -1, WRONG]).mean()
+
+
+# The user-metric sweeps call the same TransformerLens functions as the built-in ones (its metric is always a
+# user function), so their ratios are against those rows.
+SAME_FOR_LENS = {'heads_sweep_16_user_metric': 'heads_sweep_16', 'resid_pre_sweep_256_user_metric':
+                 'resid_pre_sweep_256', 'heads_by_position_sweep_1024_user_metric': 'heads_by_position_sweep_1024',
+                 'zero_head_loop_16': 'partial_loop_16', 'hook_sweep_16': 'partial_loop_16'}
+
+
 def symjax_workloads(hm, tokens, clean, corrupt):
   """{workload: a call} of the benchmarks' symjax workloads on ``hm``: a forward, a full cache and a hooked loss
   of ``tokens``; the patching sweeps of ``clean`` against ``corrupt`` and, as ``…_from_0``, against ``clean``
   with its first token changed (every patch then runs)."""
+  import functools
+
   from symjax.interpret import hooks, patching
   metric = patching.logit_difference(ANSWER, WRONG)
+  grid = {'layer': range(LAYERS), 'head': range(HEADS)}
   zero = hooks.zero_head(0)
   ready = lambda x: jax.block_until_ready(x)
   first = first_token_corrupted(clean)
@@ -104,6 +131,18 @@ def symjax_workloads(hm, tokens, clean, corrupt):
       'resid_pre_sweep_256_from_0': lambda: patching.get_act_patch_resid_pre(hm, clean, first, metric),
       'heads_by_position_sweep_1024_from_0': lambda: patching.get_act_patch_attn_head_out_by_pos(hm, clean, first,
                                                                                               metric),
+      'inline_hook_loss': lambda: hm.run_with_hooks(tokens, [('blocks.1.attn.hook_z', scale_inline())],
+                                                    return_type='loss'),
+      'partial_loop_16': lambda: [hm.run_with_hooks(tokens, [(f'blocks.{l}.attn.hook_z', functools.partial(
+          ablate, head=h))], return_type='loss') for l in grid['layer'] for h in grid['head']],
+      'zero_head_loop_16': lambda: [hm.run_with_hooks(tokens, [(f'blocks.{l}.attn.hook_z', hooks.zero_head(h))],
+                                                      return_type='loss') for l in grid['layer'] for h in grid['head']],
+      'hook_sweep_16': lambda: hm.sweep_hooks(tokens, 'blocks.{layer}.attn.hook_z', ablate, grid),
+      'heads_sweep_16_user_metric': lambda: patching.get_act_patch_attn_head_out_all_pos(hm, clean, corrupt,
+                                                                                         user_metric),
+      'resid_pre_sweep_256_user_metric': lambda: patching.get_act_patch_resid_pre(hm, clean, corrupt, user_metric),
+      'heads_by_position_sweep_1024_user_metric': lambda: patching.get_act_patch_attn_head_out_by_pos(
+          hm, clean, corrupt, user_metric),
   }
 
 

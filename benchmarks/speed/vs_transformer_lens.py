@@ -41,6 +41,8 @@ from symjax.system import host
 _JSON = cli.json_output('benchmarks/results/vs_transformer_lens_cpu.json')
 _REPEATS = cli.repeats(15, 'Warm calls timed per workload and library, in bursts (the median is reported).')
 _SWEEP_BATCH = flags.DEFINE_integer('sweep_batch', 1, 'Prompt pairs patched in every sweep.')
+_WORKLOADS = flags.DEFINE_list('workloads', [], 'Workloads to time (default: all); a user-metric or loop row '
+                               'needs the TransformerLens row it is compared with (lens_pair.SAME_FOR_LENS).')
 
 def interference(symjax_call, lens_call, repeats: int) -> dict[str, float]:
   """Each library's forward pass timed back to back, and right after one call of the other library: what
@@ -91,8 +93,15 @@ def lens_workloads(model, tokens, clean, corrupt):
       with torch.no_grad():
         return fn()
     return run
+  import functools
+  layers_heads = [(l, h) for l in range(pair.LAYERS) for h in range(pair.HEADS)]
   return {
       'forward': no_grad(lambda: model(tokens)),
+      'inline_hook_loss': no_grad(lambda: model.run_with_hooks(
+          tokens, return_type='loss', fwd_hooks=[('blocks.1.attn.hook_z', pair.scale_inline())])),
+      'partial_loop_16': no_grad(lambda: [model.run_with_hooks(
+          tokens, return_type='loss', fwd_hooks=[(f'blocks.{l}.attn.hook_z', functools.partial(pair.ablate, head=h))])
+          for l, h in layers_heads]),
       'run_with_cache': no_grad(lambda: model.run_with_cache(tokens)),
       'hooked_loss': no_grad(lambda: model.run_with_hooks(tokens, return_type='loss',
                                                           fwd_hooks=[('blocks.1.attn.hook_z', zero)])),
@@ -112,10 +121,10 @@ def check_same(hm, lens, tokens, clean, corrupt) -> dict[str, float]:
   """The largest difference between the two libraries' logits and sweep values (the same weights)."""
   sym, tl = pair.symjax_workloads(hm, tokens, clean, corrupt), lens_workloads(lens, tokens, clean, corrupt)
   out = {'logits': float(np.abs(np.asarray(sym['forward']()) - tl['forward']().numpy()).max())}
-  for name in pair.SWEEPS:
-    ours, theirs = np.asarray(sym[name]()), tl[name]().numpy()
-    if name.startswith('heads_by_position'):
-      theirs = theirs.reshape(ours.shape)  # TransformerLens: [layers, positions, heads], as symjax
+  as_array = lambda x: np.asarray([float(v) for v in x] if isinstance(x, list) else x.numpy())
+  for name in (*pair.SWEEPS, *pair.SAME_FOR_LENS, 'inline_hook_loss'):
+    ours, theirs = np.asarray(sym[name]()), as_array(tl[pair.SAME_FOR_LENS.get(name, name)]())
+    theirs = theirs.reshape(ours.shape)  # TransformerLens: [layers, positions, heads] and lists, as symjax
     out[name] = float(np.abs(ours - theirs).max())
   return out
 
@@ -131,8 +140,12 @@ def main(argv):
   workloads = {'transformer_lens': lens_workloads(lens, tokens, clean, corrupt),
                'symjax': pair.symjax_workloads(standard, tokens, clean, corrupt),
                'symjax_symbolic': pair.symjax_workloads(symbolic, tokens, clean, corrupt)}
-  rows = {name: pair.timed_side_by_side({kind: w[name] for kind, w in workloads.items()}, _REPEATS.value)
-          for name in workloads['transformer_lens']}
+  chosen = _WORKLOADS.value or list(workloads['symjax'])
+  rows = {name: pair.timed_side_by_side({kind: w[name] for kind, w in workloads.items() if name in w},
+                                        _REPEATS.value) for name in chosen}
+  for name, row in rows.items():  # the rows that call the same TransformerLens function as another
+    if 'transformer_lens' not in row:
+      row['transformer_lens'] = rows[pair.SAME_FOR_LENS[name]]['transformer_lens']
   floor = {kind: cache_output_floor(hm, tokens, _REPEATS.value)
            for kind, hm in (('symjax', standard), ('symjax_symbolic', symbolic))}
   print(f'writing a full cache alone (fresh output buffers): {floor}')

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core, grid, hooks
+from symjax.interpret import core, generation, grid, hooks
 from symjax.model import intermediates as site_names
 from symjax.run import sample
 from symjax.system.errors import InputError
@@ -285,14 +285,18 @@ class HookedModel:
   def generate(self, inputs, max_new_tokens: int, stop_token: int | str | None = None,
                fwd_hooks: Hooks | None = None, mode: str | None = None, temperature: float | None = None,
                top_k: int | None = None, top_p: float | None = None, seed: int = 0, *,
-               do_sample: bool | None = None, eos_token_id: int | None = None):
+               do_sample: bool | None = None, eos_token_id: int | None = None, use_past_kv_cache: bool = True):
     """Continues every prompt of ``inputs`` (texts of unequal length too) by up to ``max_new_tokens`` tokens,
     with ``fwd_hooks`` applied at every step; a row stops after ``stop_token`` (an id, or a text of one
     token; TransformerLens's ``eos_token_id`` too). Greedy unless sampling is asked for: ``mode``
     ('temperature', 'top_k', 'top_p'), ``do_sample=True``, or a ``temperature``, ``top_k`` or ``top_p``
     (the last given of top_p, top_k picks the filter, as in TransformerLens). Returns what came in: a text
-    (or a list of texts) with its continuation, else an id array per prompt. Every step runs the same
-    compiled pass over one fixed buffer (the models are causal, so the tokens after a row's end change
+    (or a list of texts) with its continuation, else an id array per prompt.
+
+    The prompts run once and each new token over its own position, reading the kept keys and values, all in
+    one compiled loop (``symjax.interpret.generation``; hooks then see each new position alone, as with
+    TransformerLens's cache). ``use_past_kv_cache=False``, or a model the cache does not apply to, runs the
+    full pass over one fixed buffer per token (the models are causal, so the tokens after a row's end change
     nothing before it)."""
     mode = _sampling_mode(mode, do_sample, temperature, top_k, top_p)
     temperature, top_k, top_p = (1.0 if temperature is None else temperature, 40 if top_k is None else top_k,
@@ -313,11 +317,28 @@ class HookedModel:
       raise InputError(f'the longest prompt ({ids.shape[1]} tokens) plus {max_new_tokens} new tokens = {total} '
                        f'exceeds model.max_len = {self.cfg.max_len}')
     stop = self._stop_id(stop_token)
-    buffer = np.zeros((len(ids), total), np.int32)
-    buffer[:, :ids.shape[1]] = np.where(mask if mask is not None else True, ids, 0)
-    ends, done = lengths.copy(), np.zeros(len(ids), bool)
-    rows, rng = np.arange(len(ids)), jax.random.key(seed)
+    prompts = np.where(mask if mask is not None else True, ids, 0).astype(np.int32)
     fns = self._all_hooks(fwd_hooks)
+    loop = lambda fns: self._generate_per_pass(prompts, lengths, max_new_tokens, fns, mode, temperature, top_k,
+                                               top_p, stop, seed)
+    if use_past_kv_cache and generation.applies(self.model, total):
+      out = generation.generate(self.model, self.params, prompts, lengths, max_new_tokens, fns, mode, temperature,
+                                top_k, top_p, stop, seed, loop)
+    else:
+      out = loop(fns)
+    if isinstance(inputs, str):
+      return self.to_string(out[0])
+    if _is_batch(inputs) and isinstance(inputs[0], str):
+      return [self.to_string(o) for o in out]
+    return out if _is_batch(inputs) else out[0]
+
+  def _generate_per_pass(self, prompts, lengths, max_new_tokens, fns, mode, temperature, top_k, top_p, stop, seed
+                         ) -> list[np.ndarray]:
+    """``generate`` without a cache: every step the full pass over one fixed buffer."""
+    buffer = np.zeros((len(prompts), prompts.shape[1] + max_new_tokens), np.int32)
+    buffer[:, :prompts.shape[1]] = prompts
+    ends, done = np.asarray(lengths).copy(), np.zeros(len(prompts), bool)
+    rows, rng = np.arange(len(prompts)), jax.random.key(seed)
     for _ in range(max_new_tokens):
       logits = np.asarray(hooks.apply_with_hooks(self.model, self.params, buffer, fns))[rows, ends - 1]
       if mode == 'greedy':
@@ -332,12 +353,7 @@ class HookedModel:
       done |= live & (token == stop) if stop is not None else done
       if done.all():
         break
-    out = [buffer[i, :ends[i]] for i in rows]
-    if isinstance(inputs, str):
-      return self.to_string(out[0])
-    if _is_batch(inputs) and isinstance(inputs[0], str):
-      return [self.to_string(o) for o in out]
-    return out if _is_batch(inputs) else out[0]
+    return [buffer[i, :ends[i]] for i in rows]
 
   def _stop_id(self, stop_token) -> int | None:
     if stop_token is None or isinstance(stop_token, (int, np.integer)):

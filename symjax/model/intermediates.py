@@ -307,7 +307,7 @@ for _name in ('neg', 'pos', 'abs', 'invert', 'lt', 'le', 'gt', 'ge', 'eq', 'ne',
 HookValue.__hash__ = None
 
 
-def _call_hook(fn: Callable, value, name: str):
+def call_hook(fn: Callable, value, name: str):
   """``fn`` on ``value`` at site ``name``. A hook receives the array itself, which it may keep (a cache of its
   own); where it writes in place — an item assignment, which JAX's arrays refuse, or an in-place operator on
   its argument (``value *= 0``), which would rebind a local name and change nothing — it receives a
@@ -327,7 +327,7 @@ def _call_hook(fn: Callable, value, name: str):
 
 
 def _rebinds_argument(fn) -> bool:
-  """Whether ``fn``'s code assigns to its first parameter (``value *= 0`` compiles to such a store)."""
+  """Whether ``fn``'s code applies an in-place operator to its first parameter (``value *= 0``)."""
   while isinstance(fn, functools.partial):
     fn = fn.func
   code = getattr(fn, '__code__', None)
@@ -338,8 +338,13 @@ def _rebinds_argument(fn) -> bool:
 def _stores_first_argument(code) -> bool:
   if not code.co_argcount:
     return False
-  first = code.co_varnames[0]
-  return any(i.opname == 'STORE_FAST' and i.argval == first for i in dis.get_instructions(code))
+  first, before = code.co_varnames[0], None
+  for i in dis.get_instructions(code):
+    if i.opname == 'STORE_FAST' and i.argval == first and before is not None and (
+        before.opname.startswith('INPLACE_') or (before.opname == 'BINARY_OP' and before.argrepr.endswith('='))):
+      return True
+    before = i
+  return False
 
 
 def hook(module, local: str, value, replaceable: bool = True):
@@ -357,7 +362,7 @@ def hook(module, local: str, value, replaceable: bool = True):
   if fn is not None:
     if not replaceable:
       raise InputError(read_only_message(name))
-    new = _call_hook(fn, value, name)  # TransformerLens's convention: None leaves the value as it is
+    new = call_hook(fn, value, name)  # TransformerLens's convention: None leaves the value as it is
     if getattr(new, 'shape', None) != value.shape:
       raise InputError(f'the hook at {name} returned shape {getattr(new, "shape", None)}; the site has '
                        f'{tuple(value.shape)}')

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import KINDS, randomize, shapes_of, small
 
-from symjax.interpret import HookedModel, core, hooks, interventions, patching, suffix
+from symjax.interpret import HookedModel, core, engine, hooks, interventions, patching, suffix
 from symjax.model import Transformer
 from symjax.system.errors import InputError
 
@@ -221,9 +221,10 @@ def test_a_sweep_split_into_calls_runs_them_through_one_program_per_start(kind):
   groups = patching._heads_by_position(model, params, clean, None,
                                        [f'blocks.{l}.attn.z' for l in range(model.config.num_layers)])
   whole = suffix.run(analysis, params, clean, corrupt, None, groups)[2]
-  before = set(suffix._EXECUTABLES)
+  kept = lambda: {k[1] for k in engine._PROGRAMS if k[0] == 'executable'}
+  before = kept()
   split = suffix.run(analysis, params, clean, corrupt, None, groups, limit=4)[2]
-  waves = sorted(k[3] for k in set(suffix._EXECUTABLES) - before if k[0] == 'wave')  # each program's start
+  waves = sorted(k[3] for k in kept() - before if k[0] == 'wave')  # each program's start
   width = -(-clean.shape[1] // suffix.BUCKETS)
   assert waves == list(range(2 // width * width, clean.shape[1], width))  # corrupted at position 2
   np.testing.assert_allclose(split, whole, rtol=0, atol=1e-6)
@@ -325,8 +326,8 @@ def test_a_hook_over_a_grid_of_its_arguments_equals_the_loop_of_single_runs(kind
   def ablate(z, hook, head):
     z[:, :, head, :] = 0.
   over = {'layer': range(cfg.num_layers), 'head': range(cfg.num_heads)}
-  one = lambda l, h, **kw: hooks.run_with_hooks(model, params, clean, {f'blocks.{l}.attn.z': lambda z, n: ablate(z, n, h)},
-                                                **kw)
+  one = lambda l, h, **kw: hooks.run_with_hooks(
+      model, params, clean, {f'blocks.{l}.attn.z': lambda z, n: ablate(z, n, h)}, **kw)
   losses = hm.sweep_hooks(clean, 'blocks.{layer}.attn.hook_z', ablate, over)
   want = np.array([[one(l, h, return_type='loss') for h in over['head']] for l in over['layer']])
   np.testing.assert_allclose(losses, want, rtol=1e-6, atol=1e-6)

@@ -17,16 +17,16 @@ SWEEPS = ('heads_sweep_16', 'resid_pre_sweep_256', 'heads_by_position_sweep_1024
           'heads_by_position_sweep_1024_from_0')  # the patching workloads of ``symjax_workloads``
 
 
-def symjax_model(kind: str):
+def symjax_model(kind: str, context: int = CONTEXT):
   import flax.linen as nn
 
   from symjax.interpret import HookedModel
   from symjax.model import ModelConfig, Transformer
   cfg = ModelConfig.of(kind=kind, vocab_size=VOCAB, num_layers=LAYERS, num_heads=HEADS, head_dim=HEAD_DIM,
-                    ff_dim=MLP, ff_dim_per_head=MLP // HEADS, max_len=CONTEXT,
+                    ff_dim=MLP, ff_dim_per_head=MLP // HEADS, max_len=context,
                     positions='learned' if kind == 'standard' else 'alibi')
   model = Transformer(cfg)
-  params = nn.meta.unbox(model.init(jax.random.key(0), jnp.zeros((1, CONTEXT), jnp.int32))['params'])
+  params = nn.meta.unbox(model.init(jax.random.key(0), jnp.zeros((1, context), jnp.int32))['params'])
   # Away from the initialisation, so that the patches move the metric.
   leaves, tree = jax.tree.flatten(params)
   keys = jax.random.split(jax.random.key(1), len(leaves))
@@ -35,12 +35,12 @@ def symjax_model(kind: str):
   return HookedModel(model, params)
 
 
-def lens_model(params):
+def lens_model(params, context: int = CONTEXT):
   """TransformerLens's HookedTransformer holding the standard model's weights (biases it lacks set to 0)."""
   import torch
   from transformer_lens import HookedTransformer, HookedTransformerConfig
   cfg = HookedTransformerConfig(n_layers=LAYERS, d_model=HEADS * HEAD_DIM, d_head=HEAD_DIM, n_heads=HEADS,
-                                d_mlp=MLP, d_vocab=VOCAB, n_ctx=CONTEXT, act_fn='gelu_new',
+                                d_mlp=MLP, d_vocab=VOCAB, n_ctx=context, act_fn='gelu_new',
                                 normalization_type='LN', positional_embedding_type='standard', device='cpu',
                                 eps=1e-5)
   model = HookedTransformer(cfg)
@@ -100,6 +100,15 @@ def user_metric(logits):
   """The logit difference written by a user with ``jnp`` (or torch): nothing tells symjax which positions
   it reads."""
   return (logits[:, -1, ANSWER] - logits[:, -1, WRONG]).mean()
+
+
+# Generation: a context-GENERATION_CONTEXT model continues GENERATION_PROMPTS prompts of GENERATION_PROMPT_LEN
+# tokens by GENERATION_NEW tokens, greedily, each library with its key-value cache.
+GENERATION_CONTEXT, GENERATION_PROMPTS, GENERATION_PROMPT_LEN, GENERATION_NEW = 256, 4, 8, 120
+
+
+def generation_prompts() -> np.ndarray:
+  return np.random.default_rng(1).integers(0, VOCAB, (GENERATION_PROMPTS, GENERATION_PROMPT_LEN))
 
 
 # The user-metric sweeps call the same TransformerLens functions as the built-in ones (its metric is always a

@@ -117,6 +117,28 @@ def lens_workloads(model, tokens, clean, corrupt):
   }
 
 
+def generation_workloads() -> tuple[dict, dict]:
+  """({library: a call generating}, {tokens that differ}): greedy generation on the context-256 pair, each
+  library with its key-value cache (the timed calls), and the tokens in which symjax's differ from
+  TransformerLens's full pass per token and from its cached loop (which, on near-tied logits of these random
+  weights, can differ from its own full pass)."""
+  import torch
+  hm = pair.symjax_model('standard', pair.GENERATION_CONTEXT)
+  lens = pair.lens_model(hm.params, pair.GENERATION_CONTEXT)
+  prompts = pair.generation_prompts()
+  ours = lambda: hm.generate(prompts, pair.GENERATION_NEW)
+  as_torch = torch.tensor(prompts, dtype=torch.long)
+
+  def theirs(cache: bool = True):
+    with torch.no_grad():
+      return lens.generate(as_torch, max_new_tokens=pair.GENERATION_NEW, do_sample=False, use_past_kv_cache=cache,
+                           stop_at_eos=False, verbose=False)
+  tokens = np.stack(ours())
+  same = {'generate_120_tokens_differing_from_full_passes': int((tokens != theirs(False).numpy()).sum()),
+          'generate_120_tokens_differing_from_cached_loop': int((tokens != theirs().numpy()).sum())}
+  return {'symjax': ours, 'transformer_lens': theirs}, same
+
+
 def check_same(hm, lens, tokens, clean, corrupt) -> dict[str, float]:
   """The largest difference between the two libraries' logits and sweep values (the same weights)."""
   sym, tl = pair.symjax_workloads(hm, tokens, clean, corrupt), lens_workloads(lens, tokens, clean, corrupt)
@@ -140,9 +162,13 @@ def main(argv):
   workloads = {'transformer_lens': lens_workloads(lens, tokens, clean, corrupt),
                'symjax': pair.symjax_workloads(standard, tokens, clean, corrupt),
                'symjax_symbolic': pair.symjax_workloads(symbolic, tokens, clean, corrupt)}
-  chosen = _WORKLOADS.value or list(workloads['symjax'])
+  chosen = [w for w in _WORKLOADS.value if w != 'generate_120'] or list(workloads['symjax'])
   rows = {name: pair.timed_side_by_side({kind: w[name] for kind, w in workloads.items() if name in w},
                                         _REPEATS.value) for name in chosen}
+  if not _WORKLOADS.value or 'generate_120' in _WORKLOADS.value:
+    calls, generation_same = generation_workloads()
+    rows['generate_120'] = pair.timed_side_by_side(calls, _REPEATS.value)
+    rows['generate_120']['symjax_symbolic'] = (float('nan'), float('nan'))  # the pair is the standard kind's
   for name, row in rows.items():  # the rows that call the same TransformerLens function as another
     if 'transformer_lens' not in row:
       row['transformer_lens'] = rows[pair.SAME_FOR_LENS[name]]['transformer_lens']
@@ -152,6 +178,7 @@ def main(argv):
   mixed = interference(workloads['symjax']['forward'], workloads['transformer_lens']['forward'], 3 * _REPEATS.value)
   print(f'forward passes back to back, and each right after the other library\'s: {mixed}')
   same = check_same(standard, lens, tokens, clean, corrupt)
+  same.update(generation_same if 'generate_120' in rows else {})
   print(f'largest differences, symjax against TransformerLens (same weights): {same}')
   print(f'{"workload":30s} {"TL s":>9s} {"symjax s":>9s} {"ratio":>7s} {"symbolic s":>10s} {"ratio":>7s} '
         f'{"first call s":>12s}')

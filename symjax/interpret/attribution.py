@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import circuits, core, interventions
+from symjax.interpret import circuits, core, engine, interventions
 from symjax.model import Transformer
 from symjax.system.errors import InputError
 from symjax.tasks import base, induction
@@ -162,10 +162,12 @@ def _per_query_grads(model, params, emb, tokens, key_mask, targets):
   return jax.vmap(one)(emb, tokens, key_mask, targets)
 
 
-# The model (a frozen, hashable module) is a static argument: JAX's own cache keeps one compilation per
-# model and shape, so nothing is cached here.
-@functools.partial(jax.jit, static_argnums=(0, 7))
-def _integrated_gradients(model, params, emb, base, tokens, key_mask, targets, steps):
+# Compiled by the engine, one program per model (and steps): the engine's cache keeps them with every other pass.
+def _compiled(fn, model, *static):
+  return engine.compiled((fn.__name__, model, *static), lambda: functools.partial(fn, model, *static))
+
+
+def _integrated_gradients(model, steps, params, emb, base, tokens, key_mask, targets):
   # Midpoint rule: the integrand is never taken at the baseline itself (with a zero baseline, where
   # LayerNorm's σ has no gradient).
   alphas = (jnp.arange(steps) + 0.5) / steps
@@ -176,12 +178,8 @@ def _integrated_gradients(model, params, emb, base, tokens, key_mask, targets, s
   return jnp.einsum('bjd,bijd->bij', emb - base, total / steps)
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def _input_x_gradient(model, params, emb, tokens, key_mask, targets):
   return jnp.einsum('bjd,bijd->bij', emb, _per_query_grads(model, params, emb, tokens, key_mask, targets))
-
-
-_jit_target_logprob = jax.jit(_target_logprob, static_argnums=0)
 
 
 def _embeddings(model: Transformer, params, tokens) -> jax.Array:
@@ -217,11 +215,11 @@ def gradient_importance(model: Transformer, params, tokens, targets, key_mask=No
   emb = _embeddings(model, p, tokens)
   args = (jnp.asarray(tokens), jnp.asarray(km), jnp.asarray(targets))
   if method == 'input_x_gradient':
-    out = _input_x_gradient(model, p, emb, *args)
+    out = _compiled(_input_x_gradient, model)(p, emb, *args)
   elif method == 'integrated_gradients':
     if steps < 1:
       raise InputError(f'integrated gradients needs steps >= 1, got {steps}')
-    out = _integrated_gradients(model, p, emb, baseline_embeddings(p, tokens, baseline), *args, steps)
+    out = _compiled(_integrated_gradients, model, steps)(p, emb, baseline_embeddings(p, tokens, baseline), *args)
   else:
     raise InputError(f"method must be 'input_x_gradient' or 'integrated_gradients', got {method!r}")
   out = np.asarray(out, np.float64)
@@ -238,7 +236,7 @@ def target_logprob(model: Transformer, params, tokens, targets, key_mask=None, b
   km = core.valid_keys(tokens, key_mask)
   p = nn.meta.unbox(params)
   emb = _embeddings(model, p, tokens) if baseline is None else baseline_embeddings(p, tokens, baseline)
-  return np.asarray(_jit_target_logprob(model, p, emb, jnp.asarray(tokens), jnp.asarray(km),
+  return np.asarray(_compiled(_target_logprob, model)(p, emb, jnp.asarray(tokens), jnp.asarray(km),
                       jnp.asarray(np.asarray(targets, np.int32).reshape(tokens.shape))), np.float64)
 
 

@@ -49,12 +49,13 @@ def analysis_model(model) -> Transformer:
     code = ' (read a program run as code: python -m symjax.decompile)' if cfg.kind == 'program' else ''
     raise InputError(f"the interpretability tools read attention and streams; model.kind {cfg.kind!r} has "
                      f"neither{code}: use 'standard', 'token_factored' or 'symbolic'")
-  if model not in _ANALYSIS:  # one per model: the compiled programs of the tools are keyed on it
-    _ANALYSIS[model] = Transformer(cfg.replace(vocab_projection='direct', remat='none'))
-  return _ANALYSIS[model]
+  return _analysis(cfg)
 
 
-_ANALYSIS: dict = {}
+@functools.lru_cache(maxsize=64)
+def _analysis(cfg: ModelConfig) -> Transformer:
+  """One analysis model per config: the engine's compiled programs are keyed on it."""
+  return Transformer(cfg.replace(vocab_projection='direct', remat='none'))
 
 
 # Parameter trees known to hold plain arrays (no Flax partitioning boxes), by identity, with a reference that

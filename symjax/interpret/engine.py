@@ -19,8 +19,10 @@ as constants, arrays as arguments), ``'eager'`` (no program).
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import functools
+import os
 import sys
 import types
 from typing import Any, Callable, Hashable, Iterator
@@ -30,21 +32,57 @@ import numpy as np
 
 from symjax.system.errors import InputError
 
-KEPT = 64  # compiled programs kept, across every kind of pass
+KEPT = 256  # compiled programs, executables and traced shapes kept, together
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
+
+
+def _kept(key: Hashable, make: Callable[[], Any]):
+  value = _PROGRAMS.get(key)
+  if value is None:
+    value = _PROGRAMS[key] = make()
+    while len(_PROGRAMS) > KEPT:
+      _PROGRAMS.popitem(last=False)
+  else:
+    _PROGRAMS.move_to_end(key)
+  return value
 
 
 def compiled(key: Hashable, build: Callable[[], Callable]) -> Callable:
   """The jitted program for ``key``, ``jax.jit(build())`` on first use; every pass of the interpretability
   API is one of these."""
-  program = _PROGRAMS.get(key)
-  if program is None:
-    program = _PROGRAMS[key] = jax.jit(build())
-    while len(_PROGRAMS) > KEPT:
-      _PROGRAMS.popitem(last=False)
-  else:
-    _PROGRAMS.move_to_end(key)
-  return program
+  return _kept(('jit', key), lambda: jax.jit(build()))
+
+
+def signature(args) -> tuple:
+  """What a compiled program is specialised to: its arguments' tree, shapes and dtypes."""
+  leaves, tree = jax.tree.flatten(args)
+  return tree, tuple((np.shape(x), x.dtype if hasattr(x, 'dtype') else type(x)) for x in leaves)
+
+
+def executable(key: Hashable, program: Callable, args: tuple):
+  """``program`` (a jitted program) compiled for ``args``, kept under ``key`` (which names the shapes too:
+  ``signature``)."""
+  return _kept(('executable', key), lambda: program.lower(*args).compile())
+
+
+def has_executable(key: Hashable) -> bool:
+  return ('executable', key) in _PROGRAMS
+
+
+def compile_all(jobs: list[tuple]) -> None:
+  """Compiles the executables of ``jobs`` [(key, program, args)] not kept yet, on as many threads as the
+  machine has cores (XLA compiles outside Python's lock): a sweep's programs compile together, not in turn."""
+  todo = list({key: (key, p, args) for key, p, args in jobs if ('executable', key) not in _PROGRAMS}.values())
+  if len(todo) < 2:
+    return
+  with concurrent.futures.ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+    for (key, _, _), done in zip(todo, pool.map(lambda j: j[1].lower(*j[2]).compile(), todo)):
+      _kept(('executable', key), lambda done=done: done)
+
+
+def shapes(key: Hashable, trace: Callable[[], Any]):
+  """What ``trace()`` gives (``jax.eval_shape`` of a pass), kept under ``key``."""
+  return _kept(('shapes', key), trace)
 
 
 def clear() -> None:
@@ -233,7 +271,7 @@ def hooked(key: Hashable, fns: dict[str, Callable], make: Callable[[dict[str, Ca
     except InputError:
       raise
     except Exception as e:  # noqa: BLE001 (a number the hook needs concrete: a slice bound, a shape, a branch)
-      _PROGRAMS.pop(('hooked', key, parts.key), None)
+      _PROGRAMS.pop(('jit', ('hooked', key, parts.key)), None)
       if tier == 'traced' or isinstance(e, UNTRACEABLE):
         continue  # a real error in the hook raises again at the next tier, and at the last, eagerly
       raise
@@ -264,6 +302,8 @@ def _warn_eager(fns: dict[str, Callable]) -> None:
     code = getattr(getattr(fn, 'func', fn), '__code__', None) or id(fn)
     if code in _WARNED:
       continue
+    if len(_WARNED) > 4 * KEPT:  # bounded: an old function may say it again
+      _WARNED.clear()
     _WARNED.add(code)
     label = getattr(getattr(fn, 'func', fn), '__qualname__', type(fn).__name__)
     print(f'symjax: {label} ({name}) needs concrete values (NumPy, or a Python branch on an array), so it runs '

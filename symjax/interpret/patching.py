@@ -13,9 +13,7 @@ with ``key_mask`` (False at the padding).
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import os
 from typing import Callable, Sequence
 
 import jax
@@ -81,13 +79,11 @@ def _pair(model: Transformer, clean, corrupt, key_mask=None) -> tuple[np.ndarray
 # large sweeps run one program per block for that reason; a small one runs all its blocks in one program and one
 # call, the clean and corrupt runs shared and each block's patches vmapped apart. jax.jit retraces for new shapes
 # only, and the next sweep of the same sites reuses the program.
-_PROGRAMS: dict = {}
 CHUNK_TOKENS = suffix.CHUNK_TOKENS  # tokens per vmapped call (patches × batch × time): bounds a program's memory
 
 
 def _program(model: Transformer, sites: tuple[str, ...]):
-  key = (model, sites)
-  if key not in _PROGRAMS:
+  def build():
     def run(params, tokens, key_mask, fns):
       return hooks.hooked_logits(model, params, tokens, key_mask, fns)
 
@@ -110,35 +106,19 @@ def _program(model: Transformer, sites: tuple[str, ...]):
       # from its own on, and the clean and corrupt runs are shared by all.
       groups = masks if isinstance(masks, tuple) else (masks,)
       return both[:b], both[b:], jnp.concatenate([jax.vmap(patched)(g) for g in groups])
-    _PROGRAMS[key] = jax.jit(passes)
-  return _PROGRAMS[key]
-
-
-# Compiled executables by (model, sites, argument shapes): a sweep compiles the programs of its blocks at once,
-# on as many threads as the machine has cores (XLA compiles outside Python's lock), then runs them.
-_EXECUTABLES: dict = {}
-
-
-def _executable_key(model, sites, args) -> tuple:
-  leaves, tree = jax.tree.flatten(args)
-  return model, sites, tree, tuple((np.shape(x), x.dtype) for x in leaves)
+    return passes
+  return engine.compiled(('patch', model, sites), build)
 
 
 def _executable(model, sites, args):
-  key = _executable_key(model, sites, args)
-  if key not in _EXECUTABLES:
-    _EXECUTABLES[key] = _program(model, sites).lower(*args).compile()
-  return _EXECUTABLES[key]
+  """The program of ``sites`` compiled for ``args``; a sweep compiles those of its blocks together first
+  (``engine.compile_all``)."""
+  return engine.executable(('patch', model, sites, engine.signature(args)), _program(model, sites), args)
 
 
 def _compile_all(jobs: list[tuple]) -> None:
-  """Compiles the executables of ``jobs`` [(model, sites, args)] not compiled yet, concurrently."""
-  todo = [j for j in jobs if _executable_key(*j) not in _EXECUTABLES]
-  if len(todo) < 2:
-    return
-  with concurrent.futures.ThreadPoolExecutor(min(len(todo), os.cpu_count() or 1)) as pool:
-    for job, compiled in zip(todo, pool.map(lambda j: _program(j[0], j[1]).lower(*j[2]).compile(), todo)):
-      _EXECUTABLES[_executable_key(*job)] = compiled
+  engine.compile_all([(('patch', m, sites, engine.signature(args)), _program(m, sites), args)
+                      for m, sites, args in jobs])
 
 
 @dataclasses.dataclass
@@ -208,12 +188,7 @@ def _site_shapes(model, params, tokens, key_mask, sites) -> dict[str, tuple[int,
   """The shapes of the sites' values, traced without running the model (once per model, sites and shapes)."""
   key = (model, sites, tuple(np.shape(tokens)), key_mask is None,
          tuple((x.shape, x.dtype) for x in jax.tree.leaves(params)))
-  if key not in _SHAPES:
-    _SHAPES[key] = _traced_shapes(model, params, tokens, key_mask, sites)
-  return _SHAPES[key]
-
-
-_SHAPES: dict = {}
+  return engine.shapes(key, lambda: _traced_shapes(model, params, tokens, key_mask, sites))
 
 
 def _traced_shapes(model, params, tokens, key_mask, sites):

@@ -20,16 +20,14 @@ and the next sweep reuses it.
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
-import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core, hooks
+from symjax.interpret import core, engine, hooks
 from symjax.model import FactoredBlock, StandardBlock, Suffix, Transformer
 from symjax.model import intermediates as names
 from symjax.model.masks import head_mask_matrix
@@ -78,9 +76,6 @@ def _entering(model: Transformer, first: int) -> list[str]:
   return [b + 'resid'] if model.config.kind == 'standard' else [b + 'x_t', b + 'x_e']
 
 
-_PROGRAMS: dict = {}
-
-
 def _state(model: Transformer, first: int, value_of) -> Any:
   """The state entering block ``first`` from its sites' values (``value_of(site)``): x, or (x_t, x_e)."""
   entering = [value_of(s) for s in _entering(model, first)]
@@ -97,7 +92,7 @@ def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...], 
   run only from where the prompts differ saved nothing measurable at warm calls, and its larger program made
   the first call slower (``benchmarks/results/clean_from_difference_cpu_amd.json``)."""
   key = ('cache', model, sites, firsts, read_from)
-  if key not in _PROGRAMS:
+  def build():
     cfg = model.config
     last = cfg.num_layers - 1
     kv = [f'blocks.{l}.attn.{s}' for l in range(cfg.num_layers) for s in ('k', 'values')]
@@ -129,8 +124,8 @@ def _cache(model: Transformer, sites: tuple[str, ...], firsts: tuple[int, ...], 
       kv_of = {l: (corrupt_of(f'blocks.{l}.attn.k'), corrupt_of(f'blocks.{l}.attn.values'))
                for l in range(cfg.num_layers)}
       return clean_logits, corrupt_logits, {s: split[s] for s in sites}, kv_of, states
-    _PROGRAMS[key] = jax.jit(run)
-  return _PROGRAMS[key]
+    return run
+  return engine.compiled(key, build)
 
 
 def _from(axis: int | None, x, start: int):
@@ -144,7 +139,7 @@ def _patches(model: Transformer, sites: tuple[str, ...], first: int, start: int)
   """The logits ``[patches, batch, time − start, vocab]`` of patches (their masks {site: ``[patches, ...]``})
   of blocks of two kinds, recomputed from block ``first`` over positions ``start``…, each block unrolled."""
   key = ('patches', model, sites, first, start)
-  if key not in _PROGRAMS:
+  def build():
     entering = _entering(model, first)
 
     def run(params, cache, key_mask, masks):
@@ -166,8 +161,8 @@ def _patches(model: Transformer, sites: tuple[str, ...], first: int, start: int)
         with names.session(fns, lambda name: False):
           return Suffix(model.config, first).apply({'params': params}, x, prefix, key_mask)
       return jax.vmap(one)(masks)
-    _PROGRAMS[key] = jax.jit(run)
-  return _PROGRAMS[key]
+    return run
+  return engine.compiled(key, build)
 
 
 def _roles(model: Transformer, sites: tuple[str, ...], first: int) -> tuple[str, ...] | None:
@@ -255,7 +250,7 @@ def _wave(model: Transformer, roles: tuple[str, ...], start: int, plan: tuple[tu
   read_from, vocab]``. The last block runs twice, over those positions with its keys and values kept and over
   the rest with them as a prefix; XLA removes the first run's unused queries, attention and FFN."""
   key = ('wave', model, roles, start, plan, read_from)
-  if key not in _PROGRAMS:
+  def build():
     cfg = model.config
     block = (StandardBlock(cfg) if cfg.kind == 'standard'
              else FactoredBlock(cfg, symbolic=cfg.layer_kinds()[0] == 'symbolic'))
@@ -307,8 +302,8 @@ def _wave(model: Transformer, roles: tuple[str, ...], start: int, plan: tuple[tu
             ours = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), earlier, ours)
           x = ours
       return jax.vmap(lambda x: Suffix(cfg, cfg.num_layers).apply({'params': params}, x, {}, key_mask))(x)
-    _PROGRAMS[key] = jax.jit(run)
-  return _PROGRAMS[key]
+    return run
+  return engine.compiled(key, build)
 
 
 def _first_changes(model, masks: dict[str, np.ndarray], differs: np.ndarray) -> np.ndarray:
@@ -329,26 +324,6 @@ def _first_changes(model, masks: dict[str, np.ndarray], differs: np.ndarray) -> 
       at = np.where(hit.any(1), np.argmax(hit, 1), time)
     first = np.minimum(first, at)
   return first
-
-
-_EXECUTABLES: dict = {}
-
-
-def _signature(args) -> tuple:
-  """What a compiled program is specialised to: the arguments' tree, shapes and dtypes."""
-  leaves, tree = jax.tree.flatten(args)
-  return tree, tuple((np.shape(x), x.dtype) for x in leaves)
-
-
-def _compile_all(todo: list[tuple]) -> None:
-  """Compiles ``todo`` [(key, jitted program, args)] on as many threads as the machine has cores (XLA
-  compiles outside Python's lock)."""
-  todo = list({key: (key, p, args) for key, p, args in todo if key not in _EXECUTABLES}.values())
-  if not todo:
-    return
-  with concurrent.futures.ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-    for (key, _, _), compiled in zip(todo, pool.map(lambda j: j[1].lower(*j[2]).compile(), todo)):
-      _EXECUTABLES[key] = compiled
 
 
 def _pow2(n: int) -> int:
@@ -441,7 +416,7 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
   firsts = tuple(sorted({min(_first_block(model, s) for s in g) for g in groups}))
   cache_args = (params, np.asarray(clean, np.int32), np.asarray(corrupt, np.int32), km)
   differs = (clean != corrupt).any(0)
-  cache_key = ('cache', model, every, firsts, read_from, _signature(cache_args))
+  cache_key = ('cache', model, every, firsts, read_from, engine.signature(cache_args))
   cache_program = _cache(model, every, firsts, read_from)
   jobs, offset = _jobs(model, groups, differs, width)
 
@@ -458,7 +433,7 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
         if isinstance(what[0], int):   # blocks of two kinds: an unrolled program per block
           (first, sites, _, _, _), = chunk
           program, args = _patches(model, sites, first, start), (params, cache, km, padded[0])
-          key = ('patches', model, sites, first, start, _signature(args))
+          key = ('patches', model, sites, first, start, engine.signature(args))
         else:
           order = tuple((first, rows) for (first, *_), (_, rows) in zip(chunk, placed))
           roles = [dict(zip(_roles(model, sites, first), sites)) for first, sites, *_ in chunk]
@@ -471,19 +446,20 @@ def run(model: Transformer, params, clean, corrupt, key_mask, groups: list[dict[
           reads = (read_from if read_from is not None and read_from > start
                    and all(_role_axis(model, r) is not None for r in what) else None)
           program, args = _wave(model, what, start, order, reads), (params, cache[3], states, values, km, masks)
-          key = ('wave', model, what, start, order, reads, _signature(args))
+          key = ('wave', model, what, start, order, reads, engine.signature(args))
         calls.append((key, program, args, placed, start))
     return calls
 
-  if cache_key not in _EXECUTABLES:
-    # The first sweep on these shapes compiles the cache program and the patches' programs together (the
-    # latter from the cache's output shapes): on as many cores as there are, rather than one after the other.
+  # The first sweep on these shapes compiles the cache program and the patches' programs together (the latter
+  # from the cache's output shapes): on as many cores as there are, rather than one after the other.
+  if not engine.has_executable(cache_key):
     shapes = jax.eval_shape(cache_program, *cache_args)
-    _compile_all([(cache_key, cache_program, cache_args)] + [c[:3] for c in plan(shapes)])
-  cache = _EXECUTABLES[cache_key](*cache_args)  # dispatched: the patches' programs are queued behind it
+    engine.compile_all([(cache_key, cache_program, cache_args)] + [c[:3] for c in plan(shapes)])
+  cache = engine.executable(cache_key, cache_program, cache_args)(*cache_args)  # the patches queue behind it
   calls = plan(cache)
-  _compile_all([c[:3] for c in calls])
-  results = [(_EXECUTABLES[key](*args), placed, start) for key, _, args, placed, start in calls]  # dispatched
+  engine.compile_all([c[:3] for c in calls])
+  results = [(engine.executable(key, program, args)(*args), placed, start)  # dispatched, read below
+             for key, program, args, placed, start in calls]
   clean_logits, corrupt_logits = np.asarray(cache[0]), np.asarray(cache[1])
   return clean_logits, corrupt_logits, _assemble(results, offset, corrupt_logits)
 

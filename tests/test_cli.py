@@ -23,7 +23,7 @@ COMMANDS = {
     'symjax.tokenize': (['--text_path={tmp}/t.txt', '--out={tmp}/w'], '--bpe_vocab_size'),
     'symjax.cli.align': (['--backbone={tmp}/b', '--workdir={tmp}/w'], '--backbone'),
     'symjax.align': (['--backbone={tmp}/b', '--workdir={tmp}/w'], '--backbone'),
-    'symjax.interpret': (['--workdir={tmp}/w'], '--ig_steps'),
+    'symjax.report': (['--workdir={tmp}/w'], '--ig_steps'),
     'symjax.decompile': (['--workdir={tmp}/w'], '--split'),
 }
 

@@ -91,7 +91,7 @@ def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
   """The import graph between the package's folders (``symjax.train``, ``symjax.run``, ``symjax.configs``...):
   a module directly under ``symjax/`` is a folder of its own, and a ``__main__`` module belongs to the
   command lines."""
-  # ``python -m symjax.interpret``'s entry module is a command line, whatever folder holds it.
+  # A ``__main__`` module is a command line, whatever folder holds it.
   folder = lambda m: 'symjax.cli' if m.endswith('.__main__') else '.'.join(m.split('.')[:2])
   out: dict[str, set[str]] = {}
   for module, targets in graph.items():
@@ -225,7 +225,7 @@ def test_code_comments_carry_no_pointer_into_the_readme():
 # The layers of docs/code.md, lowest first: a module may import its own layer and those below it.
 LAYERS = (('symjax.system',), ('symjax.ops',), ('symjax.model',), ('symjax.tasks',), ('symjax.run',),
           ('symjax.configs', 'symjax.train.config', 'symjax.train.optim'), ('symjax.train',),
-          ('symjax.interpret', 'symjax.proj'), ('symjax.cli', 'symjax.main', 'symjax.interpret.__main__', 'symjax'))
+          ('symjax.interpret', 'symjax.proj'), ('symjax.cli', 'symjax.main', 'symjax'))
 
 
 def layer_of(module: str) -> int:

@@ -1,6 +1,6 @@
 """The report command: an HTML report of a trained model on one input.
 
-  python -m symjax.interpret --workdir=/tmp/symbolic --input="<s> a 1 b 2 c 3 d 0 a"
+  python -m symjax.report --workdir=/tmp/symbolic --input="<s> a 1 b 2 c 3 d 0 a"
 
 The input is tokenised as the run's task does (space-separated tokens for the built-in tasks, raw text
 for character/BPE models); without --input the first test example of the task is used. The report goes

@@ -1,7 +1,7 @@
 """One style of error for every command: a usage mistake (an unknown flag, a stray argument, a missing
 required flag, a value of the wrong type) and a refused input are each one line, ``error: ...``, naming the
 flag or argument and what is allowed, with exit status 2 for usage mistakes. ``--help`` lists the command's
-own flags, also when it is reached through a forwarding module (``python -m symjax.interpret``).
+own flags, also when it is reached through a forwarding module (``python -m symjax.report``).
 """
 
 from __future__ import annotations

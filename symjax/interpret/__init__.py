@@ -1,7 +1,7 @@
 """Reading symjax models: a named cache and hooks on every site, traces and lenses, the exact mixture trace,
 interventions, attributions, head finding, the program view and an HTML report; ``HookedModel`` holds a
 model, its parameters and its tokenizer for TransformerLens's calls.
-``python -m symjax.interpret --workdir=... --input=...`` writes the report."""
+``python -m symjax.report --workdir=... --input=...`` writes the report."""
 
 from symjax.interpret.attribution import (
                                           evaluate_importance,

@@ -36,8 +36,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import circuits, core, engine, interventions
+from symjax.interpret import circuits, core, decomposition, engine, interventions
 from symjax.model import Transformer
+from symjax.model import intermediates as names
 from symjax.system.errors import InputError
 from symjax.tasks import base, induction
 from symjax.train import metrics
@@ -49,18 +50,7 @@ def stream_attribution(model: Transformer, params, tokens, key_mask=None) -> dic
   of ``core.components`` and 'bias'. They sum to the model's logits."""
   model = core.analysis_model(model)
   _, inter = core.run(model, params, tokens, key_mask)
-  return attribution_of(model.config, params, inter)
-
-
-def attribution_of(cfg, params, inter) -> dict[str, np.ndarray]:
-  """``stream_attribution`` of a pass already run: ``inter``, its sown intermediates (a cache's, with the
-  hooks and key mask it was made with)."""
-  final = core.streams(cfg, inter)[-1]['x']
-  a, beta = core.final_norm_affine(cfg, params, final)
-  table = core.readout_table(cfg, params)
-  out = {name: (a * core.centre(cfg, c)) @ table.T for name, c in core.components(cfg, inter).items()}
-  out['bias'] = beta @ table.T
-  return out
+  return decomposition.attribution_of(model.config, params, inter)
 
 
 def group_attribution(parts: dict[str, np.ndarray], two_stream: bool = True) -> dict[str, np.ndarray]:
@@ -143,13 +133,16 @@ def attention_flow(attention: np.ndarray, w_head: np.ndarray | None) -> np.ndarr
 
 
 def _target_logprob(model: Transformer, params, embeddings, tokens, key_mask, targets):
-  """log p(target_i) ``[batch, time]`` with the embedding lookup's output replaced by ``embeddings``
-  (method interception on the 'embed' module)."""
-  def intercept(next_fun, args, kwargs, context):
-    if context.module.path == ('embed',) and context.method_name == '__call__':
-      return embeddings.astype(next_fun(*args, **kwargs).dtype)
-    return next_fun(*args, **kwargs)
-  with nn.intercept_methods(intercept):
+  """log p(target_i) ``[batch, time]`` with the embedding lookup's output replaced by ``embeddings``: a hook
+  at the input state ``embed`` (learned positions, where the model has them, added as it adds them)."""
+  cfg = model.config
+
+  def replace(value, name):
+    state = embeddings.astype(value.dtype)
+    if cfg.kind == 'standard' and cfg.attention.positions == 'learned':
+      state = state + params['pos_embedding'][:value.shape[1]].astype(value.dtype)
+    return state
+  with names.session({'embed': replace}, lambda name: False):
     logits = model.apply({'params': params}, tokens, key_mask)
   logp = jax.nn.log_softmax(logits.astype(jnp.float32))
   return jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]

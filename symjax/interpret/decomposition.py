@@ -115,3 +115,14 @@ def token_logits(stack: np.ndarray, rows: np.ndarray) -> np.ndarray:
                      f'{stack.shape[1:-1]} (batch, and time unless one position was taken): pass one token per '
                      f'batch row and position of the stack')
   return np.einsum('c...d,...d->c...', stack, rows)
+
+
+def attribution_of(cfg, params, inter) -> dict[str, np.ndarray]:
+  """``stream_attribution`` of a pass already run: ``inter``, its sown intermediates (a cache's, with the
+  hooks and key mask it was made with)."""
+  final = core.streams(cfg, inter)[-1]['x']
+  a, beta = core.final_norm_affine(cfg, params, final)
+  table = core.readout_table(cfg, params)
+  out = {name: (a * core.centre(cfg, c)) @ table.T for name, c in core.components(cfg, inter).items()}
+  out['bias'] = beta @ table.T
+  return out

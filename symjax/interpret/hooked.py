@@ -44,21 +44,7 @@ def hook_dict(fwd_hooks: Hooks | None, num_layers: int) -> dict[str, Callable]:
   by_site: dict[str, list[Callable]] = {}
   for site, fn in hook_pairs(fwd_hooks):
     by_site.setdefault(site_names.from_transformer_lens(site, num_layers), []).append(fn)
-  return {site: chain(tuple(fns)) for site, fns in by_site.items()}
-
-
-def chain(fns: tuple[Callable, ...]) -> Callable:
-  """One hook running ``fns`` in order (a None result leaves the value as it is); the engine reads the
-  functions it closes over as hooks (``symjax.interpret.engine``)."""
-  if len(fns) == 1:
-    return fns[0]
-
-  def chained(value, name):
-    for fn in fns:
-      out = fn(value, name)
-      value = value if out is None else out
-    return value
-  return chained
+  return {site: hooks.chain(tuple(fns)) for site, fns in by_site.items()}
 
 
 def _sampling_mode(mode, do_sample, temperature, top_k, top_p) -> str:

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core, decomposition, engine, mixtures
+from symjax.interpret import core, decomposition, engine, mixtures, patterns
 from symjax.model import Transformer
 from symjax.model import intermediates as names
 from symjax.system.errors import InputError
@@ -212,10 +212,9 @@ class Cache(Mapping):
   def decompose(self, position: int = -1) -> dict[str, np.ndarray]:
     """The exact stream attribution of the logits at ``position``, ``{term: [batch, vocab]}``: the embedding
     and every block's attention and FFN update, whose terms sum to this pass's logits, with the hooks and
-    key mask it was cached with (``symjax.interpret.attribution.stream_attribution``)."""
-    from symjax.interpret import attribution
+    key mask it was cached with (``symjax.interpret.stream_attribution``)."""
     pos = self._position(position)
-    parts = attribution.attribution_of(self.model.config, self.params, self._inter)
+    parts = decomposition.attribution_of(self.model.config, self.params, self._inter)
     return {k: v[:, pos] for k, v in parts.items()}
 
   # TransformerLens's decomposition of the residual stream (symjax.interpret.decomposition), with its
@@ -409,16 +408,14 @@ class Cache(Mapping):
 
   def detect_head(self, pattern, exclude_bos: bool = False, exclude_current_token: bool = False) -> np.ndarray:
     """``[layers, heads]``: how much each head of this pass attends as ``pattern`` says
-    (``symjax.interpret.circuits.detect_head``): 'previous_token_head', 'duplicate_token_head',
+    (``symjax.interpret.patterns.detect_head``): 'previous_token_head', 'duplicate_token_head',
     'induction_head', or an array ``[query, key]`` / ``[batch, query, key]``."""
-    from symjax.interpret import circuits
     attention = np.stack([self[f'blocks.{l}.attn.pattern'] for l in range(self.model.config.num_layers)])
-    return circuits.detect_head(attention, pattern, self.tokens, self.key_mask, exclude_bos, exclude_current_token)
+    return patterns.detect_head(attention, pattern, self.tokens, self.key_mask, exclude_bos, exclude_current_token)
 
   def attention_figure(self, layer: int | None = None, batch: int = 0):
     """The cached attention pattern of every head of ``layer`` (default: every block) for prompt ``batch``,
     queries down and keys across, labelled with the tokens (its padding left out): a matplotlib Figure."""
-    from symjax.interpret import report  # matplotlib: only for figures
     num_layers = self.model.config.num_layers
     if layer is not None and not 0 <= layer < num_layers:
       raise InputError(f'layer {layer} is out of range: the model has blocks 0..{num_layers - 1}')
@@ -431,7 +428,7 @@ class Cache(Mapping):
     labels = [lab for lab, k in zip(self.to_str_tokens(batch) if self.decode else
                                     [str(int(t)) for t in self.tokens[batch]], keep) if k]
     titles = [[f'L{l}.H{h}' for h in range(pattern.shape[1])] for l in layers]
-    return report.attention_figure(pattern, labels, titles=titles)
+    return patterns.attention_figure(pattern, labels, titles=titles)
 
   def to_str_tokens(self, batch: int = 0) -> list[str]:
     if self.decode is None:
@@ -553,6 +550,20 @@ def attribution_patch(model: Transformer, params, clean, corrupt, metric: Callab
   _, corrupt_cache = run_with_cache(model, params, corrupt, names_, key_mask=key_mask)
   _, grads = site_gradients(model, params, corrupt, metric, names_, key_mask)
   return {n: ((clean_cache[n].astype(np.float64) - corrupt_cache[n]) * grads[n]).sum(-1) for n in names_}
+
+
+def chain(fns: tuple[Callable, ...]) -> Callable:
+  """One hook running ``fns`` in order (a None result leaves the value as it is); the engine reads the
+  functions it closes over as hooks (``symjax.interpret.engine``)."""
+  if len(fns) == 1:
+    return fns[0]
+
+  def chained(value, name):
+    for fn in fns:
+      out = fn(value, name)
+      value = value if out is None else out
+    return value
+  return chained
 
 
 def check_head_hooks(model: Transformer, fns: dict[str, Callable]) -> None:

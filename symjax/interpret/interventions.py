@@ -1,6 +1,6 @@
-"""Interventions without touching the model code: ablate a layer's X_t update (its attention) or X_e
-update (its FFN), knock out one head, or patch an activation from another input, through Flax's method
-interception (``flax.linen.intercept_methods``).
+"""Interventions named by what they ablate: a layer's X_t update (its attention) or X_e update (its FFN),
+one head, zeroed, set to its mean or patched from another input — each a hook at a named site
+(``symjax.interpret.hooks``), compiled by the engine like any other.
 
 Sites, for layer l:
   ``Ablation('attention', l)``  the attention output: the X_t update of a two-stream block (eq. 12 / 28),
@@ -17,14 +17,15 @@ input itself); ``'patch'`` (the value the site takes on a source input of the sa
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+import functools
+from typing import Sequence
 
-import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core
+from symjax.interpret import core, hooks
 from symjax.model import Transformer
+from symjax.model import intermediates as names
 from symjax.system.errors import InputError
 from symjax.train import metrics
 
@@ -57,44 +58,46 @@ class Ablation:
     return f'{where} ({self.mode})'
 
 
-@dataclasses.dataclass(frozen=True)
-class _Hook:
-  path: tuple[str, ...]      # module path
-  on_input: bool             # act on the first argument (True) or on the output (False)
-  get: Callable              # activation -> the site's value
-  put: Callable              # (activation, new value) -> activation
+def _site(cfg, a: Ablation) -> str:
+  """The named site an ablation acts at: the attention's or FFN's update, or, for one head, the heads'
+  outputs entering the output projection (standard) or the attention update whose channel h the head writes
+  (two-stream)."""
+  if a.site == 'attention':
+    return f'blocks.{a.layer}.attn.out'
+  if a.site == 'ffn':
+    return f'blocks.{a.layer}.ffn.out'
+  return f'blocks.{a.layer}.attn.z' if cfg.kind == 'standard' else f'blocks.{a.layer}.attn.out'
 
 
-def _hook(cfg, a: Ablation) -> _Hook:
-  layer = f'layer_{a.layer}'
-  if a.site in ('attention', 'ffn'):
-    return _Hook((layer, a.site), False, lambda x: x, lambda x, v: jnp.broadcast_to(v, x.shape).astype(x.dtype))
-  h, H = a.head, cfg.num_heads
-  if cfg.kind == 'standard':  # [batch, time, heads, head_dim] entering the output projection
-    return _Hook((layer, 'attention', 'out'), True, lambda x: x[..., h, :],
-                 lambda x, v: x.at[..., h, :].set(jnp.broadcast_to(v, x[..., h, :].shape).astype(x.dtype)))
-
-  def put(x, v):
-    xh = x.reshape(*x.shape[:-1], H, -1)
-    return xh.at[..., h, :].set(jnp.broadcast_to(v, xh[..., h, :].shape).astype(x.dtype)).reshape(x.shape)
-  return _Hook((layer, 'attention'), False, lambda x: x.reshape(*x.shape[:-1], H, -1)[..., h, :], put)
+def _chosen(x, head, heads: int, per_head: bool):
+  """True where head ``head`` writes: its slice of the head axis (``[..., heads, d]``) or its channel of
+  ``[..., d_model]``; broadcast to ``x``. ``head`` None: everywhere."""
+  if head is None:
+    return jnp.ones((), bool)
+  if per_head:
+    return (jnp.arange(x.shape[-2]) == head)[:, None]
+  return jnp.arange(x.shape[-1]) // (x.shape[-1] // heads) == head
 
 
-def _interceptor(actions: dict[tuple[str, ...], list[tuple[bool, Callable]]]):
-  """Applies ``fn(activation) -> activation`` at each module path (on its input or output)."""
-  def intercept(next_fun, args, kwargs, context):
-    if context.method_name != '__call__' or context.module.path not in actions:
-      return next_fun(*args, **kwargs)
-    todo = actions[context.module.path]
-    for on_input, fn in todo:
-      if on_input:
-        args = (fn(args[0]),) + tuple(args[1:])
-    out = next_fun(*args, **kwargs)
-    for on_input, fn in todo:
-      if not on_input:
-        out = fn(out)
-    return out
-  return intercept
+def _put(x, name, value, head, heads: int, per_head: bool):
+  """The hook of an ablation: ``value`` (0 for 'zero') where the ablated part of the site is, ``x`` elsewhere.
+  ``value`` and ``head`` are the hook's data, so the ablations of every head share one program."""
+  return jnp.where(_chosen(x, head, heads, per_head), jnp.asarray(value, x.dtype), x)
+
+
+def _part(cfg, a: Ablation, value: np.ndarray) -> np.ndarray:
+  """What ``capture`` returns of a site's value: the ablated head's slice or channel, or all of it."""
+  if a.site != 'head':
+    return value
+  if cfg.kind == 'standard':
+    return value[..., a.head, :]
+  return value.reshape(*value.shape[:-1], cfg.num_heads, -1)[..., a.head, :]
+
+
+def _values(model, params, tokens, sites: Sequence[Ablation], key_mask) -> list[np.ndarray]:
+  cache = hooks.run_with_cache(model, params, tokens, sorted({_site(model.config, a) for a in sites}),
+                               key_mask=key_mask)[1]
+  return [np.asarray(cache[_site(model.config, a)], np.float64) for a in sites]
 
 
 @core.takes_hooked_model
@@ -102,25 +105,16 @@ def capture(model: Transformer, params, tokens, sites: Sequence[Ablation], key_m
             ) -> list[np.ndarray]:
   """The value each site takes on ``tokens`` (modes are ignored)."""
   model = core.analysis_model(model)
-  hooks = [_hook(model.config, a) for a in sites]
   for a in sites:
     a.validate(model.config)
-  found: list = [None] * len(hooks)
-  actions: dict = {}
-  for i, hk in enumerate(hooks):
-    def record(x, i=i, hk=hk):
-      found[i] = np.asarray(hk.get(x), np.float64)
-      return x
-    actions.setdefault(hk.path, []).append((hk.on_input, record))
-  with nn.intercept_methods(_interceptor(actions)):
-    core.run(model, params, tokens, key_mask)
-  return found
+  return [_part(model.config, a, v) for a, v in zip(sites, _values(model, params, tokens, sites, key_mask))]
 
 
 @core.takes_hooked_model
 def run_with(model: Transformer, params, tokens, ablations: Sequence[Ablation], key_mask=None,
              reference=None, reference_mask=None, source=None, source_mask=None):
-  """Logits ``[batch, time, vocab]`` and intermediates of ``tokens`` with every ablation applied.
+  """Logits ``[batch, time, vocab]`` and intermediates of ``tokens`` with every ablation applied, as hooks at
+  their named sites (``_site``).
 
   ``reference``: the batch whose mean a 'mean' ablation uses, over its valid positions — a batch of the
   run's data (``run.batches('validation')[0]['inputs']``, with its ``key_mask`` as ``reference_mask``), or
@@ -146,7 +140,7 @@ def run_with(model: Transformer, params, tokens, ablations: Sequence[Ablation], 
     ref = tokens if own else core.as_batch(reference, cfg.vocab_size)
     ref_mask = key_mask if own else reference_mask
     valid = np.ones(ref.shape, bool) if ref_mask is None else np.asarray(ref_mask, bool).reshape(ref.shape)
-    for a, v in zip(means, capture(model, params, ref, means, ref_mask)):
+    for a, v in zip(means, _values(model, params, ref, means, ref_mask)):
       values[a] = v[valid].mean(0)
   if patches:
     if source is None:
@@ -154,17 +148,18 @@ def run_with(model: Transformer, params, tokens, ablations: Sequence[Ablation], 
     src = core.as_batch(source, cfg.vocab_size)
     if src.shape != tokens.shape:
       raise InputError(f'patching needs a source of the same shape as the input: {src.shape} vs {tokens.shape}')
-    for a, v in zip(patches, capture(model, params, src, patches, source_mask)):
+    for a, v in zip(patches, _values(model, params, src, patches, source_mask)):
       values[a] = v
-  actions: dict = {}
+  by_site: dict[str, list] = {}
   for a in ablations:
-    hk = _hook(cfg, a)
-    value = jnp.asarray(values[a], jnp.float32) if a in values else None
-    def apply(x, hk=hk, value=value):
-      return hk.put(x, jnp.zeros_like(hk.get(x)) if value is None else value)
-    actions.setdefault(hk.path, []).append((hk.on_input, apply))
-  with nn.intercept_methods(_interceptor(actions)):
-    return core.run(model, params, tokens, key_mask)
+    value = np.float32(0) if a not in values else values[a].astype(np.float32)
+    per_head = a.site == 'head' and cfg.kind == 'standard'
+    by_site.setdefault(_site(cfg, a), []).append(functools.partial(
+        _put, value=value, head=a.head, heads=cfg.num_heads, per_head=per_head))
+  fns = {site: fns[0] if len(fns) == 1 else hooks.chain(tuple(fns)) for site, fns in by_site.items()}
+  _, _, logits, state = hooks._apply(model, params, tokens, key_mask, fns, frozenset(), [names.COLLECTION])
+  sown = names.flat(state[names.COLLECTION])
+  return np.asarray(logits, np.float64), {n: np.asarray(v, np.float64) for n, v in sown.items()}
 
 
 @core.takes_hooked_model

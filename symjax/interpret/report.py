@@ -18,31 +18,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from symjax.interpret import attribution, circuits, core, mixtures, tracing
+from symjax.interpret.patterns import attention_figure
 from symjax.system import files
 from symjax.system.errors import InputError
-
-
-def attention_figure(attention: np.ndarray, labels: list[str], highlight: set[tuple[int, int]] = frozenset(),
-                     titles: list[list[str]] | None = None):
-  """Heatmaps ``[layers, heads, time, time]`` in a grid (rows: layers; columns: heads); ``titles`` per
-  panel override the 'L{l}.H{h}' names."""
-  L, H = attention.shape[:2]
-  fig = Figure(figsize=(2.4 * H + 0.5, 2.4 * L + 0.3))
-  axes = fig.subplots(L, H, squeeze=False)
-  for l in range(L):
-    for h in range(H):
-      ax = axes[l, h]
-      ax.imshow(attention[l, h], vmin=0, vmax=1, cmap='Blues')
-      title = titles[l][h] if titles else f'L{l}.H{h}'
-      if (l, h) in highlight:
-        title += ' *'
-      ax.set_title(title, fontsize=9, color='crimson' if (l, h) in highlight else 'black')
-      ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=90)
-      ax.set_yticks(range(len(labels)), labels, fontsize=6)
-  fig.supxlabel('key position', fontsize=8)
-  fig.supylabel('query position', fontsize=8)
-  fig.tight_layout()
-  return fig
 
 
 def head_parameter_figure(heads: core.HeadParameters):

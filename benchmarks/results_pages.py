@@ -229,9 +229,10 @@ def transformer_lens_table(data: dict, json_name: str, pages: str) -> str:
            '| workload | TransformerLens | symjax | speed-up | symbolic model | speed-up | symjax first call |',
            '|---|---:|---:|---:|---:|---:|---:|']
   for name, row in data['workloads'].items():
+    symbolic = (f"{row['symjax_symbolic_s'] * 1e3:,.1f} ms | {row['speedup_symbolic']:.1f}×"
+                if row.get('symjax_symbolic_s') is not None else '— | —')  # generation: the standard pair only
     lines.append(f"| {name.replace('_', ' ')} | {row['transformer_lens_s'] * 1e3:,.1f} ms | "
-                 f"{row['symjax_s'] * 1e3:,.1f} ms | {row['speedup']:.1f}× | "
-                 f"{row['symjax_symbolic_s'] * 1e3:,.1f} ms | {row['speedup_symbolic']:.1f}× | "
+                 f"{row['symjax_s'] * 1e3:,.1f} ms | {row['speedup']:.1f}× | {symbolic} | "
                  f"{row['symjax_first_call_s']:.1f} s |")
   mixed = data.get('interference')
   if mixed:  # runs before the calls were timed in bursts have none
@@ -244,6 +245,34 @@ def transformer_lens_table(data: dict, json_name: str, pages: str) -> str:
               f"{mixed['transformer_lens_s'] / mixed['symjax_s']:.1f}× against the table's "
               f"{data['workloads']['forward']['speedup']:.1f}×: TransformerLens's time moves within a run as well "
               f"as between runs, so read the forward rows' ratios as a range."]
+  return '\n'.join(lines) + '\n'
+
+
+# The rows of a researcher's own code (benchmarks/lib/lens_pair.py), as the Reading page shows them: what the
+# call is, and the speed-up issue 90 set for it.
+IDIOMS = (('inline_hook_loss', 'a hook written inline (a new function per call), with the loss', 1.0),
+          ('partial_loop_16', 'a loop of 16 head ablations, a new `functools.partial` per call', 1.2),
+          ('zero_head_loop_16', 'the same loop with `interpret.zero_head(h)`', 1.2),
+          ('hook_sweep_16', 'the same 16 ablations as one `sweep_hooks`', 10.0),
+          ('heads_sweep_16_user_metric', 'heads sweep (16 patches), a `jnp` metric', 10.0),
+          ('resid_pre_sweep_256_user_metric', 'residual sweep (256 patches), a `jnp` metric', 20.0),
+          ('heads_by_position_sweep_1024_user_metric', 'heads × positions (1,024 patches), a `jnp` metric', 20.0),
+          ('generate_120', '120 tokens after 4 prompts of 8, key–value caches', 2.0))
+
+
+def idioms_table(data: dict, json_name: str, pages: str) -> str:
+  """A researcher's own code against TransformerLens's (``benchmarks/speed/vs_transformer_lens.py``)."""
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}, TransformerLens {data['transformer_lens']}, the "
+           f"same weights; warm medians, symjax's first call (compilation included) apart; a timing of "
+           f"programs in one run ([all figures]({pages}/{json_name}.md)):", '',
+           '| your code | TransformerLens | symjax | speed-up | aimed at | symjax first call |',
+           '|---|---:|---:|---:|---:|---:|']
+  for name, what, target in IDIOMS:
+    row = data['workloads'].get(name)
+    if row is None:
+      continue
+    lines.append(f"| {what} | {row['transformer_lens_s'] * 1e3:,.1f} ms | {row['symjax_s'] * 1e3:,.1f} ms | "
+                 f"{row['speedup']:.1f}× | ≥ {target:g}× | {row['symjax_first_call_s']:.1f} s |")
   return '\n'.join(lines) + '\n'
 
 

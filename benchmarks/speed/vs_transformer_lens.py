@@ -168,7 +168,6 @@ def main(argv):
   if not _WORKLOADS.value or 'generate_120' in _WORKLOADS.value:
     calls, generation_same = generation_workloads()
     rows['generate_120'] = pair.timed_side_by_side(calls, _REPEATS.value)
-    rows['generate_120']['symjax_symbolic'] = (float('nan'), float('nan'))  # the pair is the standard kind's
   for name, row in rows.items():  # the rows that call the same TransformerLens function as another
     if 'transformer_lens' not in row:
       row['transformer_lens'] = rows[pair.SAME_FOR_LENS[name]]['transformer_lens']
@@ -184,12 +183,15 @@ def main(argv):
         f'{"first call s":>12s}')
   table = {}
   for name, r in rows.items():
-    tl, sj, sy = r['transformer_lens'][1], r['symjax'][1], r['symjax_symbolic'][1]
+    # Generation runs the standard kind's pair alone (TransformerLens has no symbolic model to compare).
+    first_sy, sy = r.get('symjax_symbolic', (None, None))
+    tl, sj = r['transformer_lens'][1], r['symjax'][1]
     table[name] = {'transformer_lens_s': tl, 'symjax_s': sj, 'symjax_symbolic_s': sy, 'speedup': tl / sj,
-                   'speedup_symbolic': tl / sy, 'symjax_first_call_s': r['symjax'][0],
-                   'symjax_symbolic_first_call_s': r['symjax_symbolic'][0],
+                   'speedup_symbolic': None if sy is None else tl / sy, 'symjax_first_call_s': r['symjax'][0],
+                   'symjax_symbolic_first_call_s': first_sy,
                    'transformer_lens_first_call_s': r['transformer_lens'][0]}
-    print(f'{name:30s} {tl:9.4f} {sj:9.4f} {tl / sj:7.1f} {sy:10.4f} {tl / sy:7.1f} {r["symjax"][0]:12.2f}')
+    symbolic = f'{sy:10.4f} {tl / sy:7.1f}' if sy is not None else f'{"—":>10s} {"—":>7s}'
+    print(f'{name:30s} {tl:9.4f} {sj:9.4f} {tl / sj:7.1f} {symbolic} {r["symjax"][0]:12.2f}')
   result_files.write(_JSON.value, {
       'what': 'symjax interpretability workloads against TransformerLens (HookedTransformer, same weights), one '
               'process, warm medians of bursts of calls interleaved between the libraries, each burst after a '

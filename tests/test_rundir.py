@@ -375,3 +375,33 @@ def test_the_metric_writer_does_not_import_pytorch(tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout.strip() == '1'
   assert glob.glob(str(tmp_path / 'w' / 'tensorboard' / 'events.out.tfevents.*'))
+
+
+def test_a_second_run_on_a_held_work_directory_refuses_in_one_line_and_leaves_it_untouched(tmp_path, capsys):
+  """While one run holds a folder, another refuses at once, naming the holder, and writes nothing there; a
+  lock left by a process that no longer holds it is taken over with a note."""
+  from symjax.run import lock
+  workdir = str(tmp_path / 'run')
+  config = tiny_config(total_steps=10)
+  train.train_and_evaluate(config, workdir)
+  listing = lambda: sorted((p, os.path.getmtime(p), os.path.getsize(p))   # all but the lock file itself
+                           for p in glob.glob(os.path.join(workdir, '**'), recursive=True)
+                           if not p.endswith(lock.LOCK_FILE))
+  before = listing()
+  with lock.owned(workdir):   # the first run, still going
+    with pytest.raises(lock.WorkdirBusy) as e:
+      train.train_and_evaluate(tiny_config(total_steps=20, learning_rate=1e-3), workdir)
+    held = listing()
+  message = str(e.value)
+  assert '\n' not in message and f'process {os.getpid()} on ' in message and 'started 20' in message, message
+  assert held == before, 'the refused run wrote into the folder'
+  # A lock file naming a process that died (no lock held on it): taken over, with a note.
+  with open(os.path.join(workdir, lock.LOCK_FILE), 'w') as f:
+    json.dump({'pid': 999999, 'host': 'elsewhere', 'started': '2026-01-01T00:00:00'}, f)
+  capsys.readouterr()
+  with lock.owned(workdir):
+    pass
+  note = capsys.readouterr().err
+  assert note.count('\n') == 1 and 'taking over' in note and 'process 999999 on elsewhere' in note, note
+  with open(os.path.join(workdir, lock.LOCK_FILE)) as f:
+    assert f.read() == ''  # a run that ended leaves nothing to take over

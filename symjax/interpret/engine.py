@@ -36,9 +36,12 @@ KEPT = 256  # compiled programs, executables and traced shapes kept, together
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
 
 
+_MISSING = object()
+
+
 def _kept(key: Hashable, make: Callable[[], Any]):
-  value = _PROGRAMS.get(key)
-  if value is None:
+  value = _PROGRAMS.get(key, _MISSING)
+  if value is _MISSING:
     value = _PROGRAMS[key] = make()
     while len(_PROGRAMS) > KEPT:
       _PROGRAMS.popitem(last=False)
@@ -80,9 +83,9 @@ def compile_all(jobs: list[tuple]) -> None:
       _kept(('executable', key), lambda done=done: done)
 
 
-def shapes(key: Hashable, trace: Callable[[], Any]):
-  """What ``trace()`` gives (``jax.eval_shape`` of a pass), kept under ``key``."""
-  return _kept(('shapes', key), trace)
+def remembered(key: Hashable, compute: Callable[[], Any]):
+  """What ``compute()`` gives (a pass's traced shapes, the positions a metric reads), kept under ``key``."""
+  return _kept(('value', key), compute)
 
 
 def clear() -> None:
@@ -220,6 +223,18 @@ def _function(fn: types.FunctionType, static_numbers: bool, depth: int) -> Split
     out.__dict__.update(fn.__dict__)
     return out
   return Split(key, sum((p.leaves for p in parts), ()), rebuild)
+
+
+def fingerprint(obj) -> Hashable | None:
+  """A key equal for two objects of the same structure and the same data (their leaves' values): what a
+  result that depends on both is remembered under. None for an object whose structure cannot be read."""
+  try:
+    parts = split(obj)
+  except Opaque:
+    return None
+  values = tuple(x if isinstance(x, (int, float, complex)) else (np.shape(x), str(np.asarray(x).dtype),
+                                                                  np.asarray(x).tobytes()) for x in parts.leaves)
+  return parts.key, values
 
 
 def split_hooks(fns: dict[str, Callable], static_numbers: bool = False) -> Split:

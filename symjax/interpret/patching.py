@@ -188,7 +188,7 @@ def _site_shapes(model, params, tokens, key_mask, sites) -> dict[str, tuple[int,
   """The shapes of the sites' values, traced without running the model (once per model, sites and shapes)."""
   key = (model, sites, tuple(np.shape(tokens)), key_mask is None,
          tuple((x.shape, x.dtype) for x in jax.tree.leaves(params)))
-  return engine.shapes(key, lambda: _traced_shapes(model, params, tokens, key_mask, sites))
+  return engine.remembered(('site shapes', key), lambda: _traced_shapes(model, params, tokens, key_mask, sites))
 
 
 def _traced_shapes(model, params, tokens, key_mask, sites):
@@ -402,7 +402,14 @@ def metric_reads_from(metric: Callable, shape: tuple[int, int, int]) -> int | No
   """The first position whose logits ``metric`` (logits ``[batch, time, vocab]`` -> scalar) depends on, found
   from its trace: the metric of random logits is compared with the same logits redrawn before each position
   r, all the r in one compiled call. None where it reads position 0 or cannot be traced: a sweep then computes
-  the logits at every position."""
+  the logits at every position. Remembered per metric (its code and data) and shape."""
+  key = engine.fingerprint(metric)
+  if key is None:
+    return _reads_from(metric, shape)
+  return engine.remembered(('metric reads from', key, shape), lambda: _reads_from(metric, shape))
+
+
+def _reads_from(metric: Callable, shape: tuple[int, int, int]) -> int | None:
   rng = np.random.default_rng(0)
   base = rng.standard_normal(shape).astype(np.float32)
   others = rng.standard_normal((_DRAWS, *shape)).astype(np.float32)

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from symjax.run import lock
 from symjax.run import workdir as rundir
 from symjax.system import files, host
 from symjax.system.errors import InputError
@@ -150,7 +151,13 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   done = [finished(w, config.total_steps) for w in workdirs]
   if all(done):
     return done
+  with lock.owned_all(workdirs):  # every seed's folder held by this run alone (symjax.run.lock)
+    return _train(config, seeds, workdirs, seed_step, verbose)
 
+
+def _train(config: ml_collections.ConfigDict, seeds: Sequence[int], workdirs: Sequence[str], seed_step: str,
+           verbose: bool) -> list[dict]:
+  """``train_seeds`` once its folders are held: set up, the loop, the final evaluation."""
   r = _set_up(config, seeds, workdirs, seed_step, verbose)
   seed_configs, task, model_config, schedule = r.seed_configs, r.task, r.model_config, r.schedule
   v_train, v_eval, all_finite, keys = r.v_train, r.v_eval, r.all_finite, r.keys

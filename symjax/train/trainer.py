@@ -30,6 +30,7 @@ from symjax import tasks
 from symjax.model import ModelConfig, Transformer
 from symjax.model.program import GUMBEL_RNG
 from symjax.ops import readout as readout_ops
+from symjax.run import lock
 from symjax.run import workdir as rundir
 from symjax.system import files, host
 from symjax.system import mesh as mesh_lib
@@ -444,12 +445,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.vocab, config.batch_size)
   lead = jax.process_index() == 0
 
-  # --- Data, model and optimizer. Every process builds the same global batches and keeps its devices' rows.
-  s = setup(config, [(workdir, config)], vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
-  task, model_config = s.task, s.model_config
-  put = mesh_lib.batch_putter(mesh)
+  # --- The work directory, held by this run alone (symjax.run.lock), and the device mesh.
+  with lock.owned(workdir, lead), jax.set_mesh(mesh):
+    # --- Data, model and optimizer. Every process builds the same global batches and keeps its devices' rows.
+    s = setup(config, [(workdir, config)], vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
+    task, model_config = s.task, s.model_config
+    put = mesh_lib.batch_putter(mesh)
 
-  with jax.set_mesh(mesh):
     # --- State shapes and shardings, compiled steps.
     rng = jax.random.key(config.seed)
     run, soft_step = compile_steps(config, s, mesh, rng)
@@ -510,7 +512,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       writer.close()
       if manager is not None:
         manager.close()
-  if lead:
-    metrics_lib.print_table(f'final metrics at step {step}', final)
-    files.write_atomically(os.path.join(workdir, rundir.FINAL_FILE), json.dumps({'step': step, **final}, indent=1))
+    if lead:
+      metrics_lib.print_table(f'final metrics at step {step}', final)
+      files.write_atomically(os.path.join(workdir, rundir.FINAL_FILE), json.dumps({'step': step, **final}, indent=1))
   return final

@@ -11,6 +11,7 @@ the training data). The trainer and the seed trainer write through it; it does n
   DIR/checkpoints/<step>/    the last ``keep_checkpoints`` checkpoints and the best by ``best_metric``
   DIR/checkpoints_corrupt/   checkpoints that failed to restore, moved aside, never deleted
   DIR/final_metrics.json     metrics of the final parameters
+  DIR/.lock                  held by the run training here (``symjax.run.lock``): a second run refuses
 
 Run files are written when the first checkpoint of an invocation is saved, so a resume that fails before
 (a bad override, a divergence) leaves the folder describing the checkpoints that are in it.

@@ -216,3 +216,46 @@ def test_a_run_that_diverges_right_after_a_resume_names_the_checkpoint(run, tmp_
   assert f"5 steps after resuming from checkpoints/{STEPS} in {workdir!r}" in message
   assert f'move checkpoints/{STEPS} into checkpoints_corrupt/ and rerun the same command' in message
   assert rundir.checkpoint_steps(workdir) == [10, STEPS]  # nothing saved was lost
+
+
+def test_a_checkpoint_folder_emptied_by_damage_is_damage_not_an_old_checkpoint(run, tmp_path, capsys):
+  workdir = str(tmp_path / 'emptied')
+  shutil.copytree(run, workdir)
+  folder = os.path.join(workdir, rundir.CHECKPOINT_DIR, str(STEPS))
+  shutil.rmtree(folder)
+  os.makedirs(folder)
+  with pytest.raises(checksums.ChecksumError, match='it holds no files'):
+    checksums.verify(folder)
+  train.train_and_evaluate(tiny_config(total_steps=STEPS), workdir)  # sets it aside, resumes from step 10
+  err = capsys.readouterr().err
+  assert 'without checksums' not in err and f'checkpoint at step {STEPS} is corrupt or partial' in err, err
+
+
+def test_a_full_disk_stops_the_run_in_one_line_and_the_rerun_resumes_exactly(run, tmp_path, monkeypatch, capsys):
+  """A save finding no space (an injected ENOSPC at step 20: a small file system is not available everywhere)
+  stops the run at once with one line naming the last intact checkpoint, leaves no partial save, and the
+  same command afterwards ends with the parameters of the run that never stopped."""
+  import errno
+  workdir = str(tmp_path / 'full')
+  save = rundir.save_state
+
+  def full_at_20(manager, step, state, metrics):
+    if step == STEPS:
+      os.makedirs(os.path.join(workdir, rundir.CHECKPOINT_DIR, f'{STEPS}{rundir.PARTIAL_SAVE}-1'))
+      raise OSError(errno.ENOSPC, 'No space left on device')
+    return save(manager, step, state, metrics)
+  monkeypatch.setattr(rundir, 'save_state', full_at_20)
+  with pytest.raises(rundir.DiskFull) as e:
+    train.train_and_evaluate(tiny_config(total_steps=STEPS), workdir)
+  message = str(e.value)
+  assert '\n' not in message and 'the last intact checkpoint is step 10' in message, message
+  assert os.listdir(os.path.join(workdir, rundir.CHECKPOINT_DIR)) == ['10']
+  assert not os.path.exists(os.path.join(workdir, rundir.FINAL_FILE))
+  monkeypatch.setattr(rundir, 'save_state', save)
+  train.train_and_evaluate(tiny_config(total_steps=STEPS), workdir)
+  assert_trees_equal(params_of(workdir), params_of(run))
+  # Before a save that cannot fit, the free space is checked: no partial save is begun.
+  monkeypatch.setattr(rundir.shutil, 'disk_usage', lambda path: shutil._ntuple_diskusage(1 << 30, 1 << 30, 1000))
+  with pytest.raises(rundir.DiskFull, match=r'MiB free on its file system, a checkpoint needs about'):
+    train.train_and_evaluate(tiny_config(total_steps=STEPS + 10), workdir)
+  assert rundir.checkpoint_steps(workdir) == [10, STEPS]

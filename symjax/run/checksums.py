@@ -101,6 +101,8 @@ def verify(folder: str) -> bool:
   written before symjax kept checksums."""
   path = os.path.join(folder, MANIFEST)
   if not os.path.exists(path):
+    if not _files(folder):  # emptied by damage, not written by an earlier symjax
+      raise ChecksumError('it holds no files')
     if written_with_checksums(folder):
       raise ChecksumError(f'its {MANIFEST} is missing')
     return False

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging as py_logging
 import os
@@ -152,6 +153,110 @@ def quiet_orbax() -> Iterator[None]:
   finally:
     for l, level in zip(loggers, levels):
       l.setLevel(level)
+
+
+class DiskFull(InputError):
+  """The work directory's file system filled up during a run."""
+
+
+SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_SPACE_TEXT = ('No space left on device', 'Disk quota exceeded')
+
+
+def out_of_space(e: BaseException | None) -> bool:
+  """Whether ``e``, or an exception it was raised from or during, says the file system is full (an OSError
+  ENOSPC or EDQUOT, or a library's error quoting one)."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if (isinstance(e, OSError) and e.errno in SPACE_ERRNOS) or any(t in str(e) for t in _SPACE_TEXT):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
+
+
+class SpaceWatch(py_logging.Filter):
+  """Drops the log records of a full file system — Orbax's background commit threads log each failure with
+  its traceback, and the run reports it in one line — and remembers that one was seen, so that the run can
+  stop at its next step (``check``) rather than at its next save, when Orbax would raise it."""
+
+  seen = False
+
+  def filter(self, record: py_logging.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    full = out_of_space(exc) or any(t in record.getMessage() for t in _SPACE_TEXT)
+    self.seen = self.seen or full
+    return not full
+
+  def check(self) -> None:
+    if self.seen:
+      raise OSError(errno.ENOSPC, 'a checkpoint save in the background found no space left on device')
+
+
+PARTIAL_SAVE = '.orbax-checkpoint-tmp'
+
+
+@contextlib.contextmanager
+def stops_when_full(workdir: str) -> Iterator[SpaceWatch]:
+  """Within it, a full file system anywhere — a metric record, the run files, a checkpoint save or its
+  background commit (``SpaceWatch.check``) — ends the run with one ``DiskFull`` line: the partial save is
+  removed, the line names the last intact checkpoint, and rerunning the same command once there is space
+  resumes from it."""
+  watch = SpaceWatch()
+  loggers = [py_logging.getLogger(name) for name in ('absl', 'asyncio')]
+  for logger in loggers:
+    logger.addFilter(watch)
+  try:
+    yield watch
+  except BaseException as e:
+    if isinstance(e, DiskFull):
+      raise
+    if not out_of_space(e):
+      raise
+    raise disk_full(workdir, 'no space left on its file system') from None
+  finally:
+    for logger in loggers:
+      logger.removeFilter(watch)
+
+
+def disk_full(workdir: str, why: str) -> DiskFull:
+  """The one line of a run stopped for space: the partial save removed, the last intact checkpoint named."""
+  folder = os.path.join(workdir, CHECKPOINT_DIR)
+  for name in os.listdir(folder) if os.path.isdir(folder) else ():
+    if PARTIAL_SAVE in name:
+      shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+  steps = checkpoint_steps(workdir)
+  last = (f'the last intact checkpoint is step {steps[-1]} ({os.path.join(folder, str(steps[-1]))})' if steps
+          else 'no checkpoint was saved yet')
+  return DiskFull(f'{os.path.abspath(workdir)!r}: {why}; training stopped, {last}; free space and rerun the same '
+                  f'command to resume')
+
+
+def check_space(workdir: str, state) -> None:
+  """A ``DiskFull`` before a save that would not fit: the free space of the work directory's file system
+  against the size of the latest checkpoint (before the first, the state's bytes and Orbax's metadata).
+  Stopping here leaves no partial save, and the run stops at the step it would have saved."""
+  steps = checkpoint_steps(workdir)
+  if steps:
+    latest = os.path.join(workdir, CHECKPOINT_DIR, str(steps[-1]))
+    need = sum(os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(latest) for f in names)
+  else:
+    need = int(1.25 * sum(np.size(x) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(state))) + (256 << 10)
+  free = shutil.disk_usage(workdir).free
+  if free < need:
+    raise disk_full(workdir, f'{free / 2**20:.1f} MiB free on its file system, a checkpoint needs about '
+                             f'{need / 2**20:.1f} MiB')
+
+
+@contextlib.contextmanager
+def unless_full(e: BaseException | None) -> Iterator[None]:
+  """Runs the block; while handling ``e``, a full file system's, the block's own failure of the same kind
+  (closing a file that cannot be flushed) is not an error of its own."""
+  try:
+    yield
+  except Exception as again:  # noqa: BLE001
+    if not (out_of_space(e) and out_of_space(again)):
+      raise
 
 
 def quarantine(workdir: str, step: int) -> str:
@@ -329,8 +434,10 @@ def restore_first_valid(restore: Callable[[int], Any], steps: Sequence[int], wor
 
 
 def save_state(manager: ocp.CheckpointManager, step: int, state, metrics: dict[str, float]) -> None:
-  """Starts saving ``state`` as checkpoint ``step`` with its validation ``metrics`` (asynchronously)."""
+  """Starts saving ``state`` as checkpoint ``step`` with its validation ``metrics`` (asynchronously), once
+  ``check_space`` finds room for it."""
   import orbax.checkpoint as ocp
+  check_space(os.path.dirname(os.fspath(manager.directory)), state)
   manager.save(step, args=ocp.args.StandardSave(state), metrics=metrics, custom_metadata=checksums.CUSTOM_METADATA)
 
 

@@ -151,7 +151,8 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   done = [finished(w, config.total_steps) for w in workdirs]
   if all(done):
     return done
-  with lock.owned_all(workdirs):  # every seed's folder held by this run alone (symjax.run.lock)
+  # Every seed's folder held by this run alone (symjax.run.lock), stopped in one line on a full disk.
+  with rundir.stops_when_full(workdirs[0]), lock.owned_all(workdirs):
     return _train(config, seeds, workdirs, seed_step, verbose)
 
 

@@ -445,8 +445,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.vocab, config.batch_size)
   lead = jax.process_index() == 0
 
-  # --- The work directory, held by this run alone (symjax.run.lock), and the device mesh.
-  with lock.owned(workdir, lead), jax.set_mesh(mesh):
+  # --- The work directory, held by this run alone (symjax.run.lock) and stopped in one line when its file
+  # system fills up, and the device mesh.
+  with rundir.stops_when_full(workdir) as disk, lock.owned(workdir, lead), jax.set_mesh(mesh):
     # --- Data, model and optimizer. Every process builds the same global batches and keeps its devices' rows.
     s = setup(config, [(workdir, config)], vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
     task, model_config = s.task, s.model_config
@@ -474,6 +475,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         step_fn = soft_step if soft_step is not None and step < config.soft_steps else run.train_step
         state, metrics = step_fn(state, put(task.batch('train', step, config.batch_size, config.seed)))
         step += 1
+        disk.check()  # a save that found the disk full in the background stops the run here
         if step == start_step + 1 and lead:
           progress.first_step(metrics['loss'])
         if step % config.log_every_steps == 0 or step == config.total_steps:
@@ -492,11 +494,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
           if progress.reached(validation, config.stop_at_accuracy):
             break
     except BaseException as e:  # a divergence, an interrupt or a bug: finish what was being saved, then fail
-      writer.close()
+      with rundir.unless_full(e):
+        writer.close()
       if mesh_lib.peer_failure(e):  # the save in flight waits on the lost process: not waited for
         raise peer_lost(e, step, workdir) from None
       if manager is not None:
-        manager.wait_until_finished()
+        with rundir.unless_full(e):
+          manager.wait_until_finished()
         manager.close()
       raise
     finally:
@@ -509,7 +513,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       final = final_metrics(run, state.params, task, evaluate, validation, (workdir, start_step, step, manager))
       writer.write(step, 'test', final['test'])
     finally:
-      writer.close()
+      with rundir.unless_full(sys.exc_info()[1]):  # the error in flight, if any
+        writer.close()
       if manager is not None:
         manager.close()
     if lead:

@@ -249,7 +249,7 @@ def transformer_lens_table(data: dict, json_name: str, pages: str) -> str:
 
 
 # The rows of a researcher's own code (benchmarks/lib/lens_pair.py), as the Reading page shows them: what the
-# call is, and the speed-up issue 90 set for it.
+# call is, and the speed-up it is aimed at.
 IDIOMS = (('inline_hook_loss', 'a hook written inline (a new function per call), with the loss', 1.0),
           ('partial_loop_16', 'a loop of 16 head ablations, a new `functools.partial` per call', 1.2),
           ('zero_head_loop_16', 'the same loop with `interpret.zero_head(h)`', 1.2),
@@ -442,7 +442,7 @@ GENERATED = {
     README: (CPU_BLOCKS, 'docs/results/data'),
     'docs/performance.md': (CPU_BLOCKS + (('first-step', 'first_step_cpu', first_step_table),
                                           ('accelerator', 'accelerator_h100_batch64', accelerator_table),
-                                          ('vs-transformer-lens', 'vs_transformer_lens_cpu_amd_2026_11_29_run2',
+                                          ('vs-transformer-lens', 'vs_transformer_lens_cpu_amd_2026_12_01',
                                            transformer_lens_table),
                                           ('vs-transformer-lens-intel', 'vs_transformer_lens_cpu_intel_one_product_r45',
                                            transformer_lens_table),
@@ -452,7 +452,8 @@ GENERATED = {
                                  'data'),
     'docs/scaling.md': ((('vocab-projection', 'vocab_projection', vocab_projection_table),
                          ('train-step', 'train_step', train_step_table)), 'results/data'),
-    'docs/reading.md': ((('stream-cone', 'stream_cone', stream_cone_table),), 'results/data'),
+    'docs/reading.md': ((('tl-idioms', 'vs_transformer_lens_cpu_amd_2026_12_01', idioms_table),
+                         ('stream-cone', 'stream_cone', stream_cone_table)), 'results/data'),
     'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table),), 'results/data'),
 }
 # Files a page includes whole (``--8<-- "PATH"``; mkdocs.yml's ``exclude_docs`` keeps them from being pages of

@@ -8,6 +8,8 @@ default induction config.
 ``--allocator``: the kinds' step with and without ``symjax.system.host.retain_freed_memory`` (glibc's
 defaults: ``SYMJAX_KEEP_MALLOC=1``), each in its own process since malloc's settings are process-wide,
 the two alternating ``repeats`` times; the median of each is reported.
+``--against=COMMIT``: the kinds' step of this tree and of COMMIT's (checked out in a temporary worktree, its
+own ``step_time`` run), the two alternating ``repeats`` times: an A/B of two trees in one run.
 
 Kinds: 4 layers, 4 heads × 32, |V| = 65 (Tiny Shakespeare's characters), batch 12 × 64 tokens, AdamW
 (``configs/<kind>.py:task=text,size=medium``); a fixed random batch, so only the compiled step is timed.
@@ -45,6 +47,7 @@ _STEPS = cli.steps(100, 'Timed steps per round.')
 _REPEATS = cli.repeats(3, 'Rounds; the fastest is reported.')
 _SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds trained together in the seeds comparison.')
 _ALLOCATOR = flags.DEFINE_bool('allocator', False, 'A/B of the allocator setting instead (see the docstring).')
+_AGAINST = flags.DEFINE_string('against', '', 'A commit to time against this tree (see the docstring).')
 _KINDS_ONLY = flags.DEFINE_bool('kinds_only', False, 'Time the kinds only (the allocator A/B runs this).')
 KINDS = ('standard', 'token_factored', 'symbolic')
 
@@ -139,10 +142,46 @@ def allocator_ab() -> None:
   result_files.write(_JSON.value, result)
 
 
+def trees_ab(commit: str) -> None:
+  """The kinds' step of this tree and of ``commit``'s, in alternating processes."""
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  times: dict[str, dict[str, list[float]]] = {t: {k: [] for k in KINDS} for t in ('this tree', commit)}
+  with tempfile.TemporaryDirectory() as folder:
+    other = os.path.join(folder, 'tree')
+    subprocess.run(['git', 'worktree', 'add', '--detach', other, commit], cwd=repo, check=True, capture_output=True)
+    try:
+      for r in range(_REPEATS.value):
+        for tree, cwd, extra in (('this tree', repo, ['--kinds_only']), (commit, other, [])):
+          out = os.path.join(folder, f'{r}.json')
+          subprocess.run([sys.executable, '-m', 'benchmarks.speed.step_time', '--repeats=1', '--seeds=1',
+                          f'--steps={_STEPS.value}', f'--json={out}', *extra], cwd=cwd, check=True,
+                         capture_output=True, env=dict(os.environ, PYTHONPATH=cwd))
+          with open(out) as f:
+            step = json.load(f)['recipe_step_seconds']
+          for k in KINDS:
+            times[tree][k].append(step[k])
+    finally:
+      subprocess.run(['git', 'worktree', 'remove', '--force', other], cwd=repo, capture_output=True)
+  median = {tree: {k: statistics.median(v) for k, v in by_kind.items()} for tree, by_kind in times.items()}
+  print(f'\nTraining step at the text recipe shape, this tree against {commit}, median of {_REPEATS.value} '
+        f'alternating processes ({result_files.cpu_model()}, {result_files.cpu_id()})')
+  print(f'| kind | this tree (ms) | {commit} (ms) | this / {commit} |')
+  print('|---|---:|---:|---:|')
+  for k in KINDS:
+    a, b = median['this tree'][k], median[commit][k]
+    print(f'| {k} | {1e3 * a:.1f} | {1e3 * b:.1f} | {a / b:.3f} |')
+  result_files.write(_JSON.value, {'against': commit, 'steps': _STEPS.value, 'repeats': _REPEATS.value,
+                                   'step_seconds': times, 'median_step_seconds': median,
+                                   'command': f'python -m benchmarks.speed.step_time --against={commit} '
+                                              f'--steps={_STEPS.value} --repeats={_REPEATS.value}'})
+
+
 def main(_):
   host.prepare()  # the trainer's compiler flags and allocator; SYMJAX_KEEP_XLA_FLAGS=1 keeps XLA's flags
   if _ALLOCATOR.value:
     return allocator_ab()
+  if _AGAINST.value:
+    return trees_ab(_AGAINST.value)
   kinds = {k: recipe_step(k) for k in KINDS}
   kind_times = time_rounds({k: run for k, (run, _) in kinds.items()}, _STEPS.value, _REPEATS.value)
   if _KINDS_ONLY.value:

@@ -58,6 +58,7 @@ def test_help_lists_the_commands_own_flags(module, tmp_path):
   proc = run(module, ['--help'], tmp_path)
   _, own = COMMANDS[module]
   assert f'  {own}:' in proc.stdout, proc.stdout[-2000:]
+  assert proc.returncode == 0  # help asked for and given is a success
 
 
 def test_a_refused_training_start_leaves_no_work_directory(tmp_path):

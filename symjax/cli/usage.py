@@ -61,6 +61,9 @@ def flag_error(e: flags.Error, known: Sequence[str]) -> str:
   return text.removeprefix('flag ')
 
 
+HELP_FLAGS = ('help', 'helpshort', 'helpfull', 'h', '?')
+
+
 def parser(module: str, required: Sequence[str] = (),
            describe: Callable[[Exception, list[str]], str | None] | None = None,
            rewrite: Callable[[list[str]], list[str]] | None = None) -> Callable[[list[str]], list[str]]:
@@ -75,6 +78,10 @@ def parser(module: str, required: Sequence[str] = (),
       flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
     try:
       rest = flags.FLAGS(rewrite(argv) if rewrite else argv)
+    except SystemExit as e:  # absl exits 1 after printing the help that was asked for: a success
+      if e.code == 1 and any(a.split('=')[0].lstrip('-') in HELP_FLAGS for a in argv[1:]):
+        sys.exit(0)
+      raise
     except Exception as e:  # pylint: disable=broad-except
       if describe is not None and (message := describe(e, argv)):
         fail(message)

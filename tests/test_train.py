@@ -486,3 +486,24 @@ def test_importing_the_trainer_leaves_orbax_tensorstore_and_tensorboardx_for_lat
   assert out.stdout.strip() == '[]'
 
 
+
+
+def test_the_batches_of_a_run_are_every_batch_its_evaluation_scores(finished_run):
+  """``run.batches(split)`` is every batch the run's validation metrics were computed on: the weighted
+  cross-entropy of the final parameters over them is the loss final_metrics.json reports."""
+  from symjax import tasks
+  workdir, final = finished_run
+  run = symjax.load(workdir, 'latest')
+  batches = run.batches('validation')
+  task = tasks.get_task(run.config)
+  assert len(batches) == len(list(task.eval_batches('validation', run.config.batch_size, run.config.data_seed))) > 1
+  nll = weight = 0.0
+  for b in batches:
+    logits = np.asarray(run.model.apply({'params': run.params}, b['inputs'], b['key_mask']), np.float64)
+    logp = logits - logits.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    token_nll = -np.take_along_axis(logp, b['targets'][..., None], -1)[..., 0]
+    nll += float((token_nll * b['weights']).sum())
+    weight += float(b['weights'].sum())
+  assert nll / weight == pytest.approx(final['validation']['loss'], rel=1e-4)
+  assert len(run.batches('validation', n=1)) == 1 and len(run.batches('train')) == 4

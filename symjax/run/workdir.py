@@ -563,21 +563,20 @@ class Loaded:
   language_model: bool                   # targets are next tokens: sampling makes sense
   workdir: str = ''                      # where it was loaded from
 
-  def batches(self, split: str = 'validation', n: int = 1, batch_size: int | None = None) -> list[dict]:
-    """The first ``n`` batches of ``split`` exactly as the run evaluated them ('train': the first ``n``
-    training batches of the run's seed), each ``{'inputs', 'targets', 'weights', 'key_mask', ...}`` of
-    ``[batch_size, seq_len]``; ``batch_size`` defaults to the run's. A text run needs its corpus where it was
-    trained from (``config.text_path`` or ``config.token_path``)."""
+  def batches(self, split: str = 'validation', n: int | None = None, batch_size: int | None = None) -> list[dict]:
+    """Every batch the run scores ``split`` on, exactly as its evaluation reads them (``n``: the first
+    ``n`` of them; 'train': the fixed sample of training batches it scores), each ``{'inputs', 'targets',
+    'weights', 'key_mask', ...}`` of ``[batch_size, seq_len]``; ``batch_size`` defaults to the run's, which
+    is also what makes them the run's own. A text run needs its corpus where it was trained from
+    (``config.text_path`` or ``config.token_path``)."""
     import itertools
     task = tasks.get_task(self.config, self.workdir or None)
     if split not in ('train', 'validation', 'test', *task.eval_splits):
       raise InputError(f"split must be one of {['train', 'validation', 'test', *task.eval_splits]}, got {split!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-      raise InputError(f'n must be an integer >= 1, got {n!r}')
-    size = batch_size or self.config.batch_size
-    if split == 'train':
-      return [task.batch('train', i, size, self.config.seed) for i in range(n)]
-    return list(itertools.islice(task.eval_batches(split, size, self.config.data_seed), n))
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+      raise InputError(f'n must be an integer >= 1 (or None: every batch), got {n!r}')
+    scored = task.scored_batches(split, batch_size or self.config.batch_size, self.config.data_seed)
+    return list(scored if n is None else itertools.islice(scored, n))
 
   def loss(self, text_or_tokens) -> float:
     """The mean next-token cross-entropy (nats) of a language model on a text or a sequence of token ids:

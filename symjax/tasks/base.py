@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from symjax.system.errors import InputError
 PAD, BOS, EOS, UNK = '<pad>', '<s>', '</s>', '<unk>'
 SPECIALS = (PAD, BOS, EOS, UNK)
 SPLITS = ('train', 'validation', 'test')
+# The training split is scored on this many fixed batches (the same ones every time), to compare with
+# validation without a pass over the whole training set.
+TRAIN_SAMPLE_BATCHES = 4
 
 
 class Vocab:
@@ -98,6 +101,14 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def eval_batches(self, split: str, batch_size: int, seed: int) -> Iterator[dict[str, np.ndarray]]:
     """A fixed pass over ``split`` for evaluation."""
+
+  def scored_batches(self, split: str, batch_size: int, data_seed: int) -> Iterable[dict[str, np.ndarray]]:
+    """The batches a run scores ``split`` on: every evaluation batch of ``split`` (they depend on
+    ``data_seed`` only, so every training seed is scored on the same examples), or for 'train' a fixed
+    sample of ``TRAIN_SAMPLE_BATCHES`` training batches."""
+    if split == 'train':
+      return (self.batch('train', i, batch_size, data_seed + 1) for i in range(TRAIN_SAMPLE_BATCHES))
+    return self.eval_batches(split, batch_size, data_seed)
 
   def split_length(self, split: str) -> int:
     """The tokens per sequence of ``split``."""

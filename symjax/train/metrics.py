@@ -45,19 +45,6 @@ def summarize(sums: dict[str, float], top_ks) -> dict[str, float]:
   return out
 
 
-# The training split is scored on this many fixed batches (the same ones every time), to compare with
-# validation without a pass over the whole training set.
-TRAIN_SAMPLE_BATCHES = 4
-
-
-def split_batches(task, split: str, batch_size: int, data_seed: int) -> Iterable[dict]:
-  """The batches a split is scored on: every evaluation batch of ``split`` (they depend on ``data_seed``
-  only, so every training seed is scored on the same examples), or for 'train' a fixed sample."""
-  if split == 'train':
-    return (task.batch('train', i, batch_size, data_seed + 1) for i in range(TRAIN_SAMPLE_BATCHES))
-  return task.eval_batches(split, batch_size, data_seed)
-
-
 def total(per_batch: Iterable[dict]) -> dict[str, Any]:
   """The metric sums of every batch added up, in float64 on the host (arrays of sums, e.g. one per seed,
   add element-wise)."""

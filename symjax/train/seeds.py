@@ -169,7 +169,7 @@ def _train(config: ml_collections.ConfigDict, seeds: Sequence[int], workdirs: Se
     """Every seed's metrics on ``split``; 'train' is a fixed sample of 4 training batches, as in the
     single-run trainer, to compare with validation."""
     sums = metrics_lib.total(v_eval(params, batch) for batch in
-                             metrics_lib.split_batches(task, split, config.batch_size, config.data_seed))
+                             task.scored_batches(split, config.batch_size, config.data_seed))
     return [metrics_lib.summarize({k: float(v[i]) for k, v in sums.items()}, config.top_ks)
             for i in range(len(seeds))]
 

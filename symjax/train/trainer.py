@@ -412,8 +412,8 @@ def finite_metrics(metrics: dict, where: tuple) -> dict[str, float]:
 
 def evaluator(run: CompiledRun, task: tasks.Task, config: ml_collections.ConfigDict, put):
   """``evaluate(params, split)``: the metrics of ``params`` over every batch of the split."""
-  return lambda params, split: metrics_lib.evaluate(run.eval_step, params, metrics_lib.split_batches(
-      task, split, config.batch_size, config.data_seed), config.top_ks, put)
+  return lambda params, split: metrics_lib.evaluate(run.eval_step, params, task.scored_batches(
+      split, config.batch_size, config.data_seed), config.top_ks, put)
 
 
 def final_metrics(run: CompiledRun, params, task: tasks.Task, evaluate, validation: dict, where: tuple

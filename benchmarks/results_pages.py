@@ -437,7 +437,7 @@ def stream_cone_table(data: dict, json_name: str, pages: str) -> str:
 # name and the data pages' folder as the page links it). The CPU benchmarks have one file per CPU vendor the
 # project's machines have had.
 CPU_BLOCKS = (('vs-pytorch', 'vs_pytorch_cpu', vs_pytorch_table),
-              ('vs-pytorch-amd', 'vs_pytorch_cpu_amd', vs_pytorch_table))
+              ('vs-pytorch-amd', 'vs_pytorch_cpu_amd_2026_12_01', vs_pytorch_table))
 GENERATED = {
     README: (CPU_BLOCKS, 'docs/results/data'),
     'docs/performance.md': (CPU_BLOCKS + (('first-step', 'first_step_cpu', first_step_table),

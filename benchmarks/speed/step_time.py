@@ -149,6 +149,9 @@ def trees_ab(commit: str) -> None:
   with tempfile.TemporaryDirectory() as folder:
     other = os.path.join(folder, 'tree')
     subprocess.run(['git', 'worktree', 'add', '--detach', other, commit], cwd=repo, check=True, capture_output=True)
+    # The installed symjax maps symjax.configs to this tree's configs/; the other tree's own, found first on
+    # its PYTHONPATH, keeps its recipes with its code.
+    os.symlink(os.path.join(other, 'configs'), os.path.join(other, 'symjax', 'configs'))
     try:
       for r in range(_REPEATS.value):
         for tree, cwd, extra in (('this tree', repo, ['--kinds_only']), (commit, other, [])):

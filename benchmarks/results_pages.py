@@ -18,6 +18,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -487,6 +488,34 @@ def generated(path: str, text: str) -> str:
   return text
 
 
+# Source the docs show in full (the config fields, the recipes), written into the page between
+# ``<!-- source:PATH[:SECTION] start/end -->`` markers, so that a page reads the same on GitHub, in a clone
+# and on the site; ``--check`` keeps it equal to the source. SECTION is a ``--8<-- [start:SECTION]`` /
+# ``[end:SECTION]`` pair of the file. The markers' indentation (a tab of the site) is the block's.
+INLINED = ('docs/configs.md',)
+_SOURCE = re.compile(r'^( *)<!-- source:(\S+?) start -->\n.*?^\1<!-- source:\2 end -->', re.S | re.M)
+
+
+def _source_text(spec: str) -> str:
+  path, _, section = spec.partition(':')
+  with open(path) as f:
+    text = f.read()
+  if section:
+    text = text.split(f'--8<-- [start:{section}]\n', 1)[1].split(f'--8<-- [end:{section}]', 1)[0]
+    text = text.rsplit('\n', 1)[0].rstrip('\n') + '\n'   # the end marker's comment line goes too
+  return text
+
+
+def inlined(text: str) -> str:
+  """``text`` with every ``source`` block rewritten from its file."""
+  def block(m: re.Match) -> str:
+    pad, spec = m.group(1), m.group(2)
+    code = ''.join(pad + line if line.strip() else line for line in _source_text(spec).splitlines(True))
+    return (f'{pad}<!-- source:{spec} start -->\n{pad}```python\n{code}{pad}```\n'
+            f'{pad}<!-- source:{spec} end -->')
+  return _SOURCE.sub(block, text)
+
+
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--check', action='store_true', help='compare instead of writing; exit 1 on a difference')
@@ -495,6 +524,9 @@ def main(argv: list[str]) -> int:
   for path in GENERATED:
     with open(path) as f:
       wanted[path] = generated(path, f.read())
+  for path in INLINED:
+    with open(path) as f:
+      wanted[path] = inlined(wanted.get(path, f.read()))
   if args.check:
     stale = [p for p, text in wanted.items() if not os.path.isfile(p) or open(p).read() != text]
     extra = sorted(set(glob.glob(os.path.join(PAGES, '*.md'))) - set(wanted))

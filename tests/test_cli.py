@@ -61,6 +61,14 @@ def test_help_lists_the_commands_own_flags(module, tmp_path):
   assert proc.returncode == 0  # help asked for and given is a success
 
 
+def test_the_training_help_names_every_config_field_and_the_fields_page(tmp_path):
+  from symjax.train import config as config_lib
+  out = run('symjax.main', ['--help'], tmp_path).stdout
+  assert 'docs/configs.md' in out
+  missing = [k for k in config_lib.default_config() if k not in out]
+  assert not missing, missing
+
+
 def test_a_refused_training_start_leaves_no_work_directory(tmp_path):
   proc = run('symjax.main', ['--config=symbolic:size=tiny', f'--workdir={tmp_path}/a/b',
                              '--config.total_steps=-3'], tmp_path)

@@ -10,13 +10,15 @@ from helpers import REPO, tiny_config
 pytestmark = pytest.mark.slow
 
 FENCE = re.compile(r'```python\n(.*?)```', re.S)
+# Source a page shows in full (benchmarks/results_pages.py's INLINED), not an example to run.
+SOURCE = re.compile(r'<!-- source:(\S+?) start -->.*?<!-- source:\1 end -->', re.S)
 
 
 def examples() -> list[tuple[str, int, str]]:
   out = []
   for path in ['README.md', *sorted(glob.glob('docs/**/*.md', recursive=True))]:
     with open(os.path.join(REPO, path)) as f:
-      text = f.read()
+      text = SOURCE.sub('', f.read())
     for i, match in enumerate(FENCE.finditer(text)):
       code = match.group(1)
       if '--8<--' not in code:  # an included source file, not an example

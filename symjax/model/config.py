@@ -31,6 +31,7 @@ DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 REMAT_POLICIES = {'full': None, 'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
 
+# --8<-- [start:groups]
 @dataclasses.dataclass(frozen=True)
 class AttentionConfig:
   """Which keys a query reads, and how positions enter."""
@@ -148,6 +149,7 @@ class TrainingConfig:
   attention_dropout_rate: float = 0.0  # on the attention weights
 
 
+# --8<-- [end:groups]
 GROUPS = {'attention': AttentionConfig, 'symbolic': SymbolicConfig, 'program': ProgramConfig,
           'kernels': KernelConfig, 'training': TrainingConfig}
 # Each grouped field's group. The run's ConfigDict (``config.model``) and ``ModelConfig.flat()`` keep every
@@ -161,6 +163,7 @@ class ModelConfig:
   ``d_model = num_heads * head_dim``. Build one from flat fields with ``ModelConfig.from_dict`` (or
   ``ModelConfig.of``), change fields with ``replace``."""
 
+  # --8<-- [start:fields]
   kind: str = 'symbolic'               # one of MODEL_KINDS
   vocab_size: int = 16
   num_layers: int = 2
@@ -176,6 +179,7 @@ class ModelConfig:
   program: ProgramConfig = ProgramConfig()
   kernels: KernelConfig = KernelConfig()
   training: TrainingConfig = TrainingConfig()
+  # --8<-- [end:fields]
 
   @classmethod
   def of(cls, **flat) -> ModelConfig:

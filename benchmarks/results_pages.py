@@ -434,13 +434,27 @@ def stream_cone_table(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def quickstart_block(data: dict, json_name: str, pages: str) -> str:
+  """The quick start's printed lines (``benchmarks/analysis/default_jobs.py --quickstart``): its start, the
+  first step lines, two evaluations and the final table."""
+  lines = data['lines']
+  evals = [l for l in lines if l.startswith('step ') and ': validation ' in l]
+  table = lines[next(i for i, l in enumerate(lines) if l.startswith('final metrics')):]
+  shown = [*lines[:4], '...', *evals[:2], '...', *[l for l in table if l.strip()]]
+  # No link: the README's block is included in the docs' index too, where a relative link would not resolve.
+  return (f"```\n{chr(10).join(shown)}\n```\n\n(Recorded on {data['cpu']}, {data['cores']} cores, {data['date']}, by "
+          f"`python -m benchmarks.analysis.default_jobs --quickstart`; the losses of the first evaluations differ "
+          f"in their digits between CPU models.)\n")
+
+
 # Blocks written from result files into each page: (marker name, JSON file, renderer of the JSON, the file's
 # name and the data pages' folder as the page links it). The CPU benchmarks have one file per CPU vendor the
 # project's machines have had.
 CPU_BLOCKS = (('vs-pytorch', 'vs_pytorch_cpu', vs_pytorch_table),
               ('vs-pytorch-amd', 'vs_pytorch_cpu_amd_2026_12_01', vs_pytorch_table))
+QUICKSTART = (('quickstart', 'quickstart_output', quickstart_block),)
 GENERATED = {
-    README: (CPU_BLOCKS, 'docs/results/data'),
+    README: (CPU_BLOCKS + QUICKSTART, 'docs/results/data'),
     'docs/performance.md': (CPU_BLOCKS + (('first-step', 'first_step_cpu', first_step_table),
                                           ('accelerator', 'accelerator_h100_batch64', accelerator_table),
                                           ('vs-transformer-lens', 'vs_transformer_lens_cpu_amd_2026_12_01',
@@ -455,7 +469,7 @@ GENERATED = {
                          ('train-step', 'train_step', train_step_table)), 'results/data'),
     'docs/reading.md': ((('tl-idioms', 'vs_transformer_lens_cpu_amd_2026_12_01', idioms_table),
                          ('stream-cone', 'stream_cone', stream_cone_table)), 'results/data'),
-    'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table),), 'results/data'),
+    'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table), *QUICKSTART), 'results/data'),
 }
 # Files a page includes whole (``--8<-- "PATH"``; mkdocs.yml's ``exclude_docs`` keeps them from being pages of
 # their own): their JSON file, its renderer, and the data pages' folder as the including page links it.

@@ -3,6 +3,11 @@
   python -m benchmarks.analysis.default_jobs [--kinds=standard,token_factored,symbolic] [--seeds=0,1,2]
       [--runs=/tmp/symjax_default_jobs] [--json=benchmarks/results/default_jobs.json]
 
+  python -m benchmarks.analysis.default_jobs --quickstart [--json=benchmarks/results/quickstart_output.json]
+
+``--quickstart``: the README's quick-start command as a new user types it, in a fresh work directory, and
+the lines it prints in a log (the README and the training page show them, generated from the JSON).
+
 Each (kind, seed) runs ``python -m symjax.main --config=<kind> --config.seed=<seed>`` (the induction task)
 in a fresh work directory with a compilation cache of its own, empty at the start, so the wall
 time is a first run's, compilation included. Runs one job at a time: on a shared machine the wall times
@@ -13,6 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 
 import jax
 import numpy as np
@@ -28,9 +36,26 @@ _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds (config.see
 _RUNS = flags.DEFINE_string('runs', '/tmp/symjax_default_jobs', 'Where the runs are trained; must not hold '
                             'finished runs, whose wall time would be unknown.')
 _JSON = cli.json_output('benchmarks/results/default_jobs.json', 'Output ("" prints).')
+_QUICKSTART = flags.DEFINE_bool('quickstart', False, "Record the quick start's output instead (see above).")
+QUICKSTART = ['python', '-m', 'symjax.main', '--config=symbolic']
+
+
+def quickstart() -> None:
+  """The quick start, run as the README gives it, in a fresh work directory named as its default is
+  (runs/symbolic), its printed lines kept."""
+  with tempfile.TemporaryDirectory() as folder:
+    proc = subprocess.run([sys.executable, *QUICKSTART[1:]], cwd=folder, capture_output=True, text=True)
+  if proc.returncode:
+    raise SystemExit(f'the quick start failed:\n{proc.stderr[-2000:]}')
+  lines = proc.stdout.splitlines()
+  print('\n'.join(lines))
+  result_files.write(_JSON.value, {'what': 'the lines the quick start prints in a log, run once in a fresh '
+                                           'work directory', 'quickstart': ' '.join(QUICKSTART), 'lines': lines})
 
 
 def main(_):
+  if _QUICKSTART.value:
+    return quickstart()
   per_run, commands = {}, {}
   for kind in _KINDS.value:
     for seed in map(int, _SEEDS.value):

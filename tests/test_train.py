@@ -507,3 +507,23 @@ def test_the_batches_of_a_run_are_every_batch_its_evaluation_scores(finished_run
     weight += float(b['weights'].sum())
   assert nll / weight == pytest.approx(final['validation']['loss'], rel=1e-4)
   assert len(run.batches('validation', n=1)) == 1 and len(run.batches('train')) == 4
+
+
+def test_a_runs_evaluate_gives_its_own_validation_metrics_and_takes_hooks(finished_run):
+  """``run.evaluate(split)`` scores exactly the run's batches as the trainer does: its final validation
+  metrics; a hook that zeroes a head raises the loss, the same under TransformerLens's name and written
+  inline; a site the model lacks is a one-line error."""
+  from symjax.interpret import hooks as hooks_lib
+  from symjax.system.errors import InputError
+  workdir, final = finished_run
+  run = symjax.load(workdir, 'latest')
+  got = run.evaluate('validation')
+  assert got.keys() == final['validation'].keys()
+  for k, v in final['validation'].items():
+    assert got[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+  zeroed = run.evaluate('validation', hooks={'blocks.1.attn.hook_z': hooks_lib.zero_head(0)})
+  assert zeroed['loss'] - got['loss'] > 1e-3
+  inline = run.evaluate('validation', hooks={'blocks.1.attn.z': lambda v, name: hooks_lib.zero_head(0)(v, name)})
+  assert inline['loss'] == pytest.approx(zeroed['loss'], rel=1e-6)
+  with pytest.raises(InputError, match="'blocks.9.attn.z' is not one of this model's sites"):
+    run.evaluate(hooks={'blocks.9.attn.z': hooks_lib.zero_head(0)})

@@ -6,4 +6,5 @@
 - ``projection``: the vocabulary projection α = softmax(z Eᵀ / τ), α E (direct, streamed, cuDNN).
 - ``streamed``: vocabulary-sized softmaxes streamed over chunks and sharded over the 'vocab' mesh axis.
 - ``readout``: logits h Eᵀ and the per-token loss and rank statistics, direct or streamed.
+- ``scoring``: those statistics' weighted sums over a batch and the summary of a split.
 """

@@ -578,6 +578,33 @@ class Loaded:
     scored = task.scored_batches(split, batch_size or self.config.batch_size, self.config.data_seed)
     return list(scored if n is None else itertools.islice(scored, n))
 
+  def evaluate(self, split: str = 'validation', hooks: dict | None = None) -> dict[str, float]:
+    """The run's metrics of ``split`` (loss, perplexity, accuracy, top-k, sequence accuracy) over exactly the
+    batches its evaluation reads (``batches``), scored as the trainer scores them (``symjax.ops.scoring``),
+    with ``hooks`` {site: ``fn(value, name)``} applied where given: e.g. the change in validation loss when
+    a head is zeroed, ``run.evaluate(hooks={'blocks.1.attn.z': interpret.zero_head(0)})``."""
+    from symjax.model import intermediates as names
+    from symjax.ops import readout, scoring
+    top_ks = tuple(self.config.get('top_ks', ()))
+    vocab = self.model_config.vocab_size
+    cfg = self.model_config
+    hooks = {names.from_transformer_lens(n, cfg.num_layers): fn for n, fn in (hooks or {}).items()}
+    sites = names.site_names(cfg.kind, cfg.num_layers, tuple(l for l, k in enumerate(cfg.layer_kinds())
+                                                              if k == 'symbolic'))
+    bad = [n for n, fn in hooks.items() if n not in sites or not callable(fn)]
+    if bad:
+      raise InputError(f'hooks must map site names to functions fn(value, name); {bad[0]!r} is not one of this '
+                       f'model\'s sites ({sites[0]}, ..., {sites[-1]}; symjax.model.intermediates lists them)'
+                       if bad[0] not in sites else f'the hook at {bad[0]!r} is not a function')
+
+    def sums(params, batch):
+      with names.session(hooks or {}, lambda name: False) if hooks else contextlib.nullcontext():
+        logits = self.model.apply({'params': params}, batch['inputs'], batch['key_mask'], edges=batch.get('edges'))
+      loss, _, above, tied = readout.logit_stats(logits[..., :vocab].astype(jnp.float32), batch['targets'])
+      return scoring.weighted_metrics(loss, above, tied, batch, top_ks)
+    step = jax.jit(sums)
+    return scoring.evaluate(step, self.params, self.batches(split), top_ks)
+
   def loss(self, text_or_tokens) -> float:
     """The mean next-token cross-entropy (nats) of a language model on a text or a sequence of token ids:
     every token after the first, predicted from those before it."""

@@ -265,7 +265,8 @@ def hooked(key: Hashable, fns: dict[str, Callable], make: Callable[[dict[str, Ca
   """Runs ``make(hooks)(*args)`` compiled, the hooks' leaves passed as the program's last argument: the first
   tier of ``TIERS`` that traces. ``run_eagerly(fns)`` where none does (a one-line warning per hook function).
   ``key`` names the pass (model, cached sites...); the hooks' structure is added to it."""
-  tier_key = (key, split_hooks(fns).key)
+  traced = split_hooks(fns)
+  tier_key = (key, traced.key)
   try:
     hash(tier_key)
   except TypeError:  # a hook object that cannot be a key (it defines __eq__ without __hash__)
@@ -279,7 +280,7 @@ def hooked(key: Hashable, fns: dict[str, Callable], make: Callable[[dict[str, Ca
   for tier in TIERS[TIERS.index(tier or 'traced'):]:
     if tier == 'eager':
       break
-    parts = split_hooks(fns, static_numbers=tier == 'static')
+    parts = traced if tier == 'traced' else split_hooks(fns, static_numbers=True)  # split once per tier
     program = compiled(('hooked', key, parts.key), lambda parts=parts: _with_leaves(make, parts))
     try:
       out = program(*args, parts.leaves)

@@ -432,6 +432,17 @@ def final_metrics(run: CompiledRun, params, task: tasks.Task, evaluate, validati
   return final
 
 
+def close_files(writer: rundir.MetricWriter, manager, failure: BaseException | None) -> None:
+  """Closes the metrics and finishes the checkpoint being saved. While a full disk is what stopped the run
+  (``failure``), their own failure to flush is that same failure, not an error of its own."""
+  with rundir.unless_full(failure):
+    writer.close()
+  if manager is not None:
+    with rundir.unless_full(failure):
+      manager.wait_until_finished()
+    manager.close()
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The trainer.
 # ----------------------------------------------------------------------------------------------------------
@@ -494,14 +505,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
           if progress.reached(validation, config.stop_at_accuracy):
             break
     except BaseException as e:  # a divergence, an interrupt or a bug: finish what was being saved, then fail
-      with rundir.unless_full(e):
-        writer.close()
       if mesh_lib.peer_failure(e):  # the save in flight waits on the lost process: not waited for
+        writer.close()
         raise peer_lost(e, step, workdir) from None
-      if manager is not None:
-        with rundir.unless_full(e):
-          manager.wait_until_finished()
-        manager.close()
+      close_files(writer, manager, e)
       raise
     finally:
       progress.close()
@@ -513,10 +520,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       final = final_metrics(run, state.params, task, evaluate, validation, (workdir, start_step, step, manager))
       writer.write(step, 'test', final['test'])
     finally:
-      with rundir.unless_full(sys.exc_info()[1]):  # the error in flight, if any
-        writer.close()
-      if manager is not None:
-        manager.close()
+      close_files(writer, manager, sys.exc_info()[1])  # the error in flight, if any
     if lead:
       metrics_lib.print_table(f'final metrics at step {step}', final)
       files.write_atomically(os.path.join(workdir, rundir.FINAL_FILE), json.dumps({'step': step, **final}, indent=1))

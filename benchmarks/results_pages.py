@@ -177,7 +177,8 @@ def vs_pytorch_table(data: dict, json_name: str = 'vs_pytorch_cpu', pages: str =
 
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}, commit `{data['commit'][:7]}`; the whole "
            f"{data['steps']}-step command, median of {data['rounds_run']} interleaved rounds, ratios to PyTorch "
-           f"within a round ([all figures]({pages}/{json_name}.md)):", '',
+           f"within a round; a timing of one seed's program, not a trained result, so no seeds or intervals "
+           f"([all figures]({pages}/{json_name}.md)):", '',
            '| program | tokens/s | vs PyTorch | ' + ('vs PyTorch, cores near | ' if near else '') +
            'wall time | vs PyTorch | first step, warm cache | peak memory | vs PyTorch |',
            '|---|---:|---:|' + ('---:|' if near else '') + '---:|---:|---:|---:|---:|']
@@ -265,7 +266,8 @@ def idioms_table(data: dict, json_name: str, pages: str) -> str:
   """A researcher's own code against TransformerLens's (``benchmarks/speed/vs_transformer_lens.py``)."""
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}, TransformerLens {data['transformer_lens']}, the "
            f"same weights; warm medians, symjax's first call (compilation included) apart; a timing of "
-           f"programs in one run ([all figures]({pages}/{json_name}.md)):", '',
+           f"programs in one run, not a trained result, so no seeds or intervals "
+           f"([all figures]({pages}/{json_name}.md)):", '',
            '| your code | TransformerLens | symjax | speed-up | aimed at | symjax first call |',
            '|---|---:|---:|---:|---:|---:|']
   for name, what, target in IDIOMS:
@@ -442,7 +444,8 @@ def quickstart_block(data: dict, json_name: str, pages: str) -> str:
   table = lines[next(i for i, l in enumerate(lines) if l.startswith('final metrics')):]
   shown = [*lines[:4], '...', *evals[:2], '...', *[l for l in table if l.strip()]]
   # No link: the README's block is included in the docs' index too, where a relative link would not resolve.
-  return (f"```\n{chr(10).join(shown)}\n```\n\n(Recorded on {data['cpu']}, {data['cores']} cores, {data['date']}, by "
+  return (f"```\n{chr(10).join(shown)}\n```\n\n(One run, seed 0, recorded on {data['cpu']}, {data['cores']} cores, "
+          f"{data['date']}, by "
           f"`python -m benchmarks.analysis.default_jobs --quickstart`; the losses of the first evaluations differ "
           f"in their digits between CPU models.)\n")
 

@@ -7,6 +7,7 @@ import pytest
 from helpers import compilations, randomize, shapes_of, small
 
 import symjax.configs as configs
+from symjax import interpret
 from symjax.interpret import HookedModel, circuits, hooks
 from symjax.model import Transformer
 from symjax.run.workdir import TokenVocab
@@ -25,16 +26,19 @@ def hm():
 
 
 def test_texts_of_unequal_length_are_padded_with_their_key_mask(hm):
-  ids, mask = hm.to_tokens(['<s> a 1 b', '<s> c'])
-  assert ids.shape == (2, 4) and mask.tolist() == [[True] * 4, [True, True, False, False]]
-  assert hm.to_tokens('<s> a 1')[1] is None and hm.to_tokens('<s> a 1')[0].tolist() == [[0, 1, 6]]
+  ids = hm.to_tokens(['<s> a 1 b', '<s> c'])
+  assert ids.shape == (2, 4) and ids.key_mask.tolist() == [[True] * 4, [True, True, False, False]]
+  assert hm.to_tokens('<s> a 1').key_mask is None and hm.to_tokens('<s> a 1').tolist() == [[0, 1, 6]]
+  assert len(hm.to_tokens('<s> a 1')[0]) == 3 and hm.to_tokens('a 1', prepend_bos=True).tolist() == [[0, 1, 6]]
+  # The ids carry their mask into every call: a padded row's logits are the row's alone.
+  np.testing.assert_allclose(hm(ids)[1, :2], hm('<s> c')[0], atol=1e-6)
   assert hm.to_str_tokens('<s> a 1') == ['<s>', 'a', '1']
   assert hm.to_str_tokens(['<s> a 1 b', '<s> c']) == [['<s>', 'a', '1', 'b'], ['<s>', 'c']]
   assert hm.to_string([0, 1, 6]) == '<s> a 1' and hm.cfg.kind == 'symbolic'
 
 
 def test_weights_tokens_and_losses_under_transformer_lens_names(hm):
-  ids = hm.to_tokens('<s> a 1 b 2')[0]
+  ids = hm.to_tokens('<s> a 1 b 2')
   logits, cache = hm.run_with_cache(ids)
   # The readout: the final norm's output times W_U is the logits; the embedding's rows are the input state.
   np.testing.assert_allclose(np.asarray(cache['final.norm'], np.float64) @ hm.W_U, logits, rtol=1e-4, atol=1e-4)
@@ -100,10 +104,32 @@ def test_bad_inputs_are_one_line_errors(hm):
                          r'zero_head\(3\) at blocks.0.attn.pattern: head out of range'),
                         (lambda: hm.run_with_hooks('<s> a', [('embed',)]), r'a list of \(site, fn\) pairs'),
                         (lambda: hm.run_with_cache('<s> a', names=['embed'], names_filter=['embed']),
-                         r'names= or names_filter=, not both')]:
+                         r'names= or names_filter=, not both'),
+                        (lambda: HookedModel(hm.model, hm.params, tensors='jax'),
+                         r"tensors must be one of \['numpy', 'torch'\], got 'jax'"),
+                        (lambda: hm.run_with_cache('<s> a', return_type='logit'), r'return_type must be one of'),
+                        (lambda: hm.loss_fn(np.zeros((1, 3, 13)), np.zeros((1, 4), int)),
+                         r'logits \(1, 3, 13\) and tokens \(1, 4\) must share \[batch, time\]')]:
     with pytest.raises(InputError, match=message) as e:
       call()
     assert '\n' not in str(e.value)
+
+
+def test_get_act_name_gives_transformer_lens_names_that_reach_symjaxs_sites(hm):
+  # TransformerLens's documented examples of utils.get_act_name.
+  assert [interpret.get_act_name(*a) for a in [('k', 6, 'a'), ('pre', 2), ('embed',), ('normalized', 27, 'ln2'),
+                                               ('k6',), ('scale4ln1',), ('pre5',)]] == [
+      'blocks.6.attn.hook_k', 'blocks.2.mlp.hook_pre', 'hook_embed', 'blocks.27.ln2.hook_normalized',
+      'blocks.6.attn.hook_k', 'blocks.4.ln1.hook_scale', 'blocks.5.mlp.hook_pre']
+  _, cache = hm.run_with_cache('<s> a 1 b')
+  for short, layer, site in [('v', 1, 'blocks.1.attn.values'), ('attn', 0, 'blocks.0.attn.pattern'),
+                             ('in', 1, 'blocks.0.resid'), ('resid_pre', 0, 'embed')]:
+    np.testing.assert_array_equal(cache[interpret.get_act_name(short, layer)], cache[site])
+  # The loss per token is the cross-entropy of each next token; its mean is the loss.
+  ids = hm.to_tokens('<s> a 1 b 2')
+  per_token = hm.loss_fn(hm(ids), ids, per_token=True)
+  assert per_token.shape == (1, 4) and float(per_token.mean()) == pytest.approx(hm(ids, return_type='loss'), 1e-6)
+  assert hm.run_with_hooks(ids, {}, return_type=None) is None
 
 
 def test_a_transformer_lens_hook_function_reads_hook_name_and_layer_and_may_return_nothing(hm):

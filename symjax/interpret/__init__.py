@@ -51,6 +51,8 @@ from symjax.interpret.patching import (
                                           sweep_positions,
 )
 from symjax.interpret.tracing import Trace, cone, trace
+from symjax.model.intermediates import HookName as HookPoint
+from symjax.model.intermediates import get_act_name
 
 __all__ = [
     'Ablation', 'Cache', 'HookedModel', 'MixtureTrace', 'Trace', 'analysis_model', 'apply_with_hooks',
@@ -62,5 +64,5 @@ __all__ = [
     'valid_names', 'zero_head', 'Sweep', 'logit_difference', 'patch', 'patch_many', 'sweep_heads',
     'sweep_positions', 'get_act_patch_resid_pre', 'get_act_patch_resid_mid', 'get_act_patch_resid_post',
     'get_act_patch_attn_out', 'get_act_patch_mlp_out', 'get_act_patch_attn_head_out_all_pos',
-    'get_act_patch_attn_head_out_by_pos', 'get_act_patch_block_every', 'sweep_hooks',
+    'get_act_patch_attn_head_out_by_pos', 'get_act_patch_block_every', 'sweep_hooks', 'HookPoint', 'get_act_name',
 ]

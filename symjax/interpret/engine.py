@@ -253,8 +253,12 @@ def split_hooks(fns: dict[str, Callable], static_numbers: bool = False) -> Split
 # ----------------------------------------------------------------------------------------------------------
 # Hooked passes: compiled with the hooks' leaves as arguments, or eager where a hook needs concrete values.
 # ----------------------------------------------------------------------------------------------------------
+class NeedsConcrete(Exception):
+  """Raised by a hook that cannot run on traced values (one written for torch tensors): the pass runs eagerly."""
+
+
 UNTRACEABLE = (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
-               jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
+               jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError, NeedsConcrete)
 TIERS = ('traced', 'static', 'eager')
 _TIERS: collections.OrderedDict = collections.OrderedDict()  # (pass key, structure) -> the tier that traced
 _WARNED: set = set()
@@ -322,5 +326,5 @@ def _warn_eager(fns: dict[str, Callable]) -> None:
       _WARNED.clear()
     _WARNED.add(code)
     label = getattr(getattr(fn, 'func', fn), '__qualname__', type(fn).__name__)
-    print(f'symjax: {label} ({name}) needs concrete values (NumPy, or a Python branch on an array), so it runs '
-          f'eagerly, uncompiled; written with jnp it compiles', file=sys.stderr)
+    print(f'symjax: {label} ({name}) needs concrete values (NumPy, torch, or a Python branch on an array), so '
+          f'it runs eagerly, uncompiled; written with jnp it compiles', file=sys.stderr)

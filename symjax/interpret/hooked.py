@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core, generation, grid, hooks
+from symjax.interpret import core, engine, generation, grid, hooks
 from symjax.model import intermediates as site_names
 from symjax.run import sample
 from symjax.system.errors import InputError
@@ -27,14 +27,56 @@ from symjax.system.errors import InputError
 # Hooks as a dict {site: fn(value, name)}, or as TransformerLens writes them: a list of (site, fn) pairs.
 Hooks = dict[str, Callable] | Sequence[tuple[str, Callable]]
 
+# What the object's calls return: NumPy arrays, or torch tensors (``tensors='torch'``) for code written against
+# TransformerLens, whose hooks then receive torch tensors too where they cannot run compiled.
+TENSORS = ('numpy', 'torch')
+
+
+class Tokens(np.ndarray):
+  """Token ids ``[batch, time]`` as ``to_tokens`` gives them, carrying the key mask of texts padded to one
+  length (``key_mask``; None where nothing is padded), so that the ids passed back to any call run with their
+  padding masked."""
+
+  key_mask: np.ndarray | None = None
+
+  def __array_finalize__(self, obj) -> None:
+    self.key_mask = None  # a slice or a sum of token ids is new ids: it carries no mask
+
+
+def _torch():
+  try:
+    import torch
+  except ImportError:
+    raise InputError("tensors='torch' needs PyTorch (pip install torch); tensors='numpy' needs nothing") from None
+  return torch
+
+
+def _torch_hook(fn: Callable) -> Callable:
+  """``fn``, written for torch tensors, as a hook: compiled where it runs on JAX's traced values as it is (an
+  in-place write, arithmetic), else (``engine.NeedsConcrete``) eagerly, on a torch tensor of the value."""
+  def torch_hook(value, hook):
+    if isinstance(value, jax.core.Tracer):
+      try:
+        return site_names.call_hook(fn, value, str(hook))
+      except InputError:
+        raise
+      except Exception as e:  # noqa: BLE001 (a torch method, a torch tensor it writes to: it runs eagerly)
+        raise engine.NeedsConcrete(f'{fn!r} at {hook}') from e
+    tensor = _torch().from_numpy(np.array(value))
+    out = fn(tensor, hook)
+    return jnp.asarray(np.asarray((tensor if out is None else out).detach().cpu()))
+  return torch_hook
+
 
 def hook_pairs(fwd_hooks: Hooks | None) -> list[tuple[str, Callable]]:
   """The (site, fn) pairs of either form, in order."""
   if not fwd_hooks:
     return []
   pairs = list(fwd_hooks.items()) if isinstance(fwd_hooks, dict) else list(fwd_hooks)
-  if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and callable(p[1]) for p in pairs):
-    raise InputError('fwd_hooks must be a dict {site: fn} or a list of (site, fn) pairs')
+  if not all(isinstance(p, tuple) and len(p) == 2 and (isinstance(p[0], str) or callable(p[0])) and callable(p[1])
+             for p in pairs):
+    raise InputError('fwd_hooks must be a dict {site: fn} or a list of (site, fn) pairs (a site: a name, or a '
+                     'predicate over names)')
   return pairs
 
 
@@ -75,9 +117,16 @@ def _is_batch(inputs) -> bool:
 
 class HookedModel:
   """``HookedModel(run)`` for a loaded run (``symjax.load``), or ``HookedModel(model, params, tokenizer)``
-  (the tokenizer is needed only for text: anything with ``encode(text) -> ids`` and ``decode(ids) -> text``)."""
+  (the tokenizer is needed only for text: anything with ``encode(text) -> ids`` and ``decode(ids) -> text``).
+  ``tensors='torch'``: every call returns torch tensors and takes them, and a hook that needs torch's methods
+  receives a torch tensor (TransformerLens's code runs with only its model construction changed)."""
 
-  def __init__(self, run_or_model, params=None, tokenizer=None):
+  def __init__(self, run_or_model, params=None, tokenizer=None, tensors: str = 'numpy'):
+    if tensors not in TENSORS:
+      raise InputError(f'tensors must be one of {list(TENSORS)}, got {tensors!r}')
+    if tensors == 'torch':
+      _torch()
+    self.tensors = tensors
     if params is None:  # a loaded run
       if not all(hasattr(run_or_model, a) for a in ('model', 'params')):
         raise InputError('HookedModel takes a loaded run (symjax.load(workdir)) or a model and its params')
@@ -90,12 +139,7 @@ class HookedModel:
     """Runs ``hook`` at site ``name`` (or at every site the predicate ``name`` accepts) in every later call
     of this object, until ``reset_hooks``. Functions that take the model object (patching, traces) run the
     model without them and say so."""
-    if callable(name):  # a predicate over symjax's site names or TransformerLens's
-      accepts = site_names.transformer_lens_predicate(name, self.cfg.num_layers)
-      sites = [n for n in hooks.valid_names(self.model) if accepts(n)]
-    else:
-      sites = [name]
-    pairs = [(site, hook) for site in sites]
+    pairs = self._expanded([(name, hook)])
     # The form and the names are checked now, not at the next call.
     hooks.check_names(self.model, list(hook_dict(pairs, self.cfg.num_layers)), hooking=True)
     self._hooks += pairs
@@ -115,8 +159,31 @@ class HookedModel:
     finally:
       self._hooks = before
 
+  def _expanded(self, pairs: list[tuple]) -> list[tuple[str, Callable]]:
+    """The pairs with a predicate over site names (symjax's or TransformerLens's) as one pair per site it
+    accepts."""
+    out = []
+    for name, fn in pairs:
+      if callable(name):
+        accepts = site_names.transformer_lens_predicate(name, self.cfg.num_layers)
+        out += [(n, fn) for n in hooks.valid_names(self.model) if accepts(n)]
+      else:
+        out.append((name, fn))
+    return out
+
   def _all_hooks(self, fwd_hooks: Hooks | None) -> dict[str, Callable]:
-    return hook_dict(self._hooks + hook_pairs(fwd_hooks), self.cfg.num_layers)
+    pairs = self._hooks + self._expanded(hook_pairs(fwd_hooks))
+    if self.tensors == 'torch':
+      pairs = [(site, _torch_hook(fn)) for site, fn in pairs]
+    return hook_dict(pairs, self.cfg.num_layers)
+
+  def _out(self, x):
+    """A result as this object returns it: NumPy, or a torch tensor sharing its memory."""
+    if self.tensors == 'numpy' or x is None:
+      return x
+    if isinstance(x, tuple):
+      return tuple(self._out(v) for v in x)
+    return _torch().from_numpy(np.array(x))
 
   @property
   def params(self):
@@ -139,28 +206,43 @@ class HookedModel:
     """The model's ``ModelConfig`` (TransformerLens's ``cfg``)."""
     return self.model.config
 
-  def _encoded(self, text: str) -> np.ndarray:
+  def _encoded(self, text: str, prepend_bos: bool | None = None) -> np.ndarray:
     if self.tokenizer is None:
       raise InputError('this HookedModel has no tokenizer: pass token ids, or build it from symjax.load(...) or '
                        'with tokenizer=')
     ids = np.asarray(self.tokenizer.encode(text), np.int32).reshape(-1)
+    if prepend_bos:
+      bos = np.asarray(self.tokenizer.encode('<s>'), np.int32).reshape(-1)
+      if bos.size != 1:
+        raise InputError("prepend_bos=True needs a tokenizer with a '<s>' token; this one has none")
+      ids = ids if ids.size and ids[0] == bos[0] else np.concatenate([bos, ids])
     if ids.size == 0:
       raise InputError(f'{text!r} is empty after tokenisation')
     return ids
 
-  def to_tokens(self, inputs, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
-    """(token ids ``[batch, time]``, key mask ``[batch, time]`` or None): a text or a 1-D id sequence is a
-    batch of one; texts or id lists of unequal length are padded at the end with ``pad_id``, and the key mask
-    is False at the padding (None when nothing is padded)."""
+  def to_tokens(self, inputs, pad_id: int = 0, prepend_bos: bool | None = None, **_):
+    """Token ids ``[batch, time]`` (``Tokens``, or a torch tensor): a text or a 1-D id sequence is a batch of
+    one; texts or id lists of unequal length are padded at the end with ``pad_id``, and the ids carry their
+    key mask (``.key_mask``, False at the padding; None when nothing is padded), which every call reads.
+    ``prepend_bos=True`` starts each text with the tokenizer's ``<s>`` where it does not already."""
+    ids, mask = self._tokens_and_mask(inputs, pad_id, prepend_bos)
+    out = self._out(ids) if self.tensors == 'torch' else ids.view(Tokens)
+    out.key_mask = mask
+    return out
+
+  def _tokens_and_mask(self, inputs, pad_id: int = 0, prepend_bos: bool | None = None
+                       ) -> tuple[np.ndarray, np.ndarray | None]:
     if isinstance(inputs, str):
-      rows = [self._encoded(inputs)]
-    elif isinstance(inputs, np.ndarray) or (isinstance(inputs, Sequence) and inputs and not _is_batch(inputs)):
+      rows = [self._encoded(inputs, prepend_bos)]
+    elif hasattr(inputs, '__array__') or (isinstance(inputs, Sequence) and inputs and not _is_batch(inputs)):
       ids = np.asarray(inputs)
       if ids.ndim not in (1, 2):
         raise InputError(f'token ids must be 1-D (one prompt) or 2-D (a batch), got shape {ids.shape}')
-      return ids.reshape(1, -1) if ids.ndim == 1 else ids, None
+      mask = getattr(inputs, 'key_mask', None)
+      return ids.reshape(1, -1) if ids.ndim == 1 else ids, mask
     elif isinstance(inputs, Sequence) and inputs:
-      rows = [self._encoded(x) if isinstance(x, str) else np.asarray(x, np.int32).reshape(-1) for x in inputs]
+      rows = [self._encoded(x, prepend_bos) if isinstance(x, str) else np.asarray(x, np.int32).reshape(-1)
+              for x in inputs]
     else:
       raise InputError(f'inputs must be a text, a list of texts, or token ids; got {type(inputs).__name__}')
     length = max(len(r) for r in rows)
@@ -173,7 +255,7 @@ class HookedModel:
   def to_str_tokens(self, inputs) -> list[str] | list[list[str]]:
     """Each token of a text or of one id sequence as its string; a list per row for a batch (padding left
     out)."""
-    ids, mask = self.to_tokens(inputs)
+    ids, mask = self._tokens_and_mask(inputs)
     mask = np.ones(ids.shape, bool) if mask is None else mask
     rows = [[self.to_string([t]) for t, keep in zip(row, m) if keep] for row, m in zip(ids, mask)]
     return rows if _is_batch(inputs) else rows[0]
@@ -184,10 +266,25 @@ class HookedModel:
       raise InputError('this HookedModel has no tokenizer to decode with')
     return self.tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
-  def __call__(self, inputs, return_type: str = 'logits', key_mask=None, **kw) -> np.ndarray | float:
-    """The logits ``[batch, time, vocab]`` (or the loss: ``return_type='loss'``; both: ``'both'``) of the
-    inputs."""
+  def __call__(self, inputs, return_type: str | None = 'logits', key_mask=None, **kw) -> Any:
+    """The logits ``[batch, time, vocab]`` (or the loss: ``return_type='loss'``; both: ``'both'``; nothing:
+    None) of the inputs."""
     return self.run_with_hooks(inputs, {}, return_type=return_type, key_mask=key_mask, **kw)
+
+  def loss_fn(self, logits, tokens, per_token: bool = False, attention_mask=None):
+    """TransformerLens's ``loss_fn``: the cross-entropy of each next token of ``tokens`` under ``logits``
+    ``[batch, time, vocab]``, ``[batch, time - 1]`` with ``per_token``, else its mean (over the real tokens
+    where ``attention_mask`` says which)."""
+    logits, tokens = np.asarray(logits, np.float64), np.asarray(tokens)
+    if logits.shape[:2] != tokens.shape[-2:] if tokens.ndim == 2 else True:
+      raise InputError(f'logits {logits.shape} and tokens {tokens.shape} must share [batch, time]')
+    logp = logits[:, :-1] - logits[:, :-1].max(-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(logp, tokens[:, 1:, None], -1)[..., 0].astype(np.float32)
+    if per_token:
+      return self._out(nll)
+    weights = np.ones(nll.shape) if attention_mask is None else np.asarray(attention_mask, float)[:, 1:]
+    return self._out(np.float32((nll * weights).sum() / max(weights.sum(), 1e-9)))
 
   def to_single_token(self, text: str) -> int:
     """The id of a text that is one token (TransformerLens's ``to_single_token``)."""
@@ -223,10 +320,13 @@ class HookedModel:
 
   def run_with_cache(self, inputs, names: Sequence[str] | str | Callable[[str], bool] | None = None,
                      fwd_hooks: Hooks | None = None, key_mask=None, *, names_filter=None, incl_grad: bool = False,
-                     metric: Callable | None = None) -> tuple[np.ndarray, hooks.Cache]:
+                     metric: Callable | None = None, return_type: str = 'logits') -> tuple[Any, hooks.Cache]:
     """``symjax.interpret.run_with_cache`` on the inputs, the padding masked (``fwd_hooks`` applied while
     caching). ``names_filter`` is TransformerLens's name for ``names`` (a site, a list of them or a predicate);
-    ``incl_grad`` adds each cached site's gradient of ``metric`` as ``{site}_grad``."""
+    ``incl_grad`` adds each cached site's gradient of ``metric`` as ``{site}_grad``. ``return_type``: as
+    ``__call__``'s."""
+    if return_type not in ('logits', 'loss', 'both', None):
+      raise InputError(f"return_type must be one of ['logits', 'loss', 'both', None], got {return_type!r}")
     if names is not None and names_filter is not None:
       raise InputError('pass the sites to cache as names= or names_filter=, not both')
     names = names_filter if names is None else names
@@ -237,15 +337,24 @@ class HookedModel:
                for n in ([names] if isinstance(names, str) else names)]
     ids, mask = self._ids_and_mask(inputs, key_mask)
     decode = (lambda i: self.to_string(i)) if self.tokenizer is not None else None
-    return hooks.run_with_cache(self.model, self.params, ids, names, key_mask=mask, decode=decode,
-                                hooks=self._all_hooks(fwd_hooks), incl_grad=incl_grad, metric=metric)
+    logits, cache = hooks.run_with_cache(self.model, self.params, ids, names, key_mask=mask, decode=decode,
+                                         hooks=self._all_hooks(fwd_hooks), incl_grad=incl_grad, metric=metric)
+    if self.tensors == 'torch':
+      cache.tensor = self._out
+    if return_type in ('loss', 'both'):
+      loss = hooks.next_token_loss(logits, ids)
+      return (self._out(loss) if return_type == 'loss' else (self._out(logits), self._out(loss))), cache
+    return (None if return_type is None else self._out(logits)), cache
 
-  def run_with_hooks(self, inputs, fwd_hooks: Hooks, return_type: str = 'logits', key_mask=None,
+  def run_with_hooks(self, inputs, fwd_hooks: Hooks, return_type: str | None = 'logits', key_mask=None,
                      **kw) -> Any:
-    """``symjax.interpret.run_with_hooks`` on the inputs, the padding masked."""
+    """``symjax.interpret.run_with_hooks`` on the inputs, the padding masked; ``return_type=None`` runs the
+    pass for its hooks alone and returns None."""
     ids, mask = self._ids_and_mask(inputs, key_mask)
     fns = self._all_hooks(fwd_hooks)
-    return hooks.run_with_hooks(self.model, self.params, ids, fns, key_mask=mask, return_type=return_type, **kw)
+    out = hooks.run_with_hooks(self.model, self.params, ids, fns, key_mask=mask,
+                               return_type='logits' if return_type is None else return_type, **kw)
+    return None if return_type is None else self._out(out)
 
   def sweep_hooks(self, inputs, site: str, hook: Callable, over: dict, return_type: str = 'loss',
                   metric: Callable | None = None, key_mask=None) -> np.ndarray:
@@ -261,7 +370,7 @@ class HookedModel:
                             metric=metric)
 
   def _ids_and_mask(self, inputs, key_mask):
-    ids, mask = self.to_tokens(inputs)
+    ids, mask = self._tokens_and_mask(inputs)
     if key_mask is not None:
       if mask is not None:
         raise InputError('texts of unequal length carry their own key mask: pass key_mask= only with token ids')
@@ -295,7 +404,7 @@ class HookedModel:
       raise InputError(f'max_new_tokens must be >= 1, got {max_new_tokens}')
     if not self.cfg.causal:
       raise InputError('generate continues text left to right: this model is not causal (model.causal=False)')
-    ids, mask = self.to_tokens(inputs)
+    ids, mask = self._ids_and_mask(inputs, None)
     lengths = ids.shape[1] - np.argmax(mask[:, ::-1], axis=1) if mask is not None else np.full(len(ids),
                                                                                                 ids.shape[1])
     total = ids.shape[1] + max_new_tokens
@@ -316,6 +425,7 @@ class HookedModel:
       return self.to_string(out[0])
     if _is_batch(inputs) and isinstance(inputs[0], str):
       return [self.to_string(o) for o in out]
+    out = [self._out(o) for o in out]
     return out if _is_batch(inputs) else out[0]
 
   def _generate_per_pass(self, prompts, lengths, max_new_tokens, fns, mode, temperature, top_k, top_p, stop, seed
@@ -356,7 +466,7 @@ class HookedModel:
     """TransformerLens's ``test_prompt``: how the model continues ``prompt`` with ``answer`` (a text or token
     ids), token by token: each answer token's rank, logit and probability, and the ``top_k`` tokens the model
     predicted there. Printed as a table (``print_details``) and returned."""
-    prompt_ids = self.to_tokens(prompt)[0][0]
+    prompt_ids = self._tokens_and_mask(prompt)[0][0]
     answer_ids = (self._encoded(answer) if isinstance(answer, str)
                   else np.asarray(answer, np.int32).reshape(-1))
     if prepend_space and isinstance(answer, str):

@@ -125,13 +125,14 @@ class Cache(Mapping):
   intermediates: dict[str, Any]   # every site the pass sowed (the cached ones and ``names.SOWN``), by name
   decode: Callable | None = None
   key_mask: np.ndarray | None = None  # [batch, time], False at padding: the mask the pass ran with
+  tensor: Callable | None = None      # what an array is read as (HookedModel's torch tensors); None: NumPy
 
   def __getitem__(self, name: str | tuple[str, int]) -> np.ndarray:
     """The array of a site: its name, or TransformerLens's (``('pattern', 0)``, ``'blocks.0.attn.hook_z'``)."""
     name = names.from_transformer_lens(name, self.model.config.num_layers)
     if name not in self.arrays:
       raise KeyError(f'{name!r} is not in this cache; it has {list(self.arrays)}')
-    return self.arrays[name]
+    return self.arrays[name] if self.tensor is None else self.tensor(self.arrays[name])
 
   def __iter__(self) -> Iterator[str]:
     return iter(self.arrays)
@@ -481,13 +482,15 @@ def run_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable
   _, tokens, logits, _ = _apply(model, params, tokens, key_mask, hooks, frozenset(), [])
   if return_type == 'logits':
     return np.asarray(logits)
-  loss = _loss(np.asarray(logits, np.float64), tokens, targets, weights)
+  loss = next_token_loss(logits, tokens, targets, weights)
   return (np.asarray(logits), loss) if return_type == 'both' else loss
 
 
-def _loss(logits: np.ndarray, tokens, targets, weights) -> float:
-  """The mean cross-entropy of ``run_with_hooks`` (a few small arrays: NumPy, not a string of eager JAX
+def next_token_loss(logits, tokens, targets=None, weights=None) -> np.float64:
+  """The mean cross-entropy of ``run_with_hooks``: of ``targets`` (default: each next token of ``tokens``),
+  weighted by ``weights`` where given, in float64 (a few small arrays: NumPy, not a string of eager JAX
   calls)."""
+  logits = np.asarray(logits, np.float64)
   logp = logits - logits.max(-1, keepdims=True)
   logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
   if targets is None:
@@ -495,7 +498,7 @@ def _loss(logits: np.ndarray, tokens, targets, weights) -> float:
     weights = None if weights is None else np.asarray(weights)[:, 1:]
   nll = -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
   w = np.ones_like(nll) if weights is None else np.asarray(weights, np.float64)
-  return float((nll * w).sum() / max(w.sum(), 1e-9))
+  return np.float64((nll * w).sum() / max(w.sum(), 1e-9))
 
 
 def hooked_logits(model: Transformer, params, tokens: jax.Array, key_mask: jax.Array | None,

@@ -213,6 +213,9 @@ class ModelConfig:
   d_head = property(lambda self: self.head_dim)
   d_vocab = property(lambda self: self.vocab_size)
   n_ctx = property(lambda self: self.max_len)
+  # Where the interpretability calls' results live (host memory, as NumPy arrays or torch tensors on them),
+  # whatever device computed them: TransformerLens's code puts its own result tensors on cfg.device.
+  device = property(lambda self: 'cpu')
 
   @property
   def d_mlp(self) -> int:

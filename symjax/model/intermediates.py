@@ -13,6 +13,7 @@ import contextvars
 import dataclasses
 import dis
 import functools
+import re
 from typing import Callable, Iterator
 
 from symjax.system.errors import InputError
@@ -119,7 +120,7 @@ TRANSFORMER_LENS_SHORT = {'resid_mid': 'resid_mid', 'resid_post': 'resid', 'q': 
 _TL_FULL = {'hook_resid_pre': 'resid_pre', 'hook_resid_mid': 'resid_mid', 'hook_resid_post': 'resid_post',
             'attn.hook_q': 'q', 'attn.hook_k': 'k', 'attn.hook_v': 'v', 'attn.hook_attn_scores': 'attn_scores',
             'attn.hook_pattern': 'pattern', 'attn.hook_z': 'z', 'hook_attn_out': 'attn_out',
-            'hook_mlp_out': 'mlp_out', 'mlp.hook_post': 'post'}
+            'hook_mlp_out': 'mlp_out', 'mlp.hook_post': 'post', 'hook_in': 'resid_pre', 'hook_out': 'resid_post'}
 
 
 def from_transformer_lens(key, num_layers: int):
@@ -151,6 +152,31 @@ def from_transformer_lens(key, num_layers: int):
   if head == 'blocks' and dot and dot2 and layer.isdigit() and hook_point in _TL_FULL:
     return from_transformer_lens((_TL_FULL[hook_point], int(layer)), num_layers)
   return key
+
+
+def get_act_name(name: str, layer: int | None = None, layer_type: str | None = None) -> str:
+  """TransformerLens's ``utils.get_act_name``: the full hook-point name of a short one (``('v', 0)`` ->
+  ``'blocks.0.attn.hook_v'``, ``'pre5'`` -> ``'blocks.5.mlp.hook_pre'``, ``('in', 2)`` -> ``'blocks.2.hook_in'``),
+  which every symjax call taking a site accepts; a full name comes back as it is."""
+  if ('.' in name or name.startswith('hook_')) and layer is None and layer_type is None:
+    return name
+  match = re.match(r'([a-z]+)(\d+)([a-z]?.*)', name)
+  if match is not None:
+    name, layer, layer_type = match.group(1), int(match.group(2)), match.group(3) or None
+  name = _TL_ALIASES.get(name, name)
+  if name in ('k', 'v', 'q', 'z', 'rot_k', 'rot_q', 'result', 'pattern', 'attn_scores'):
+    layer_type = 'attn'
+  elif name in ('pre', 'post', 'mid', 'pre_linear'):
+    layer_type = 'mlp'
+  else:
+    layer_type = _TL_LAYER_TYPES.get(layer_type, layer_type)
+  full = (f'blocks.{layer}.' if layer is not None else '') + (f'{layer_type}.' if layer_type else '') + f'hook_{name}'
+  return f'ln_final.{full}' if name in ('scale', 'normalized') and layer is None else full
+
+
+_TL_ALIASES = {'attn': 'pattern', 'attn_logits': 'attn_scores', 'key': 'k', 'query': 'q', 'value': 'v',
+               'mlp_pre': 'pre', 'mlp_mid': 'mid', 'mlp_post': 'post'}
+_TL_LAYER_TYPES = {'a': 'attn', 'm': 'mlp', 'b': '', 'block': '', 'blocks': '', 'attention': 'attn'}
 
 
 def transformer_lens_names(name: str, num_layers: int) -> list[str]:

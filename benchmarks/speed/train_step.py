@@ -1,11 +1,18 @@
-"""Compiled memory of one whole training step at the paper's size, for every model kind.
+"""Compiled memory of one whole training step at the paper's size, for every model kind; with ``--counts``,
+the kinds' parameter counts instead.
 
   python -m benchmarks.speed.train_step [--json=train_step.json] [--layers=12]
+  python -m benchmarks.speed.train_step --counts [--counts_json=param_counts.json]
 
 The 12-layer model of "Symbolic Transformers" §6.1 (H = 12, d_head = 64, |V| = 50,257, FFN width 3072,
 VocabFFN 256 per channel), batch 1 × 2048 tokens, AdamW, float32. XLA's memory analysis of the compiled
 step (forward, backward, optimizer update; the state donated) — nothing is allocated or run. "peak" is
 arguments + outputs − donated aliases + temporaries.
+
+``--counts``: parameter counts from shapes alone (``jax.eval_shape``: nothing allocated) at two sizes, a
+small one and "paper", the typical configuration of "Symbolic Transformers" §6.1 (12 layers, H = 12,
+d_head = 64, |V| = 50,257) with FFN width 4·d_model (VocabFFN: 4·d_head per channel, the same total width)
+and context 2048; a Markdown table, and JSON.
 """
 
 
@@ -15,7 +22,7 @@ from absl import app, flags
 
 from benchmarks.lib import cli, recipe
 from benchmarks.lib import results as result_files
-from symjax.model import Transformer
+from symjax.model import ModelConfig, Transformer, count_params, param_shapes
 from symjax.train import config as config_lib
 from symjax.train import optim
 from symjax.train import trainer as train
@@ -24,6 +31,8 @@ _JSON = cli.json_output('train_step.json')
 _LAYERS = flags.DEFINE_integer('layers', 12, 'Number of layers.')
 _TOKENS = flags.DEFINE_integer('tokens', 2048, 'Sequence length (batch 1).')
 _CHUNK = flags.DEFINE_integer('chunk', 1024, 'Vocabulary rows per streamed step.')
+_COUNTS = flags.DEFINE_bool('counts', False, 'Parameter counts of the kinds from shapes alone, instead.')
+_COUNTS_JSON = flags.DEFINE_string('counts_json', 'param_counts.json', 'Where --counts writes.')
 
 VOCAB = 50257
 VARIANTS = {
@@ -61,7 +70,50 @@ def step_memory(kind: str, vocab_projection: str = 'direct', readout: str = 'str
   return out
 
 
+SIZES = {
+    'small': ModelConfig.of(vocab_size=16, num_layers=2, num_heads=4, head_dim=16, ff_dim=256,
+                         ff_dim_per_head=64, max_len=64),
+    'paper': ModelConfig.of(vocab_size=50257, num_layers=12, num_heads=12, head_dim=64, ff_dim=3072,
+                         ff_dim_per_head=256, max_len=2048),
+}
+COUNTED = {
+    'standard (learned positions)': dict(kind='standard', positions='learned'),
+    'standard (ALiBi)': dict(kind='standard', positions='alibi'),
+    'token_factored': dict(kind='token_factored'),
+    'symbolic': dict(kind='symbolic'),
+}
+
+
+def breakdown(config):
+  params = param_shapes(config)
+  embed = params['embed']['embedding'].size
+  total = count_params(config)
+  value_map = sum(params[f'layer_{l}']['value_map']['w_head'].size
+                  for l in range(config.num_layers) if 'value_map' in params[f'layer_{l}'])
+  return {'total': total, 'embedding': int(embed), 'non_embedding': int(total - embed),
+          'value_map': int(value_map)}
+
+
+def counts() -> None:
+  """The parameter counts table and JSON (``--counts``)."""
+  rows = []
+  for size, base in SIZES.items():
+    for name, change in COUNTED.items():
+      counts = breakdown(base.replace(**change))
+      rows.append({'size': size, 'model': name, **counts})
+  print('| size | model | total | embedding | non-embedding | value map (all layers) |')
+  print('|---|---|---:|---:|---:|---:|')
+  for r in rows:
+    print(f"| {r['size']} | {r['model']} | {r['total']:,} | {r['embedding']:,} | {r['non_embedding']:,} "
+          f"| {r['value_map']:,} |")
+  result_files.write(_COUNTS_JSON.value, {'sizes': {k: v.flat() for k, v in SIZES.items()}, 'rows': rows})
+  print(f'wrote {_COUNTS_JSON.value}')
+
+
+
 def main(_):
+  if _COUNTS.value:
+    return counts()
   gib = lambda b: b / 2**30
   rows = {}
   for name, variant in VARIANTS.items():

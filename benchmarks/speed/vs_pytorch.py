@@ -1,5 +1,5 @@
 """symjax against a PyTorch GPT on this machine's CPU, side by side in one run: the whole training command as
-a user types it, for the PyTorch peer (``benchmarks/speed/torch_gpt.py``) and symjax's three kinds at the
+a user types it, for the PyTorch peer (``benchmarks/lib/torch_gpt.py``) and symjax's three kinds at the
 text recipe (nanoGPT's CPU recipe for Tiny Shakespeare: 4 layers, 4 heads, width 128, context 64, batch 12,
 2000 steps, AdamW).
 
@@ -53,7 +53,8 @@ FIRST_LINE = re.compile(r'^first step done')
 
 def commands(kind: str, workdir: str, cache: str) -> list[str]:
   if kind == PEER:
-    return [sys.executable, '-m', 'benchmarks.speed.torch_gpt', f'--text_path={_TEXT.value}', f'--workdir={workdir}',
+    return [sys.executable, '-c', 'from benchmarks.lib import torch_gpt; torch_gpt.main()',
+            f'--text_path={_TEXT.value}', f'--workdir={workdir}',
             f'--steps={_STEPS.value}']
   return [sys.executable, '-m', 'symjax.main', f'--config={kind}:task=text,size=medium',
           f'--config.text_path={_TEXT.value}', f'--config.total_steps={_STEPS.value}', f'--workdir={workdir}',

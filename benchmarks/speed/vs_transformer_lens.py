@@ -2,6 +2,7 @@
 
   pip install -e '.[bench]'      # PyTorch and TransformerLens 3.x
   python -m benchmarks.speed.vs_transformer_lens [--json=benchmarks/results/vs_transformer_lens_cpu.json]
+  python -m benchmarks.speed.vs_transformer_lens --starts=1,2,4 [--starts_json=benchmarks/results/sweep_starts_cpu.json]
 
 The model is nanoGPT's CPU shape (4 layers, 4 heads × 32, MLP 512, vocabulary 65, context 64), the standard
 kind with learned positions, and the same weights are loaded into TransformerLens's ``HookedTransformer``, so
@@ -21,12 +22,23 @@ the first token changed (``_from_0``): every patch then runs. The metric is the 
 at the last position. Run it on an idle machine: with both
 cores busy, eager PyTorch slows far more than XLA. Tests time nothing; ``docs/results/data/`` pages are
 generated from the JSON (``python -m benchmarks.results_pages``).
+
+``--starts``: what the number of starts a patching sweep recomputes from (``symjax.interpret.suffix.BUCKETS``)
+costs at the first call and saves at the next (each start is a program to compile, and more starts recompute
+fewer positions), for the sweeps above on the standard and the symbolic kind (symjax alone). Every (kind, sweep,
+starts) runs in a fresh process, so its first call compiles everything it needs, as a researcher's first sweep of
+a session does; then the median of ``--repeats`` warm calls. The values of every count are checked against each
+other.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import os
 import statistics
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +52,10 @@ from symjax.system import host
 
 _JSON = cli.json_output('benchmarks/results/vs_transformer_lens_cpu.json')
 _REPEATS = cli.repeats(15, 'Warm calls timed per workload and library, in bursts (the median is reported).')
+_STARTS = flags.DEFINE_list('starts', [], 'Starts per input (suffix.BUCKETS) to compare, each sweep in a fresh '
+                             'process, instead of the comparison with TransformerLens.')
+_STARTS_JSON = flags.DEFINE_string('starts_json', 'benchmarks/results/sweep_starts_cpu.json', 'Where --starts writes.')
+_STARTS_CHILD = 'SYMJAX_SWEEP_STARTS_CHILD'  # "kind sweep buckets", set in the processes --starts starts
 _SWEEP_BATCH = flags.DEFINE_integer('sweep_batch', 1, 'Prompt pairs patched in every sweep.')
 _WORKLOADS = flags.DEFINE_list('workloads', [], 'Workloads to time (default: all); a user-metric or loop row '
                                'needs the TransformerLens row it is compared with (lens_pair.SAME_FOR_LENS).')
@@ -151,9 +167,64 @@ def check_same(hm, lens, tokens, clean, corrupt) -> dict[str, float]:
   return out
 
 
+def one_sweep(kind: str, sweep: str, buckets: int) -> dict:
+  """This process's first call, warm median and values of one sweep."""
+  from symjax.interpret import suffix
+  suffix.BUCKETS = buckets
+  hm = pair.symjax_model(kind)
+  call = pair.symjax_workloads(hm, *pair.prompts())[sweep]
+  first = pair.seconds(call)
+  values = np.asarray(call())
+  warm = statistics.median(pair.seconds(call) for _ in range(_REPEATS.value))
+  return {'first_call_s': first, 'warm_s': warm, 'values': values.tolist()}
+
+
+
+def starts() -> None:
+  """``--starts``: every (kind, sweep, starts) in a fresh process of this script; the table and JSON."""
+  buckets = [int(b) for b in _STARTS.value]
+  table, largest = {}, 0.0
+  print(f'{"kind":9s} {"sweep":36s} ' + ' '.join(f'{f"first s, B={b}":>13s} {f"warm s, B={b}":>12s}'
+                                                  for b in buckets))
+  for kind in ('standard', 'symbolic'):
+    for sweep in pair.SWEEPS:
+      row = {}
+      for b in buckets:
+        env = dict(os.environ, **{_STARTS_CHILD: f'{kind} {sweep} {b}'})
+        out = subprocess.run([sys.executable, '-m', 'benchmarks.speed.vs_transformer_lens',
+                              f'--repeats={_REPEATS.value}'],
+                             env=env, capture_output=True, text=True)
+        if out.returncode:
+          raise SystemExit(f'{kind} {sweep} with {b} starts failed:\n{out.stderr[-2000:]}')
+        row[b] = json.loads(out.stdout.strip().splitlines()[-1])
+      values = [np.asarray(r.pop('values')) for r in row.values()]
+      largest = max(largest, *(float(np.abs(v - values[0]).max()) for v in values))
+      table[f'{kind}/{sweep}'] = {str(b): r for b, r in row.items()}
+      print(f'{kind:9s} {sweep:36s} ' + ' '.join(f'{r["first_call_s"]:13.2f} {r["warm_s"]:12.4f}'
+                                                 for r in row.values()))
+  if largest > 1e-5:
+    raise SystemExit(f'the sweeps differ between bucket counts by {largest:.3g}')
+  print(f'largest difference of the sweep values between bucket counts: {largest:.3g}')
+  result_files.write(_STARTS_JSON.value, {
+      'what': 'patching sweeps of benchmarks.speed.vs_transformer_lens (nanoGPT CPU shape, one prompt pair of 64 '
+              'tokens) by the number of starts they recompute from (symjax.interpret.suffix.BUCKETS): each '
+              '(kind, sweep, starts) in a fresh process, its first call (compilation included) and the median '
+              'of its warm calls',
+      'shape': {'layers': pair.LAYERS, 'heads': pair.HEADS, 'head_dim': pair.HEAD_DIM, 'mlp': pair.MLP,
+                'vocab': pair.VOCAB, 'context': pair.CONTEXT, 'sweep_batch': 1},
+      'repeats': _REPEATS.value, 'jax': jax.__version__, 'largest_difference': largest, 'sweeps': table})
+
+
+
 def main(argv):
   del argv
   host.prepare()  # the allocator and compiler flags every symjax process runs with
+  if os.environ.get(_STARTS_CHILD):
+    kind, sweep, buckets = os.environ[_STARTS_CHILD].split()
+    print(json.dumps(one_sweep(kind, sweep, int(buckets))))
+    return
+  if _STARTS.value:
+    return starts()
   import torch
   tokens, clean, corrupt = pair.prompts(_SWEEP_BATCH.value)
   standard, symbolic = pair.symjax_model('standard'), pair.symjax_model('symbolic')

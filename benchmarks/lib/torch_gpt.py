@@ -3,7 +3,9 @@
 their wall times compare: the same model, optimiser, schedule, data, evaluation and checkpoints.
 
   pip install -e '.[bench]' --extra-index-url https://download.pytorch.org/whl/cpu
-  python -m benchmarks.speed.torch_gpt --text_path=input.txt --workdir=/tmp/torch_gpt
+  python -c 'from benchmarks.lib import torch_gpt; torch_gpt.main()' --text_path=input.txt --workdir=/tmp/torch_gpt
+
+(``vs_pytorch`` runs it so, as its own process, like the symjax command it times.)
 
 - Model: pre-LayerNorm GPT, 4 layers, 4 heads × 32, FFN 512 (GELU, tanh approximation), no biases in
   attention, ALiBi with learned per-head slopes in every layer and no position embedding, final
@@ -104,7 +106,7 @@ def learning_rate(step: int, peak: float, warmup: int, total: int, end_fraction:
   return peak * (end_fraction + (1 - end_fraction) * cosine)
 
 
-def main():
+def main(argv: list[str] | None = None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument('--text_path', required=True)
   p.add_argument('--workdir', required=True)
@@ -112,7 +114,7 @@ def main():
   p.add_argument('--seed', type=int, default=0)
   p.add_argument('--threads', type=int, default=0, help='torch.set_num_threads; 0 keeps PyTorch\'s default')
   p.add_argument('--fused', type=int, default=1, help='AdamW with fused=True (PyTorch\'s fastest on CPU)')
-  args = p.parse_args()
+  args = p.parse_args(argv)
   if args.threads:
     torch.set_num_threads(args.threads)
   torch.manual_seed(args.seed)
@@ -172,7 +174,3 @@ def main():
       torch.save({'step': done, 'model': model.state_dict(), 'optimizer': opt.state_dict()}, path + '.tmp')
       os.replace(path + '.tmp', path)
   print('final ' + ' '.join(f'{s}={evaluate(s):.4f}' for s in streams), flush=True)
-
-
-if __name__ == '__main__':
-  main()

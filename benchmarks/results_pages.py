@@ -9,7 +9,8 @@ generically: scalars as a field table, lists of records and maps of records as t
 interval record as one cell), anything deeper under a heading of its key. It also rewrites the generated
 tables of README.md and docs/performance.md (``GENERATED``, between ``<!-- results:NAME start/end -->`` markers),
 and the snippets a page includes whole (``SNIPPETS``: ``--8<-- "PATH"``), so that a long generated block does not
-make its guide long. CI runs ``--check``.
+make its guide long. It writes the API reference, ``docs/api.md``, from the code's signatures and docstrings
+(``benchmarks/lib/api_page.py``), and the source the config guide shows whole. CI runs ``--check``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import os
 import re
 import sys
 from typing import Any
+
+from benchmarks.lib import api_page
 
 RESULTS = 'benchmarks/results'
 PAGES = 'docs/results/data'
@@ -280,7 +283,7 @@ def idioms_table(data: dict, json_name: str, pages: str) -> str:
 
 
 def sweep_starts_table(data: dict, json_name: str, pages: str) -> str:
-  """A sweep's first call and warm calls by its number of starts (``benchmarks/speed/sweep_starts.py``)."""
+  """A sweep's first call and warm calls by its number of starts (``benchmarks.speed.vs_transformer_lens --starts``)."""
   buckets = list(next(iter(data['sweeps'].values())))
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; the sweeps above, each (kind, sweep, starts) in a "
            f"fresh process: its first call (compilation included) and the median of {data['repeats']} warm calls; "
@@ -419,7 +422,7 @@ def default_jobs_table(data: dict, json_name: str, pages: str) -> str:
 
 
 def stream_cone_table(data: dict, json_name: str, pages: str) -> str:
-  """How close each stream stays to token mixtures (``benchmarks/analysis/stream_cone.py``)."""
+  """How close each stream stays to token mixtures (``benchmarks.analysis.length_extrapolation --cone``)."""
   lines = [f"{data['cpu']}, {data['date']}; the default induction jobs: the cosine of each channel state to its "
            f"nearest token mixture, averaged over every position and head of the first {data['sequences']} test "
            f"sequences; mean ± 95% interval over "
@@ -510,6 +513,7 @@ def generated(path: str, text: str) -> str:
 # and on the site; ``--check`` keeps it equal to the source. SECTION is a ``--8<-- [start:SECTION]`` /
 # ``[end:SECTION]`` pair of the file. The markers' indentation (a tab of the site) is the block's.
 INLINED = ('docs/configs.md',)
+API_PAGE = 'docs/api.md'  # the API reference, from the code's signatures and docstrings (benchmarks/lib/api_page.py)
 _SOURCE = re.compile(r'^( *)<!-- source:(\S+?) start -->\n.*?^\1<!-- source:\2 end -->', re.S | re.M)
 
 
@@ -537,7 +541,7 @@ def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--check', action='store_true', help='compare instead of writing; exit 1 on a difference')
   args = parser.parse_args(argv)
-  wanted = {**pages(), **snippets()}
+  wanted = {**pages(), **snippets(), API_PAGE: api_page.render()}
   for path in GENERATED:
     with open(path) as f:
       wanted[path] = generated(path, f.read())
@@ -554,8 +558,8 @@ def main(argv: list[str]) -> int:
   for p, text in wanted.items():
     with open(p, 'w') as f:
       f.write(text)
-  print(f'wrote {len(wanted) - len(GENERATED) - len(SNIPPETS)} pages under {PAGES}, the snippets '
-        f'{list(SNIPPETS)} and the generated tables of {list(GENERATED)}')
+  print(f'wrote {len(wanted) - len(GENERATED) - len(SNIPPETS) - 1} pages under {PAGES}, the snippets '
+        f'{list(SNIPPETS)}, {API_PAGE} and the generated tables of {list(GENERATED)}')
   return 0
 
 

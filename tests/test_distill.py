@@ -12,6 +12,7 @@ from helpers import tiny_config
 from symjax import tasks
 from symjax.interpret import core
 from symjax.run import workdir as rundir
+from symjax.train import config as config_lib
 from symjax.train import distill, seeds
 from symjax.train import trainer as train
 
@@ -76,8 +77,9 @@ def test_a_teacher_distilled_into_itself_costs_nothing_and_the_objective_adds_up
   config.distill.streams = 'x_t:0.25,x_e:2.0'
   loaded = rundir.load(teachers['token_factored'])
   task = tasks.get_task(config)
-  teacher = distill.load_teacher(config, task, loaded.model_config, '/nonexistent')
-  objective = distill.make_objective(loaded.model_config, teacher, config)
+  spec = config_lib.validate(config)
+  teacher = distill.load_teacher(spec, task, loaded.model_config, '/nonexistent')
+  objective = distill.make_objective(loaded.model_config, teacher, spec)
   batch = task.batch('validation', 0, 8, 0)
   logits, state = loaded.model.apply({'params': loaded.params}, batch['inputs'], batch['key_mask'],
                                      mutable=['intermediates'])

@@ -451,8 +451,7 @@ def test_a_task_whose_inputs_never_pad_trains_without_its_all_true_key_mask(tmp_
 
 def _compiled_tiny_run(tmp_path, kind='symbolic'):
   config = tiny_config(kind)
-  config_lib.validate(config)
-  s = train.setup(config, [(str(tmp_path), config)])
+  s = train.setup(config_lib.validate(config), [(str(tmp_path), config)])
   mesh = mesh_lib.make_mesh(1, 1, config.batch_size)
   with jax.set_mesh(mesh):
     run = train.compile_run(s.model, s.tx, train.StepOptions.of(config, s.task), jax.random.key(config.seed), mesh,

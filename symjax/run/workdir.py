@@ -102,44 +102,6 @@ def save_run_files(workdir: str, config: ml_collections.ConfigDict, task: tasks.
     f.write(json.dumps({'from_step': start_step, 'time': time.time(), 'config': json.loads(config_json)}) + '\n')
 
 
-def check_same_model(workdir: str, model_config: ModelConfig) -> None:
-  """Refuses to resume checkpoints that belong to a different model. Run files without a checkpoint hold
-  nothing to resume: the run starts anew (and says so)."""
-  path = os.path.join(workdir, RUN_FILE)
-  if not os.path.isfile(path):
-    return
-  saved = files.read_json(path)['model']
-  now = json.loads(json.dumps(model_config.flat()))  # tuples as lists, like the file
-  changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
-  if not changed:
-    return
-  details = ', '.join(f'{k}: {saved.get(k)!r} -> {now.get(k)!r}' for k in changed)
-  if not checkpoint_steps(workdir):
-    if jax.process_index() == 0:
-      print(f'work directory {workdir!r} has the run files of another model ({details}) but no checkpoint; '
-            f'starting a new run there')
-    return
-  raise InputError(f'work directory {workdir!r} holds a run of a different model ({details}); '
-                   f'resume it with its own config or choose a new --workdir')
-
-
-def check_same_data(workdir: str, task: tasks.Task) -> None:
-  """Refuses to resume checkpoints trained on other data than ``task`` reads (a corpus edited or replaced
-  since): the resumed run would no longer equal an uninterrupted one. Work directories written before
-  run.json recorded the data are not checked."""
-  path = os.path.join(workdir, RUN_FILE)
-  if task.data_fingerprint is None or not (os.path.isfile(path) and checkpoint_steps(workdir)):
-    return
-  saved = files.read_json(path).get('data')
-  if saved is None or saved == task.data_fingerprint:
-    return
-  now = task.data_fingerprint
-  raise InputError(f'work directory {workdir!r} was trained on other data: its {RUN_FILE} records '
-                   f'{saved["tokens"]:,} tokens (sha256 {saved["sha256"][:12]}...), the corpus this config reads '
-                   f'gives {now["tokens"]:,} (sha256 {now["sha256"][:12]}...); resume with the corpus it was '
-                   f'trained on (the text file or a token folder of it) or choose a new --workdir')
-
-
 @contextlib.contextmanager
 def quiet_orbax() -> Iterator[None]:
   """Silences Orbax's and asyncio's log records (tracebacks of a failed restore, read-only notices) for

@@ -7,6 +7,7 @@ commented.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -157,6 +158,23 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int, causal: boo
   return ModelConfig.from_dict(fields)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """A run config as ``validate`` parses it, once: the ConfigDict as given (what the steps, the loop and
+  config.json read by name) and its typed parts: the model's config, every field checked (its vocabulary and
+  causality are the task's: ``model_for``), and the distillation streams."""
+
+  config: ml_collections.ConfigDict
+  model: ModelConfig
+  streams: dict[str, float]   # distillation streams with a weight > 0 ({} for logits only or no teacher)
+
+  def model_for(self, vocab_size: int, causal: bool, vocab_shards: int = 1) -> ModelConfig:
+    """The model of a task of ``vocab_size`` tokens; its table padded to a multiple of the vocabulary mesh
+    axis."""
+    return self.model.replace(vocab_size=vocab_size, causal=causal,
+                              vocab_pad_multiple=math.lcm(self.model.kernels.vocab_pad_multiple, vocab_shards))
+
+
 def check_finite(config: ml_collections.ConfigDict, prefix: str = 'config') -> None:
   """Raises ValueError naming the first float field (at any depth) that is NaN or infinite.
 
@@ -170,8 +188,9 @@ def check_finite(config: ml_collections.ConfigDict, prefix: str = 'config') -> N
       raise InputError(f'{prefix}.{name} must be a finite number, got {value!r}')
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-  """Checks every field once at start; the error names the field and what is allowed."""
+def validate(config: ml_collections.ConfigDict) -> RunSpec:
+  """Checks every field once at start (the error names the field and what is allowed); the run spec parsed
+  from them."""
   check_finite(config)
   tasks.check_name(config.task)
   if config.task == 'text' and not (config.text_path or config.get('token_path')):
@@ -246,9 +265,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if d.cpu_collectives not in CPU_COLLECTIVES:
     raise InputError(f"config.distributed.cpu_collectives must be one of {list(CPU_COLLECTIVES)} ('' = JAX's "
                      f"default), got {d.cpu_collectives!r}")
-  validate_distill(config)
-  # The model fields, with placeholders for what the task decides.
-  model_config(config, vocab_size=2, causal=True)
+  streams = validate_distill(config)
+  # The model fields, with placeholders for what the task decides (RunSpec.model_for).
+  return RunSpec(config, model_config(config, vocab_size=2, causal=True), streams)
 
 
 DISTILL_STREAMS = ('x_t', 'x_e', 'x')
@@ -278,10 +297,11 @@ def distills(config: ml_collections.ConfigDict) -> bool:
   return bool(config.get('distill') and config.distill.teacher)
 
 
-def validate_distill(config: ml_collections.ConfigDict) -> None:
-  """The distill fields alone (the teacher itself is checked by ``load_teacher``)."""
+def validate_distill(config: ml_collections.ConfigDict) -> dict[str, float]:
+  """The distill fields alone (the teacher itself is checked by ``load_teacher``); the streams distilled,
+  with their weights (> 0)."""
   if not distills(config):
-    return
+    return {}
   d = config.distill
   for name in ('label_weight', 'logits_weight'):
     if isinstance(d[name], bool) or not isinstance(d[name], (int, float)) or d[name] < 0:
@@ -293,3 +313,4 @@ def validate_distill(config: ml_collections.ConfigDict) -> None:
   if d.label_weight == 0 and d.logits_weight == 0 and not any(streams.values()):
     raise InputError('config.distill: every weight is 0 (label_weight, logits_weight, streams); nothing '
                      'would be learned')
+  return {s: w for s, w in streams.items() if w > 0}

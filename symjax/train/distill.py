@@ -33,7 +33,6 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from symjax import tasks
 from symjax.model import ModelConfig
@@ -91,11 +90,10 @@ class Teacher:
     return jax.lax.stop_gradient((logits, streams))
 
 
-def load_teacher(config: ml_collections.ConfigDict, task: tasks.Task, student: ModelConfig, workdir: str
-                 ) -> Teacher:
+def load_teacher(spec: config_lib.RunSpec, task: tasks.Task, student: ModelConfig, workdir: str) -> Teacher:
   """The teacher of ``config.distill.teacher``, checked against the student's task, vocabulary and shape;
   a mismatch is a one-line error naming both sides."""
-  d = config.distill
+  d = spec.config.distill
   path = os.path.expanduser(d.teacher)
   if not os.path.isdir(path):
     raise FileNotFoundError(f'config.distill.teacher: no work directory {d.teacher!r}; give the --workdir '
@@ -118,8 +116,7 @@ def load_teacher(config: ml_collections.ConfigDict, task: tasks.Task, student: M
   if task.seq_len > teacher.config.max_len:
     raise InputError(f'config.distill.teacher reads at most {teacher.config.max_len} tokens (its model.max_len); '
                      f'the student trains on {task.seq_len}')
-  streams = {s: w for s, w in config_lib.parse_streams(d.streams).items() if w > 0}
-  if streams:
+  if spec.streams:
     for side, cfg in (('teacher', teacher.config), ('student', student)):
       if cfg.kind == 'lstm':
         raise InputError(f"config.distill.streams: the {side} is an LSTM, which has no streams; set "
@@ -130,30 +127,11 @@ def load_teacher(config: ml_collections.ConfigDict, task: tasks.Task, student: M
   return teacher
 
 
-def check_same_distillation(workdir: str, config: ml_collections.ConfigDict) -> None:
-  """Refuses to resume a work directory under another distillation setting (or with one where there was
-  none, or none where there was one), before anything is restored."""
-  path = os.path.join(workdir, rundir.CONFIG_FILE)
-  if not (os.path.isfile(path) and rundir.checkpoint_steps(workdir)):
-    return
-  saved = files.read_json(path, rundir.CONFIG_HINT).get('distill') or {}
-  now = config.get('distill')
-  now = now.to_dict() if now is not None else {}
-  if (saved.get('teacher') or '') == (now.get('teacher') or '') == '':
-    return
-  if saved != now:
-    changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
-    raise InputError(f'work directory {workdir!r} was trained with other distillation settings '
-                     f'({", ".join(f"distill.{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)}); '
-                     f'resume it with its own values or choose a new --workdir')
-
-
-def make_objective(student: ModelConfig, teacher: Teacher, config: ml_collections.ConfigDict
+def make_objective(student: ModelConfig, teacher: Teacher, spec: config_lib.RunSpec
                    ) -> Callable[..., tuple[jax.Array, dict[str, jax.Array]]]:
   """``objective(ce, logits, inter, batch) -> (loss, metrics)``: ce is the student's mean label loss,
   logits ``[batch, time, vocab]`` and inter its sown intermediates on ``batch``."""
-  d = config.distill
-  streams = {s: float(w) for s, w in config_lib.parse_streams(d.streams).items() if w > 0}
+  d, streams = spec.config.distill, {s: float(w) for s, w in spec.streams.items()}
 
   def objective(ce, logits, inter, batch):
     weights = batch['weights']

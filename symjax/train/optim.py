@@ -3,7 +3,6 @@ what the trainer and the seed trainer share."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import flax
@@ -14,7 +13,6 @@ import optax
 
 from symjax.model import Transformer
 from symjax.run import workdir as rundir
-from symjax.system import files
 from symjax.system.errors import InputError
 
 # A resume under another value would train the restored parameters on other data, or with other keys.
@@ -69,23 +67,18 @@ def init_state(model: Transformer, tx: optax.GradientTransformation, rng: jax.Ar
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
-def check_same_training(workdir: str, config: ml_collections.ConfigDict) -> None:
-  """Refuses to resume checkpoints under a config that cannot continue them — another task, data_seed or
-  seed, or an option that changes the optimiser state's structure (e.g. clipping switched on or off) —
-  before anything is restored, moved or rewritten. A restore that failed on such a mismatch would
-  otherwise look like a corrupt checkpoint."""
-  config_path = os.path.join(workdir, rundir.CONFIG_FILE)
-  if not (os.path.isfile(config_path) and rundir.checkpoint_steps(workdir)):
-    return
-  saved = files.read_json(config_path, rundir.CONFIG_HINT)
+def check_continues(where: str, saved: dict, config: ml_collections.ConfigDict) -> None:
+  """Refuses a config that cannot continue the checkpoints ``saved`` (their config.json) trained: another task,
+  data_seed or seed, or an option that changes the optimiser state's structure (e.g. clipping switched on or
+  off). ``where`` names the work directory."""
   scalar = lambda v: isinstance(v, (bool, int, float, str))
   differ = {k: (saved[k], config[k]) for k in sorted(saved)
             if k in config and scalar(saved[k]) and scalar(config[k]) and saved[k] != config[k]}
   details = lambda keys: ', '.join(f'{k}: {differ[k][0]!r} -> {differ[k][1]!r}' for k in keys)
   changed = [k for k in RESUME_FIELDS if k in differ]
   if changed:
-    raise InputError(f'work directory {workdir!r} was trained with other data or keys ({details(changed)}); '
-                     f'resume it with its own values (its {rundir.CONFIG_FILE}) or choose a new --workdir')
+    raise InputError(f'{where} was trained with other data or keys ({details(changed)}); resume it with its own '
+                     f'values (its {rundir.CONFIG_FILE}) or choose a new --workdir')
   old = config.copy_and_resolve_references()
   with old.unlocked():
     for k, (was, _) in differ.items():
@@ -93,6 +86,6 @@ def check_same_training(workdir: str, config: ml_collections.ConfigDict) -> None
   probe = {'kernel': jax.ShapeDtypeStruct((2, 2), jnp.float32), 'scale': jax.ShapeDtypeStruct((2,), jnp.float32)}
   structure = lambda c: jax.tree.structure(jax.eval_shape(make_optimizer(c).init, probe))
   if structure(old) != structure(config):
-    raise InputError(f'work directory {workdir!r} holds checkpoints whose optimiser state this config cannot '
-                     f'continue ({details(differ)}); resume with the values in its {rundir.CONFIG_FILE} or choose a '
-                     f'new --workdir (nothing was moved)')
+    raise InputError(f'{where} holds checkpoints whose optimiser state this config cannot continue '
+                     f'({details(differ)}); resume with the values in its {rundir.CONFIG_FILE} or choose a new '
+                     f'--workdir (nothing was moved)')

@@ -16,13 +16,9 @@ seed has, and a set of seeds whose ``final_metrics.json`` all record the last st
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 import os
 import sys
-import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import flax.linen as nn
 import jax
@@ -135,7 +131,7 @@ def combined_step(train_step, num_seeds: int, how: str = 'auto'):
 def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdirs: Sequence[str],
                 verbose: bool = True, seed_step: str = 'auto') -> list[dict]:
   """Trains ``config`` once per seed, all seeds in one compiled step (``combined_step(..., seed_step)``);
-  seed i in ``workdirs[i]``.
+  seed i in ``workdirs[i]``; the loop is the single run's (``symjax.train.trainer.train_seats``).
 
   Returns each seed's final metrics (the content of its ``final_metrics.json``; a seed whose loss became
   non-finite has ``{'diverged': step}`` instead, and its last good checkpoint is kept).
@@ -145,109 +141,31 @@ def train_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int], workdir
   if len(seeds) != len(workdirs) or not seeds:
     raise InputError(f'need one work directory per seed, got {len(seeds)} seeds and {len(workdirs)} folders')
   host.prepare()
-  config_lib.validate(config)
+  spec = config_lib.validate(config)
   check_config(config)
   host.use_compilation_cache(config.compilation_cache_dir)
   done = [finished(w, config.total_steps) for w in workdirs]
   if all(done):
     return done
   # Every seed's folder held by this run alone (symjax.run.lock), stopped in one line on a full disk.
-  with rundir.stops_when_full(workdirs[0]), lock.owned_all(workdirs):
-    return _train(config, seeds, workdirs, seed_step, verbose)
+  with rundir.stops_when_full(workdirs[0]) as disk, lock.owned_all(workdirs):
+    seed_configs = []
+    for seed in seeds:
+      c = ml_collections.ConfigDict(config.to_dict())
+      c.seed = seed
+      seed_configs.append(c)
+    s = train.setup(spec, list(zip(workdirs, seed_configs)))
+    seats = seed_seats(config, s, seeds, workdirs, seed_configs, seed_step, verbose)
+    return train.train_seats(config, s, seats, disk, bar=False, verbose=verbose)
 
 
-def _train(config: ml_collections.ConfigDict, seeds: Sequence[int], workdirs: Sequence[str], seed_step: str,
-           verbose: bool) -> list[dict]:
-  """``train_seeds`` once its folders are held: set up, the loop, the final evaluation."""
-  r = _set_up(config, seeds, workdirs, seed_step, verbose)
-  seed_configs, task, model_config, schedule = r.seed_configs, r.task, r.model_config, r.schedule
-  v_train, v_eval, all_finite, keys = r.v_train, r.v_eval, r.all_finite, r.keys
-  managers, writers, state, start_step = r.managers, r.writers, r.state, r.start_step
-  run_files_written = False
-
-  def evaluate(params, split: str) -> list[dict[str, float]]:
-    """Every seed's metrics on ``split``; 'train' is a fixed sample of 4 training batches, as in the
-    single-run trainer, to compare with validation."""
-    sums = metrics_lib.total(v_eval(params, batch) for batch in
-                             task.scored_batches(split, config.batch_size, config.data_seed))
-    return [metrics_lib.summarize({k: float(v[i]) for k, v in sums.items()}, config.top_ks)
-            for i in range(len(seeds))]
-
-  # --- Loop.
-  diverged: dict[int, int] = {}
-  tokens_per_step = len(seeds) * config.batch_size * task.seq_len
-  last_time, last_step, step, rate = time.time(), start_step, start_step, 0.0
-  try:
-    while step < config.total_steps:
-      state, metrics = v_train(state, _stack([task.batch('train', step, config.batch_size, s) for s in seeds]),
-                               keys)
-      step += 1
-      if step % config.log_every_steps == 0 or step == config.total_steps:
-        now = time.time()
-        rate = (step - last_step) * tokens_per_step / max(now - last_time, 1e-9)
-        last_time, last_step = now, step
-        _log_train(step, metrics, seeds, diverged, writers, rate, float(schedule(step)))
-      if step % config.eval_every_steps == 0 or step == config.total_steps:
-        finite = np.asarray(all_finite(state.params))
-        validation = evaluate(state.params, 'validation')
-        if not run_files_written:  # the folders now get checkpoints this config trained
-          for c, w in zip(seed_configs, workdirs):
-            rundir.save_run_files(w, c, task, model_config, start_step)
-          run_files_written = True
-        _save_validated(step, state, finite, validation, diverged, managers, writers)
-        if verbose:
-          mean = lambda k: np.mean([v[k] for i, v in enumerate(validation) if i not in diverged] or [np.nan])
-          print(f'step {step}: validation loss {mean("loss"):.4f} accuracy {mean("accuracy"):.4f} '
-                f'(mean of {len(seeds) - len(diverged)} seeds)' + (f', {rate:,.0f} tokens/s' if rate else ''),
-                flush=True)
-  except BaseException:  # a bug or an interrupt: finish the checkpoints being saved and the metric files
-    for manager, writer in zip(managers, writers):
-      manager.wait_until_finished()
-      writer.close()
-      manager.close()
-    raise
-  for manager in managers:
-    manager.wait_until_finished()
-
-  # --- Final evaluation of every seed's final parameters (a seed whose parameters are not finite diverged).
-  for i, ok in enumerate(np.asarray(all_finite(state.params))):
-    if not ok:
-      diverged.setdefault(i, step)
-  splits = {'train': evaluate(state.params, 'train'), 'validation': evaluate(state.params, 'validation'),
-            **{s: evaluate(state.params, s) for s in ('test', *task.eval_splits)}}
-  return _write_finals(step, splits, diverged, workdirs, writers, managers)
-
-
-
-@dataclasses.dataclass
-class _SeedRun:
-  """What ``train_seeds`` sets up before its loop: shared by every seed, or one per seed."""
-  seed_configs: list
-  task: Any
-  model_config: Any
-  schedule: Any
-  v_train: Any        # (stacked state, stacked batch, keys) -> (state, metrics)
-  v_eval: Any         # (stacked params, batch) -> every seed's metric sums
-  all_finite: Any     # stacked params -> [seeds] bool
-  keys: Any
-  managers: list
-  writers: list
-  state: Any
-  start_step: int
-
-
-def _set_up(config, seeds: Sequence[int], workdirs: Sequence[str], seed_step: str, verbose: bool) -> _SeedRun:
-  """Data and model, shared by every seed, every folder checked against its seed's config before any is
-  written; the state resumed from the newest step all seeds share."""
-  seed_configs = []
-  for seed in seeds:
-    c = ml_collections.ConfigDict(config.to_dict())
-    c.seed = seed
-    seed_configs.append(c)
-  s = train.setup(config, list(zip(workdirs, seed_configs)))
-  task, model_config, model, tx, schedule = s.task, s.model_config, s.model, s.tx, s.schedule
+def seed_seats(config, s: train.Setup, seeds: Sequence[int], workdirs: Sequence[str], seed_configs: list,
+               seed_step: str, verbose: bool) -> train.Seats:
+  """Every seed's seat: the steps over a leading seed axis, the data and model shared by every seed, the state
+  resumed from the newest step all seeds share (or initialised from each seed's key)."""
+  task, model_config, model, tx = s.task, s.model_config, s.model, s.tx
   # Every seed learns from the same frozen teacher.
-  objective = distill.make_objective(model_config, s.teacher, config) if s.teacher is not None else None
+  objective = distill.make_objective(model_config, s.teacher, s.spec) if s.teacher is not None else None
   train_step, eval_step = train.make_steps(model, tx, train.StepOptions.of(config, task), objective)
   init = lambda key: nn.meta.unbox(optim.init_state(model, tx, key, task.seq_len))
   keys = jnp.stack([jax.random.key(s) for s in seeds])
@@ -256,61 +174,25 @@ def _set_up(config, seeds: Sequence[int], workdirs: Sequence[str], seed_step: st
   all_finite = jax.jit(jax.vmap(
       lambda tree: jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))))
 
+  def step(state, i):
+    return v_train(state, _stack([task.batch('train', i, config.batch_size, seed) for seed in seeds]), keys)
+
+  def evaluate(params, split: str) -> list[dict[str, float]]:
+    """Every seed's metrics on ``split`` (every seed scores the same batches)."""
+    sums = metrics_lib.total(v_eval(params, batch) for batch in
+                             task.scored_batches(split, config.batch_size, config.data_seed))
+    return [metrics_lib.summarize({k: float(v[i]) for k, v in sums.items()}, config.top_ks)
+            for i in range(len(seeds))]
+
   # --- State: resume from the newest step all seeds share.
   managers = [rundir.checkpoint_manager(w, config.keep_checkpoints, config.best_metric) for w in workdirs]
   abstract_state = jax.eval_shape(init, keys[0])
   start_step, restored = _restore_common(managers, abstract_state, workdirs)
   state = _stack(restored) if restored else jax.jit(jax.vmap(init))(keys)
-  writers = [rundir.MetricWriter(w, resume_step=start_step) for w in workdirs]
   num_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
   if verbose:
     print(f'symjax: {len(seeds)} seeds {list(seeds)} of a {model_config.kind} model, {num_params:,} parameters '
           f'each, task {task.name!r}' + (f', resuming from step {start_step}' if start_step else ''))
-  return _SeedRun(seed_configs, task, model_config, schedule, v_train, v_eval, all_finite, keys, managers,
-                  writers, state, start_step)
-
-def _log_train(step: int, metrics, seeds: Sequence[int], diverged: dict[int, int], writers, rate: float,
-               learning_rate: float) -> None:
-  """Each seed's training metrics; a seed whose metrics are not finite is marked diverged at ``step``."""
-  for i, m in enumerate(_unstack(jax.device_get(metrics), len(seeds))):
-    m = {k: float(v) for k, v in m.items()}
-    if i not in diverged and not all(math.isfinite(v) for v in m.values()):
-      diverged[i] = step
-      print(f'WARNING: seed {seeds[i]} diverged at step {step} (non-finite training metrics); '
-            f'its last good checkpoint is kept', file=sys.stderr)
-    if i not in diverged:
-      writers[i].write(step, 'train', {**m, 'tokens_per_second': rate, 'learning_rate': learning_rate})
-
-
-def _save_validated(step: int, state, finite, validation: list[dict], diverged: dict[int, int], managers,
-                    writers) -> None:
-  """Each seed's validation metrics and checkpoint, but for a seed that diverged (its parameters not finite:
-  it is marked so here)."""
-  for i, (manager, writer) in enumerate(zip(managers, writers)):
-    if not finite[i]:
-      diverged.setdefault(i, step)
-    if i in diverged:
-      continue
-    writer.write(step, 'validation', validation[i])
-    rundir.save_state(manager, step, jax.tree.map(lambda x, i=i: x[i], state), validation[i])
-
-
-def _write_finals(step: int, splits: dict[str, list[dict]], diverged: dict[int, int], workdirs, writers,
-                  managers) -> list[dict]:
-  """Each seed's ``final_metrics.json`` (``{'diverged': step}`` for a seed that diverged); closes its files."""
-  finals = []
-  for i, (w, writer, manager) in enumerate(zip(workdirs, writers, managers)):
-    if i in diverged:
-      final = {'step': step, 'diverged': diverged[i]}
-    else:
-      final = {'step': step, **{split: rows[i] for split, rows in splits.items()}}
-      writer.write(step, 'test', final['test'])
-    files.write_atomically(os.path.join(w, FINAL_FILE), json.dumps(final, indent=1))
-    writer.close()
-    manager.close()
-    finals.append(final)
-  return finals
-
-
-def _unstack(tree, n: int) -> list:
-  return [jax.tree.map(lambda x, i=i: x[i], tree) for i in range(n)]
+  return train.Seats(list(workdirs), seed_configs, [f'seed {seed}' for seed in seeds], step, evaluate,
+                     lambda params: [bool(x) for x in np.asarray(all_finite(params))],
+                     lambda tree, i: jax.tree.map(lambda x: x[i], tree), managers, state, start_step)

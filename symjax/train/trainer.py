@@ -21,6 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 from jax.extend.core import jaxpr_as_fun
 from jax.sharding import NamedSharding, PartitionSpec
@@ -253,6 +254,7 @@ class Setup:
   """What a run needs before its state: the task, the model's typed config, the teacher (or None), the
   model, its optimiser and learning-rate schedule."""
 
+  spec: config_lib.RunSpec
   task: tasks.Task
   model_config: ModelConfig
   teacher: Any
@@ -261,25 +263,66 @@ class Setup:
   schedule: optax.Schedule
 
 
-def setup(config: ml_collections.ConfigDict, runs: list[tuple[str, ml_collections.ConfigDict]],
-          vocab_shards: int = 1) -> Setup:
+def check_resumable(workdir: str, config: ml_collections.ConfigDict, model_config: ModelConfig,
+                    task: tasks.Task) -> None:
+  """Refuses, before anything is restored, moved or rewritten, to resume the checkpoints of ``workdir`` under a
+  run that cannot continue them: another model, other data (a corpus edited or replaced since: the resumed run
+  would no longer equal an uninterrupted one), another task, data_seed or seed, an option that changes the
+  optimiser state's structure (e.g. clipping switched on or off), or other distillation settings; a restore
+  that failed on such a mismatch would otherwise look like a corrupt checkpoint. Run files without a checkpoint
+  hold nothing to resume: the run starts anew there (and says so where they were another model's). Work
+  directories written before run.json recorded the data are not checked for it."""
+  run_path, config_path = os.path.join(workdir, rundir.RUN_FILE), os.path.join(workdir, rundir.CONFIG_FILE)
+  run = files.read_json(run_path) if os.path.isfile(run_path) else None
+  resumes = bool(rundir.checkpoint_steps(workdir))
+  where, fresh = f'work directory {workdir!r}', 'or choose a new --workdir'
+  if run is not None:
+    now = json.loads(json.dumps(model_config.flat()))  # tuples as lists, like the file
+    changed = sorted(k for k in set(run['model']) | set(now) if run['model'].get(k) != now.get(k))
+    details = ', '.join(f'{k}: {run["model"].get(k)!r} -> {now.get(k)!r}' for k in changed)
+    if changed and resumes:
+      raise InputError(f'{where} holds a run of a different model ({details}); resume it with its own config {fresh}')
+    if changed and jax.process_index() == 0:
+      print(f'{where} has the run files of another model ({details}) but no checkpoint; starting a new run there')
+  if not resumes:
+    return
+  data, now = (run or {}).get('data'), task.data_fingerprint
+  if now is not None and data is not None and data != now:
+    raise InputError(f'{where} was trained on other data: its {rundir.RUN_FILE} records {data["tokens"]:,} tokens '
+                     f'(sha256 {data["sha256"][:12]}...), the corpus this config reads gives {now["tokens"]:,} '
+                     f'(sha256 {now["sha256"][:12]}...); resume with the corpus it was trained on (the text file '
+                     f'or a token folder of it) {fresh}')
+  if not os.path.isfile(config_path):
+    return
+  saved = files.read_json(config_path, rundir.CONFIG_HINT)
+  optim.check_continues(where, saved, config)
+  was, now_d = saved.get('distill') or {}, config.get('distill')
+  now_d = now_d.to_dict() if now_d is not None else {}
+  if (was.get('teacher') or '') == (now_d.get('teacher') or '') == '' or was == now_d:
+    return
+  changed = sorted(k for k in set(was) | set(now_d) if was.get(k) != now_d.get(k))
+  raise InputError(f'{where} was trained with other distillation settings '
+                   f'({", ".join(f"distill.{k}: {was.get(k)!r} -> {now_d.get(k)!r}" for k in changed)}); '
+                   f'resume it with its own values {fresh}')
+
+
+def setup(spec: config_lib.RunSpec, runs: list[tuple[str, ml_collections.ConfigDict]], vocab_shards: int = 1
+          ) -> Setup:
   """The steps every trainer takes before its state, for one work directory or several (the seeds of
   ``symjax.train.seeds``, each with its own config): the task, the typed model config built once from the
   ConfigDict, every folder checked against them before any is written, the teacher, the model and its
-  optimiser. ``config`` must be validated already."""
+  optimiser, from the run spec ``validate`` parsed."""
+  config = spec.config
   for workdir, _ in runs:
     os.makedirs(workdir, exist_ok=True)
   task = tasks.get_task(config, runs[0][0])
-  model_config = config_lib.model_config(config, len(task.vocab), task.causal, vocab_shards=vocab_shards)
+  model_config = spec.model_for(len(task.vocab), task.causal, vocab_shards)
   check_task_fits(task, model_config)
   task.eval_splits = readable_eval_splits(task, model_config)
   for workdir, run_config in runs:
-    rundir.check_same_model(workdir, model_config)
-    rundir.check_same_data(workdir, task)
-    optim.check_same_training(workdir, run_config)
-    distill.check_same_distillation(workdir, run_config)
-  teacher = distill.load_teacher(config, task, model_config, runs[0][0]) if config_lib.distills(config) else None
-  return Setup(task, model_config, teacher, model_lib.build(model_config), make_optimizer(config),
+    check_resumable(workdir, run_config, model_config, task)
+  teacher = distill.load_teacher(spec, task, model_config, runs[0][0]) if config_lib.distills(config) else None
+  return Setup(spec, task, model_config, teacher, model_lib.build(model_config), make_optimizer(config),
                learning_rate_schedule(config))
 
 
@@ -298,7 +341,7 @@ def compile_steps(config: ml_collections.ConfigDict, s: Setup, mesh, rng) -> tup
   rules, options = tuple(map(tuple, config.sharding_rules)), StepOptions.of(config, s.task)
   objective = None
   if s.teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.train.distill)
-    objective = distill.make_objective(s.model_config, distill.teacher_on(mesh, s.teacher), config)
+    objective = distill.make_objective(s.model_config, distill.teacher_on(mesh, s.teacher), s.spec)
   run = compile_run(s.model, s.tx, options, rng, mesh, rules, s.task.seq_len, objective)
   if not config.get('soft_steps', 0):
     return run, None
@@ -324,45 +367,75 @@ def restore_latest(run: CompiledRun, workdir: str, keep: int, best_metric: str):
   return manager, state
 
 
+@dataclasses.dataclass
+class Seats:
+  """The runs one training loop trains: one work directory per seed, every seed's state in one tree (with a
+  leading seed axis where there are several, ``symjax.train.seeds``), and the compiled functions over it. A
+  single run is the loop with one seat."""
+
+  workdirs: list[str]
+  configs: list[ml_collections.ConfigDict]   # each seat's config (its own seed)
+  names: list[str]                           # each seat in messages: its work directory, or 'seed 3'
+  step: Any                                  # (state, step) -> (state, metrics): the step's own batch(es)
+  evaluate: Any                              # (params, split) -> each seat's metrics over the split
+  all_finite: Any                            # params -> each seat's bool
+  part: Any                                  # (tree, i) -> seat i's part of it
+  managers: list                             # checkpoint managers (None until a seat's first save)
+  state: Any
+  start_step: int
+
+
 class Progress:
   """What the loop records and tells the user: each logged step's metrics (with tokens/s and the learning
-  rate) to the metric writer, and on process 0 a progress bar on a terminal or in a notebook, else one line
-  per logged step (a log file, nohup, CI)."""
+  rate) to every seat's metric writer, and on process 0 a progress bar on a terminal or in a notebook, else
+  one line per logged step (a log file, nohup, CI); seeds trained together say one line per evaluation."""
 
-  def __init__(self, start_step: int, total_steps: int, bar: bool, writer: rundir.MetricWriter, tokens_per_step: int,
-               schedule: optax.Schedule):
+  def __init__(self, seats: Seats, total_steps: int, bar: bool, tokens_per_step: int, schedule: optax.Schedule,
+               verbose: bool = True):
     self.lead, self.total, self.started = jax.process_index() == 0, total_steps, time.time()
-    self.writer, self.tokens_per_step, self.schedule = writer, tokens_per_step, schedule
-    self.last_time, self.last_step = time.time(), start_step
+    self.one, self.verbose = len(seats.workdirs) == 1, verbose and jax.process_index() == 0
+    self.writers = [rundir.MetricWriter(w, resume_step=seats.start_step) for w in seats.workdirs]
+    self.tokens_per_step, self.schedule = tokens_per_step, schedule
+    self.last_time, self.last_step, self.rate = time.time(), seats.start_step, 0.0
     self.bar = None
-    if bar and interactive_output() and self.lead:
+    if bar and interactive_output() and self.verbose:
       from tqdm.auto import tqdm  # a widget in notebooks, a text bar on terminals
-      self.bar = tqdm(total=total_steps, initial=start_step, dynamic_ncols=True)
+      self.bar = tqdm(total=total_steps, initial=seats.start_step, dynamic_ncols=True)
 
   def say(self, text: str) -> None:
-    if self.lead:
-      (self.bar.write if self.bar is not None else print)(text)
+    if self.verbose:
+      (self.bar.write if self.bar is not None else print)(text, **({} if self.bar is not None else {'flush': True}))
 
-  def log(self, step: int, metrics: dict[str, float]) -> None:
+  def log(self, step: int, metrics: list[dict[str, float]], live: list[int]) -> None:
     now = time.time()
-    metrics['tokens_per_second'] = (step - self.last_step) * self.tokens_per_step / max(now - self.last_time, 1e-9)
-    metrics['learning_rate'] = float(self.schedule(step))
+    self.rate = (step - self.last_step) * self.tokens_per_step / max(now - self.last_time, 1e-9)
+    extra = {'tokens_per_second': self.rate, 'learning_rate': float(self.schedule(step))}
     self.last_time, self.last_step = now, step
-    self.writer.write(step, 'train', metrics)
+    for i in live:
+      self.writers[i].write(step, 'train', {**metrics[i], **extra})
+    if not self.one:
+      return
     if self.bar is not None:
-      self.bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{metrics['tokens_per_second']:.0f}")
+      self.bar.set_postfix(loss=f"{metrics[0]['loss']:.4f}", tok_s=f'{self.rate:.0f}')
     else:
-      self.say(f"step {step}/{self.total}: loss {metrics['loss']:.4f}, {metrics['tokens_per_second']:,.0f} "
-               f'tokens/s, {now - self.started:.1f} s')
+      self.say(f"step {step}/{self.total}: loss {metrics[0]['loss']:.4f}, {self.rate:,.0f} tokens/s, "
+               f'{now - self.started:.1f} s')
 
   def first_step(self, loss) -> None:
     """How long compilation (or the cache) held the user up: said once the first step's loss exists."""
-    jax.block_until_ready(loss)
-    self.say(f'first step done after {time.time() - self.started:.1f} s (compilation included)')
+    if self.verbose and self.one:
+      jax.block_until_ready(loss)
+      self.say(f'first step done after {time.time() - self.started:.1f} s (compilation included)')
 
-  def validated(self, step: int, validation: dict[str, float]) -> None:
-    self.writer.write(step, 'validation', validation)
-    self.say(f'step {step}: validation ' + ' '.join(f'{k}={v:.4f}' for k, v in validation.items()))
+  def validated(self, step: int, validation: list[dict[str, float]], live: list[int]) -> None:
+    for i in live:
+      self.writers[i].write(step, 'validation', validation[i])
+    if self.one:
+      self.say(f'step {step}: validation ' + ' '.join(f'{k}={v:.4f}' for k, v in validation[0].items()))
+      return
+    mean = lambda k: np.mean([validation[i][k] for i in live] or [np.nan])
+    self.say(f'step {step}: validation loss {mean("loss"):.4f} accuracy {mean("accuracy"):.4f} (mean of {len(live)} '
+             f'seeds)' + (f', {self.rate:,.0f} tokens/s' if self.rate else ''))
 
   def reached(self, validation: dict[str, float], stop_at_accuracy: float) -> bool:
     """Whether the validation accuracy reached ``config.stop_at_accuracy`` (0: never), said when it did."""
@@ -391,6 +464,29 @@ def diverged(what: str, workdir: str, start_step: int, step: int, manager) -> Tr
                           f'rerun the same command')
 
 
+class Divergence:
+  """Which seats' values stopped being finite, and when. A single run stops at once with a
+  ``TrainingDiverged``; seeds trained together mark the seed and train the others on (its last good
+  checkpoint kept, its ``final_metrics.json`` saying so)."""
+
+  def __init__(self, seats: Seats):
+    self.seats, self.at = seats, {}
+
+  def live(self) -> list[int]:
+    return [i for i in range(len(self.seats.workdirs)) if i not in self.at]
+
+  def mark(self, i: int, what: str, step: int, detail: str = '') -> None:
+    """Seat i's ``what`` ('non-finite parameters') found at ``step``; ``detail`` ends a single run's error."""
+    if i in self.at:
+      return
+    if len(self.seats.workdirs) == 1:
+      raise diverged(f'{what} at step {step}{detail}', self.seats.workdirs[0], self.seats.start_step, step,
+                     self.seats.managers[0])
+    self.at[i] = step
+    print(f'WARNING: {self.seats.names[i]} diverged at step {step} ({what}); its last good checkpoint is kept',
+          file=sys.stderr)
+
+
 def announce(model_config: ModelConfig, params, task: tasks.Task, mesh, workdir: str, start_step: int) -> None:
   """The run's first lines (process 0): what trains, on what, where, and from which step."""
   if jax.process_index() != 0:
@@ -401,35 +497,10 @@ def announce(model_config: ModelConfig, params, task: tasks.Task, mesh, workdir:
     print(f'resuming from step {start_step}')
 
 
-def finite_metrics(metrics: dict, where: tuple) -> dict[str, float]:
-  """The training metrics as floats; a ``TrainingDiverged`` naming ``where`` ((workdir, start step, step,
-  checkpoint manager)) when one is not finite."""
-  metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-  if not all(math.isfinite(v) for v in metrics.values()):
-    raise diverged(f'non-finite training metrics at step {where[2]}: {metrics}', *where)
-  return metrics
-
-
 def evaluator(run: CompiledRun, task: tasks.Task, config: ml_collections.ConfigDict, put):
   """``evaluate(params, split)``: the metrics of ``params`` over every batch of the split."""
   return lambda params, split: metrics_lib.evaluate(run.eval_step, params, task.scored_batches(
       split, config.batch_size, config.data_seed), config.top_ks, put)
-
-
-def final_metrics(run: CompiledRun, params, task: tasks.Task, evaluate, validation: dict, where: tuple
-                  ) -> dict[str, dict[str, float]]:
-  """The metrics of the final ``params`` on every split (the validation metrics of the last evaluation where
-  there were some); a ``TrainingDiverged`` naming ``where`` ((workdir, start step, step, checkpoint manager))
-  when the parameters or the metrics are not finite, so that final_metrics.json is left as it was."""
-  step = where[2]
-  kept = lambda what: diverged(f'non-finite {what} at step {step}; {rundir.FINAL_FILE} is left as it was', *where)
-  if not bool(run.all_finite(params)):
-    raise kept('parameters')
-  final = {split: evaluate(params, split) if split != 'validation' or not validation else validation
-           for split in ('train', 'validation', 'test', *task.eval_splits)}
-  if not all(math.isfinite(v) for m in final.values() for v in m.values()):
-    raise kept('final metrics')
-  return final
 
 
 def close_files(writer: rundir.MetricWriter, manager, failure: BaseException | None) -> None:
@@ -443,85 +514,137 @@ def close_files(writer: rundir.MetricWriter, manager, failure: BaseException | N
     manager.close()
 
 
+def final_metrics(seats: Seats, state, task: tasks.Task, validation: list[dict], out: Divergence, step: int
+                  ) -> list[dict]:
+  """Each seat's metrics of its final parameters on every split (the validation metrics of the last
+  evaluation where there were some), or ``{'step', 'diverged'}`` for a seed whose parameters or metrics are
+  not finite; a single run's such values are a ``TrainingDiverged``, and its final_metrics.json is left as it
+  was."""
+  kept = f'; {rundir.FINAL_FILE} is left as it was'
+  for i, ok in enumerate(seats.all_finite(state.params)):
+    if not ok:
+      out.mark(i, 'non-finite parameters', step, kept)
+  splits = ('train', 'validation', 'test', *task.eval_splits)
+  per_split = {split: validation if split == 'validation' and validation else seats.evaluate(state.params, split)
+               for split in splits}
+  finals = []
+  for i in range(len(seats.workdirs)):
+    final = {split: per_split[split][i] for split in splits}
+    if i not in out.at and not all(math.isfinite(v) for m in final.values() for v in m.values()):
+      out.mark(i, 'non-finite final metrics', step, kept)
+    finals.append({'step': step, 'diverged': out.at[i]} if i in out.at else {'step': step, **final})
+  return finals
+
+
 # ----------------------------------------------------------------------------------------------------------
-# The trainer.
+# The training loop, for one run or several seeds.
 # ----------------------------------------------------------------------------------------------------------
+def train_seats(config: ml_collections.ConfigDict, s: Setup, seats: Seats, disk, bar: bool, verbose: bool
+                ) -> list[dict]:
+  """Trains every seat from its start step to ``config.total_steps``: each logged step's metrics, each
+  evaluation's validation metrics and checkpoint, then each seat's final metrics, written to its work directory
+  (``final_metrics.json``) and returned."""
+  task, model_config, lead, one = s.task, s.model_config, jax.process_index() == 0, len(seats.workdirs) == 1
+  progress = Progress(seats, config.total_steps, bar, len(seats.workdirs) * config.batch_size * task.seq_len,
+                      s.schedule, verbose)
+  out, managers = Divergence(seats), seats.managers
+  state, start_step = seats.state, seats.start_step
+  step, validation, run_files_written = start_step, [], False
+  try:
+    while step < config.total_steps:
+      state, metrics = seats.step(state, step)
+      step += 1
+      disk.check()  # a save that found the disk full in the background stops the run here
+      if step == start_step + 1:
+        progress.first_step(metrics['loss'])
+      if step % config.log_every_steps == 0 or step == config.total_steps:
+        logged = [{k: float(v) for k, v in seats.part(jax.device_get(metrics), i).items()}
+                  for i in range(len(seats.workdirs))]
+        for i, m in enumerate(logged):
+          if not all(math.isfinite(v) for v in m.values()):
+            out.mark(i, 'non-finite training metrics', step, f': {m}')
+        progress.log(step, logged, out.live())
+      progress.stepped()
+      if step % config.eval_every_steps == 0 or step == config.total_steps:
+        for i, ok in enumerate(seats.all_finite(state.params)):
+          if not ok:
+            out.mark(i, 'non-finite parameters', step)
+        validation = seats.evaluate(state.params, 'validation')
+        progress.validated(step, validation, out.live())
+        if not run_files_written:  # the folders now hold checkpoints this config trained
+          for w, c in zip(seats.workdirs, seats.configs):
+            rundir.save_run_files(w, c, task, model_config, start_step)
+          run_files_written = True
+        for i in out.live():
+          managers[i] = managers[i] or rundir.checkpoint_manager(seats.workdirs[i], config.keep_checkpoints,
+                                                                 config.best_metric)
+          rundir.save_state(managers[i], step, seats.part(state, i), validation[i])
+        if one and progress.reached(validation[0], config.stop_at_accuracy):
+          break
+  except BaseException as e:  # a divergence, an interrupt or a bug: finish what was being saved, then fail
+    if mesh_lib.peer_failure(e):  # the save in flight waits on the lost process: not waited for
+      for writer in progress.writers:
+        writer.close()
+      raise peer_lost(e, step, seats.workdirs[0]) from None
+    for writer, manager in zip(progress.writers, managers):
+      close_files(writer, manager, e)
+    raise
+  finally:
+    progress.close()
+
+  # --- Final evaluation of the final parameters; final_metrics.json is never replaced by non-finite ones.
+  try:
+    for manager in managers:
+      if manager is not None:
+        manager.wait_until_finished()
+    finals = final_metrics(seats, state, task, validation, out, step)
+    for writer, final in zip(progress.writers, finals):
+      if 'test' in final:
+        writer.write(step, 'test', final['test'])
+  finally:
+    for writer, manager in zip(progress.writers, managers):
+      close_files(writer, manager, sys.exc_info()[1])  # the error in flight, if any
+  if lead:
+    if one and verbose:
+      metrics_lib.print_table(f'final metrics at step {step}', {k: v for k, v in finals[0].items() if k != 'step'})
+    for w, final in zip(seats.workdirs, finals):
+      files.write_atomically(os.path.join(w, rundir.FINAL_FILE), json.dumps(final, indent=1))
+  return finals
+
+
+def one_run(config: ml_collections.ConfigDict, s: Setup, mesh, workdir: str) -> Seats:
+  """A single run's seat: its compiled steps over the mesh, its state resumed from the latest valid checkpoint
+  of ``workdir`` or initialised anew. Call under ``jax.set_mesh(mesh)``."""
+  put = mesh_lib.batch_putter(mesh)
+  rng = jax.random.key(config.seed)
+  run, soft_step = compile_steps(config, s, mesh, rng)
+  manager, state = restore_latest(run, workdir, config.keep_checkpoints, config.best_metric)
+  if state is None:
+    state = task_init(run.init(rng), s.task, s.model_config, run.shardings)
+  announce(s.model_config, state.params, s.task, mesh, workdir, int(state.step))
+
+  def step(state, i):
+    step_fn = soft_step if soft_step is not None and i < config.soft_steps else run.train_step
+    return step_fn(state, put(s.task.batch('train', i, config.batch_size, config.seed)))
+  evaluate = evaluator(run, s.task, config, put)
+  return Seats([workdir], [config], [workdir], step, lambda params, split: [evaluate(params, split)],
+               lambda params: [bool(run.all_finite(params))], lambda tree, i: tree, [manager], state,
+               int(state.step))
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict[str, float]]:
   """Trains (or resumes) in ``workdir``; returns the final metrics per split."""
   # --- Config, processes and mesh.
   host.prepare(config.get('model', {}).get('kind'))
-  config_lib.validate(config)
+  spec = config_lib.validate(config)
   host.use_compilation_cache(config.compilation_cache_dir)
   mesh_lib.maybe_initialize_distributed(config.distributed)
   mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.vocab, config.batch_size)
-  lead = jax.process_index() == 0
 
   # --- The work directory, held by this run alone (symjax.run.lock) and stopped in one line when its file
-  # system fills up, and the device mesh.
-  with rundir.stops_when_full(workdir) as disk, lock.owned(workdir, lead), jax.set_mesh(mesh):
-    # --- Data, model and optimizer. Every process builds the same global batches and keeps its devices' rows.
-    s = setup(config, [(workdir, config)], vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
-    task, model_config = s.task, s.model_config
-    put = mesh_lib.batch_putter(mesh)
-
-    # --- State shapes and shardings, compiled steps.
-    rng = jax.random.key(config.seed)
-    run, soft_step = compile_steps(config, s, mesh, rng)
-
-    # --- Checkpoints: resume from the latest valid one, or start anew.
-    manager, state = restore_latest(run, workdir, config.keep_checkpoints, config.best_metric)
-    if state is None:
-      state = task_init(run.init(rng), task, model_config, run.shardings)
-    start_step = step = int(state.step)
-
-    # --- Loop.
-    writer = rundir.MetricWriter(workdir, resume_step=start_step)
-    announce(model_config, state.params, task, mesh, workdir, start_step)
-    progress = Progress(start_step, config.total_steps, config.progress_bar, writer, config.batch_size * task.seq_len,
-                        s.schedule)
-    validation, run_files_written = {}, False
-    evaluate = evaluator(run, task, config, put)
-    try:
-      while step < config.total_steps:
-        step_fn = soft_step if soft_step is not None and step < config.soft_steps else run.train_step
-        state, metrics = step_fn(state, put(task.batch('train', step, config.batch_size, config.seed)))
-        step += 1
-        disk.check()  # a save that found the disk full in the background stops the run here
-        if step == start_step + 1 and lead:
-          progress.first_step(metrics['loss'])
-        if step % config.log_every_steps == 0 or step == config.total_steps:
-          progress.log(step, finite_metrics(metrics, (workdir, start_step, step, manager)))
-        progress.stepped()
-        if step % config.eval_every_steps == 0 or step == config.total_steps:
-          if not bool(run.all_finite(state.params)):
-            raise diverged(f'non-finite parameters at step {step}', workdir, start_step, step, manager)
-          validation = evaluate(state.params, 'validation')
-          progress.validated(step, validation)
-          if not run_files_written:  # the folder now holds checkpoints this config trained
-            rundir.save_run_files(workdir, config, task, model_config, start_step)
-            run_files_written = True
-          manager = manager or rundir.checkpoint_manager(workdir, config.keep_checkpoints, config.best_metric)
-          rundir.save_state(manager, step, state, validation)
-          if progress.reached(validation, config.stop_at_accuracy):
-            break
-    except BaseException as e:  # a divergence, an interrupt or a bug: finish what was being saved, then fail
-      if mesh_lib.peer_failure(e):  # the save in flight waits on the lost process: not waited for
-        writer.close()
-        raise peer_lost(e, step, workdir) from None
-      close_files(writer, manager, e)
-      raise
-    finally:
-      progress.close()
-
-    # --- Final evaluation of the final parameters; final_metrics.json is never replaced by non-finite ones.
-    try:
-      if manager is not None:
-        manager.wait_until_finished()
-      final = final_metrics(run, state.params, task, evaluate, validation, (workdir, start_step, step, manager))
-      writer.write(step, 'test', final['test'])
-    finally:
-      close_files(writer, manager, sys.exc_info()[1])  # the error in flight, if any
-    if lead:
-      metrics_lib.print_table(f'final metrics at step {step}', final)
-      files.write_atomically(os.path.join(workdir, rundir.FINAL_FILE), json.dumps({'step': step, **final}, indent=1))
-  return final
+  # system fills up; data, model and optimizer (every process builds the same global batches and keeps its
+  # devices' rows); compiled steps and the state; the loop.
+  with rundir.stops_when_full(workdir) as disk, lock.owned(workdir, jax.process_index() == 0), jax.set_mesh(mesh):
+    s = setup(spec, [(workdir, config)], vocab_shards=mesh.shape[mesh_lib.VOCAB_AXIS])
+    final = train_seats(config, s, one_run(config, s, mesh, workdir), disk, config.progress_bar, verbose=True)[0]
+  return {k: v for k, v in final.items() if k != 'step'}

@@ -4,12 +4,17 @@ default induction config.
 
   python -m benchmarks.speed.step_time [--json=benchmarks/results/step_time.json] [--steps=100] [--repeats=3]
   python -m benchmarks.speed.step_time --allocator [--json=benchmarks/results/allocator_ab.json]
+  python -m benchmarks.speed.step_time --against=COMMIT [--command --steps=1000] [--json=PATH]
 
 ``--allocator``: the kinds' step with and without ``symjax.system.host.retain_freed_memory`` (glibc's
 defaults: ``SYMJAX_KEEP_MALLOC=1``), each in its own process since malloc's settings are process-wide,
 the two alternating ``repeats`` times; the median of each is reported.
 ``--against=COMMIT``: the kinds' step of this tree and of COMMIT's (checked out in a temporary worktree, its
-own ``step_time`` run), the two alternating ``repeats`` times: an A/B of two trees in one run.
+own ``step_time`` run), the two alternating ``repeats`` times: an A/B of two trees in one run. With
+``--command``, each tree's whole training command instead (``python -m symjax.main
+--config=<kind>:task=text,size=medium`` for ``--steps`` steps on ``--text_path``, its own compilation cache
+warmed first): the median tokens/s of its progress lines after the first, so that the loop around the step
+is timed too.
 
 Kinds: 4 layers, 4 heads × 32, |V| = 65 (Tiny Shakespeare's characters), batch 12 × 64 tokens, AdamW
 (``configs/<kind>.py:task=text,size=medium``); a fixed random batch, so only the compiled step is timed.
@@ -21,6 +26,7 @@ variant alike.
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -48,6 +54,8 @@ _REPEATS = cli.repeats(3, 'Rounds; the fastest is reported.')
 _SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds trained together in the seeds comparison.')
 _ALLOCATOR = flags.DEFINE_bool('allocator', False, 'A/B of the allocator setting instead (see the docstring).')
 _AGAINST = flags.DEFINE_string('against', '', 'A commit to time against this tree (see the docstring).')
+_COMMAND = flags.DEFINE_bool('command', False, 'With --against: the whole training command of each tree.')
+_TEXT = flags.DEFINE_string('text_path', '../shared/data/tinyshakespeare.txt', 'The corpus --command trains on.')
 _KINDS_ONLY = flags.DEFINE_bool('kinds_only', False, 'Time the kinds only (the allocator A/B runs this).')
 KINDS = ('standard', 'token_factored', 'symbolic')
 
@@ -142,8 +150,25 @@ def allocator_ab() -> None:
   result_files.write(_JSON.value, result)
 
 
+def command_rate(kind: str, cwd: str, folder: str) -> float:
+  """The median tokens/s of the progress lines of one training command run in the tree at ``cwd`` (its first
+  line, with the compilation, left out)."""
+  workdir, cache = os.path.join(folder, 'run'), os.path.join(folder, f'cache_{os.path.basename(cwd)}_{kind}')
+  argv = [sys.executable, '-m', 'symjax.main', f'--config={kind}:task=text,size=medium',
+          f'--config.text_path={os.path.abspath(_TEXT.value)}', f'--config.total_steps={_STEPS.value}',
+          f'--workdir={workdir}', f'--config.compilation_cache_dir={cache}', '--config.progress_bar=False']
+  subprocess.run(['rm', '-rf', workdir], check=True)
+  out = subprocess.run(argv, cwd=cwd, check=True, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=cwd))
+  rates = [float(m.group(1).replace(',', '')) for m in
+           (re.search(r'^step \d+/\d+: loss [\d.]+, ([\d,]+) tokens/s', line) for line in out.stdout.splitlines()) if m]
+  return statistics.median(rates[1:])
+
+
 def trees_ab(commit: str) -> None:
-  """The kinds' step of this tree and of ``commit``'s, in alternating processes."""
+  """The kinds' step (or whole command, ``--command``) of this tree and of ``commit``'s, in alternating
+  processes."""
+  if _COMMAND.value:
+    return commands_ab(commit)
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   times: dict[str, dict[str, list[float]]] = {t: {k: [] for k in KINDS} for t in ('this tree', commit)}
   with tempfile.TemporaryDirectory() as folder:
@@ -176,6 +201,40 @@ def trees_ab(commit: str) -> None:
   result_files.write(_JSON.value, {'against': commit, 'steps': _STEPS.value, 'repeats': _REPEATS.value,
                                    'step_seconds': times, 'median_step_seconds': median,
                                    'command': f'python -m benchmarks.speed.step_time --against={commit} '
+                                              f'--steps={_STEPS.value} --repeats={_REPEATS.value}'})
+
+
+def commands_ab(commit: str) -> None:
+  """``--against --command``: each kind's whole training command in this tree and in ``commit``'s, alternating
+  ``repeats`` times after one warm-up each (which fills each tree's compilation cache)."""
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  rates: dict[str, dict[str, list[float]]] = {t: {k: [] for k in KINDS} for t in ('this tree', commit)}
+  with tempfile.TemporaryDirectory() as folder:
+    other = os.path.join(folder, 'tree')
+    subprocess.run(['git', 'worktree', 'add', '--detach', other, commit], cwd=repo, check=True, capture_output=True)
+    os.symlink(os.path.join(other, 'configs'), os.path.join(other, 'symjax', 'configs'))
+    trees = (('this tree', repo), (commit, other))
+    try:
+      for k in KINDS:
+        for _, cwd in trees:
+          command_rate(k, cwd, folder)  # warm-up: each tree's programs compiled into its own cache
+      for _ in range(_REPEATS.value):
+        for k in KINDS:
+          for tree, cwd in trees:
+            rates[tree][k].append(command_rate(k, cwd, folder))
+    finally:
+      subprocess.run(['git', 'worktree', 'remove', '--force', other], cwd=repo, capture_output=True)
+  median = {tree: {k: statistics.median(v) for k, v in by_kind.items()} for tree, by_kind in rates.items()}
+  print(f'\nThe training command at the text recipe ({_STEPS.value} steps), this tree against {commit}, median '
+        f'tokens/s of {_REPEATS.value} alternating runs ({result_files.cpu_model()}, {result_files.cpu_id()})')
+  print(f'| kind | this tree (tokens/s) | {commit} (tokens/s) | this / {commit} |')
+  print('|---|---:|---:|---:|')
+  for k in KINDS:
+    a, b = median['this tree'][k], median[commit][k]
+    print(f'| {k} | {a:,.0f} | {b:,.0f} | {a / b:.3f} |')
+  result_files.write(_JSON.value, {'against': commit, 'steps': _STEPS.value, 'repeats': _REPEATS.value,
+                                   'tokens_per_second': rates, 'median_tokens_per_second': median,
+                                   'command': f'python -m benchmarks.speed.step_time --against={commit} --command '
                                               f'--steps={_STEPS.value} --repeats={_REPEATS.value}'})
 
 

@@ -24,6 +24,7 @@ rounds, and the fastest round of each is reported, so that other load on the mac
 variant alike.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -164,13 +165,10 @@ def command_rate(kind: str, cwd: str, folder: str) -> float:
   return statistics.median(rates[1:])
 
 
-def trees_ab(commit: str) -> None:
-  """The kinds' step (or whole command, ``--command``) of this tree and of ``commit``'s, in alternating
-  processes."""
-  if _COMMAND.value:
-    return commands_ab(commit)
+@contextlib.contextmanager
+def two_trees(commit: str):
+  """(a scratch folder, ((name, root) of this tree and of ``commit``'s, checked out in a temporary worktree))."""
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  times: dict[str, dict[str, list[float]]] = {t: {k: [] for k in KINDS} for t in ('this tree', commit)}
   with tempfile.TemporaryDirectory() as folder:
     other = os.path.join(folder, 'tree')
     subprocess.run(['git', 'worktree', 'add', '--detach', other, commit], cwd=repo, check=True, capture_output=True)
@@ -178,64 +176,59 @@ def trees_ab(commit: str) -> None:
     # its PYTHONPATH, keeps its recipes with its code.
     os.symlink(os.path.join(other, 'configs'), os.path.join(other, 'symjax', 'configs'))
     try:
-      for r in range(_REPEATS.value):
-        for tree, cwd, extra in (('this tree', repo, ['--kinds_only']), (commit, other, [])):
-          out = os.path.join(folder, f'{r}.json')
-          subprocess.run([sys.executable, '-m', 'benchmarks.speed.step_time', '--repeats=1', '--seeds=1',
-                          f'--steps={_STEPS.value}', f'--json={out}', *extra], cwd=cwd, check=True,
-                         capture_output=True, env=dict(os.environ, PYTHONPATH=cwd))
-          with open(out) as f:
-            step = json.load(f)['recipe_step_seconds']
-          for k in KINDS:
-            times[tree][k].append(step[k])
+      yield folder, (('this tree', repo), (commit, other))
     finally:
       subprocess.run(['git', 'worktree', 'remove', '--force', other], cwd=repo, capture_output=True)
-  median = {tree: {k: statistics.median(v) for k, v in by_kind.items()} for tree, by_kind in times.items()}
-  print(f'\nTraining step at the text recipe shape, this tree against {commit}, median of {_REPEATS.value} '
-        f'alternating processes ({result_files.cpu_model()}, {result_files.cpu_id()})')
-  print(f'| kind | this tree (ms) | {commit} (ms) | this / {commit} |')
+
+
+def report(commit: str, values: dict, what: str, unit: str, show, name: str, flags_: str) -> None:
+  """The medians of ``values`` {tree: {kind: [per run]}} as a table of this tree against ``commit``, and JSON."""
+  median = {tree: {k: statistics.median(v) for k, v in by_kind.items()} for tree, by_kind in values.items()}
+  print(f'\n{what}, this tree against {commit}, median of {_REPEATS.value} alternating runs '
+        f'({result_files.cpu_model()}, {result_files.cpu_id()})')
+  print(f'| kind | this tree ({unit}) | {commit} ({unit}) | this / {commit} |')
   print('|---|---:|---:|---:|')
   for k in KINDS:
     a, b = median['this tree'][k], median[commit][k]
-    print(f'| {k} | {1e3 * a:.1f} | {1e3 * b:.1f} | {a / b:.3f} |')
+    print(f'| {k} | {show(a)} | {show(b)} | {a / b:.3f} |')
   result_files.write(_JSON.value, {'against': commit, 'steps': _STEPS.value, 'repeats': _REPEATS.value,
-                                   'step_seconds': times, 'median_step_seconds': median,
-                                   'command': f'python -m benchmarks.speed.step_time --against={commit} '
+                                   name: values, f'median_{name}': median,
+                                   'command': f'python -m benchmarks.speed.step_time --against={commit}{flags_} '
                                               f'--steps={_STEPS.value} --repeats={_REPEATS.value}'})
+
+
+def trees_ab(commit: str) -> None:
+  """The kinds' step of this tree and of ``commit``'s, in alternating processes."""
+  times: dict[str, dict[str, list[float]]] = {t: {k: [] for k in KINDS} for t in ('this tree', commit)}
+  with two_trees(commit) as (folder, trees):
+    for r in range(_REPEATS.value):
+      for (tree, cwd), extra in zip(trees, (['--kinds_only'], [])):
+        out = os.path.join(folder, f'{r}.json')
+        subprocess.run([sys.executable, '-m', 'benchmarks.speed.step_time', '--repeats=1', '--seeds=1',
+                        f'--steps={_STEPS.value}', f'--json={out}', *extra], cwd=cwd, check=True,
+                       capture_output=True, env=dict(os.environ, PYTHONPATH=cwd))
+        with open(out) as f:
+          step = json.load(f)['recipe_step_seconds']
+        for k in KINDS:
+          times[tree][k].append(step[k])
+  report(commit, times, 'Training step at the text recipe shape', 'ms', lambda t: f'{1e3 * t:.1f}', 'step_seconds',
+         '')
 
 
 def commands_ab(commit: str) -> None:
   """``--against --command``: each kind's whole training command in this tree and in ``commit``'s, alternating
   ``repeats`` times after one warm-up each (which fills each tree's compilation cache)."""
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   rates: dict[str, dict[str, list[float]]] = {t: {k: [] for k in KINDS} for t in ('this tree', commit)}
-  with tempfile.TemporaryDirectory() as folder:
-    other = os.path.join(folder, 'tree')
-    subprocess.run(['git', 'worktree', 'add', '--detach', other, commit], cwd=repo, check=True, capture_output=True)
-    os.symlink(os.path.join(other, 'configs'), os.path.join(other, 'symjax', 'configs'))
-    trees = (('this tree', repo), (commit, other))
-    try:
+  with two_trees(commit) as (folder, trees):
+    for k in KINDS:
+      for _, cwd in trees:
+        command_rate(k, cwd, folder)  # warm-up: each tree's programs compiled into its own cache
+    for _ in range(_REPEATS.value):
       for k in KINDS:
-        for _, cwd in trees:
-          command_rate(k, cwd, folder)  # warm-up: each tree's programs compiled into its own cache
-      for _ in range(_REPEATS.value):
-        for k in KINDS:
-          for tree, cwd in trees:
-            rates[tree][k].append(command_rate(k, cwd, folder))
-    finally:
-      subprocess.run(['git', 'worktree', 'remove', '--force', other], cwd=repo, capture_output=True)
-  median = {tree: {k: statistics.median(v) for k, v in by_kind.items()} for tree, by_kind in rates.items()}
-  print(f'\nThe training command at the text recipe ({_STEPS.value} steps), this tree against {commit}, median '
-        f'tokens/s of {_REPEATS.value} alternating runs ({result_files.cpu_model()}, {result_files.cpu_id()})')
-  print(f'| kind | this tree (tokens/s) | {commit} (tokens/s) | this / {commit} |')
-  print('|---|---:|---:|---:|')
-  for k in KINDS:
-    a, b = median['this tree'][k], median[commit][k]
-    print(f'| {k} | {a:,.0f} | {b:,.0f} | {a / b:.3f} |')
-  result_files.write(_JSON.value, {'against': commit, 'steps': _STEPS.value, 'repeats': _REPEATS.value,
-                                   'tokens_per_second': rates, 'median_tokens_per_second': median,
-                                   'command': f'python -m benchmarks.speed.step_time --against={commit} --command '
-                                              f'--steps={_STEPS.value} --repeats={_REPEATS.value}'})
+        for tree, cwd in trees:
+          rates[tree][k].append(command_rate(k, cwd, folder))
+  report(commit, rates, f'The training command at the text recipe ({_STEPS.value} steps)', 'tokens/s',
+         lambda r: f'{r:,.0f}', 'tokens_per_second', ' --command')
 
 
 def main(_):
@@ -243,7 +236,7 @@ def main(_):
   if _ALLOCATOR.value:
     return allocator_ab()
   if _AGAINST.value:
-    return trees_ab(_AGAINST.value)
+    return (commands_ab if _COMMAND.value else trees_ab)(_AGAINST.value)
   kinds = {k: recipe_step(k) for k in KINDS}
   kind_times = time_rounds({k: run for k, (run, _) in kinds.items()}, _STEPS.value, _REPEATS.value)
   if _KINDS_ONLY.value:

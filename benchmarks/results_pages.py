@@ -463,7 +463,7 @@ GENERATED = {
     README: (CPU_BLOCKS + QUICKSTART, 'docs/results/data'),
     'docs/performance.md': (CPU_BLOCKS + (('first-step', 'first_step_cpu', first_step_table),
                                           ('accelerator', 'accelerator_h100_batch64', accelerator_table),
-                                          ('vs-transformer-lens', 'vs_transformer_lens_cpu_amd_2026_12_01',
+                                          ('vs-transformer-lens', 'vs_transformer_lens_cpu_amd_2026_12_01_run2',
                                            transformer_lens_table),
                                           ('vs-transformer-lens-intel', 'vs_transformer_lens_cpu_intel_one_product_r45',
                                            transformer_lens_table),
@@ -473,7 +473,7 @@ GENERATED = {
                                  'data'),
     'docs/scaling.md': ((('vocab-projection', 'vocab_projection', vocab_projection_table),
                          ('train-step', 'train_step', train_step_table)), 'results/data'),
-    'docs/reading.md': ((('tl-idioms', 'vs_transformer_lens_cpu_amd_2026_12_01', idioms_table),
+    'docs/reading.md': ((('tl-idioms', 'vs_transformer_lens_cpu_amd_2026_12_01_run2', idioms_table),
                          ('stream-cone', 'stream_cone', stream_cone_table)), 'results/data'),
     'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table), *QUICKSTART), 'results/data'),
 }

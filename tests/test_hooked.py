@@ -108,6 +108,8 @@ def test_bad_inputs_are_one_line_errors(hm):
                         (lambda: HookedModel(hm.model, hm.params, tensors='jax'),
                          r"tensors must be one of \['numpy', 'torch'\], got 'jax'"),
                         (lambda: hm.run_with_cache('<s> a', return_type='logit'), r'return_type must be one of'),
+                        (lambda: hm.to_tokens(['<s> a', '<s>'], padding_side='left'),
+                         r"padding_side must be 'right' \(symjax pads at the end"),
                         (lambda: hm.loss_fn(np.zeros((1, 3, 13)), np.zeros((1, 4), int)),
                          r'logits \(1, 3, 13\) and tokens \(1, 4\) must share \[batch, time\]')]:
     with pytest.raises(InputError, match=message) as e:

@@ -178,7 +178,7 @@ class HookedModel:
     return hook_dict(pairs, self.cfg.num_layers)
 
   def _out(self, x):
-    """A result as this object returns it: NumPy, or a torch tensor sharing its memory."""
+    """A result as this object returns it: NumPy, or a torch tensor of it."""
     if self.tensors == 'numpy' or x is None:
       return x
     if isinstance(x, tuple):
@@ -220,11 +220,18 @@ class HookedModel:
       raise InputError(f'{text!r} is empty after tokenisation')
     return ids
 
-  def to_tokens(self, inputs, pad_id: int = 0, prepend_bos: bool | None = None, **_):
+  def to_tokens(self, inputs, pad_id: int = 0, prepend_bos: bool | None = None, padding_side: str | None = None,
+                move_to_device: bool = True, truncate: bool = True):
     """Token ids ``[batch, time]`` (``Tokens``, or a torch tensor): a text or a 1-D id sequence is a batch of
     one; texts or id lists of unequal length are padded at the end with ``pad_id``, and the ids carry their
     key mask (``.key_mask``, False at the padding; None when nothing is padded), which every call reads.
-    ``prepend_bos=True`` starts each text with the tokenizer's ``<s>`` where it does not already."""
+    ``prepend_bos=True`` starts each text with the tokenizer's ``<s>`` where it does not already.
+    TransformerLens's ``padding_side`` may be 'right' (the only side symjax pads); its ``move_to_device``
+    and ``truncate`` change nothing here (the ids stay on the host, and a too-long input is refused by the
+    call that runs it)."""
+    if padding_side not in (None, 'right'):
+      raise InputError(f"padding_side must be 'right' (symjax pads at the end, the key mask marking it), got "
+                       f'{padding_side!r}')
     ids, mask = self._tokens_and_mask(inputs, pad_id, prepend_bos)
     out = self._out(ids) if self.tensors == 'torch' else ids.view(Tokens)
     out.key_mask = mask

@@ -182,3 +182,15 @@ def test_weight_decay_applies_to_activation_matrices_only(kind):
   for path, u in jax.tree_util.tree_flatten_with_path(updates)[0]:
     expected = -lr * 0.5 if name(path).split('/', 1)[-1] in DECAYED[kind] else 0.0
     np.testing.assert_allclose(np.asarray(u), expected, rtol=1e-6, err_msg=name(path))
+
+
+@pytest.mark.parametrize('kind', ['standard', 'token_factored', 'symbolic'])
+def test_the_run_spec_parses_the_config_once_into_the_models_config_and_the_streams(kind):
+  config = config_lib.default_config(kind)
+  spec = config_lib.validate(config)
+  # The model completed with a task's vocabulary is the config's model for that task, table padding included.
+  for vocab, causal, shards in ((12, True, 1), (65, False, 2), (1000, True, 8)):
+    assert spec.model_for(vocab, causal, shards) == config_lib.model_config(config, vocab, causal, shards)
+  assert spec.streams == {} and spec.config is config
+  config.distill.teacher, config.distill.streams = '/a/teacher', 'x_t:1.0,x_e:0'
+  assert config_lib.validate(config).streams == {'x_t': 1.0}  # a stream of weight 0 is not distilled

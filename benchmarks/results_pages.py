@@ -9,8 +9,8 @@ generically: scalars as a field table, lists of records and maps of records as t
 interval record as one cell), anything deeper under a heading of its key. It also rewrites the generated
 tables of README.md and docs/performance.md (``GENERATED``, between ``<!-- results:NAME start/end -->`` markers),
 and the snippets a page includes whole (``SNIPPETS``: ``--8<-- "PATH"``), so that a long generated block does not
-make its guide long. It writes the API reference, ``docs/api.md``, from the code's signatures and docstrings
-(``benchmarks/lib/api_page.py``), and the source the config guide shows whole. CI runs ``--check``.
+make its guide long. It writes the API reference, ``docs/api.md`` and ``docs/api/``, from the code's signatures
+and docstrings (``benchmarks/lib/api_page.py``), and the source the config guide shows whole. CI runs ``--check``.
 """
 
 from __future__ import annotations
@@ -513,7 +513,6 @@ def generated(path: str, text: str) -> str:
 # and on the site; ``--check`` keeps it equal to the source. SECTION is a ``--8<-- [start:SECTION]`` /
 # ``[end:SECTION]`` pair of the file. The markers' indentation (a tab of the site) is the block's.
 INLINED = ('docs/configs.md',)
-API_PAGE = 'docs/api.md'  # the API reference, from the code's signatures and docstrings (benchmarks/lib/api_page.py)
 _SOURCE = re.compile(r'^( *)<!-- source:(\S+?) start -->\n.*?^\1<!-- source:\2 end -->', re.S | re.M)
 
 
@@ -541,7 +540,7 @@ def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--check', action='store_true', help='compare instead of writing; exit 1 on a difference')
   args = parser.parse_args(argv)
-  wanted = {**pages(), **snippets(), API_PAGE: api_page.render()}
+  wanted = {**pages(), **snippets(), **api_page.pages()}
   for path in GENERATED:
     with open(path) as f:
       wanted[path] = generated(path, f.read())
@@ -558,8 +557,8 @@ def main(argv: list[str]) -> int:
   for p, text in wanted.items():
     with open(p, 'w') as f:
       f.write(text)
-  print(f'wrote {len(wanted) - len(GENERATED) - len(SNIPPETS) - 1} pages under {PAGES}, the snippets '
-        f'{list(SNIPPETS)}, {API_PAGE} and the generated tables of {list(GENERATED)}')
+  print(f'wrote {len(wanted) - len(GENERATED) - len(SNIPPETS) - len(api_page.PAGES)} pages under {PAGES}, the '
+        f'snippets {list(SNIPPETS)}, the {len(api_page.PAGES)} API pages and the generated tables of {list(GENERATED)}')
   return 0
 
 

@@ -1,9 +1,10 @@
-"""The API reference page, ``docs/api.md``, written from the package's own signatures and docstrings, so that it
-reads the same on GitHub, in a clone and on the site; ``python -m benchmarks.results_pages --check`` keeps it
-equal to the code.
+"""The API reference, ``docs/api.md`` and the pages under ``docs/api/``, written from the package's own signatures
+and docstrings, so that it reads the same on GitHub, in a clone and on the site; ``python -m
+benchmarks.results_pages --check`` keeps it equal to the code.
 
-``SECTIONS`` names what the page shows, in order: a dotted name (a module, a class or a function), and for a
-module or a class the members shown (``None``: every public one defined there; ``()``: none).
+``PAGES`` names what each page shows, in order: a dotted name (a module, a class or a function), and for a
+module or a class the members shown (``None``: every public one defined there; ``()``: none); a page stays
+short enough to read (under 30 KB).
 """
 
 from __future__ import annotations
@@ -11,70 +12,90 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import os
 import re
 from typing import Any
 
-SECTIONS: tuple[tuple[str, tuple[tuple[str, tuple[str, ...] | None], ...]], ...] = (
-    ('The package', (
-        ('symjax.load', None),
-        ('symjax.run.workdir.Loaded', ('batches', 'evaluate', 'loss')),
+PAGES: tuple[tuple[str, str, str, tuple], ...] = (
+    # (file, title, what it holds, its sections: (heading, ((dotted name, members), ...))). The first is the index.
+    ('docs/api.md', 'API reference', 'loading a run, training, the work directory', (
+        ('The package', (
+            ('symjax.load', None),
+            ('symjax.run.workdir.Loaded', ('batches', 'evaluate', 'loss')),
+        )),
+        ('Training', (
+            ('symjax.train.trainer.train_and_evaluate', None),
+            ('symjax.train.seeds.train_seeds', None),
+            ('symjax.train.sweep.run', None),
+        )),
+        ('Work directory', (
+            ('symjax.run.workdir.load', None),
+            ('symjax.run.sample.generate', None),
+        )),
     )),
-    ('Model', (
-        ('symjax.model.config.ModelConfig', ()),
-        ('symjax.model.transformer.Transformer', ()),
-        ('symjax.model.transformer.Suffix', ()),
-        ('symjax.model.transformer.build', None),
-        ('symjax.model.intermediates', None),
-        ('symjax.model.symbolic.KroneckerValue', ()),
-        ('symjax.model.symbolic.ChannelLayerNorm', ()),
-        ('symjax.model.symbolic.VocabProjection', ()),
-        ('symjax.model.symbolic.VocabFFN', ()),
-        ('symjax.model.attention.Attention', ()),
-        ('symjax.model.transformer_program', ('TransformerProgram', 'CategoricalHead', 'NumericalHead',
-                                              'ProgramMLP', 'variable_names', 'cardinality')),
+    ('docs/api/model.md', 'Model', 'the config, the modules, the named sites', (
+        ('Model', (
+            ('symjax.model.config.ModelConfig', ()),
+            ('symjax.model.transformer.Transformer', ()),
+            ('symjax.model.transformer.Suffix', ()),
+            ('symjax.model.transformer.build', None),
+            ('symjax.model.intermediates', None),
+            ('symjax.model.symbolic.KroneckerValue', ()),
+            ('symjax.model.symbolic.ChannelLayerNorm', ()),
+            ('symjax.model.symbolic.VocabProjection', ()),
+            ('symjax.model.symbolic.VocabFFN', ()),
+            ('symjax.model.attention.Attention', ()),
+            ('symjax.model.transformer_program', ('TransformerProgram', 'CategoricalHead', 'NumericalHead',
+                                                  'ProgramMLP', 'variable_names', 'cardinality')),
+        )),
     )),
-    ('Kernels', (
-        ('symjax.ops.projection', None),
-        ('symjax.ops.attention', None),
-        ('symjax.ops.readout', None),
+    ('docs/api/kernels.md', 'Kernels', 'the projection, attention and readout kernels', (
+        ('Kernels', (
+            ('symjax.ops.projection', None),
+            ('symjax.ops.attention', None),
+            ('symjax.ops.readout', None),
+        )),
     )),
-    ('Training', (
-        ('symjax.train.trainer.train_and_evaluate', None),
-        ('symjax.train.seeds.train_seeds', None),
-        ('symjax.train.sweep.run', None),
+    ('docs/api/hooks.md', 'Hooks', 'the engine, the model object, hooks and caches, hook sweeps', (
+        ('Interpretability: the engine and hooks', (
+            ('symjax.interpret', ()),
+            ('symjax.interpret.engine', None),
+            ('symjax.interpret.hooked.HookedModel', None),
+            ('symjax.interpret.hooks', None),
+            ('symjax.interpret.grid', None),
+        )),
     )),
-    ('Work directory', (
-        ('symjax.run.workdir.load', None),
-        ('symjax.run.sample.generate', None),
+    ('docs/api/patching.md', 'Patching', 'generation, patching, circuits, head patterns, attribution', (
+        ('Interpretability: patching and attribution', (
+            ('symjax.interpret.generation', None),
+            ('symjax.interpret.decomposition', ()),
+            ('symjax.interpret.patching', None),
+            ('symjax.interpret.suffix', None),
+            ('symjax.interpret.circuits', None),
+            ('symjax.interpret.patterns', None),
+            ('symjax.interpret.attribution', None),
+        )),
     )),
-    ('Interpretability', (
-        ('symjax.interpret', ()),
-        ('symjax.interpret.engine', None),
-        ('symjax.interpret.hooked.HookedModel', None),
-        ('symjax.interpret.hooks', None),
-        ('symjax.interpret.grid', None),
-        ('symjax.interpret.generation', None),
-        ('symjax.interpret.decomposition', ()),
-        ('symjax.interpret.patching', None),
-        ('symjax.interpret.suffix', None),
-        ('symjax.interpret.circuits', None),
-        ('symjax.interpret.patterns', None),
-        ('symjax.interpret.attribution', None),
-        ('symjax.interpret.tracing', None),
-        ('symjax.interpret.mixtures', None),
-        ('symjax.interpret.interventions', None),
-        ('symjax.interpret.core', ('takes_hooked_model', 'analysis_model', 'channel_lens', 'head_parameters',
-                                   'readout')),
-        ('symjax.interpret.report', ('build_report', 'head_parameter_figure')),
+    ('docs/api/tracing.md', 'Tracing', 'traces, exact mixtures, interventions, the report', (
+        ('Interpretability: traces and mixtures', (
+            ('symjax.interpret.tracing', None),
+            ('symjax.interpret.mixtures', None),
+            ('symjax.interpret.interventions', None),
+            ('symjax.interpret.core', ('takes_hooked_model', 'analysis_model', 'channel_lens', 'head_parameters',
+                                       'readout')),
+            ('symjax.interpret.report', ('build_report', 'head_parameter_figure')),
+        )),
     )),
-    ('Programs', (
-        ('symjax.proj.decompile', ('decompile', 'build', 'write', 'load_program', 'evaluate')),
-        ('symjax.proj.program_code', ('decompile', 'build', 'plan_of', 'domains', 'prune', 'describe')),
+    ('docs/api/programs.md', 'Programs', 'decompiling a model into code', (
+        ('Programs', (
+            ('symjax.proj.decompile', ('decompile', 'build', 'write', 'load_program', 'evaluate')),
+            ('symjax.proj.program_code', ('decompile', 'build', 'plan_of', 'domains', 'prune', 'describe')),
+        )),
     )),
 )
 
-HEADER = ('# API reference\n\n<!-- Written by python -m benchmarks.results_pages from the code\'s signatures and '
-          'docstrings (benchmarks/lib/api_page.py); edit those, not this page. -->\n')
+NOTE = ('<!-- Written by python -m benchmarks.results_pages from the code\'s signatures and docstrings '
+        '(benchmarks/lib/api_page.py); edit those, not this page. -->\n')
 
 
 def _resolve(dotted: str) -> Any:
@@ -179,11 +200,16 @@ def _object(dotted: str, members: tuple[str, ...] | None) -> str:
   return '\n'.join(out)
 
 
-def render() -> str:
-  """The page's text."""
-  parts = [HEADER]
-  for title, objects in SECTIONS:
-    parts.append(f'## {title}\n')
-    parts += [_object(dotted, members) for dotted, members in objects]
-  text = '\n'.join(parts)
-  return re.sub(r'\n{3,}', '\n\n', text).rstrip('\n') + '\n'
+def pages() -> dict[str, str]:
+  """{path: text} of every API page; the first (``docs/api.md``) also lists the others."""
+  out = {}
+  for i, (path, title, what, sections) in enumerate(PAGES):
+    parts = [f'# {title}\n\n{NOTE}']
+    if i == 0:
+      parts.append('The reference in pages, each generated from the code:\n\n' + ''.join(
+          f'- [{t}]({os.path.relpath(p, "docs")}): {w}\n' for p, t, w, _ in PAGES[1:]))
+    for heading, objects in sections:
+      parts.append(f'## {heading}\n')
+      parts += [_object(dotted, members) for dotted, members in objects]
+    out[path] = re.sub(r'\n{3,}', '\n\n', '\n'.join(parts)).rstrip('\n') + '\n'
+  return out

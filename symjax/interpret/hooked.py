@@ -282,16 +282,12 @@ class HookedModel:
     """TransformerLens's ``loss_fn``: the cross-entropy of each next token of ``tokens`` under ``logits``
     ``[batch, time, vocab]``, ``[batch, time - 1]`` with ``per_token``, else its mean (over the real tokens
     where ``attention_mask`` says which)."""
-    logits, tokens = np.asarray(logits, np.float64), np.asarray(tokens)
-    if logits.shape[:2] != tokens.shape[-2:] if tokens.ndim == 2 else True:
-      raise InputError(f'logits {logits.shape} and tokens {tokens.shape} must share [batch, time]')
-    logp = logits[:, :-1] - logits[:, :-1].max(-1, keepdims=True)
-    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
-    nll = -np.take_along_axis(logp, tokens[:, 1:, None], -1)[..., 0].astype(np.float32)
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or np.shape(logits)[:2] != tokens.shape:
+      raise InputError(f'logits {np.shape(logits)} and tokens {tokens.shape} must share [batch, time]')
     if per_token:
-      return self._out(nll)
-    weights = np.ones(nll.shape) if attention_mask is None else np.asarray(attention_mask, float)[:, 1:]
-    return self._out(np.float32((nll * weights).sum() / max(weights.sum(), 1e-9)))
+      return self._out(hooks.next_token_nll(logits, tokens).astype(np.float32))
+    return self._out(hooks.next_token_loss(logits, tokens, weights=attention_mask))
 
   def to_single_token(self, text: str) -> int:
     """The id of a text that is one token (TransformerLens's ``to_single_token``)."""

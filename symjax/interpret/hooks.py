@@ -486,17 +486,24 @@ def run_with_hooks(model: Transformer, params, tokens, hooks: dict[str, Callable
   return (np.asarray(logits), loss) if return_type == 'both' else loss
 
 
-def next_token_loss(logits, tokens, targets=None, weights=None) -> np.float64:
-  """The mean cross-entropy of ``run_with_hooks``: of ``targets`` (default: each next token of ``tokens``),
-  weighted by ``weights`` where given, in float64 (a few small arrays: NumPy, not a string of eager JAX
-  calls)."""
+def next_token_nll(logits, tokens, targets=None) -> np.ndarray:
+  """Each position's cross-entropy of ``targets`` under ``logits`` ``[batch, time, vocab]``, in float64; by
+  default of each next token of ``tokens`` (``[batch, time - 1]``). A few small arrays: NumPy, not a string of
+  eager JAX calls."""
   logits = np.asarray(logits, np.float64)
+  if targets is None:
+    logits, targets = logits[:, :-1], np.asarray(tokens)[:, 1:]
   logp = logits - logits.max(-1, keepdims=True)
   logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
-  if targets is None:
-    logp, targets = logp[:, :-1], tokens[:, 1:]
-    weights = None if weights is None else np.asarray(weights)[:, 1:]
-  nll = -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
+  return -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
+
+
+def next_token_loss(logits, tokens, targets=None, weights=None) -> np.float64:
+  """The mean of ``next_token_nll`` (``run_with_hooks``' loss), weighted by ``weights`` ``[batch, time]``
+  where given."""
+  nll = next_token_nll(logits, tokens, targets)
+  if weights is not None and targets is None:
+    weights = np.asarray(weights)[:, 1:]
   w = np.ones_like(nll) if weights is None else np.asarray(weights, np.float64)
   return np.float64((nll * w).sum() / max(w.sum(), 1e-9))
 

@@ -10,7 +10,8 @@ default induction config.
 defaults: ``SYMJAX_KEEP_MALLOC=1``), each in its own process since malloc's settings are process-wide,
 the two alternating ``repeats`` times; the median of each is reported.
 ``--against=COMMIT``: the kinds' step of this tree and of COMMIT's (checked out in a temporary worktree, its
-own ``step_time`` run), the two alternating ``repeats`` times: an A/B of two trees in one run. With
+own ``step_time`` run), the two alternating ``repeats`` times, which runs first alternating too: an A/B of two
+trees in one run. With
 ``--command``, each tree's whole training command instead (``python -m symjax.main
 --config=<kind>:task=text,size=medium`` for ``--steps`` steps on ``--text_path``, its own compilation cache
 warmed first): the median tokens/s of its progress lines after the first, so that the loop around the step
@@ -202,7 +203,8 @@ def trees_ab(commit: str) -> None:
   times: dict[str, dict[str, list[float]]] = {t: {k: [] for k in KINDS} for t in ('this tree', commit)}
   with two_trees(commit) as (folder, trees):
     for r in range(_REPEATS.value):
-      for (tree, cwd), extra in zip(trees, (['--kinds_only'], [])):
+      # Which tree runs first alternates between rounds: a process right after a pause runs slower.
+      for (tree, cwd), extra in list(zip(trees, (['--kinds_only'], [])))[::1 if r % 2 == 0 else -1]:
         out = os.path.join(folder, f'{r}.json')
         subprocess.run([sys.executable, '-m', 'benchmarks.speed.step_time', '--repeats=1', '--seeds=1',
                         f'--steps={_STEPS.value}', f'--json={out}', *extra], cwd=cwd, check=True,
@@ -223,9 +225,9 @@ def commands_ab(commit: str) -> None:
     for k in KINDS:
       for _, cwd in trees:
         command_rate(k, cwd, folder)  # warm-up: each tree's programs compiled into its own cache
-    for _ in range(_REPEATS.value):
+    for r in range(_REPEATS.value):
       for k in KINDS:
-        for tree, cwd in trees:
+        for tree, cwd in trees[::1 if r % 2 == 0 else -1]:  # which runs first alternates, as in trees_ab
           rates[tree][k].append(command_rate(k, cwd, folder))
   report(commit, rates, f'The training command at the text recipe ({_STEPS.value} steps)', 'tokens/s',
          lambda r: f'{r:,.0f}', 'tokens_per_second', ' --command')

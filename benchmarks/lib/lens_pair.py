@@ -115,7 +115,8 @@ def generation_prompts() -> np.ndarray:
 # user function), so their ratios are against those rows.
 SAME_FOR_LENS = {'heads_sweep_16_user_metric': 'heads_sweep_16', 'resid_pre_sweep_256_user_metric':
                  'resid_pre_sweep_256', 'heads_by_position_sweep_1024_user_metric': 'heads_by_position_sweep_1024',
-                 'zero_head_loop_16': 'partial_loop_16', 'hook_sweep_16': 'partial_loop_16'}
+                 'zero_head_loop_16': 'partial_loop_16', 'hook_sweep_16': 'partial_loop_16',
+                 'patch_loop_16': 'heads_sweep_16'}
 
 
 def symjax_workloads(hm, tokens, clean, corrupt):
@@ -147,6 +148,8 @@ def symjax_workloads(hm, tokens, clean, corrupt):
       'zero_head_loop_16': lambda: [hm.run_with_hooks(tokens, [(f'blocks.{l}.attn.hook_z', hooks.zero_head(h))],
                                                       return_type='loss') for l in grid['layer'] for h in grid['head']],
       'hook_sweep_16': lambda: hm.sweep_hooks(tokens, 'blocks.{layer}.attn.hook_z', ablate, grid),
+      'patch_loop_16': lambda: [patching.patch(hm, clean, corrupt, f'blocks.{l}.attn.z', heads=h, metric=metric)
+                                for l in grid['layer'] for h in grid['head']],
       'heads_sweep_16_user_metric': lambda: patching.get_act_patch_attn_head_out_all_pos(hm, clean, corrupt,
                                                                                          user_metric),
       'resid_pre_sweep_256_user_metric': lambda: patching.get_act_patch_resid_pre(hm, clean, corrupt, user_metric),

@@ -1,6 +1,11 @@
-"""Shared by the benchmark scripts: the median time of a compiled function over timed rounds."""
+"""Shared by the benchmark scripts: the median time of a compiled function over timed rounds, and two trees
+(this one and a commit's) to time side by side."""
 
+import contextlib
+import os
 import statistics
+import subprocess
+import tempfile
 import time
 
 import jax
@@ -20,3 +25,19 @@ def median_seconds(fn, *args, steps: int, repeats: int, warmup: int = 2) -> floa
     jax.block_until_ready(out)
     rounds.append((time.perf_counter() - start) / steps)
   return statistics.median(rounds)
+
+
+@contextlib.contextmanager
+def two_trees(commit: str):
+  """(a scratch folder, ((name, root) of this tree and of ``commit``'s, checked out in a temporary worktree))."""
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  with tempfile.TemporaryDirectory() as folder:
+    other = os.path.join(folder, 'tree')
+    subprocess.run(['git', 'worktree', 'add', '--detach', other, commit], cwd=repo, check=True, capture_output=True)
+    # The installed symjax maps symjax.configs to this tree's configs/; the other tree's own, found first on
+    # its PYTHONPATH, keeps its recipes with its code.
+    os.symlink(os.path.join(other, 'configs'), os.path.join(other, 'symjax', 'configs'))
+    try:
+      yield folder, (('this tree', repo), (commit, other))
+    finally:
+      subprocess.run(['git', 'worktree', 'remove', '--force', other], cwd=repo, capture_output=True)

@@ -25,7 +25,6 @@ rounds, and the fastest round of each is reported, so that other load on the mac
 variant alike.
 """
 
-import contextlib
 import json
 import os
 import re
@@ -43,6 +42,7 @@ from absl import app, flags
 import symjax.configs as configs
 from benchmarks.lib import cli, recipe
 from benchmarks.lib import results as result_files
+from benchmarks.lib.timing import two_trees
 from symjax import model as model_lib
 from symjax import tasks
 from symjax.system import host
@@ -164,22 +164,6 @@ def command_rate(kind: str, cwd: str, folder: str) -> float:
   rates = [float(m.group(1).replace(',', '')) for m in
            (re.search(r'^step \d+/\d+: loss [\d.]+, ([\d,]+) tokens/s', line) for line in out.stdout.splitlines()) if m]
   return statistics.median(rates[1:])
-
-
-@contextlib.contextmanager
-def two_trees(commit: str):
-  """(a scratch folder, ((name, root) of this tree and of ``commit``'s, checked out in a temporary worktree))."""
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  with tempfile.TemporaryDirectory() as folder:
-    other = os.path.join(folder, 'tree')
-    subprocess.run(['git', 'worktree', 'add', '--detach', other, commit], cwd=repo, check=True, capture_output=True)
-    # The installed symjax maps symjax.configs to this tree's configs/; the other tree's own, found first on
-    # its PYTHONPATH, keeps its recipes with its code.
-    os.symlink(os.path.join(other, 'configs'), os.path.join(other, 'symjax', 'configs'))
-    try:
-      yield folder, (('this tree', repo), (commit, other))
-    finally:
-      subprocess.run(['git', 'worktree', 'remove', '--force', other], cwd=repo, capture_output=True)
 
 
 def report(commit: str, values: dict, what: str, unit: str, show, name: str, flags_: str) -> None:

@@ -23,6 +23,11 @@ at the last position. Run it on an idle machine: with both
 cores busy, eager PyTorch slows far more than XLA. Tests time nothing; ``docs/results/data/`` pages are
 generated from the JSON (``python -m benchmarks.results_pages``).
 
+``--against=COMMIT``: symjax's own workloads (``--workloads``, default the patching ones) in this tree and in
+``COMMIT``'s, for the standard and the symbolic kind, each (tree, kind) in a fresh process whose first calls
+compile, the trees alternating over ``--rounds`` rounds (no TransformerLens): what a change of the
+interpretability path costs or saves, its first calls and its warm medians, the values checked equal.
+
 ``--starts``: what the number of starts a patching sweep recomputes from (``symjax.interpret.suffix.BUCKETS``)
 costs at the first call and saves at the next (each start is a program to compile, and more starts recompute
 fewer positions), for the sweeps above on the standard and the symbolic kind (symjax alone). Every (kind, sweep,
@@ -45,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from benchmarks.lib import cli
+from benchmarks.lib import cli, timing
 from benchmarks.lib import lens_pair as pair
 from benchmarks.lib import results as result_files
 from symjax.system import host
@@ -56,6 +61,12 @@ _STARTS = flags.DEFINE_list('starts', [], 'Starts per input (suffix.BUCKETS) to 
                              'process, instead of the comparison with TransformerLens.')
 _STARTS_JSON = flags.DEFINE_string('starts_json', 'benchmarks/results/sweep_starts_cpu.json', 'Where --starts writes.')
 _STARTS_CHILD = 'SYMJAX_SWEEP_STARTS_CHILD'  # "kind sweep buckets", set in the processes --starts starts
+_AGAINST = flags.DEFINE_string('against', None, 'A commit: time symjax\'s workloads in this tree and in that '
+                               'commit\'s, in alternating processes, instead of the comparison with TransformerLens.')
+_ROUNDS = flags.DEFINE_integer('rounds', 3, 'With --against: rounds of the two trees\' processes.', lower_bound=1)
+_AGAINST_CHILD = 'SYMJAX_AGAINST_CHILD'  # "kind workload,workload,...", set in the processes --against starts
+AGAINST_WORKLOADS = ('patch_loop_16', 'heads_sweep_16', 'resid_pre_sweep_256', 'heads_by_position_sweep_1024',
+                     'resid_pre_sweep_256_from_0')
 _SWEEP_BATCH = flags.DEFINE_integer('sweep_batch', 1, 'Prompt pairs patched in every sweep.')
 _WORKLOADS = flags.DEFINE_list('workloads', [], 'Workloads to time (default: all); a user-metric or loop row '
                                'needs the TransformerLens row it is compared with (lens_pair.SAME_FOR_LENS).')
@@ -180,6 +191,74 @@ def one_sweep(kind: str, sweep: str, buckets: int) -> dict:
 
 
 
+def kind_workloads(kind: str, names: list[str]) -> dict:
+  """``--against``'s child: {workload: first call, warm median and values} of ``kind`` in this process."""
+  hm = pair.symjax_model(kind)
+  calls = pair.symjax_workloads(hm, *pair.prompts(_SWEEP_BATCH.value))
+  out = {}
+  for name in names:
+    first = pair.seconds(calls[name])
+    values = np.asarray(calls[name](), float)
+    warm = statistics.median(pair.seconds(calls[name]) for _ in range(_REPEATS.value))
+    out[name] = {'first_call_s': first, 'warm_s': warm, 'values': values.ravel().tolist()}
+  return out
+
+
+def against(commit: str) -> None:
+  """``--against``: each kind's workloads in a fresh process of this tree and of ``commit``'s, alternating which
+  runs first, ``--rounds`` times; this tree's benchmark code times both (``symjax`` is each tree's own)."""
+  names = _WORKLOADS.value or list(AGAINST_WORKLOADS)
+  kinds = ('standard', 'symbolic')
+  runs = {}
+  with timing.two_trees(commit) as (folder, trees):
+    ours = os.path.join(folder, 'bench')
+    os.makedirs(ours)
+    os.symlink(os.path.join(trees[0][1], 'benchmarks'), os.path.join(ours, 'benchmarks'))
+    for r in range(_ROUNDS.value):
+      for kind in kinds:
+        for tree, root in trees[::1 if r % 2 == 0 else -1]:
+          env = dict(os.environ, PYTHONPATH=f'{ours}:{root}', **{_AGAINST_CHILD: f'{kind} {",".join(names)}'})
+          out = subprocess.run([sys.executable, '-m', 'benchmarks.speed.vs_transformer_lens',
+                                f'--repeats={_REPEATS.value}', f'--sweep_batch={_SWEEP_BATCH.value}'],
+                               cwd=ours, env=env, capture_output=True, text=True)  # not root: its benchmarks
+          if out.returncode:
+            raise SystemExit(f'{tree} {kind} failed:\n{out.stderr[-2000:]}')
+          runs.setdefault(tree, {}).setdefault(kind, []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+  table, largest = {}, 0.0
+  print(f'symjax workloads, this tree against {commit}: medians over {_ROUNDS.value} processes each '
+        f'({result_files.cpu_model()})')
+  print(f'| kind | workload | first call s, this | first call s, {commit} | warm s, this | warm s, {commit} '
+        f'| warm this / {commit} |')
+  print('|---|---|---:|---:|---:|---:|---:|')
+  for kind in kinds:
+    for name in names:
+      row = {}
+      for tree, _ in trees:
+        per = [run[name] for run in runs[tree][kind]]
+        row[tree] = {'first_call_s': [p['first_call_s'] for p in per], 'warm_s': [p['warm_s'] for p in per],
+                     'median_first_call_s': statistics.median(p['first_call_s'] for p in per),
+                     'median_warm_s': statistics.median(p['warm_s'] for p in per)}
+        values = np.asarray(per[0]['values'])
+      this = np.asarray(runs['this tree'][kind][0][name]['values'])
+      largest = max(largest, float(np.nanmax(np.abs(this - values))) if this.shape == values.shape else np.inf)
+      a, b = row['this tree'], row[commit]
+      row['warm_ratio'] = a['median_warm_s'] / b['median_warm_s']
+      table[f'{kind}/{name}'] = row
+      print(f'| {kind} | {name} | {a["median_first_call_s"]:.2f} | {b["median_first_call_s"]:.2f} | '
+            f'{a["median_warm_s"]:.4f} | {b["median_warm_s"]:.4f} | {row["warm_ratio"]:.3f} |')
+  print(f'largest difference of the values between the trees: {largest:.3g}')
+  if largest > 1e-4:
+    raise SystemExit(f'the trees\' values differ by {largest:.3g}')
+  result_files.write(_JSON.value, {
+      'what': f'symjax interpretability workloads of benchmarks.speed.vs_transformer_lens, this tree against '
+              f'{commit}: each (tree, kind) in a fresh process ({_ROUNDS.value} each, alternating which tree runs '
+              f'first), its first calls (compilation included) and the median of {_REPEATS.value} warm calls',
+      'against': commit, 'rounds': _ROUNDS.value, 'repeats': _REPEATS.value, 'jax': jax.__version__,
+      'largest_difference': largest, 'workloads': table,
+      'command': f'python -m benchmarks.speed.vs_transformer_lens --against={commit} --rounds={_ROUNDS.value} '
+                 f'--repeats={_REPEATS.value}' + (f' --workloads={",".join(names)}' if _WORKLOADS.value else '')})
+
+
 def starts() -> None:
   """``--starts``: every (kind, sweep, starts) in a fresh process of this script; the table and JSON."""
   buckets = [int(b) for b in _STARTS.value]
@@ -223,8 +302,14 @@ def main(argv):
     kind, sweep, buckets = os.environ[_STARTS_CHILD].split()
     print(json.dumps(one_sweep(kind, sweep, int(buckets))))
     return
+  if os.environ.get(_AGAINST_CHILD):
+    kind, names = os.environ[_AGAINST_CHILD].split()
+    print(json.dumps(kind_workloads(kind, names.split(','))))
+    return
   if _STARTS.value:
     return starts()
+  if _AGAINST.value:
+    return against(_AGAINST.value)
   import torch
   tokens, clean, corrupt = pair.prompts(_SWEEP_BATCH.value)
   standard, symbolic = pair.symjax_model('standard'), pair.symjax_model('symbolic')

@@ -29,6 +29,19 @@ def cached(request):
   return model, params, tokens, logits, cache
 
 
+def test_site_axes_give_each_sites_rank_and_its_position_and_head_sizes(cached):
+  """The masks of a patch are built from ``site_axes`` alone (no traced shapes): every site's rank, and the
+  prompt's length at its position axis and the heads at its head axis, as the cached values have them."""
+  model, _, tokens, _, cache = cached
+  for site, (time_axis, head_axis, rank) in hooks.site_axes(model, list(cache), hooking=False).items():
+    shape = np.shape(cache[site])
+    assert len(shape) == rank, site
+    if time_axis is not None:
+      assert shape[time_axis] == tokens.shape[1], site
+    if head_axis is not None:
+      assert shape[head_axis] == model.config.num_heads, site
+
+
 def test_the_cache_holds_every_named_site_with_the_models_own_values(cached):
   model, params, tokens, logits, cache = cached
   cfg = model.config

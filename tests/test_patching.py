@@ -218,7 +218,7 @@ def test_a_sweep_split_into_calls_runs_them_through_one_program_per_start(kind):
   same compiled program, and the values equal the sweep in one call."""
   model, params, clean, corrupt = setup(kind)
   analysis = core.analysis_model(model)
-  groups = patching._heads_by_position(model, params, clean, None,
+  groups = patching._heads_by_position(model, clean.shape[1],
                                        [f'blocks.{l}.attn.z' for l in range(model.config.num_layers)])
   whole = suffix.run(analysis, params, clean, corrupt, None, groups)[2]
   kept = lambda: {k[1] for k in engine._PROGRAMS if k[0] == 'executable'}

@@ -47,6 +47,16 @@ def axes(model: Transformer, name: str) -> tuple[int | None, int | None]:
   return 1, None
 
 
+def site_axes(model: Transformer, requested: Sequence[str], hooking: bool = True
+              ) -> dict[str, tuple[int | None, int | None, int]]:
+  """{site: (time axis, head axis, rank)} of each requested site's value, after ``check_names``: what a
+  mask needs to broadcast against it. A per-head site is ``[batch, time, heads, d]`` or ``[batch, heads,
+  time, time]``; every other site has three axes (``[batch, time, d]``, or a symbolic channel FFN's hidden
+  units ``[heads, batch·time, ff]``)."""
+  check_names(model, requested, hooking=hooking)
+  return {s: (*axes(model, s), 4 if s.endswith(PER_HEAD + HEAD_FIRST) else 3) for s in requested}
+
+
 RETURN_TYPES = ('logits', 'loss', 'both')  # 'both': (logits, loss), as TransformerLens's forward gives them
 
 

@@ -27,8 +27,7 @@ from symjax.system.errors import InputError
 axes, _PER_HEAD, _HEAD_FIRST = hooks.axes, hooks.PER_HEAD, hooks.HEAD_FIRST
 
 
-def _selector(model, name, shape, positions, heads):
-  time_axis, head_axis = axes(model, name)
+def _selector(name: str, time_axis: int | None, head_axis: int | None, shape, positions, heads):
   index: list = [slice(None)] * len(shape)
   if positions is not None:
     if time_axis is None:
@@ -42,7 +41,7 @@ def _selector(model, name, shape, positions, heads):
     if head_axis is None:
       raise InputError(f'{name} has no head axis; heads= applies to {list(_PER_HEAD + _HEAD_FIRST)}')
     heads = np.atleast_1d(np.asarray(heads))
-    h = model.config.num_heads
+    h = shape[head_axis]
     if np.any((heads < 0) | (heads >= h)):
       raise InputError(f'heads {heads.tolist()} are out of range: the model has heads 0..{h - 1}')
     index[head_axis] = heads
@@ -138,15 +137,22 @@ def _rows(count: int, limit: int) -> int:
 def _run(model: Transformer, params, clean, corrupt, key_mask, masks: dict[str, np.ndarray],
          chunk: int | None = None) -> _Patched:
   """``masks`` {site: ``[patches, ...]`` booleans broadcast to the site's value}: patch i takes each site from
-  the clean run where its mask is True, all in one compiled program (``_program``)."""
+  the clean run where its mask is True: in ``suffix``'s programs for a causal model, else in ``_program``."""
   _patch_count(masks)
-  analysis, sites = core.analysis_model(model), tuple(masks)
+  analysis = core.analysis_model(model)
   if suffix.applies(analysis, clean.shape[1]):
     return _Patched(*suffix.run(analysis, params, clean, corrupt, key_mask, [masks], chunk))
-  count, calls = _calls(model, params, clean, corrupt, key_mask, masks, chunk)
+  return _whole(analysis, params, clean, corrupt, key_mask, masks, chunk)
+
+
+def _whole(analysis: Transformer, params, clean, corrupt, key_mask, masks: dict[str, np.ndarray],
+           chunk: int | None = None) -> _Patched:
+  """The patches of ``masks`` in ``_program``: the clean and corrupt runs and every patched run of the whole
+  model in one program, vmapped over the patches in calls of ``chunk`` patches."""
+  count, calls = _calls(params, clean, corrupt, key_mask, masks, chunk)
   out = []
   for args in calls:
-    clean_logits, corrupt_logits, logits = _executable(analysis, sites, args)(*args)
+    clean_logits, corrupt_logits, logits = _executable(analysis, tuple(masks), args)(*args)
     out.append(np.asarray(logits))
   return _Patched(np.asarray(clean_logits), np.asarray(corrupt_logits), np.concatenate(out)[:count])
 
@@ -158,7 +164,7 @@ def _patch_count(masks: dict[str, np.ndarray]) -> int:
   return count.pop()
 
 
-def _calls(model, params, clean, corrupt, key_mask, masks, chunk=None) -> tuple[int, list[tuple]]:
+def _calls(params, clean, corrupt, key_mask, masks, chunk=None) -> tuple[int, list[tuple]]:
   """(patches, the arguments of each call of the program): the patches padded to whole calls of a power of
   two rows each."""
   count = _patch_count(masks)
@@ -184,29 +190,41 @@ def _run_groups(model: Transformer, params, clean, corrupt, key_mask, groups: li
   return _Patched(np.asarray(clean_logits), np.asarray(corrupt_logits), np.asarray(logits))
 
 
-def _site_shapes(model, params, tokens, key_mask, sites) -> dict[str, tuple[int, ...]]:
-  """The shapes of the sites' values, traced without running the model (once per model, sites and shapes)."""
-  key = (model, sites, tuple(np.shape(tokens)), key_mask is None,
-         tuple((x.shape, x.dtype) for x in jax.tree.leaves(params)))
-  return engine.remembered(('site shapes', key), lambda: _traced_shapes(model, params, tokens, key_mask, sites))
+def _shape(model: Transformer, axes: tuple[int | None, int | None, int], time: int) -> tuple[int, ...]:
+  """A mask's shape for a site of ``axes`` (``hooks.site_axes``): the positions and heads at their axes, every
+  other axis 1, to broadcast against the site's value."""
+  time_axis, head_axis, rank = axes
+  shape = [1] * rank
+  for axis, size in ((time_axis, time), (head_axis, model.config.num_heads)):
+    if axis is not None:
+      shape[axis] = size
+  return tuple(shape)
 
 
-def _traced_shapes(model, params, tokens, key_mask, sites):
-  def values(params, tokens, key_mask):
-    seen = {}
-    fns = {s: (lambda v, name, s=s: seen.setdefault(s, v)) for s in sites}
-    hooks.hooked_logits(model, params, tokens, key_mask, fns)
-    return seen
-  return {s: v.shape for s, v in jax.eval_shape(values, params, jnp.asarray(tokens), key_mask).items()}
-
-
-def _masks(model, sites, shape_of, positions, heads) -> dict[str, np.ndarray]:
-  """One patch's masks: True at ``positions`` and ``heads`` (default: all of them) of each site."""
+def _masks(model: Transformer, axes_of: dict, time: int, positions, heads) -> dict[str, np.ndarray]:
+  """One patch's masks ``[1, ...]`` (``axes_of``: ``hooks.site_axes``): True at ``positions`` and ``heads``
+  (default: all of them)."""
   out = {}
-  for s in sites:
-    m = np.zeros(shape_of[s], bool)
-    m[_selector(model, s, m.shape, positions, heads)] = True
+  for s, info in axes_of.items():
+    m = np.zeros(_shape(model, info, time), bool)
+    m[_selector(s, info[0], info[1], m.shape, positions, heads)] = True
     out[s] = m[None]
+  return out
+
+
+def _every_block(model: Transformer, masks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """``masks`` with the same site of every block, unpatched (a mask of False) where none was asked: one program
+  then serves a loop over the blocks, as it serves a loop over heads or positions, rather than one per block.
+  A False mask keeps the corrupt value exactly."""
+  out = {}
+  for s, m in masks.items():
+    if not s.startswith('blocks.'):
+      out[s] = m
+      continue
+    local = s.split('.', 2)[2]
+    for l in range(model.config.num_layers):
+      other = f'blocks.{l}.{local}'
+      out[other] = masks.get(other, out.get(other, np.zeros_like(m)))
   return out
 
 
@@ -216,15 +234,14 @@ def patch(model: Transformer, params, clean, corrupt, name: str | Sequence[str],
   """``metric`` of the logits of ``corrupt`` run with ``name`` (one site or several) taken from ``clean`` at
   ``positions`` and ``heads`` (default: all of them); the logits themselves without a metric. Every prompt
   pair of the batch is patched. ``key_mask`` ``[batch, time]`` (False at padding) runs both prompts with
-  their padding masked, so that prompts of unequal length patch as padded to one length. It runs in the
-  compiled program of a sweep over the same sites (``patch_many``), so a loop of patches equals the sweep."""
+  their padding masked, so that prompts of unequal length patch as padded to one length. One compiled program
+  runs the clean, the corrupt and the patched pass (``_program``), once per sites and shapes: a loop over the
+  heads or positions of a site compiles once, and its values equal the sweep's."""
   clean, corrupt, key_mask = _pair(model, clean, corrupt, key_mask)
-  sites = [name] if isinstance(name, str) else list(name)
-  hooks.check_names(model, sites, hooking=True)
-  shapes = _site_shapes(core.analysis_model(model), core.unboxed(params), clean,
-                        None if key_mask is None else jnp.asarray(key_mask), tuple(sites))
-  masks = _masks(model, sites, shapes, positions, heads)
-  logits = _run(model, params, clean, corrupt, key_mask, masks).patched[0]
+  analysis = core.analysis_model(model)
+  axes_of = hooks.site_axes(analysis, [name] if isinstance(name, str) else list(name))
+  masks = _every_block(analysis, _masks(analysis, axes_of, clean.shape[1], positions, heads))
+  logits = _whole(analysis, params, clean, corrupt, key_mask, masks).patched[0]
   return logits if metric is None else metric(logits)
 
 
@@ -444,40 +461,33 @@ def _sweep(model, params, clean, corrupt, groups: list[dict[str, np.ndarray]], s
   patches = sum(len(next(iter(g.values()))) for g in groups)
   if patches * clean.size <= CHUNK_TOKENS:
     return score(_run_groups(model, params, clean, corrupt, key_mask, groups))
-  _compile_all([(analysis, tuple(g), _calls(model, params, clean, corrupt, key_mask, g)[1][0]) for g in groups])
+  _compile_all([(analysis, tuple(g), _calls(params, clean, corrupt, key_mask, g)[1][0]) for g in groups])
   return np.concatenate([score(_run(model, params, clean, corrupt, key_mask, g)) for g in groups])
 
 
-def _one_site_per_patch(model, params, clean, key_mask, sites: list[str], axis: str) -> list[dict]:
+def _one_site_per_patch(model, time: int, sites: list, axis: str) -> list[dict]:
   """One group per site: patch i of site s takes index i of its ``axis`` ('time' or 'head'); a list of sites
   in one entry (a two-stream state) are patched together."""
-  analysis = core.analysis_model(model)
-  every = tuple(s for group in sites for s in ([group] if isinstance(group, str) else group))
-  shapes = _site_shapes(analysis, core.unboxed(params), clean, None if key_mask is None else jnp.asarray(key_mask),
-                        every)
   groups = []
   for group in sites:
     group = [group] if isinstance(group, str) else group
     masks = {}
-    for s in group:
-      time_axis, head_axis = axes(model, s)
-      a = time_axis if axis == 'time' else head_axis
-      masks[s] = _one_hot(shapes[s], a, shapes[s][a])
+    for s, info in hooks.site_axes(model, group).items():
+      a = info[0] if axis == 'time' else info[1]
+      shape = _shape(model, info, time)
+      masks[s] = _one_hot(shape, a, shape[a])
     groups.append(masks)
   return groups
 
 
-def _heads_by_position(model, params, clean, key_mask, sites: list[str]) -> list[dict]:
+def _heads_by_position(model, time: int, sites: list[str]) -> list[dict]:
   """One group per site: patch (p, h) takes head h at position p."""
-  analysis = core.analysis_model(model)
-  shapes = _site_shapes(analysis, core.unboxed(params), clean, None if key_mask is None else jnp.asarray(key_mask),
-                        tuple(sites))
   groups = []
-  for s in sites:
-    time_axis, head_axis = axes(model, s)
-    shape = shapes[s]
+  for s, info in hooks.site_axes(model, sites).items():
+    time_axis, head_axis, _ = info
+    shape = _shape(model, info, time)
     t, h = shape[time_axis], shape[head_axis]
-    m = np.zeros((t * h, *[shape[a] if a in (time_axis, head_axis) else 1 for a in range(len(shape))]), bool)
+    m = np.zeros((t * h, *shape), bool)
     for p in range(t):
       for k in range(h):
         index = [p * h + k] + [0] * len(shape)
@@ -499,7 +509,7 @@ def sweep_heads(model: Transformer, params, clean, corrupt, site: str = 'attn.z'
   if axes(model, sites[0])[1] is None:
     raise InputError(f'{site} has no head axis; sweep_heads patches {list(_PER_HEAD + _HEAD_FIRST)}')
   score = _Score(metric, answer, wrong, key_mask, clean.shape, model.config.vocab_size)
-  values = _sweep(model, params, clean, corrupt, _one_site_per_patch(model, params, clean, key_mask, sites, 'head'),
+  values = _sweep(model, params, clean, corrupt, _one_site_per_patch(model, clean.shape[1], sites, 'head'),
                   score, key_mask).reshape(cfg.num_layers, cfg.num_heads)
   return Sweep(values, [f'block {l}' for l in range(cfg.num_layers)], [f'head {h}' for h in range(cfg.num_heads)],
                f'patching {site} per head', score.name)
@@ -517,7 +527,7 @@ def sweep_positions(model: Transformer, params, clean, corrupt, streams: Sequenc
   per_layer = [[f'blocks.{l}.{s}' for s in streams] for l in range(cfg.num_layers)]
   hooks.check_names(model, [s for layer in per_layer for s in layer], hooking=True)
   score = _Score(metric, answer, wrong, key_mask, clean.shape, model.config.vocab_size)
-  values = _sweep(model, params, clean, corrupt, _one_site_per_patch(model, params, clean, key_mask, per_layer, 'time'),
+  values = _sweep(model, params, clean, corrupt, _one_site_per_patch(model, clean.shape[1], per_layer, 'time'),
                   score, key_mask).reshape(cfg.num_layers, clean.shape[1])
   return _position_sweep(values, clean, decode, streams, score.name)
 
@@ -543,7 +553,7 @@ def _by_position(model, params, clean, corrupt, sites_of, metric, answer, wrong,
   per_layer = [sites_of(model, l) for l in range(model.config.num_layers)]
   hooks.check_names(model, [s for layer in per_layer for s in layer], hooking=True)
   score = _Score(metric, answer, wrong, key_mask, clean.shape, model.config.vocab_size)
-  return _sweep(model, params, clean, corrupt, _one_site_per_patch(model, params, clean, key_mask, per_layer, 'time'),
+  return _sweep(model, params, clean, corrupt, _one_site_per_patch(model, clean.shape[1], per_layer, 'time'),
                 score, key_mask).reshape(model.config.num_layers, clean.shape[1])
 
 
@@ -595,7 +605,7 @@ def get_act_patch_attn_head_out_by_pos(model, params, clean, corrupt, metric=Non
   cfg = model.config
   sites = [f'blocks.{l}.attn.z' for l in range(cfg.num_layers)]
   score = _Score(metric, answer, wrong, key_mask, clean.shape, model.config.vocab_size)
-  values = _sweep(model, params, clean, corrupt, _heads_by_position(model, params, clean, key_mask, sites), score,
+  values = _sweep(model, params, clean, corrupt, _heads_by_position(model, clean.shape[1], sites), score,
                   key_mask)
   return values.reshape(cfg.num_layers, clean.shape[1], cfg.num_heads)
 

@@ -5,7 +5,7 @@ patched."""
 import jax
 import numpy as np
 import pytest
-from helpers import KINDS, randomize, shapes_of, small
+from helpers import KINDS, compilations, randomize, shapes_of, small
 
 from symjax.interpret import HookedModel, core, engine, hooks, interventions, patching, suffix
 from symjax.model import Transformer
@@ -210,6 +210,27 @@ def test_a_compiled_sweep_equals_the_loop_of_single_patches(kind):
   many = patching.patch_many(model, params, clean, corrupt, masks, chunk=2)  # two calls: one program, reused
   for h in range(cfg.num_heads):
     np.testing.assert_allclose(many[h], patching.patch(model, params, clean, corrupt, site, heads=h), atol=1e-6)
+
+
+def test_a_loop_of_single_patches_over_blocks_and_heads_compiles_once():
+  """``patch`` hooks its site in every block, unpatched where not asked: a loop over the blocks and heads of
+  ``attn.z`` compiles one program (compilations counted, not seconds), and each patch gives the value of its own
+  block and head (that of the hooked pass writing the clean head in)."""
+  model, params, clean, corrupt = setup('standard', vocab_size=19)
+  cfg = model.config
+  patching.patch(model, params, clean, corrupt, 'blocks.0.attn.q', heads=0)  # stages the inputs' shapes once
+  with compilations() as count:
+    loop = [[patching.patch(model, params, clean, corrupt, f'blocks.{l}.attn.z', heads=h)
+             for h in range(cfg.num_heads)] for l in range(cfg.num_layers)]
+  assert count() == 1, count()
+  _, cache = hooks.run_with_cache(model, params, clean)
+  for l in range(cfg.num_layers):
+    for h in range(cfg.num_heads):
+      site = f'blocks.{l}.attn.z'
+      whole = hooks.run_with_hooks(model, params, corrupt,
+                                   {site: lambda v, name, h=h, site=site: v.at[:, :, h].set(cache[site][:, :, h])})
+      np.testing.assert_allclose(loop[l][h], whole, rtol=0, atol=2e-5, err_msg=f'block {l}, head {h}')
+  assert np.abs(loop[0][0] - loop[1][0]).max() > 1e-4  # the blocks' patches differ
 
 
 @pytest.mark.parametrize('kind', KINDS)

@@ -370,3 +370,43 @@ def test_the_interpretability_tools_refuse_a_program_in_one_line():
   from symjax.interpret import core
   with pytest.raises(InputError, match=r"model.kind 'program' has neither \(read a program run as code"):
     core.analysis_model(build(config()))
+
+
+def constant_and_duplicate_plan() -> program_code.Plan:
+  """A plan whose MLP is a constant (1 on every input), read as the query of a head that therefore selects on its
+  key alone; a second head equal to that one; and a counting head whose predicate never holds (a constant 0).
+  The classifier tags each position with the token the first head copies, and adds the other two heads'
+  rows (the duplicate's and the constant's), so that the simplifier's folding and merging are what keeps the
+  tags."""
+  card, a = len(TOKENS), TOKENS.index('a')
+  constant = program_code.Module('mlp_0_0', 'mlp', ('tokens', 'positions'), np.ones((card, card), int))
+  reads_a = np.zeros(card, int)
+  reads_a[1] = a                                  # query value 1 (the MLP's constant) selects keys holding 'a'
+  first = program_code.Module('attn_1_0', 'categorical', ('mlp_0_0', 'tokens', 'tokens'), reads_a)
+  same = program_code.Module('attn_1_1', 'categorical', ('mlp_0_0', 'tokens', 'tokens'), reads_a.copy())
+  never = program_code.Module('attn_1_2', 'numerical', ('positions', 'positions'), np.zeros((card, card), bool))
+  names = ['tokens', 'positions', 'mlp_0_0', 'attn_1_0', 'attn_1_1', 'attn_1_2']
+  readout = {n: np.zeros((card, card), np.float32) for n in names}
+  readout['attn_1_0'][np.arange(card), np.arange(card)] = 2.0     # tag = the copied token
+  readout['attn_1_1'][np.arange(card), (np.arange(card) + 1) % card] = 1.0   # a weaker vote, same variable
+  readout['attn_1_2'][0, 3] = 0.5                  # a constant row: it joins the bias
+  readout['bias'] = np.zeros(card, np.float32)
+  return program_code.Plan([constant, first, same, never], readout, list(TOKENS), 6, False, card)
+
+
+def test_the_simplifier_folds_constants_merges_duplicates_and_keeps_every_tag():
+  """The constant MLP leaves the program and its head's predicate reads the key alone (``k_token == 'a'``); the
+  equal head is merged into the first; the counting head that counts nothing is gone; and the program's tags are
+  those of a direct transcription: every position copies an 'a' where the input holds one, else position 0's
+  token."""
+  x, lengths = every_input(5, 6)
+  program = program_code.code_of(constant_and_duplicate_plan(), x, lengths, exhaustive=True)
+  text = program.source
+  assert 'def predicate_1_0(k_token):' in text and "return k_token == 'a'" in text
+  assert 'mlp_0_0' not in text and 'def predicate_1_1' not in text and 'attn_1_2' not in text
+  assert any('attn_1_1 = attn_1_0' in note for note in program.notes)
+  want = np.zeros_like(x)
+  for r, (row, n) in enumerate(zip(x, lengths)):
+    want[r, :n] = TOKENS.index('a') if TOKENS.index('a') in row[:n] else row[0]
+  loaded = program_code._load(text, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == want).all()

@@ -53,6 +53,7 @@ class Plan:
   max_len: int
   causal: bool
   card: int
+  aliases: dict[str, str] = dataclasses.field(default_factory=dict)  # a module's variable -> an equal earlier one
 
 
 def plan_of(params, cfg) -> Plan:
@@ -99,21 +100,103 @@ def plan_of(params, cfg) -> Plan:
 # ---------------------------------------------------------------------------------------------------------
 # Domains: the values each variable can take.
 # ---------------------------------------------------------------------------------------------------------
-def domains(plan: Plan, input_tokens: list[int]) -> dict[str, tuple[tuple[int, ...], bool]]:
-  """variable -> (its values, whether they are tokens)."""
+KEY_ONLY = 'nothing'  # the query a head reads once its query is a constant: its predicate is of the key alone
+
+
+def domains(plan: Plan, input_tokens: list[int], first: dict[str, tuple[int, ...]] | None = None
+            ) -> dict[str, tuple[tuple[int, ...], bool]]:
+  """variable -> (its values, whether they are tokens). ``first``: the values variables hold at position 0
+  (the inputs' first tokens, position 0), which a categorical head whose predicate never holds copies; a
+  numerical head whose predicate never holds is 0."""
   out = {'tokens': (tuple(sorted(input_tokens)), True), 'positions': (tuple(range(plan.max_len)), False),
-         'ones': ((1,), False)}
+         'ones': ((1,), False), KEY_ONLY: ((0,), False)}
+  first = {'positions': (0,), **(first or {})}
   for m in plan.modules:
+    never = m.kind != 'mlp' and not _truth(m, out).any()
     if m.kind == 'categorical':
-      out[m.name] = out[m.reads[2]]
+      at_first = first.get(m.reads[2])
+      out[m.name] = (at_first, out[m.reads[2]][1]) if never and at_first is not None else out[m.reads[2]]
     elif m.kind == 'numerical':       # at most max_len keys, each adding its value; saturating at card − 1
-      most = plan.max_len * max(out[m.reads[2]][0]) if len(m.reads) > 2 else plan.max_len
+      most = 0 if never else plan.max_len * max(out[m.reads[2]][0]) if len(m.reads) > 2 else plan.max_len
       out[m.name] = (tuple(range(min(most, plan.card - 1) + 1)), False)
     else:
       a, b = (out[r][0] for r in m.reads)
       pairs = zip(a, a) if m.reads[0] == m.reads[1] else ((i, j) for i in a for j in b)
       out[m.name] = (tuple(sorted({int(m.table[i, j]) for i, j in pairs})), False)
+  for alias, name in plan.aliases.items():
+    out[alias] = out[name]
   return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Simplifying: passes over the plan that leave every variable's value unchanged on every input.
+# ---------------------------------------------------------------------------------------------------------
+def simplify(plan: Plan, doms_of) -> tuple[Plan, list[str]]:
+  """The plan with constants folded into what reads them and duplicate modules merged, repeated until nothing
+  changes; and a sentence per pass that changed something. ``doms_of(plan)``: its domains.
+
+  - A variable with one reachable value is a constant (an MLP whose table is constant over its inputs' values,
+    a numerical head whose predicate never holds, a categorical head copying a constant): an MLP reading it
+    becomes a table over its other input, and a head whose query it is gets a predicate of the key alone
+    (``KEY_ONLY``); nothing then reads the constant, and the pruning leaves it out (its classifier row joins
+    the bias).
+  - A module equal to an earlier one (the same kind, the same variables read, the same predicate or table over
+    their values) is that one: what reads it reads the earlier one, and the classifier reads its rows at the
+    earlier one's values (``Plan.aliases``)."""
+  plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules], aliases=dict(plan.aliases))
+  folded, merged = set(), set()
+  for _ in range(len(plan.modules) + 1):
+    doms = doms_of(plan)
+    constants = {m.name: doms[m.name][0][0] for m in plan.modules if len(doms[m.name][0]) == 1}
+    changed = False
+    for m in plan.modules:
+      if m.kind == 'mlp' and (m.reads[0] in constants) != (m.reads[1] in constants):
+        # One variable read twice is read on the diagonal: table[x, x] = the old table at (c, x) or (x, c).
+        c, other = (0, 1) if m.reads[0] in constants else (1, 0)
+        value = constants[m.reads[c]]
+        table = m.table[value][None, :] if c == 0 else m.table[:, value][:, None]
+        m.reads, m.table = (m.reads[other],) * 2, np.broadcast_to(table, m.table.shape).copy()
+        folded.add(m.name)
+        changed = True
+      elif m.kind != 'mlp' and m.reads[0] in constants:
+        m.table = m.table[constants[m.reads[0]]][None].copy()
+        m.reads = (KEY_ONLY, *m.reads[1:])
+        folded.add(m.name)
+        changed = True
+    seen: dict = {}
+    for m in plan.modules:
+      signature = (m.kind, m.reads, _signature(m, doms))
+      if signature in seen and m.name not in constants:
+        earlier = seen[signature]
+        plan.aliases[m.name] = earlier
+        merged.add(m.name)
+        changed = True
+      else:
+        seen.setdefault(signature, m.name)
+    if plan.aliases:
+      for alias in plan.aliases:
+        while plan.aliases[alias] in plan.aliases:
+          plan.aliases[alias] = plan.aliases[plan.aliases[alias]]
+      plan.modules = [m for m in plan.modules if m.name not in plan.aliases]
+      for m in plan.modules:
+        m.reads = tuple(plan.aliases.get(r, r) for r in m.reads)
+    if not changed:
+      break
+  notes = []
+  if folded:
+    notes.append(f'{len(folded)} modules read a constant, now folded in: {", ".join(sorted(folded))}.')
+  if merged:
+    notes.append('Equal to an earlier module, and merged into it: '
+                 + ', '.join(f'{a} = {plan.aliases[a]}' for a in sorted(merged)) + '.')
+  return plan, notes
+
+
+def _signature(m: Module, doms) -> bytes:
+  """A module's predicate or table over its inputs' values, as bytes: equal for modules that compute alike."""
+  if m.kind == 'mlp':
+    table = m.table[np.ix_(np.array(doms[m.reads[0]][0]), np.array(doms[m.reads[1]][0]))]
+    return (np.diagonal(table) if m.reads[0] == m.reads[1] else table).tobytes()
+  return _truth(m, doms).tobytes()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -205,12 +288,38 @@ def _groups(m: Module, doms) -> list[tuple[tuple[int, ...], list[int]]]:
   return sorted(groups.items(), key=lambda g: g[1][0])
 
 
+def _key_condition(m: Module, doms, tokens, ka: str) -> str:
+  """A key-only predicate (``KEY_ONLY``) in its shortest form: ``True``, ``False``, ``k == v``, a range of numbers
+  (``2 <= k <= 5``, ``k >= 3``), else ``k in {…}``."""
+  kd, k_tok = doms[m.reads[1]]
+  row = _truth(m, doms)[0]
+  keys = [v for v, hit in zip(kd, row) if hit]
+  if not keys or len(keys) == len(kd):
+    return 'True' if keys else 'False'
+  if len(keys) == 1:
+    return f'{ka} == {_value(keys[0], k_tok, tokens)}'
+  if not k_tok and keys == list(range(keys[0], keys[-1] + 1)):
+    inside = [v for v in kd if keys[0] <= v <= keys[-1]]
+    if len(inside) == len(keys):
+      if keys[0] <= kd[0]:
+        return f'{ka} <= {keys[-1]}'
+      if keys[-1] >= kd[-1]:
+        return f'{ka} >= {keys[0]}'
+      return f'{keys[0]} <= {ka} <= {keys[-1]}'
+  return f'{ka} in {{{", ".join(_value(v, k_tok, tokens) for v in keys)}}}'
+
+
 def predicate_source(m: Module, doms, tokens) -> list[str]:
-  """The predicate of a head as a Python function of the query's and the key's value."""
+  """The predicate of a head as a Python function of the query's and the key's value (of the key's alone where
+  its query was a constant, ``KEY_ONLY``)."""
+  prefix = 'num_' if m.kind == 'numerical' else ''
+  if m.reads[0] == KEY_ONLY:
+    ka = _arg(m.reads[1], 'k', True)
+    return [f'    def {prefix}predicate_{m.name[5:]}({ka}):',
+            f'        return {_key_condition(m, doms, tokens, ka)}']
   q_tok, k_tok = doms[m.reads[0]][1], doms[m.reads[1]][1]
   same = m.reads[0] == m.reads[1]
   qa, ka = _arg(m.reads[0], 'q', same), _arg(m.reads[1], 'k', same)
-  prefix = 'num_' if m.kind == 'numerical' else ''
   head = f'    def {prefix}predicate_{m.name[5:]}({qa}, {ka}):'
   rel = _head_relation(m, doms)
   if rel in ('True', 'False'):
@@ -273,6 +382,12 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
     reads = f'`{a}`' if a == b else f'`{a}` and `{b}`'
     return f'`{m.name}` is a lookup table over {reads}, written as `if`/`elif` by the value it returns.'
   q, k = m.reads[:2]
+  if q == KEY_ONLY:
+    condition = _key_condition(m, doms, tokens, _arg(k, 'k', True))
+    if m.kind == 'numerical':
+      return f'`{m.name}` counts the keys where `{condition}`.'
+    return (f'`{m.name}` copies the `{m.reads[2]}` of the closest key where `{condition}` (position 0 where there '
+            f'is none).')
   rel = _head_relation(m, doms)
   same = q == k
   qa, ka = _arg(q, 'q', same), _arg(k, 'k', same)
@@ -336,7 +451,10 @@ def select_closest(keys, queries, predicate):
 
 
 def _pairs(predicate, queries, keys):
-    """The predicate at every (query, key) pair the mask allows, [batch, query, key]."""
+    """The predicate at every (query, key) pair the mask allows, [batch, query, key]; queries None: a predicate
+    of the key alone."""
+    if queries is None:
+        return _table(predicate, keys)[keys.ids][:, None, :] & ALLOWED
     pair = queries.ids[:, :, None] * CARDINALITY + keys.ids[:, None, :]
     return _table(predicate, queries, keys).ravel()[pair] & ALLOWED
 
@@ -423,7 +541,8 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str
       lines += predicate_source(m, doms, tokens)
       prefix = 'num_' if m.kind == 'numerical' else ''
       select = 'select_closest' if m.kind == 'categorical' else 'select'
-      lines.append(f'    {m.name}_pattern = {select}({m.reads[1]}, {m.reads[0]}, {prefix}predicate_{m.name[5:]})')
+      query = 'None' if m.reads[0] == KEY_ONLY else m.reads[0]
+      lines.append(f'    {m.name}_pattern = {select}({m.reads[1]}, {query}, {prefix}predicate_{m.name[5:]})')
       if m.kind == 'categorical':
         lines.append(f'    {m.name} = aggregate({m.name}_pattern, {m.reads[2]})')
       elif len(m.reads) > 2 and m.reads[2] != 'ones':
@@ -431,11 +550,17 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str
       else:
         lines.append(f'    {m.name} = aggregate_sum({m.name}_pattern)')
     lines.append('')
-  kept = [n for n in ['tokens', 'positions'] + [m.name for m in plan.modules] if n in live]
-  lines += _wrapped_set('return dict(', [f'{n}={n}' for n in kept], ')', '    ')
+  kept = [n for n in _variables(plan) if n in live]
+  lines += _wrapped_set('return dict(', [f'{n}={plan.aliases.get(n, n)}' for n in kept], ')', '    ')
   lines[-1] = lines[-1].replace('dict({', 'dict(').replace('})', ')')
   text = '\n'.join(lines) + ENTRY
   return text.replace('dict({\n', 'dict(\n').replace('\n    })', '\n    )')
+
+
+def _variables(plan: Plan) -> list[str]:
+  """Every variable in the order the model writes them (the classifier's order, which its sums follow), a merged
+  module's among them."""
+  return [n for n in plan.readout if n != 'bias']
 
 
 def _needs(plan: Plan, kept_readout: set[str]) -> set[str]:
@@ -449,6 +574,8 @@ def _needs(plan: Plan, kept_readout: set[str]) -> set[str]:
     live.add(n)
     if n in by_name:
       todo += list(by_name[n].reads)
+    elif n in plan.aliases:
+      todo.append(plan.aliases[n])
   return live
 
 
@@ -479,7 +606,7 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
 
   Each trial subtracts the variable's rows from the running scores; positions whose lead there is within
   rounding of a tie are rescored exactly as the program sums, and the final set is checked the same way."""
-  names = ['tokens', 'positions'] + [m.name for m in plan.modules]
+  names = _variables(plan)
   everything = set(names)
   program = _load(source(plan, everything, doms, 'unpruned', data_file), _readout(plan, everything), data_file)
   n = inputs.shape[1]
@@ -525,6 +652,18 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
   return set(kept), bias
 
 
+def _check_same(before: Plan, before_doms, after: Plan, after_doms, inputs: np.ndarray, lengths: np.ndarray,
+                data_file: str) -> None:
+  """RuntimeError unless the simplified plan's program tags every input as the plan it came from."""
+  tags = []
+  for plan, doms in ((before, before_doms), (after, after_doms)):
+    everything = set(_variables(plan))
+    program = _load(source(plan, everything, doms, 'checked', data_file), _readout(plan, everything), data_file)
+    tags.append(program.predict_ids(inputs, lengths))
+  if not (tags[0] == tags[1]).all():
+    raise RuntimeError('simplifying the program changed a prediction on the input space')
+
+
 def _readout(plan: Plan, kept: set[str], bias: np.ndarray | None = None) -> dict[str, np.ndarray]:
   bias = plan.readout['bias'] if bias is None else bias
   return {'bias': bias, **{n: plan.readout[n] for n in plan.readout if n in kept}}
@@ -548,8 +687,19 @@ def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarra
   plan = plan_of(params, cfg)
   # The program reads inputs as long as those it is pruned and checked on (the model may take longer ones).
   plan.tokens, plan.max_len = list(tokens), inputs.shape[1]
+  return code_of(plan, inputs, lengths, exhaustive, origin, data_file)
+
+
+def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool, origin: str = 'memory',
+            data_file: str = 'program.npz') -> CodeProgram:
+  """The code of ``plan``: simplified (``simplify``), checked to tag ``inputs`` as the plan does, and pruned."""
   real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
-  doms = domains(plan, [int(t) for t in np.unique(inputs[real])])
+  input_tokens = [int(t) for t in np.unique(inputs[real])]
+  first = {'tokens': tuple(int(t) for t in np.unique(inputs[lengths > 0, 0]))}  # what position 0 holds
+  unsimplified = plan
+  plan, simplified = simplify(plan, lambda p: domains(p, input_tokens, first))
+  doms = domains(plan, input_tokens, first)
+  _check_same(unsimplified, domains(unsimplified, input_tokens, first), plan, doms, inputs, lengths, data_file)
   kept, bias = prune(plan, doms, inputs, lengths, data_file)
   live = _needs(plan, kept)
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
@@ -560,7 +710,7 @@ def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarra
             f'{where} are left out.\n')
   text = source(plan, live, doms, header, data_file)
   readout = _readout(plan, kept, bias)
-  notes = [describe(m, doms, plan.tokens) for m in plan.modules if m.name in live]
+  notes = [describe(m, doms, plan.tokens) for m in plan.modules if m.name in live] + simplified
   notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in readout if n != 'bias')
                + ' and predicts the highest-scoring tag.')
   return CodeProgram(text, readout, int(sum(v.size for v in readout.values())), len(text.splitlines()),

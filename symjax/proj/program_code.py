@@ -451,10 +451,7 @@ def select_closest(keys, queries, predicate):
 
 
 def _pairs(predicate, queries, keys):
-    """The predicate at every (query, key) pair the mask allows, [batch, query, key]; queries None: a predicate
-    of the key alone."""
-    if queries is None:
-        return _table(predicate, keys)[keys.ids][:, None, :] & ALLOWED
+    """The predicate at every (query, key) pair the mask allows, [batch, query, key]."""{key_only}
     pair = queries.ids[:, :, None] * CARDINALITY + keys.ids[:, None, :]
     return _table(predicate, queries, keys).ravel()[pair] & ALLOWED
 
@@ -519,6 +516,17 @@ def predict(tokens):
 '''
 
 
+# Written into a program only where a head selects on its key alone.
+KEY_ONLY_PAIRS = '''
+    if queries is None:  # a predicate of the key alone
+        return _table(predicate, keys)[keys.ids][:, None, :] & ALLOWED'''
+
+
+def _runtime(plan: Plan, live: set[str]) -> str:
+  key_only = any(m.name in live and m.reads[0] == KEY_ONLY for m in plan.modules if m.kind != 'mlp')
+  return RUNTIME.replace('{key_only}', KEY_ONLY_PAIRS if key_only else '')
+
+
 def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str:
   """The program's text over the ``live`` variables."""
   tokens = plan.tokens
@@ -527,7 +535,7 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str
            f'CARDINALITY = {plan.card}', f'DATA_FILE = {data_file!r}',
            'READOUT = dict(np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), DATA_FILE)))',
            'ALLOWED = None  # [batch, query, key]: a real key, and (causal) no later one; set by predict_ids',
-           RUNTIME, '', 'def run(tokens, positions):', '    """Every variable of the program."""']
+           _runtime(plan, live), '', 'def run(tokens, positions):', '    """Every variable of the program."""']
   for m in plan.modules:
     if m.name not in live:
       continue

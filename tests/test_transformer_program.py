@@ -377,7 +377,9 @@ def constant_and_duplicate_plan() -> program_code.Plan:
   key alone; a second head equal to that one; and a counting head whose predicate never holds (a constant 0).
   The classifier tags each position with the token the first head copies, and adds the other two heads'
   rows (the duplicate's and the constant's), so that the simplifier's folding and merging are what keeps the
-  tags."""
+  tags. Three heads the classifier ignores, which the check that the simplified program tags every input alike
+  runs: one counts with the constant as its query, one has it as its key (a predicate of the query alone), one
+  matches no key (position 0's value everywhere)."""
   card, a = len(TOKENS), TOKENS.index('a')
   constant = program_code.Module('mlp_0_0', 'mlp', ('tokens', 'positions'), np.ones((card, card), int))
   reads_a = np.zeros(card, int)
@@ -385,13 +387,22 @@ def constant_and_duplicate_plan() -> program_code.Plan:
   first = program_code.Module('attn_1_0', 'categorical', ('mlp_0_0', 'tokens', 'tokens'), reads_a)
   same = program_code.Module('attn_1_1', 'categorical', ('mlp_0_0', 'tokens', 'tokens'), reads_a.copy())
   never = program_code.Module('attn_1_2', 'numerical', ('positions', 'positions'), np.zeros((card, card), bool))
-  names = ['tokens', 'positions', 'mlp_0_0', 'attn_1_0', 'attn_1_1', 'attn_1_2']
+  counts_b = np.zeros((card, card), bool)
+  counts_b[1, TOKENS.index('b')] = True            # query value 1 (the constant) counts the keys holding 'b'
+  count = program_code.Module('attn_1_3', 'numerical', ('mlp_0_0', 'tokens'), counts_b)
+  names_b = np.zeros(card, int)
+  names_b[TOKENS.index('b')] = 1                   # the query 'b' names key value 1, which every key holds
+  query_only = program_code.Module('attn_1_4', 'categorical', ('tokens', 'mlp_0_0', 'positions'), names_b)
+  no_key = program_code.Module('attn_1_5', 'categorical', ('positions', 'positions', 'attn_1_0'),
+                               np.full(card, card - 1))  # names a position no input reaches
+  names = ['tokens', 'positions', 'mlp_0_0', 'attn_1_0', 'attn_1_1', 'attn_1_2', 'attn_1_3', 'attn_1_4', 'attn_1_5']
   readout = {n: np.zeros((card, card), np.float32) for n in names}
   readout['attn_1_0'][np.arange(card), np.arange(card)] = 2.0     # tag = the copied token
   readout['attn_1_1'][np.arange(card), (np.arange(card) + 1) % card] = 1.0   # a weaker vote, same variable
   readout['attn_1_2'][0, 3] = 0.5                  # a constant row: it joins the bias
   readout['bias'] = np.zeros(card, np.float32)
-  return program_code.Plan([constant, first, same, never], readout, list(TOKENS), 6, False, card)
+  return program_code.Plan([constant, first, same, never, count, query_only, no_key], readout, list(TOKENS), 6,
+                           False, card)
 
 
 def test_the_simplifier_folds_constants_merges_duplicates_and_keeps_every_tag():
@@ -405,6 +416,14 @@ def test_the_simplifier_folds_constants_merges_duplicates_and_keeps_every_tag():
   assert 'def predicate_1_0(k_token):' in text and "return k_token == 'a'" in text
   assert 'mlp_0_0' not in text and 'def predicate_1_1' not in text and 'attn_1_2' not in text
   assert any('attn_1_1 = attn_1_0' in note for note in program.notes)
+  assert any('attn_1_3' in note and 'folded' in note for note in program.notes)  # a count on the key alone
+  x_plan = constant_and_duplicate_plan()
+  doms_of = lambda plan: program_code.domains(plan, sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
+  simple, _ = program_code.simplify(x_plan, doms_of)
+  full = program_code.source(simple, set(program_code._variables(simple)), doms_of(simple), 'all', 'program.npz')
+  assert "def predicate_1_4(q_token):" in full and "return q_token == 'b'" in full
+  assert 'attn_1_4_pattern = select_closest(None, tokens, predicate_1_4)' in full
+  assert 'attn_1_5 = at_first(attn_1_0)' in full
   want = np.zeros_like(x)
   for r, (row, n) in enumerate(zip(x, lengths)):
     want[r, :n] = TOKENS.index('a') if TOKENS.index('a') in row[:n] else row[0]

@@ -100,7 +100,7 @@ def plan_of(params, cfg) -> Plan:
 # ---------------------------------------------------------------------------------------------------------
 # Domains: the values each variable can take.
 # ---------------------------------------------------------------------------------------------------------
-KEY_ONLY = 'nothing'  # the query a head reads once its query is a constant: its predicate is of the key alone
+NOTHING = 'nothing'  # what a head reads as its query (or key) once that was a constant: a one-sided predicate
 
 
 def domains(plan: Plan, input_tokens: list[int], first: dict[str, tuple[int, ...]] | None = None
@@ -109,7 +109,7 @@ def domains(plan: Plan, input_tokens: list[int], first: dict[str, tuple[int, ...
   (the inputs' first tokens, position 0), which a categorical head whose predicate never holds copies; a
   numerical head whose predicate never holds is 0."""
   out = {'tokens': (tuple(sorted(input_tokens)), True), 'positions': (tuple(range(plan.max_len)), False),
-         'ones': ((1,), False), KEY_ONLY: ((0,), False)}
+         'ones': ((1,), False), NOTHING: ((0,), False)}
   first = {'positions': (0,), **(first or {})}
   for m in plan.modules:
     never = m.kind != 'mlp' and not _truth(m, out).any()
@@ -137,9 +137,9 @@ def simplify(plan: Plan, doms_of) -> tuple[Plan, list[str]]:
 
   - A variable with one reachable value is a constant (an MLP whose table is constant over its inputs' values,
     a numerical head whose predicate never holds, a categorical head copying a constant): an MLP reading it
-    becomes a table over its other input, and a head whose query it is gets a predicate of the key alone
-    (``KEY_ONLY``); nothing then reads the constant, and the pruning leaves it out (its classifier row joins
-    the bias).
+    becomes a table over its other input, and a head whose query (or key) it is gets a predicate of the key
+    (query) alone (``NOTHING`` in its place); nothing then reads the constant, and the pruning leaves it out
+    (its classifier row joins the bias). A head that matches no key is written ``at_first(value)``.
   - A module equal to an earlier one (the same kind, the same variables read, the same predicate or table over
     their values) is that one: what reads it reads the earlier one, and the classifier reads its rows at the
     earlier one's values (``Plan.aliases``)."""
@@ -160,12 +160,21 @@ def simplify(plan: Plan, doms_of) -> tuple[Plan, list[str]]:
         changed = True
       elif m.kind != 'mlp' and m.reads[0] in constants:
         m.table = m.table[constants[m.reads[0]]][None].copy()
-        m.reads = (KEY_ONLY, *m.reads[1:])
+        m.reads = (NOTHING, *m.reads[1:])
+        folded.add(m.name)
+        changed = True
+      elif m.kind != 'mlp' and m.reads[1] in constants and m.reads[0] != NOTHING:
+        # Every key holds c: a query matches all keys or none. Key value 0 of NOTHING stands for c (a
+        # categorical head names key value 1 where it named another value: NOTHING never holds 1).
+        c = constants[m.reads[1]]
+        m.table = (np.where(m.table == c, 0, 1) if m.kind == 'categorical' else m.table[:, c:c + 1].copy())
+        m.reads = (m.reads[0], NOTHING, *m.reads[2:])
         folded.add(m.name)
         changed = True
     seen: dict = {}
     for m in plan.modules:
-      signature = (m.kind, m.reads, _signature(m, doms))
+      # A head that matches no key holds its value's at position 0, whatever it compares.
+      signature = (('never', m.reads[2]) if _never(m, doms) else (m.kind, m.reads, _signature(m, doms)))
       if signature in seen and m.name not in constants:
         earlier = seen[signature]
         plan.aliases[m.name] = earlier
@@ -288,11 +297,18 @@ def _groups(m: Module, doms) -> list[tuple[tuple[int, ...], list[int]]]:
   return sorted(groups.items(), key=lambda g: g[1][0])
 
 
-def _key_condition(m: Module, doms, tokens, ka: str) -> str:
-  """A key-only predicate (``KEY_ONLY``) in its shortest form: ``True``, ``False``, ``k == v``, a range of numbers
-  (``2 <= k <= 5``, ``k >= 3``), else ``k in {…}``."""
-  kd, k_tok = doms[m.reads[1]]
-  row = _truth(m, doms)[0]
+def _one_sided(m: Module) -> int | None:
+  """Which of a head's query (0) and key (1) its predicate reads alone, the other being ``NOTHING``."""
+  return 1 if m.reads[0] == NOTHING else 0 if m.reads[1] == NOTHING else None
+
+
+def _condition(m: Module, doms, tokens, ka: str) -> str:
+  """A one-sided predicate (``_one_sided``) in its shortest form: ``True``, ``False``, ``k == v``, a range of
+  numbers (``2 <= k <= 5``, ``k >= 3``), else ``k in {…}``."""
+  side = _one_sided(m)
+  kd, k_tok = doms[m.reads[side]]
+  truth = _truth(m, doms)
+  row = truth[0] if side == 1 else truth[:, 0]
   keys = [v for v, hit in zip(kd, row) if hit]
   if not keys or len(keys) == len(kd):
     return 'True' if keys else 'False'
@@ -310,13 +326,14 @@ def _key_condition(m: Module, doms, tokens, ka: str) -> str:
 
 
 def predicate_source(m: Module, doms, tokens) -> list[str]:
-  """The predicate of a head as a Python function of the query's and the key's value (of the key's alone where
-  its query was a constant, ``KEY_ONLY``)."""
+  """The predicate of a head as a Python function of the query's and the key's value (of one of them alone where
+  the other was a constant, ``NOTHING``)."""
   prefix = 'num_' if m.kind == 'numerical' else ''
-  if m.reads[0] == KEY_ONLY:
-    ka = _arg(m.reads[1], 'k', True)
+  side = _one_sided(m)
+  if side is not None:
+    ka = _arg(m.reads[side], 'qk'[side], True)
     return [f'    def {prefix}predicate_{m.name[5:]}({ka}):',
-            f'        return {_key_condition(m, doms, tokens, ka)}']
+            f'        return {_condition(m, doms, tokens, ka)}']
   q_tok, k_tok = doms[m.reads[0]][1], doms[m.reads[1]][1]
   same = m.reads[0] == m.reads[1]
   qa, ka = _arg(m.reads[0], 'q', same), _arg(m.reads[1], 'k', same)
@@ -382,8 +399,15 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
     reads = f'`{a}`' if a == b else f'`{a}` and `{b}`'
     return f'`{m.name}` is a lookup table over {reads}, written as `if`/`elif` by the value it returns.'
   q, k = m.reads[:2]
-  if q == KEY_ONLY:
-    condition = _key_condition(m, doms, tokens, _arg(k, 'k', True))
+  if m.kind == 'categorical' and not _truth(m, doms).any():
+    return f'`{m.name}` matches no key, so every position holds the `{m.reads[2]}` of position 0.'
+  side = _one_sided(m)
+  if side is not None:
+    condition = _condition(m, doms, tokens, _arg(m.reads[side], 'qk'[side], True))
+    if side == 0:
+      return (f'`{m.name}`: where `{condition}`, every key matches ' + ('and it counts them (up to the position, '
+              'causal).' if m.kind == 'numerical' else f'and it copies the `{m.reads[2]}` of the closest other '
+              'position, the earlier of two; elsewhere position 0\'s.'))
     if m.kind == 'numerical':
       return f'`{m.name}` counts the keys where `{condition}`.'
     return (f'`{m.name}` copies the `{m.reads[2]}` of the closest key where `{condition}` (position 0 where there '
@@ -443,7 +467,7 @@ def _table(function, *variables):
 def select_closest(keys, queries, predicate):
     """The key each query reads: the closest one the predicate matches (itself last, the earlier one of two
     at the same distance), or position 0 where none matches."""
-    n = keys.ids.shape[1]
+    n = (queries if keys is None else keys).ids.shape[1]
     matches = _pairs(predicate, queries, keys)
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     rank = np.where(i == j, 1, MAX_LEN + 1 - np.abs(i - j))
@@ -451,7 +475,7 @@ def select_closest(keys, queries, predicate):
 
 
 def _pairs(predicate, queries, keys):
-    """The predicate at every (query, key) pair the mask allows, [batch, query, key]."""{key_only}
+    """The predicate at every (query, key) pair the mask allows, [batch, query, key]."""{one_sided}
     pair = queries.ids[:, :, None] * CARDINALITY + keys.ids[:, None, :]
     return _table(predicate, queries, keys).ravel()[pair] & ALLOWED
 
@@ -516,15 +540,31 @@ def predict(tokens):
 '''
 
 
-# Written into a program only where a head selects on its key alone.
-KEY_ONLY_PAIRS = '''
-    if queries is None:  # a predicate of the key alone
-        return _table(predicate, keys)[keys.ids][:, None, :] & ALLOWED'''
+# Written into a program only where a head's predicate reads its key or its query alone, or matches nothing.
+ONE_SIDED = '''
+    if queries is None or keys is None:  # a predicate of the key (or the query) alone
+        one = keys if queries is None else queries
+        n = one.ids.shape[1]
+        held = _table(predicate, one)[one.ids]
+        held = held[:, None, :] if queries is None else held[:, :, None]
+        return np.broadcast_to(held, (len(one.ids), n, n)) & ALLOWED'''
+AT_FIRST = '''
+
+def at_first(values):
+    """Position 0's value at every position: what a head whose predicate matches no key reads."""
+    return Variable(np.repeat(values.ids[:, :1], values.ids.shape[1], axis=1), values.is_token)'''
 
 
-def _runtime(plan: Plan, live: set[str]) -> str:
-  key_only = any(m.name in live and m.reads[0] == KEY_ONLY for m in plan.modules if m.kind != 'mlp')
-  return RUNTIME.replace('{key_only}', KEY_ONLY_PAIRS if key_only else '')
+def _never(m: Module, doms) -> bool:
+  """A categorical head whose predicate matches no key: every position reads position 0."""
+  return m.kind == 'categorical' and not _truth(m, doms).any()
+
+
+def _runtime(plan: Plan, live: set[str], doms) -> str:
+  heads = [m for m in plan.modules if m.name in live and m.kind != 'mlp']
+  one_sided = any(_one_sided(m) is not None and not _never(m, doms) for m in heads)
+  return (RUNTIME.replace('{one_sided}', ONE_SIDED if one_sided else '')
+          + (AT_FIRST if any(_never(m, doms) for m in heads) else ''))
 
 
 def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str:
@@ -535,7 +575,7 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str
            f'CARDINALITY = {plan.card}', f'DATA_FILE = {data_file!r}',
            'READOUT = dict(np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), DATA_FILE)))',
            'ALLOWED = None  # [batch, query, key]: a real key, and (causal) no later one; set by predict_ids',
-           _runtime(plan, live), '', 'def run(tokens, positions):', '    """Every variable of the program."""']
+           _runtime(plan, live, doms), '', 'def run(tokens, positions):', '    """Every variable of the program."""']
   for m in plan.modules:
     if m.name not in live:
       continue
@@ -545,12 +585,14 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str
       lines += body
       reads = [m.reads[one]] if one is not None else list(m.reads)
       lines.append(f'    {m.name} = apply({m.name}, {", ".join(reads)})')
+    elif _never(m, doms):
+      lines.append(f'    {m.name} = at_first({m.reads[2]})  # its predicate matches no key')
     else:
       lines += predicate_source(m, doms, tokens)
       prefix = 'num_' if m.kind == 'numerical' else ''
       select = 'select_closest' if m.kind == 'categorical' else 'select'
-      query = 'None' if m.reads[0] == KEY_ONLY else m.reads[0]
-      lines.append(f'    {m.name}_pattern = {select}({m.reads[1]}, {query}, {prefix}predicate_{m.name[5:]})')
+      query, key = ('None' if r == NOTHING else r for r in m.reads[:2])
+      lines.append(f'    {m.name}_pattern = {select}({key}, {query}, {prefix}predicate_{m.name[5:]})')
       if m.kind == 'categorical':
         lines.append(f'    {m.name} = aggregate({m.name}_pattern, {m.reads[2]})')
       elif len(m.reads) > 2 and m.reads[2] != 'ones':

@@ -89,7 +89,8 @@ PAGES: tuple[tuple[str, str, str, tuple], ...] = (
     ('docs/api/programs.md', 'Programs', 'decompiling a model into code', (
         ('Programs', (
             ('symjax.proj.decompile', ('decompile', 'build', 'write', 'load_program', 'evaluate')),
-            ('symjax.proj.program_code', ('decompile', 'build', 'code_of', 'plan_of', 'domains', 'simplify', 'prune', 'describe')),
+            ('symjax.proj.program_code', ('decompile', 'build', 'code_of', 'plan_of', 'domains', 'simplify', 'prune',
+                                          'describe')),
         )),
     )),
 )

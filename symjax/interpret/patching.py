@@ -190,10 +190,10 @@ def _run_groups(model: Transformer, params, clean, corrupt, key_mask, groups: li
   return _Patched(np.asarray(clean_logits), np.asarray(corrupt_logits), np.asarray(logits))
 
 
-def _shape(model: Transformer, axes: tuple[int | None, int | None, int], time: int) -> tuple[int, ...]:
-  """A mask's shape for a site of ``axes`` (``hooks.site_axes``): the positions and heads at their axes, every
-  other axis 1, to broadcast against the site's value."""
-  time_axis, head_axis, rank = axes
+def _shape(model: Transformer, info: tuple[int | None, int | None, int], time: int) -> tuple[int, ...]:
+  """A mask's shape for a site of ``info`` (``hooks.site_axes``: time axis, head axis, rank): the positions and
+  heads at their axes, every other axis 1, to broadcast against the site's value."""
+  time_axis, head_axis, rank = info
   shape = [1] * rank
   for axis, size in ((time_axis, time), (head_axis, model.config.num_heads)):
     if axis is not None:

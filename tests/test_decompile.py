@@ -253,6 +253,7 @@ def test_the_command_on_a_program_trained_run_and_on_a_token_factored_one(tmp_pa
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert 'fidelity 100.00%' in proc.stdout, proc.stdout
   assert 'of 1,953 sequences' in proc.stdout, proc.stdout  # the split's, not its padding rows
+  assert 'inputs of uniformly drawn length, ' in proc.stdout and 'of 2,000 sequences' in proc.stdout, proc.stdout
   assert not proc.stderr.strip()  # a program-trained model: no warning
   assert os.path.isfile(output) and os.path.isfile(output[:-3] + '.npz')
   # Sort's whole input space is its three splits (5 + 5² + ... + 5⁶ = 19,530 sequences): the program equals

@@ -67,6 +67,31 @@ def rasp_task(request):
   return rasp.RaspTask(request.param)
 
 
+def test_uniform_length_inputs_draw_every_content_length_alike(rasp_task):
+  """Inputs drawn as the task defines them: each content length about as often as any other (the splits, which
+  hold each input once, are mostly the longest), tagged as the task tags them; none for Dyck (one length)."""
+  task = rasp_task
+  batches = task.uniform_length_batches(count=1_200, batch_size=400)
+  lo, hi = rasp.content_lengths(task.name, task.seq_len)
+  if lo == hi:
+    assert batches == []
+    return
+  inputs = np.concatenate([b['inputs'] for b in batches])
+  assert inputs.shape == (1_200, task.seq_len)
+  extra = 2 if task.name in ('reverse', 'sort') else 1      # <s>, and </s> for reverse and sort
+  lengths = (inputs != task.pad_id).sum(1) - extra
+  counts = np.bincount(lengths, minlength=hi + 1)[lo:]
+  assert len(counts) == hi - lo + 1 and counts.min() > 0.5 * 1_200 / len(counts), counts
+  test_lengths = (task.data.inputs['test'] != task.pad_id).sum(1) - extra
+  assert np.mean(test_lengths == hi) > 2 * np.mean(lengths == hi)  # the split is mostly the longest
+  for row, target in zip(inputs[:20], np.concatenate([b['targets'] for b in batches])[:20]):
+    content = task.vocab.decode(row[1:1 + (row != task.pad_id).sum() - extra])
+    want = rasp.tags(task.name, list(content))
+    assert task.vocab.decode(target[1:1 + len(want)]) == want
+  again = task.uniform_length_batches(count=1_200, batch_size=400)
+  assert all((a['inputs'] == b['inputs']).all() for a, b in zip(batches, again))  # drawn from a fixed seed
+
+
 def test_rasp_splits_are_disjoint_and_sized(rasp_task):
   data = rasp_task.data
   sizes = {k: len(data.inputs[k]) for k in ('train', 'validation', 'test')}

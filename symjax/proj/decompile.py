@@ -517,14 +517,15 @@ def program_predictions(program, inputs: np.ndarray, key_mask: np.ndarray) -> np
   return program.predict_ids(inputs, lengths)
 
 
-def evaluate(loaded, program, split: str = 'test') -> dict[str, Any]:
-  """On ``split`` of the run's task: fidelity (% of tagged positions where program and model agree), the
-  program's and the model's accuracy (% of tagged positions right), the share of sequences the program
-  gets entirely right, and the seconds each takes over the split (the model compiled and warm, in the
-  evaluation batches; the program in one call)."""
-  from symjax import tasks
-  task = tasks.get_task(loaded.config)
-  batches = list(task.eval_batches(split, 500, loaded.config.data_seed))
+def evaluate(loaded, program, split: str = 'test', batches: list[dict] | None = None) -> dict[str, Any]:
+  """On ``split`` of the run's task (or on ``batches``, which ``split`` then names): fidelity (% of tagged
+  positions where program and model agree), the program's and the model's accuracy (% of tagged positions
+  right), the share of sequences the program gets entirely right, and the seconds each takes over the split
+  (the model compiled and warm, in the evaluation batches; the program in one call)."""
+  if batches is None:
+    from symjax import tasks
+    task = tasks.get_task(loaded.config)
+    batches = list(task.eval_batches(split, 500, loaded.config.data_seed))
   inputs = np.concatenate([b['inputs'] for b in batches])
   targets = np.concatenate([b['targets'] for b in batches])
   weights = np.concatenate([b['weights'] for b in batches]) > 0

@@ -220,6 +220,21 @@ class RaspTask(base.FixedSetTask):
         self.data.targets[split] = np.stack([b for _, b in arrays])
       self.eval_splits = tuple(f'length_{n}' for n in GENERALISATION_LENGTHS)
 
+  def uniform_length_batches(self, count: int = 2_000, batch_size: int = 500, seed: int = 0
+                             ) -> list[dict[str, np.ndarray]]:
+    """Batches of ``count`` inputs drawn as the task defines them, each on its own: the content length uniform
+    over the task's lengths, then the symbols. The splits hold every input at most once, so most of them have
+    the longest content (there are few short ones); here a short input is as likely as a long one. Empty for
+    the Dyck tasks, whose content always has one length."""
+    lo, hi = content_lengths(self.name, self.seq_len)
+    if lo == hi:
+      return []
+    rng = base.rng_for(seed, 'rasp', self.name, 'uniform')
+    arrays = [encode(self.name, sample_content(self.name, rng, self.seq_len, self.vocab_size), self.seq_len,
+                     self.vocab) for _ in range(count)]
+    inputs, targets = np.stack([a for a, _ in arrays]), np.stack([b for _, b in arrays])
+    return [self._make(inputs[i:i + batch_size], targets[i:i + batch_size]) for i in range(0, count, batch_size)]
+
   def input_space(self, limit: int = 1_000_000) -> tuple[np.ndarray, bool]:
     """The inputs a decompiled program is pruned on: every input the task generates at its length when there
     are at most ``limit`` (exhaustive: True), else those of the train and validation splits (False)."""

@@ -70,7 +70,7 @@ PUBLISHED = {**rasp.PUBLISHED, 'induction': 100.0}
 PUBLISHED_LINES = {'reverse': 709, 'hist': 195, 'double_hist': 845, 'sort': 917, 'most_freq': 1230, 'dyck1': 1109,
                    'dyck2': 1258}
 MEASURES = ('program_accuracy', 'fidelity', 'model_accuracy', 'lines', 'table_entries', 'validation_accuracy',
-            'decompile_seconds', 'program_seconds', 'model_seconds', 'train_seconds')
+            'uniform_length_accuracy', 'decompile_seconds', 'program_seconds', 'model_seconds', 'train_seconds')
 RESTART_FIELDS = ('initialisation', 'restart_validation_accuracies')
 
 
@@ -145,6 +145,8 @@ def one(task: str, mode: str, seed: int) -> tuple[dict, list[str]]:
   with open(measured) as f:
     row = json.load(f)
   row['validation_accuracy'] = validation_at(workdir)
+  if 'uniform_lengths' in row:  # the program's accuracy on inputs of uniformly drawn length (RASP, not Dyck)
+    row['uniform_length_accuracy'] = row['uniform_lengths']['program_accuracy']
   if all(taken is not None for _, _, taken in trained):
     row['train_seconds'] = sum(taken for _, _, taken in trained)
   if len(trained) > 1:

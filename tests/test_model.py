@@ -428,7 +428,7 @@ def test_sequence_empty_or_longer_than_max_len_is_a_clear_error():
     ({'kind': 'symbolc'},
      r"model.kind must be one of \['standard', 'token_factored', 'symbolic', 'lstm', 'program'\]"),
     ({'num_heads': 0}, r'model.num_heads must be > 0'),
-    ({'value_map': 'dense'}, r'model.value_map must be one of'),
+    ({'value_map': 'full'}, r'model.value_map must be one of'),
     ({'dropout_rate': 1.5}, r'model.dropout_rate must be in \[0, 1\)'),
     ({'kind': 'token_factored', 'symbolic_layers': [0]}, r"symbolic_layers is only for kind 'symbolic'"),
     ({'symbolic_layers': [5]}, r'symbolic_layers \[5\] out of range: layers are 0..1'),

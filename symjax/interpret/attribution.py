@@ -39,6 +39,7 @@ import numpy as np
 from symjax.interpret import circuits, core, decomposition, engine, interventions
 from symjax.model import Transformer
 from symjax.model import intermediates as names
+from symjax.model.transformer import input_stream
 from symjax.system.errors import InputError
 from symjax.tasks import base, induction
 from symjax.train import metrics
@@ -141,7 +142,7 @@ def _target_logprob(model: Transformer, params, embeddings, tokens, key_mask, ta
     state = embeddings.astype(value.dtype)
     if cfg.kind == 'standard' and cfg.attention.positions == 'learned':
       state = state + params['pos_embedding'][:value.shape[1]].astype(value.dtype)
-    return state
+    return state if cfg.kind == 'standard' else input_stream(cfg, state)
   with names.session({'embed': replace}, lambda name: False):
     logits = model.apply({'params': params}, tokens, key_mask)
   logp = jax.nn.log_softmax(logits.astype(jnp.float32))

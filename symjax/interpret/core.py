@@ -131,8 +131,10 @@ def streams(cfg: ModelConfig, inter) -> list[dict[str, np.ndarray]]:
 
 
 def components(cfg: ModelConfig, inter) -> dict[str, np.ndarray]:
-  """The terms whose sum is the final state: 'embedding', then per layer 'attention_l' (the X_t update)
-  and 'ffn_l' (the X_e update); standard: the input (token + position) and the two residual updates."""
+  """The terms whose sum is the final state: 'embedding', then per layer 'attention_l' and 'ffn_l', each
+  sublayer's update of the stream it writes (``ModelConfig.writes``: X_t and X_e in the paper's two
+  streams, X_e alone in 'cascade', X_t alone in 'single'); standard: the input (token + position) and the
+  two residual updates."""
   out = {}
   if cfg.kind == 'standard':
     prev = out['embedding'] = inter['embed']
@@ -141,12 +143,15 @@ def components(cfg: ModelConfig, inter) -> dict[str, np.ndarray]:
       out[f'attention_{l}'], out[f'ffn_{l}'] = mid - prev, post - mid
       prev = post
     return out
-  prev_t = out['embedding'] = inter['embed']
-  prev_e = np.zeros_like(prev_t)
+  prev = out['embedding'] = inter['embed']
+  stream = {'x_t': prev, 'x_e': np.zeros_like(prev)}
   for l in range(cfg.num_layers):
-    x_t, x_e = inter[f'blocks.{l}.x_t'], inter[f'blocks.{l}.x_e']
-    out[f'attention_{l}'], out[f'ffn_{l}'] = x_t - prev_t, x_e - prev_e
-    prev_t, prev_e = x_t, x_e
+    for part, suffix in (('attention', '_mid'), ('ffn', '')):
+      # Only the written stream changes: its difference is the update exactly, with no rounding of a sum.
+      written = cfg.writes(part)
+      new = inter[f'blocks.{l}.{written}{suffix}']
+      out[f'{part}_{l}'] = new - stream[written]
+      stream[written] = new
   return out
 
 
@@ -198,13 +203,13 @@ def final_norm_affine(cfg: ModelConfig, params, x: np.ndarray) -> tuple[np.ndarr
   evaluated at x: returns (a, β) broadcastable to x. Freezing a makes LN_f linear in its input, which is
   the basis of direct logit attribution.
 
-  Standard and Token-Factored: LayerNorm over d_model, s = sqrt(var + ε). Symbolic: channel LayerNorm,
-  μ and s per channel, s = σ_h + ε (eq. 18)."""
+  Standard and Token-Factored: LayerNorm over d_model, s = sqrt(var + ε). Symbolic (and Token-Factored with
+  ``channel_norm``): channel LayerNorm, μ and s per channel, s = σ_h + ε (eq. 18)."""
   p = nn.meta.unbox(params)['norm_final']
   x = np.asarray(x, np.float64)
   gamma, beta = np.asarray(p['scale'], np.float64), np.asarray(p['bias'], np.float64)
   eps = cfg.layer_norm_epsilon
-  if cfg.kind == 'symbolic':
+  if cfg.channel_norms:
     xh = split_channels(x, cfg.num_heads)
     std = np.sqrt(np.square(xh - xh.mean(-1, keepdims=True)).mean(-1, keepdims=True))
     a = np.broadcast_to(gamma, xh.shape) / (std + eps)
@@ -214,8 +219,8 @@ def final_norm_affine(cfg: ModelConfig, params, x: np.ndarray) -> tuple[np.ndarr
 
 
 def centre(cfg: ModelConfig, x: np.ndarray) -> np.ndarray:
-  """x − μ(x), over d_model, or per channel for the symbolic model's channel LayerNorm (linear in x)."""
-  if cfg.kind == 'symbolic':
+  """x − μ(x), over d_model, or per channel for a channel LayerNorm (linear in x)."""
+  if cfg.channel_norms:
     xh = split_channels(x, cfg.num_heads)
     return (xh - xh.mean(-1, keepdims=True)).reshape(x.shape)
   return x - x.mean(-1, keepdims=True)
@@ -235,13 +240,13 @@ class HeadParameters:
   slopes: np.ndarray | None      # ALiBi slopes m_h (None: learned positions, standard model)
   tau_value: np.ndarray          # τ_h of the value projection (symbolic layers)
   tau_ffn: np.ndarray            # τ_h of the VocabFFN projection (symbolic layers)
-  w_head: np.ndarray | None      # [layers, heads, heads] Kronecker value maps (two-stream models)
+  w_head: np.ndarray | None      # [layers, heads, heads] value maps over channels (two-stream; value_mixing)
 
 
 def head_parameters(cfg: ModelConfig, params) -> HeadParameters:
   p = nn.meta.unbox(params)
   L, H = cfg.num_layers, cfg.num_heads
-  alibi = cfg.kind != 'standard' or cfg.attention.positions == 'alibi'
+  alibi = cfg.attention.positions == 'alibi'
   slopes = None
   if alibi:
     if cfg.attention.learned_slopes:
@@ -257,9 +262,24 @@ def head_parameters(cfg: ModelConfig, params) -> HeadParameters:
       tau_f[l] = np.exp(np.asarray(p[f'layer_{l}']['ffn']['projection']['log_tau'], np.float64))
   w_head = None
   if cfg.kind != 'standard':
-    w_head = np.stack([np.asarray(p[f'layer_{l}']['value_map']['w_head'], np.float64)
-                       if cfg.symbolic.value_map != 'none' else np.eye(H) for l in range(L)])
+    w_head = np.stack([value_mixing(cfg, p[f'layer_{l}']) for l in range(L)])
   return HeadParameters(slopes, tau_v, tau_f, w_head)
+
+
+def value_mixing(cfg: ModelConfig, layer_params) -> np.ndarray:
+  """``[heads, heads]``: how much channel g of X_t enters head h's values. The Kronecker map's W_head
+  itself (signed); for the dual-stream family's other value maps the RMS of block (h, g) of the map, which
+  is |W_head[h, g]| for a Kronecker map; the identity without a map."""
+  H, dh, value_map = cfg.num_heads, cfg.head_dim, cfg.symbolic.value_map
+  if value_map == 'none':
+    return np.eye(H)
+  w = np.asarray(layer_params['value_map']['w_head' if value_map.startswith('kronecker_') else 'kernel'], np.float64)
+  if value_map.startswith('kronecker_'):
+    return w
+  if value_map == 'independent':                                  # [H, dh, dh]: channel h to head h
+    return np.diag(np.sqrt(np.square(w).mean((1, 2))))
+  blocks = w.reshape(H, dh, H, dh)                                # [d_model, H, dh]: (g, ·, h, ·)
+  return np.sqrt(np.square(blocks).mean((1, 3))).T
 
 
 # Characters that print as nothing, shown as visible signs in tables and figures.

@@ -5,10 +5,12 @@ the final norm with its scale frozen (``apply_ln_to_stack``) and onto the logits
 
 The final state is a sum of terms, X = embedding + Σ_l (attention update + FFN update). The standard model
 adds both updates to one residual stream; the two-stream models add the attention update to X_t and the FFN
-update to X_e ("Symbolic Transformers" §4, eqs. 12 and 15), and each label names its stream. A head's term:
-in a two-stream model head h writes only channel h of X_t (no output projection: the heads' outputs are
-concatenated, eq. 12), so its term is that channel of ``attn.out`` and zero elsewhere; in the standard model
-it is z_h W_O[h], and the heads' terms sum to ``attn.out``.
+update to X_e ("Symbolic Transformers" §4, eqs. 12 and 15) — or, in the dual-stream family's 'cascade' and
+'single' modes, both to X_e or both to X_t — and each label names its stream. A head's term: in a
+two-stream model head h writes only channel h (no output projection: the heads' outputs are concatenated,
+eq. 12), so its term is that channel of ``attn.out`` and zero elsewhere; through a Kronecker or dense output
+map (``model.head_mixing``), and in the standard model, it is z_h through the map's rows of head h, and the
+heads' terms sum to ``attn.out``.
 
 The final norm is LN_f(X) = a(X) ⊙ (X − μ(X)) + β with a = γ / s(X) (``core.final_norm_affine``; per channel
 for the symbolic model's channel LayerNorm, eq. 18). With a evaluated at the cached X and frozen, LN_f is
@@ -69,7 +71,9 @@ def block_terms(cfg: ModelConfig, inter: dict[str, Any]) -> list[tuple[str, np.n
   if cfg.kind == 'standard':
     labels = ['embed'] + [f'{l}_{part}' for l in range(cfg.num_layers) for part in ('attn_out', 'mlp_out')]
   else:
-    labels = ['embed.x_t'] + [f'{l}_{part}' for l in range(cfg.num_layers) for part in ('attn_out.x_t', 'ffn_out.x_e')]
+    attn, ffn = cfg.writes('attention'), cfg.writes('ffn')
+    labels = ['embed.x_t'] + [f'{l}_{part}' for l in range(cfg.num_layers)
+                              for part in (f'attn_out.{attn}', f'ffn_out.{ffn}')]
   return [(label, np.asarray(term, np.float64)) for label, term in zip(labels, parts.values())]
 
 
@@ -86,11 +90,19 @@ def head_terms(cfg: ModelConfig, params, arrays: dict[str, np.ndarray], layer: i
     z = np.asarray(arrays[f'blocks.{layer}.attn.z'], np.float64)                       # [b, t, heads, dh]
     w_o = np.asarray(nn.meta.unbox(params)[f'layer_{layer}']['attention']['out']['kernel'], np.float64)
     return np.einsum('bthd,hde->hbte', z, w_o)
-  # Two streams: head h writes channel h of X_t (eq. 12).
-  terms = np.zeros((h, *out.shape))
-  for head in range(h):
-    terms[head, ..., head * dh:(head + 1) * dh] = out[..., head * dh:(head + 1) * dh]
-  return terms
+  mixing = cfg.streams.head_mixing
+  if mixing == 'independent':  # two streams: head h writes channel h (eq. 12)
+    terms = np.zeros((h, *out.shape))
+    for head in range(h):
+      terms[head, ..., head * dh:(head + 1) * dh] = out[..., head * dh:(head + 1) * dh]
+    return terms
+  # The dual-stream family's output maps, linear in the heads: head h's term is its z_h through them.
+  z = np.asarray(arrays[f'blocks.{layer}.attn.z'], np.float64)                         # [b, t, heads, dh]
+  w = np.asarray(nn.meta.unbox(params)[f'layer_{layer}']['attention']['head_mix'][
+      'w_head' if mixing == 'kronecker' else 'kernel'], np.float64)
+  if mixing == 'kronecker':  # channel g receives W[g, h] z_h
+    return np.einsum('gh,bthd->hbtgd', w, z).reshape(h, *out.shape)
+  return np.einsum('bthd,hdge->hbtge', z, w.reshape(h, dh, h, dh)).reshape(h, *out.shape)
 
 
 def frozen_norm(cfg: ModelConfig, params, inter: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:

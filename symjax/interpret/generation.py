@@ -24,6 +24,7 @@ from symjax.interpret import core, engine
 from symjax.model import Suffix, Transformer
 from symjax.model import intermediates as names
 from symjax.model.masks import head_mask_matrix
+from symjax.model.transformer import input_stream
 from symjax.run import sample
 
 
@@ -93,6 +94,7 @@ def _program(model: Transformer, prompt_len: int, max_new: int, mode: str, top_k
         x = table[token][:, None].astype(cfg.compute_dtype)                      # [batch, 1, d_model]
         if cfg.kind == 'standard' and cfg.attention.positions == 'learned':
           x = x + params['pos_embedding'][lengths + s - 1][:, None].astype(x.dtype)
+        x = x if cfg.kind == 'standard' else input_stream(cfg, x)
         if 'embed' in fns:
           x = names.call_hook(fns['embed'], x, 'embed')
         state = x if cfg.kind == 'standard' else (x, jnp.zeros_like(x))

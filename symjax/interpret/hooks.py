@@ -31,7 +31,7 @@ from symjax.model import intermediates as names
 from symjax.system.errors import InputError
 
 # Axes of a site's value: (time axis, head axis or None). Sites not listed are [batch, time, features].
-PER_HEAD = ('.attn.q', '.attn.k', '.attn.values', '.attn.z', '.attn.v_mixture', '.ffn.mixture')
+PER_HEAD = ('.attn.q', '.attn.k', '.attn.values', '.attn.gate', '.attn.z', '.attn.v_mixture', '.ffn.mixture')
 HEAD_FIRST = ('.attn.scores', '.attn.pattern')
 
 
@@ -67,8 +67,7 @@ def valid_names(model: Transformer) -> list[str]:
 @functools.lru_cache(maxsize=64)
 def _valid_names(cfg) -> tuple[str, ...]:
   """Every call checks its site names against these: listed once per configuration."""
-  symbolic_layers = tuple(l for l, kind in enumerate(cfg.layer_kinds()) if kind == 'symbolic')
-  sites = names.site_names(cfg.kind, cfg.num_layers, symbolic_layers)
+  sites = cfg.sites()
   has_mixture = {'values': cfg.symbolic_site('values'), 'ffn': cfg.symbolic_site('ffn')}
   return tuple(s for s in sites if not ((s.endswith('.v_mixture') and not has_mixture['values'])
                                         or (s.endswith('.ffn.mixture') and not has_mixture['ffn'])))

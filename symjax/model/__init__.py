@@ -3,6 +3,7 @@
 - ``config``: ``ModelConfig``, every architectural choice, checked once.
 - ``attention``: mask predicates, ALiBi with learned slopes, the multi-head ``Attention`` module.
 - ``symbolic``: ``KroneckerValue``, ``ChannelLayerNorm``, ``VocabProjection``, ``VocabFFN``.
+- ``mixing``: the dual-stream family's head and FFN mixings (independent, Kronecker, dense).
 - ``transformer``: the standard and two-stream blocks, ``Transformer`` (and ``Suffix``, its later positions
   given the earlier ones' keys and values), the LSTM baseline, ``build``.
 - ``transformer_program``: the Transformer Program kind (``kind='program'``): named categorical variables, each

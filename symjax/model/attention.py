@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from symjax.model import intermediates as names
-from symjax.model import program, relational
+from symjax.model import mixing, program, relational
 from symjax.model.masks import Mask, causal, head_mask_matrix
 from symjax.ops import attention as kernels
 from symjax.ops import dense as dense_ops
@@ -83,6 +83,19 @@ class ALiBi(nn.Module):
     queries = jnp.arange(offset, offset + q_len)
     distance = jnp.abs(queries[:, None] - jnp.arange(k_len)[None, :]).astype(jnp.float32)
     return -self.slopes()[:, None, None] * distance[None]
+
+
+def rotary(x: Array, offset: int = 0, base: float = 10000.0) -> Array:
+  """Rotary position embedding ("RoFormer", Su et al. 2021, eq. 34, in the half-split layout): feature
+  pairs (i, i + d/2) of position p rotated by the angle p · base^(−2i/d). ``x`` ``[batch, time, heads,
+  head_dim]`` holds positions ``offset…``; q·k of rotated queries and keys depends on their distance
+  alone."""
+  half = x.shape[-1] // 2
+  freq = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+  angle = jnp.arange(offset, offset + x.shape[1], dtype=jnp.float32)[:, None] * freq       # [time, half]
+  cos, sin = (f(angle)[None, :, None, :] for f in (jnp.cos, jnp.sin))
+  x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+  return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).astype(x.dtype)
 
 
 class Projection(nn.Module):
@@ -173,15 +186,24 @@ class Attention(nn.Module):
   numerical_heads: int = 0  # the last heads count the keys with score > 0 (predicate_weights)
   gumbel_scale: Any = None  # hard only: sample the argmax at this scale while training (gumbel_perturbed)
   numerical_positions: bool = True  # False: no ALiBi bias on the numerical heads (and positions go to the rest)
+  rope: bool = False  # rotate queries and keys by their positions (``rotary``), after their sites
+  # Gated attention (the dual-stream family's): each head's output times σ(g W_gate[h]), g the query
+  # ('combined') or the caller's ``gate_input`` ('symbolic'); W_gate from zeros, so every gate starts at ½.
+  gate: str = 'none'
+  # The factored blocks' output map over heads (``output_projection=False``): 'independent' (none),
+  # 'kronecker' or 'dense' (``symjax.model.mixing``).
+  head_mixing: str = 'independent'
 
   @nn.compact
   def __call__(self, x: Array, values: Array | None = None, key_mask: Array | None = None,
                deterministic: bool = True, edges: relational.Edges | None = None,
-               positions: Array | None = None, prefix: tuple[Array, Array] | None = None) -> Array:
+               positions: Array | None = None, prefix: tuple[Array, Array] | None = None,
+               gate_input: Array | None = None) -> Array:
     """x: ``[batch, time, d_model]``; values: ``[batch, time, heads, head_dim]``; key_mask: ``[batch, keys]``
     (keys = P + time with a prefix); positions: ``[time, d_model]`` rows added to the queries' and keys' input
     of the categorical heads only (the numerical heads read ``x`` alone; ``numerical_positions=False``);
-    prefix: keys and values ``[batch, P, heads, head_dim]``. Returns ``[batch, time, d_model]``.
+    prefix: keys and values ``[batch, P, heads, head_dim]``; gate_input: ``[batch, time, heads, head_dim]``,
+    what the 'symbolic' gate reads. Returns ``[batch, time, d_model]``.
     """
     time, offset = x.shape[1], 0 if prefix is None else prefix[0].shape[1]
     static = head_mask_matrix(self.mask, offset + time, offset + time)[:, offset:]  # [heads or 1, q, k]
@@ -200,6 +222,9 @@ class Attention(nn.Module):
     q, k, v = self._queries_keys_values(x, values, positions, wide)        # eqs. 7-8
     if prefix is not None:
       k, v = (jnp.concatenate([kept.astype(new.dtype), new], axis=1) for kept, new in zip(prefix, (k, v)))
+    query = q
+    if self.rope:  # after the prefix joins: kept keys are rotated by their own positions, as the rest
+      q, k = rotary(q, offset), rotary(k)
     mask = jnp.asarray(static)[None]
     if key_mask is not None:
       mask = mask & key_mask[:, None, None, :].astype(bool)
@@ -217,7 +242,17 @@ class Attention(nn.Module):
       weights, v = self._weights(q, k, v, mask, alibi, offset)             # eqs. 9-11
       out = read(weights, v)                                               # eq. 12
     out = self._dropout(out, weights, blocked, plan, v, edge_values, deterministic)
+    out = self._gate(out, query if self.gate == 'combined' else gate_input)
     return self._output(names.hook(self, 'attn.z', out), wide, x.shape[-1])
+
+  def _gate(self, out: Array, g: Array | None) -> Array:
+    """y_h ← y_h ⊙ σ(g_h W_gate[h]) per head, ``[batch, time, heads, head_dim]`` (the site ``attn.gate``)."""
+    if self.gate == 'none':
+      return out
+    init = nn.with_logical_partitioning(nn.initializers.zeros, (HEADS, HEAD_DIM, None))
+    w = nn.meta.unbox(self.param('gate', init, (self.num_heads, self.head_dim, self.head_dim)))
+    logits = jnp.einsum('bthd,hde->bthe', g.astype(jnp.float32), w, preferred_element_type=jnp.float32)
+    return out * names.hook(self, 'attn.gate', jax.nn.sigmoid(logits)).astype(out.dtype)
 
   def _weights(self, q: Array, k: Array, v: Array, mask: Array, alibi: ALiBi | None, offset: int
                ) -> tuple[Array, Array]:
@@ -297,12 +332,15 @@ class Attention(nn.Module):
     return relational.read(drop(weights, deterministic=False), v, edge_values)
 
   def _output(self, out: Array, wide: int, d_model: int) -> Array:
-    """The standard block's output projection over the heads; the factored blocks' heads as they are."""
+    """The standard block's output projection over the heads; the factored blocks' heads as they are, or
+    through their output map (``head_mixing``)."""
     if self.output_projection:
       init = nn.with_logical_partitioning(self.kernel_init, (HEADS, HEAD_DIM, EMBED))
       result = Projection(d_model, in_axes=2, dtype=self.dtype, kernel_init=init, in_pad=wide, name='out')(out)
     else:
       result = out.reshape(*out.shape[:2], self.num_heads * self.head_dim)
+      if self.head_mixing != 'independent':
+        result = mixing.head_map(self.head_mixing, self.num_heads, 'head_mix')(result).reshape(result.shape)
     return names.hook(self, 'attn.out', result)
 
 

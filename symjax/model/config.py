@@ -17,14 +17,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.model import masks, symbolic
+from symjax.model import intermediates, masks, symbolic
 from symjax.ops import attention as attention_ops
 from symjax.system.errors import InputError
 
 # lstm: a recurrent baseline; program: a Transformer Program (symjax.model.transformer_program)
 MODEL_KINDS = ('standard', 'token_factored', 'symbolic', 'lstm', 'program')
-POSITIONS = ('alibi', 'learned')
-VALUE_MAPS = ('kronecker_identity', 'kronecker_normal', 'none')
+POSITIONS = ('alibi', 'learned', 'rope')
+# The value map of the factored kinds: W_head ⊗ I (the paper, identity or normal initialisation), none
+# (V = X_t), or — the dual-stream family's other two head mixings — one [head_dim, head_dim] map per head
+# ('independent') or one [d_model, d_model] map over every channel ('dense').
+VALUE_MAPS = ('kronecker_identity', 'kronecker_normal', 'none', 'independent', 'dense')
+STREAMS = ('token_factored', 'cascade', 'single')
+HEAD_MIXINGS = ('independent', 'kronecker', 'dense')
+FFN_MIXINGS = ('dense', 'independent')
+GATES = ('none', 'combined', 'symbolic')
+PLS_DECAYS = ('linear', 'exponential', 'uniform', 'linear_final')
+PLS_SOURCES = ('x', 'x_e')
 CHANNEL_NORM_SCALES = ('vector', 'scalar')
 SYMBOLIC_SITES = ('both', 'values', 'ffn')  # which sites of a symbolic layer are vocabulary-projected
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
@@ -42,7 +51,9 @@ class AttentionConfig:
   # causal or full as the task needs, with ``window``. It replaces both; a causal task needs a causal mask.
   mask: str = ''
   relational: bool = False             # Relational Attention over the task's graph edges (graph tasks)
-  positions: str = 'alibi'             # standard model only; factored models always use ALiBi
+  # 'alibi' (the paper), 'rope' (rotary queries and keys, the dual-stream family's default) or 'learned'
+  # (an absolute position embedding added to the input: the standard kind only).
+  positions: str = 'alibi'
   learned_slopes: bool = True          # ALiBi slopes learned (paper) or fixed at the reference sequence
   # Opt-in, not the paper (where positions enter only through ALiBi): a learned absolute position embedding
   # added to the input of every factored layer's queries and keys — never to the streams or the values, so
@@ -123,6 +134,34 @@ class ProgramConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class StreamConfig:
+  """The dual-stream family of "The Dual-Stream Transformer" (Kerce & Fox 2026): which stream each sublayer
+  writes, how heads and FFN channels mix, gated attention and per-layer supervision. The defaults are the
+  Token-Factored and Symbolic Transformers of "Symbolic Transformers"; ``configs/dual_stream.py`` names the
+  family's variants (``kron-dns_C_G``)."""
+
+  # Factored kinds: 'token_factored' (attention writes X_t, the FFN X_e), 'cascade' (X_t stays the embedding,
+  # attention and FFN both write X_e) or 'single' (both write X_t; X_e stays zero: one residual stream).
+  stream: str = 'token_factored'
+  cascade_norm: bool = False           # cascade: X_t is the channel LayerNorm of the embedding, once
+  channel_norm: bool = False           # kind 'token_factored': channel LayerNorm (eq. 18) for every norm
+  # The attention's output map over heads, after each head's read (factored kinds): 'independent' (none:
+  # head h writes channel h, the paper), 'kronecker' (W_out ⊗ I, H² parameters) or 'dense' ([d_model,
+  # d_model]). The value map before the read is ``value_map``.
+  head_mixing: str = 'independent'
+  ffn_mixing: str = 'dense'            # the MLP: 'dense' or 'independent' (one MLP per channel)
+  # Gated attention: each head's output times σ(g W_gate[h]), W_gate [heads, head_dim, head_dim] from zeros,
+  # with g the head's query ('combined') or the channel LayerNorm of X_t ('symbolic'); 'none' = off.
+  gate: str = 'none'
+  # Per-layer supervision: loss = CE(final) + pls_weight · Σ_l w_l CE(lm_head(LN_f(state_l))), the shared
+  # readout after every layer l, w_l by pls_decay; the state is X_t + X_e ('x') or X_e ('x_e'). 0 = off.
+  pls_weight: float = 0.0
+  pls_decay: str = 'linear'
+  pls_final_weight: float = 0.5        # 'linear_final': the last layer's w_l (the rest share 1 − it)
+  pls_source: str = 'x'
+
+
+@dataclasses.dataclass(frozen=True)
 class KernelConfig:
   """How the same function is computed: kernels, memory and precision."""
 
@@ -151,7 +190,7 @@ class TrainingConfig:
 
 # --8<-- [end:groups]
 GROUPS = {'attention': AttentionConfig, 'symbolic': SymbolicConfig, 'program': ProgramConfig,
-          'kernels': KernelConfig, 'training': TrainingConfig}
+          'streams': StreamConfig, 'kernels': KernelConfig, 'training': TrainingConfig}
 # Each grouped field's group. The run's ConfigDict (``config.model``) and ``ModelConfig.flat()`` keep every
 # field at one level, by these names: what users type (``--config.model.hard=true``) does not change.
 GROUP_OF = {f.name: group for group, cls in GROUPS.items() for f in dataclasses.fields(cls)}
@@ -177,6 +216,7 @@ class ModelConfig:
   attention: AttentionConfig = AttentionConfig()
   symbolic: SymbolicConfig = SymbolicConfig()
   program: ProgramConfig = ProgramConfig()
+  streams: StreamConfig = StreamConfig()
   kernels: KernelConfig = KernelConfig()
   training: TrainingConfig = TrainingConfig()
   # --8<-- [end:fields]
@@ -258,7 +298,7 @@ class ModelConfig:
     """Raises ValueError naming the first field that is wrong and what is allowed."""
     # Checked by the flat names the run's ConfigDict uses, which the messages name.
     c = types.SimpleNamespace(**self.flat(), mask_predicates=self.mask_predicates)
-    for check in (_check_values, _check_attention, _check_kinds, _check_program, _check_layers):
+    for check in (_check_values, _check_attention, _check_kinds, _check_program, _check_layers, _check_streams):
       check(c)
 
   def layer_kinds(self) -> tuple[str, ...]:
@@ -285,10 +325,12 @@ class ModelConfig:
   @property
   def exact_mixtures(self) -> bool:
     """Every stream a convex mixture of token embeddings after every layer: every layer symbolic, both
-    sites projected, no gain, convex FFN mixtures (the paper's model, with either ``vocab_ffn``)."""
+    sites projected, no gain, convex FFN mixtures (the paper's model, with either ``vocab_ffn``), no gate
+    (which scales features apart) and no normalised cascade stream."""
     return (self.kind == 'symbolic' and self.layer_kinds() == ('symbolic',) * self.num_layers
             and self.symbolic.symbolic_sites == 'both' and not self.symbolic.projection_gain
-            and self.symbolic.ffn_mixture == 'convex')
+            and self.symbolic.ffn_mixture == 'convex' and self.streams.gate == 'none'
+            and not self.streams.cascade_norm)
 
   @property
   def paper_symbolic(self) -> bool:
@@ -304,6 +346,43 @@ class ModelConfig:
     mask = masks.causal if self.causal else masks.full
     window = self.attention.window
     return (mask & masks.sliding_window(window) if window else mask,)
+
+  @property
+  def channel_norms(self) -> bool:
+    """Whether the factored blocks' and the final norms are channel LayerNorms (eq. 18): the symbolic kind,
+    or the token-factored kind with ``channel_norm``."""
+    return self.kind == 'symbolic' or (self.kind == 'token_factored' and self.streams.channel_norm)
+
+  def sites(self) -> list[str]:
+    """Every named site of this model (``symjax.model.intermediates.site_names``)."""
+    symbolic_layers = tuple(l for l, kind in enumerate(self.layer_kinds()) if kind == 'symbolic')
+    return intermediates.site_names(self.kind, self.num_layers, symbolic_layers, gate=self.streams.gate != 'none',
+                                    pls=self.streams.pls_weight > 0)
+
+  def writes(self, sublayer: str) -> str:
+    """The stream a factored block's 'attention' or 'ffn' adds its update to: 'x_t' or 'x_e'."""
+    stream = self.streams.stream
+    if stream == 'token_factored':
+      return 'x_t' if sublayer == 'attention' else 'x_e'
+    return 'x_e' if stream == 'cascade' else 'x_t'
+
+  def pls_weights(self) -> tuple[float, ...]:
+    """Per-layer supervision's weight of each layer's cross-entropy, ``pls_weight`` times the decay's share
+    (all zero when it is off). The decays of the dual-stream family's per-layer supervision: 'linear'
+    (l + 1) / (L(L + 1)/2), 'exponential' 2^l / (2^L − 1), 'uniform' 1/L, 'linear_final' the last layer
+    ``pls_final_weight`` and layer l < L − 1 (1 − pls_final_weight)(l + 1) / (L(L − 1)/2)."""
+    s, L = self.streams, self.num_layers
+    if s.pls_decay == 'linear':
+      shares = [(l + 1) / (L * (L + 1) / 2) for l in range(L)]
+    elif s.pls_decay == 'exponential':
+      shares = [2.0 ** l / (2.0 ** L - 1) for l in range(L)]
+    elif s.pls_decay == 'uniform':
+      shares = [1.0 / L] * L
+    elif L == 1:
+      shares = [1.0]
+    else:
+      shares = [(1 - s.pls_final_weight) * (l + 1) / ((L - 1) * L / 2) for l in range(L - 1)] + [s.pls_final_weight]
+    return tuple(s.pls_weight * w for w in shares)
 
   @property
   def compute_dtype(self):
@@ -336,6 +415,9 @@ def _check_values(c) -> None:
       raise InputError(f"model.{name}='cudnn' needs model.dtype='bfloat16' (cuDNN's fused attention "
                        f"takes 16-bit inputs), got model.dtype={c.dtype!r}")
   choice('symbolic_sites', SYMBOLIC_SITES)
+  for name, allowed in (('stream', STREAMS), ('head_mixing', HEAD_MIXINGS), ('ffn_mixing', FFN_MIXINGS),
+                        ('gate', GATES), ('pls_decay', PLS_DECAYS), ('pls_source', PLS_SOURCES)):
+    choice(name, allowed)
   choice('vocab_ffn', symbolic.VOCAB_FFN_MIXING)
   choice('ffn_mixture', symbolic.FFN_MIXTURES)
   if c.ffn_mixture == 'nonnegative' and c.vocab_projection != 'direct':
@@ -460,3 +542,51 @@ def _check_layers(c) -> None:
     bad = [l for l in c.symbolic_layers if not 0 <= l < c.num_layers]
     if bad:
       raise InputError(f'model.symbolic_layers {bad} out of range: layers are 0..{c.num_layers - 1}')
+
+
+def _check_streams(c) -> None:
+  """The dual-stream family's options: which kinds have them, and what each combines with."""
+  for name in ('pls_weight', 'pls_final_weight'):
+    v = getattr(c, name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+      raise InputError(f'model.{name} must be a number in [0, 1], got {v!r}')
+  factored = c.kind in ('token_factored', 'symbolic')
+  changed = [f'model.{name} = {getattr(c, name)!r}' for name, default in (
+      ('stream', 'token_factored'), ('cascade_norm', False), ('head_mixing', 'independent'), ('gate', 'none'))
+      if getattr(c, name) != default]
+  if changed and not factored:
+    raise InputError(f"{', '.join(changed)}: streams, head mixing and gates are for the factored kinds "
+                     f"'token_factored' and 'symbolic', got kind {c.kind!r} (the standard kind is the single "
+                     f'stream with a dense output projection already)')
+  if c.channel_norm and c.kind != 'token_factored':
+    raise InputError(f"model.channel_norm is for kind 'token_factored' (the symbolic kind always has channel "
+                     f'LayerNorms), got kind {c.kind!r}')
+  if c.cascade_norm and c.stream != 'cascade':
+    raise InputError(f"model.cascade_norm normalises the frozen X_t of model.stream = 'cascade', got "
+                     f'model.stream = {c.stream!r}')
+  if c.kind in ('lstm', 'program') and (c.ffn_mixing != 'dense' or c.pls_weight or c.positions == 'rope'):
+    raise InputError(f"model.ffn_mixing, model.pls_weight and model.positions = 'rope' are for the transformer "
+                     f"kinds 'standard', 'token_factored' and 'symbolic', got kind {c.kind!r}")
+  if factored and c.positions == 'learned':
+    raise InputError("model.positions = 'learned' adds a position embedding to the input, which would enter "
+                     "X_t: the factored kinds take 'alibi' or 'rope' (or model.qk_positions)")
+  if c.value_map in ('independent', 'dense') and not factored:
+    raise InputError(f"model.value_map = {c.value_map!r} is a factored kind's value map, got kind {c.kind!r}")
+  if c.kind == 'symbolic' and c.head_mixing != 'independent':
+    raise InputError(f"model.head_mixing = {c.head_mixing!r} would add other channels' values to channel h, "
+                     f"which is then no mixture of E^(h): kind 'symbolic' takes 'independent' (use kind "
+                     f"'token_factored' with model.channel_norm for the dual-stream family's mixings)")
+  if (c.hard or c.numerical_heads) and (c.stream != 'token_factored' or c.gate != 'none' or c.positions == 'rope'
+                                         or c.value_map in ('independent', 'dense')):
+    raise InputError('program training and numerical heads decompile the paper\'s symbolic model: set '
+                     "model.stream = 'token_factored', model.gate = 'none', model.positions = 'alibi' and a "
+                     'kronecker value map (or none)')
+  if c.positions == 'rope' and c.head_dim % 2:
+    raise InputError(f"model.positions = 'rope' rotates pairs of features: model.head_dim must be even, got "
+                     f'{c.head_dim}')
+  if c.ffn_mixing == 'independent' and c.ff_dim % c.num_heads:
+    raise InputError(f"model.ffn_mixing = 'independent' gives each channel ff_dim / num_heads units: model.ff_dim "
+                     f'= {c.ff_dim} must be a multiple of model.num_heads = {c.num_heads}')
+  if c.relational and c.positions == 'rope':
+    raise InputError("model.relational attention reads a graph, where node order means nothing: set "
+                     "model.positions = 'alibi' (no bias is added over edges)")

@@ -77,6 +77,7 @@ def streams(kind: str, num_layers: int, inter) -> list[dict]:
 #   blocks.{l}.attn.values     [batch, time, heads, head_dim]  what the heads move (two-stream: from X_t)
 #   blocks.{l}.attn.scores     [batch, heads, q_time, k_time]  q·k/√d + ALiBi bias, −inf where masked
 #   blocks.{l}.attn.pattern    [batch, heads, q_time, k_time]  attention weights
+#   blocks.{l}.attn.gate       [batch, time, heads, head_dim]  gated attention: σ(g W_gate), what z is scaled by
 #   blocks.{l}.attn.z          [batch, time, heads, head_dim]  each head's output
 #   blocks.{l}.attn.out        [batch, time, d_model]          the attention update (two-stream: ΔX_t)
 #   blocks.{l}.x_t_mid, .x_e_mid [batch, time, d_model]        two-stream models: the streams after the attention
@@ -87,6 +88,7 @@ def streams(kind: str, num_layers: int, inter) -> list[dict]:
 #   blocks.{l}.ffn.out         [batch, time, d_model]          the FFN update (two-stream: ΔX_e)
 #   blocks.{l}.x_t, .x_e       [batch, time, d_model]          two-stream models: the streams after block l
 #   blocks.{l}.resid           [batch, time, d_model]          the state after block l (X_t + X_e)
+#   blocks.{l}.pls.logits      [batch, time, vocab]            per-layer supervision: the shared head on block l
 #   final.norm                 [batch, time, d_model]          the final LayerNorm's output
 #   final.logits               [batch, time, vocab]
 # ----------------------------------------------------------------------------------------------------------
@@ -98,17 +100,22 @@ MID_SITES = ('x_t_mid', 'x_e_mid', 'resid_mid')
 READ_ONLY = ('.resid', '.resid_mid')  # in a two-stream model: the sum X_t + X_e, which the model never passes on
 
 
-def site_names(kind: str, num_layers: int, symbolic_layers: tuple[int, ...] = ()) -> list[str]:
+def site_names(kind: str, num_layers: int, symbolic_layers: tuple[int, ...] = (), gate: bool = False,
+               pls: bool = False) -> list[str]:
   """Every named site of a model, in the order a forward pass meets them. Mixtures exist in the layers
-  listed in ``symbolic_layers`` only; X_t and X_e in the two-stream kinds only."""
+  listed in ``symbolic_layers`` only; X_t and X_e in the two-stream kinds only; ``attn.gate`` with gated
+  attention and ``pls.logits`` with per-layer supervision (``ModelConfig.sites`` reads all of it)."""
   names_ = ['embed']
   for l in range(num_layers):
     attn = [s for s in ATTN_SITES if s != 'v_mixture' or l in symbolic_layers]
+    if gate:
+      attn.insert(attn.index('z'), 'gate')
     ffn = [s for s in FFN_SITES if s != 'mixture' or l in symbolic_layers]
     streams_ = STREAM_SITES if kind != 'standard' else ('resid',)
     mid = MID_SITES if kind != 'standard' else ('resid_mid',)
     names_ += [f'blocks.{l}.attn.{s}' for s in attn] + [f'blocks.{l}.{s}' for s in mid]
     names_ += [f'blocks.{l}.ffn.{s}' for s in ffn] + [f'blocks.{l}.{s}' for s in streams_]
+    names_ += [f'blocks.{l}.pls.logits'] if pls else []
   return names_ + ['final.norm', 'final.logits']
 
 

@@ -28,7 +28,7 @@ from flax.linen.dtypes import promote_dtype
 
 from symjax.model import attention as attn
 from symjax.model import intermediates as names
-from symjax.model import relational, symbolic
+from symjax.model import mixing, relational, symbolic
 from symjax.model.config import (  # noqa: F401  (re-exported)
   CHANNEL_NORM_SCALES,
   DTYPES,
@@ -46,6 +46,8 @@ from symjax.system.mesh import EMBED, VOCAB  # logical axis names of the paramet
 from symjax.system.mesh import MLP as MLP_AXIS
 
 Array = jax.Array
+# The collection per-layer supervision reads: LN_f of every block's decoded state, ``decoded_{l}``.
+PLS = 'pls'
 
 
 class Dense(nn.Dense):
@@ -77,16 +79,25 @@ class MLP(nn.Module):
     return Dense(x.shape[-1], dtype=self.dtype, kernel_init=init((MLP_AXIS, EMBED)), name='wo')(h)
 
 
-def attention_layer(config: ModelConfig, output_projection: bool, alibi: bool, gumbel_scale=None) -> attn.Attention:
+def attention_layer(config: ModelConfig, output_projection: bool, gumbel_scale=None) -> attn.Attention:
   """The attention layer a block of ``config`` builds: with the output projection (standard blocks) or without
-  it (factored blocks), ALiBi or not."""
+  it (factored blocks, which may map their heads' outputs by ``head_mixing``); positions by ALiBi or RoPE."""
   masks, kernels, program = config.mask_predicates(), config.kernels, config.program
+  positions, streams = config.attention.positions, config.streams
   return attn.Attention(config.num_heads, config.head_dim, mask=masks[0] if len(masks) == 1 else masks,
-                        alibi=alibi, learned_slopes=config.attention.learned_slopes,
+                        alibi=positions == 'alibi', learned_slopes=config.attention.learned_slopes,
                         output_projection=output_projection, dropout_rate=config.training.attention_dropout_rate,
                         block_size=kernels.attention_block, impl=kernels.attention_impl, dtype=config.compute_dtype,
                         hard=program.hard, numerical_heads=program.numerical_heads, gumbel_scale=gumbel_scale,
-                        numerical_positions=program.numerical_positions, name='attention')
+                        numerical_positions=program.numerical_positions, rope=positions == 'rope',
+                        gate=streams.gate, head_mixing=streams.head_mixing, name='attention')
+
+
+def ffn_layer(config: ModelConfig) -> nn.Module:
+  """The MLP FFN of standard and Token-Factored layers: dense, or one per channel (``ffn_mixing``)."""
+  if config.streams.ffn_mixing == 'independent':
+    return mixing.ChannelMLP(config.num_heads, config.ff_dim, config.compute_dtype, name='ffn')
+  return MLP(config.ff_dim, config.compute_dtype, name='ffn')
 
 
 class StandardBlock(nn.Module):
@@ -100,16 +111,19 @@ class StandardBlock(nn.Module):
     cfg = self.config
     drop = nn.Dropout(cfg.training.dropout_rate, deterministic=deterministic)
     ln = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
-    x = x + drop(attention_layer(cfg, True, cfg.attention.positions == 'alibi')(
-        ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic, edges=edges, prefix=prefix))
+    x = x + drop(attention_layer(cfg, True)(ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic,
+                                            edges=edges, prefix=prefix))
     x = names.hook(self, 'resid_mid', x)
     pre = names.hook(self, 'ffn.pre', ln('norm_ffn')(x))
-    x = x + drop(names.hook(self, 'ffn.out', MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(pre)))
+    x = x + drop(names.hook(self, 'ffn.out', ffn_layer(cfg)(pre)))
     return names.hook(self, 'resid', x)
 
 
 class FactoredBlock(nn.Module):
   """Token-Factored block (eqs. 6-15), or with ``symbolic=True`` the Symbolic block (Algorithm 1).
+
+  ``model.stream`` chooses the stream each sublayer writes (the dual-stream family's modes): attention X_t
+  and the FFN X_e (the paper's), both X_e with X_t left as the embedding ('cascade'), or both X_t ('single').
 
   Takes and returns the streams ``(x_t, x_e)``, each ``[batch, time, d_model]``; ``table`` is the input
   embedding table ``[vocab, d_model]`` that the symbolic vocabulary projections mix. ``prefix`` (both
@@ -126,20 +140,24 @@ class FactoredBlock(nn.Module):
                prefix: tuple[Array, Array] | None = None) -> tuple[Array, Array]:
     cfg = self.config
     drop = nn.Dropout(cfg.training.dropout_rate, deterministic=deterministic)
+    stream = cfg.streams.stream
     # Attention: values from X_t alone (eq. 8 / eq. 27); update X_t only (eq. 12 / eq. 28).
     values, edges = self._values(x_t, table, edges)
     offset = 0 if prefix is None else prefix[0].shape[1]
     x_attn, positions = self._attention_input(self._norm('norm_attn')(x_t + x_e), offset)
-    delta_t = attention_layer(cfg, False, True, self.gumbel_scale)(x_attn, values=values, key_mask=key_mask,
-                                                               deterministic=deterministic, edges=edges,
-                                                               positions=positions, prefix=prefix)
-    x_t = x_t + drop(self._counts(delta_t, table))
+    delta = attention_layer(cfg, False, self.gumbel_scale)(x_attn, values=values, key_mask=key_mask,
+                                                           deterministic=deterministic, edges=edges,
+                                                           positions=positions, prefix=prefix,
+                                                           gate_input=self._gate_input(x_t))
+    delta = drop(self._counts(delta, table))
+    x_t, x_e = (x_t, x_e + delta) if stream == 'cascade' else (x_t + delta, x_e)
     x_t, x_e = names.hook(self, 'x_t_mid', x_t), names.hook(self, 'x_e_mid', x_e)
     if names.active():
       names.hook(self, 'resid_mid', x_t + x_e, replaceable=False)
     # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
     x_ffn = names.hook(self, 'ffn.pre', self._norm('norm_ffn')(x_t + x_e))
-    x_e = x_e + drop(names.hook(self, 'ffn.out', self._ffn(x_ffn, table)))
+    delta = drop(names.hook(self, 'ffn.out', self._ffn(x_ffn, table)))
+    x_t, x_e = (x_t + delta, x_e) if stream == 'single' else (x_t, x_e + delta)
     x_t, x_e = names.hook(self, 'x_t', x_t), names.hook(self, 'x_e', x_e)
     if names.active():
       names.hook(self, 'resid', x_t + x_e, replaceable=False)
@@ -148,10 +166,20 @@ class FactoredBlock(nn.Module):
   def _norm(self, name: str) -> nn.Module:
     """Channel-wise LayerNorm in a symbolic block (eq. 20), LayerNorm over the whole state otherwise."""
     cfg = self.config
-    if self.symbolic:
+    if self.symbolic or (cfg.kind == 'token_factored' and cfg.streams.channel_norm):
       return symbolic.ChannelLayerNorm(cfg.num_heads, cfg.symbolic.channel_norm_scale, cfg.layer_norm_epsilon,
                                        name=name)
     return nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
+
+  def _gate_input(self, x_t: Array) -> Array | None:
+    """What the 'symbolic' attention gate reads: the channel LayerNorm of X_t, ``[batch, time, heads,
+    head_dim]``."""
+    cfg = self.config
+    if cfg.streams.gate != 'symbolic':
+      return None
+    norm = symbolic.ChannelLayerNorm(cfg.num_heads, cfg.symbolic.channel_norm_scale, cfg.layer_norm_epsilon,
+                                     name='norm_gate')
+    return symbolic.split_channels(norm(x_t), cfg.num_heads)
 
   def _values(self, x_t: Array, table: Array, edges: relational.Edges | None):
     """The values W_head ⊗ I applied to X_t (eq. 8), projected onto the vocabulary in a symbolic block
@@ -159,9 +187,11 @@ class FactoredBlock(nn.Module):
     cfg, options, kernels = self.config, self.config.symbolic, self.config.kernels
     if options.value_map == 'none':
       value_map = lambda x: symbolic.split_channels(x, cfg.num_heads)
-    else:
+    elif options.value_map.startswith('kronecker_'):
       value_map = symbolic.KroneckerValue(cfg.num_heads, options.value_map.removeprefix('kronecker_'),
                                           name='value_map')
+    else:
+      value_map = mixing.head_map(options.value_map, cfg.num_heads, 'value_map')
     project = self.symbolic and cfg.symbolic_site('values')
     if project:
       projection = symbolic.VocabProjection(cfg.num_heads, options.tau_init, kernels.vocab_projection,
@@ -213,7 +243,7 @@ class FactoredBlock(nn.Module):
                                kernels.vocab_chunk_size, cfg.num_valid_rows, cfg.compute_dtype,
                                gain=options.projection_gain, mixing=options.vocab_ffn, weights=options.ffn_mixture,
                                hard=cfg.program.hard, gumbel_scale=self.gumbel_scale, name='ffn')(x_ffn, table)
-    return MLP(cfg.ff_dim, cfg.compute_dtype, name='ffn')(x_ffn)
+    return ffn_layer(cfg)(x_ffn)
 
 
 class Transformer(nn.Module):
@@ -255,9 +285,17 @@ class Transformer(nn.Module):
         x = x + pos[:time].astype(x.dtype)
       state = names.hook(self, 'embed', x)
     else:
-      state = names.hook(self, 'embed', x), jnp.zeros_like(x)
-    h = blocks(self, state, table, key_mask, deterministic, graph, gumbel_scale)
-    return _readout(self, cfg, names.hook(self, 'final.norm', h), table, return_hidden)
+      state = names.hook(self, 'embed', input_stream(cfg, x)), jnp.zeros_like(x)
+    decode = cfg.streams.pls_weight > 0 and (names.active() or self.is_mutable_collection(PLS))
+    h, layers = blocks(self, state, table, key_mask, deterministic, graph, gumbel_scale, decode_layers=decode)
+    if layers and self.is_mutable_collection(PLS):
+      for l, h_l in enumerate(layers):
+        self.sow(PLS, f'decoded_{l}', h_l)
+    out_table = _readout_table(self, cfg, table)
+    if layers and names.active():  # each layer's readout through the shared head, as PLS trains it
+      for l, h_l in enumerate(layers):
+        names.hook(self, f'blocks.{l}.pls.logits', readout.logits(h_l, out_table)[..., :cfg.vocab_size])
+    return _readout(self, cfg, names.hook(self, 'final.norm', h), out_table, return_hidden)
 
 
 class Suffix(nn.Module):
@@ -276,33 +314,58 @@ class Suffix(nn.Module):
     time − P, d_model]``; prefix: {block: (keys, values) ``[batch, P, heads, head_dim]``}; key_mask:
     ``[batch, time]``."""
     table = _embed(self.config).embedding
-    h = blocks(self, state, table, key_mask, first=self.first, prefix=prefix)
-    return _readout(self, self.config, names.hook(self, 'final.norm', h), table, False)
+    h, _ = blocks(self, state, table, key_mask, first=self.first, prefix=prefix)
+    return _readout(self, self.config, names.hook(self, 'final.norm', h), _readout_table(self, self.config, table),
+                    False)
 
 
 def blocks(module: nn.Module, state, table: Array, key_mask: Array | None = None, deterministic: bool = True,
            graph: relational.Edges | None = None, gumbel_scale: Any = None, first: int = 0,
-           prefix: dict[int, tuple[Array, Array]] | None = None) -> Array:
+           prefix: dict[int, tuple[Array, Array]] | None = None, decode_layers: bool = False):
   """LN_f of the state after blocks ``first``… of ``module`` (a ``Transformer`` or ``Suffix``): ``state`` is x
   (standard) or (x_t, x_e) entering block ``first``; ``prefix`` {block: its earlier positions' keys and
-  values}."""
+  values}. With ``decode_layers`` (per-layer supervision) it returns (that, [LN_f of each block's decoded
+  state]) — the same norm, whose parameters every layer shares — and (that, []) otherwise; a ``Suffix``
+  takes the first alone."""
   cfg, prefix = module.config, prefix or {}
   if gumbel_scale is None and cfg.program.gumbel_scale > 0:
     gumbel_scale = cfg.program.gumbel_scale
+  norm = final_norm(cfg)
+  layers = []
   if cfg.kind == 'standard':
     x, block = state, _remat(StandardBlock, cfg, static_argnums=(3,))
     for l in range(first, cfg.num_layers):
       x = block(cfg, name=f'layer_{l}')(x, key_mask, deterministic, graph, prefix.get(l))
-    return nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
+      if decode_layers:
+        layers.append(norm(x))
+    return norm(x), layers
   (x_t, x_e), block = state, _remat(FactoredBlock, cfg, static_argnums=(5,))
   for l, kind in enumerate(cfg.layer_kinds()):
     if l >= first:
       x_t, x_e = block(cfg, kind == 'symbolic', gumbel_scale, name=f'layer_{l}')(x_t, x_e, table, key_mask,
                                                                                  deterministic, graph, prefix.get(l))
-  if cfg.kind == 'symbolic':
+      if decode_layers:
+        layers.append(norm(x_e if cfg.streams.pls_source == 'x_e' else x_t + x_e))
+  return norm(x_t + x_e), layers
+
+
+def final_norm(cfg: ModelConfig) -> nn.Module:
+  """LN_f: a channel LayerNorm where the blocks' norms are (``ModelConfig.channel_norms``), else LayerNorm."""
+  if cfg.channel_norms:
     return symbolic.ChannelLayerNorm(cfg.num_heads, cfg.symbolic.channel_norm_scale, cfg.layer_norm_epsilon,
-                                     name='norm_final')(x_t + x_e)
-  return nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x_t + x_e)
+                                     name='norm_final')
+  return nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')
+
+
+def input_stream(cfg: ModelConfig, x: Array) -> Array:
+  """X_t⁰ from the token embeddings ``[..., d_model]``: themselves, or in 'cascade' with ``cascade_norm``
+  their channel LayerNorm, without parameters (the frozen token stream then has unit scale per channel)."""
+  if not cfg.streams.cascade_norm:
+    return x
+  xh = symbolic.split_channels(x, cfg.num_heads).astype(jnp.float32)
+  mean = xh.mean(-1, keepdims=True)
+  std = jnp.sqrt(jnp.square(xh - mean).mean(-1, keepdims=True))
+  return symbolic.merge_channels((xh - mean) / (std + cfg.layer_norm_epsilon)).astype(x.dtype)
 
 
 def check_token_ids(ids, vocab_size: int, what: str = 'token ids') -> None:
@@ -321,14 +384,19 @@ def _embed(cfg: ModelConfig) -> nn.Embed:
 
 
 def _readout(module: nn.Module, cfg: ModelConfig, h: Array, table: Array, return_hidden: bool):
-  """Logits h Eᵀ over the real vocabulary, or (h, table) for a streamed loss; a separate table when
-  embeddings are untied."""
-  if not cfg.tie_embeddings:
-    table = module.param('readout', nn.with_logical_partitioning(nn.initializers.normal(0.02), (VOCAB, EMBED)),
-                         (cfg.padded_vocab_size, cfg.d_model))
+  """Logits h Eᵀ over the real vocabulary with the readout's ``table`` (``_readout_table``), or (h, table) for
+  a streamed loss."""
   if return_hidden:
     return h, table
   return names.hook(module, 'final.logits', readout.logits(h, table)[..., :cfg.vocab_size])
+
+
+def _readout_table(module: nn.Module, cfg: ModelConfig, table: Array) -> Array:
+  """The readout's table: the input embedding table when tied, else the ``readout`` parameter."""
+  if cfg.tie_embeddings:
+    return table
+  return module.param('readout', nn.with_logical_partitioning(nn.initializers.normal(0.02), (VOCAB, EMBED)),
+                      (cfg.padded_vocab_size, cfg.d_model))
 
 
 class LSTM(nn.Module):
@@ -348,7 +416,7 @@ class LSTM(nn.Module):
     for l in range(cfg.num_layers):
       x = nn.RNN(nn.OptimizedLSTMCell(cfg.d_model, param_dtype=jnp.float32), name=f'lstm_{l}')(x)
     h = nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name='norm_final')(x)
-    return _readout(self, cfg, h, embed.embedding, return_hidden)
+    return _readout(self, cfg, h, _readout_table(self, cfg, embed.embedding), return_hidden)
 
 
 def for_backend(config: ModelConfig, backend: str | None = None) -> ModelConfig:

@@ -551,8 +551,7 @@ class Loaded:
     vocab = self.model_config.vocab_size
     cfg = self.model_config
     hooks = {names.from_transformer_lens(n, cfg.num_layers): fn for n, fn in (hooks or {}).items()}
-    sites = names.site_names(cfg.kind, cfg.num_layers, tuple(l for l, k in enumerate(cfg.layer_kinds())
-                                                              if k == 'symbolic'))
+    sites = cfg.sites()
     bad = [n for n, fn in hooks.items() if n not in sites or not callable(fn)]
     if bad:
       raise InputError(f'hooks must map site names to functions fn(value, name); {bad[0]!r} is not one of this '

@@ -30,6 +30,7 @@ from symjax import model as model_lib
 from symjax import tasks
 from symjax.model import ModelConfig, Transformer
 from symjax.model.program import GUMBEL_RNG
+from symjax.model.transformer import PLS
 from symjax.ops import readout as readout_ops
 from symjax.run import lock
 from symjax.run import workdir as rundir
@@ -118,29 +119,41 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
 
   ``objective(ce, logits, intermediates, batch) -> (loss, metrics)``, when given, replaces the mean
   cross-entropy as the loss minimised (distillation, ``symjax.train.distill.make_objective``); the logged
-  ``loss`` stays the cross-entropy and its metrics are logged beside it."""
+  ``loss`` stays the cross-entropy and its metrics are logged beside it. Per-layer supervision
+  (``model.pls_weight``) adds Σ_l w_l CE_l (``ModelConfig.pls_weights``) to the loss minimised, and logs each
+  layer's CE as ``pls/layer_l``."""
 
   sampled = model.config.samples_argmaxes
+  pls = model.config.pls_weights() if model.config.streams.pls_weight > 0 else ()
 
   def loss_fn(params, batch, dropout_key, step):
     kw = dict(deterministic=False, rngs={'dropout': dropout_key})
     if sampled:  # program training's Gumbel noise at this step's scale
       kw['rngs'][GUMBEL_RNG] = jax.random.fold_in(dropout_key, 1)
       kw['gumbel_scale'] = gumbel_schedule(model.config, options.total_steps)(step)
-    if objective is None:
+    if objective is None and not pls:
       loss, _, above, tied = token_stats(model, params, batch, options.readout, options.key_mask, **kw)
     else:
+      collections = (['intermediates'] if objective is not None else []) + ([PLS] if pls else [])
       (h, table), state = model.apply({'params': params}, batch['inputs'],
                                       batch['key_mask'] if options.key_mask else None, return_hidden=True,
-                                      edges=batch.get('edges'), mutable=['intermediates'], **kw)
+                                      edges=batch.get('edges'), mutable=collections, **kw)
       loss, _, above, tied = hidden_stats(model, h, table, batch, options.readout)
     sums = metrics_lib.weighted_metrics(loss, above, tied, batch, options.top_ks)
     ce = sums['loss'] / jnp.maximum(sums['weight'], 1.0)
+    total, extra = ce, {}
+    if pls:  # per-layer supervision: the shared head's cross-entropy after every layer, weighted
+      for l, w in enumerate(pls):
+        layer_loss = hidden_stats(model, state[PLS][f'decoded_{l}'][0], table, batch, options.readout)[0]
+        layer_ce = jnp.sum(layer_loss * batch['weights']) / jnp.maximum(sums['weight'], 1.0)
+        total, extra[f'pls/layer_{l}'] = total + w * layer_ce, layer_ce
+      extra['objective'] = total
     if objective is None:
-      return ce, (ce, sums, {})
+      return total, (ce, sums, extra)
     logits = readout_ops.logits(h, table)[..., :model.config.vocab_size]
-    total, extra = objective(ce, logits, state['intermediates'], batch)
-    return total, (ce, sums, {'objective': total, **extra})
+    distilled, more = objective(ce, logits, state['intermediates'], batch)
+    total = total + distilled - ce
+    return total, (ce, sums, {**extra, 'objective': total, **more})
 
   def train_step(state: TrainState, batch, rng):
     dropout_key = jax.random.fold_in(jax.random.fold_in(rng, 1), state.step)

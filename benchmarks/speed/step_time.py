@@ -5,6 +5,7 @@ default induction config.
   python -m benchmarks.speed.step_time [--json=benchmarks/results/step_time.json] [--steps=100] [--repeats=3]
   python -m benchmarks.speed.step_time --allocator [--json=benchmarks/results/allocator_ab.json]
   python -m benchmarks.speed.step_time --against=COMMIT [--command --steps=1000] [--json=PATH]
+  python -m benchmarks.speed.step_time --against=COMMIT --programs [--json=PATH]
 
 ``--allocator``: the kinds' step with and without ``symjax.system.host.retain_freed_memory`` (glibc's
 defaults: ``SYMJAX_KEEP_MALLOC=1``), each in its own process since malloc's settings are process-wide,
@@ -15,7 +16,9 @@ trees in one run. With
 ``--command``, each tree's whole training command instead (``python -m symjax.main
 --config=<kind>:task=text,size=medium`` for ``--steps`` steps on ``--text_path``, its own compilation cache
 warmed first): the median tokens/s of its progress lines after the first, so that the loop around the step
-is timed too.
+is timed too. With ``--programs``, no timing: each tree compiles each kind's step and the SHA-256 of XLA's
+optimised program (its text, source locations removed) is compared — equal digests are the same machine
+code, so no timing noise can hide or fake a difference.
 
 Kinds: 4 layers, 4 heads × 32, |V| = 65 (Tiny Shakespeare's characters), batch 12 × 64 tokens, AdamW
 (``configs/<kind>.py:task=text,size=medium``); a fixed random batch, so only the compiled step is timed.
@@ -58,6 +61,7 @@ _ALLOCATOR = flags.DEFINE_bool('allocator', False, 'A/B of the allocator setting
 _AGAINST = flags.DEFINE_string('against', '', 'A commit to time against this tree (see the docstring).')
 _COMMAND = flags.DEFINE_bool('command', False, 'With --against: the whole training command of each tree.')
 _TEXT = flags.DEFINE_string('text_path', '../shared/data/tinyshakespeare.txt', 'The corpus --command trains on.')
+_PROGRAMS = flags.DEFINE_bool('programs', False, "With --against: compare the trees' compiled steps, not their times.")
 _KINDS_ONLY = flags.DEFINE_bool('kinds_only', False, 'Time the kinds only (the allocator A/B runs this).')
 KINDS = ('standard', 'token_factored', 'symbolic')
 
@@ -201,6 +205,51 @@ def trees_ab(commit: str) -> None:
          '')
 
 
+# Run in each tree (its own symjax first on the path): the digest of each kind's compiled training step.
+DIGEST = """
+import dataclasses, hashlib, json, re, sys
+import jax, numpy as np
+import symjax.configs as configs
+from symjax import model as model_lib
+from symjax.tasks.text import TextTask
+from symjax.train import config as config_lib, optim, trainer
+out = {}
+for kind in sys.argv[1].split(','):
+  config = configs.from_file(f'{kind}:task=text,size=medium')
+  model = model_lib.build(config_lib.model_config(config, 65, causal=True))
+  tx = optim.make_optimizer(config)
+  options = dataclasses.replace(trainer.StepOptions.of(config), key_mask=TextTask.pads_inputs)
+  step, _ = trainer.make_steps(model, tx, options)
+  state = jax.eval_shape(lambda k: optim.init_state(model, tx, k, config.seq_len), jax.random.key(0))
+  state = jax.tree.map(lambda x: getattr(x, 'value', x), state, is_leaf=lambda x: hasattr(x, 'value'))
+  shape = (config.batch_size, config.seq_len)
+  batch = {'inputs': jax.ShapeDtypeStruct(shape, np.int32), 'targets': jax.ShapeDtypeStruct(shape, np.int32),
+           'weights': jax.ShapeDtypeStruct(shape, np.float32), 'key_mask': jax.ShapeDtypeStruct(shape, bool)}
+  text = jax.jit(step, donate_argnums=0).lower(state, batch, jax.random.key(0)).compile().as_text()
+  text = re.sub(r'^\\d+ (\\{file_name_id|").*$', '', text, flags=re.M)   # the source-location tables
+  text = re.sub(r',? ?stack_frame_id=\\d+', '', text)
+  out[kind] = hashlib.sha256(text.encode()).hexdigest()
+print(json.dumps(out))
+"""
+
+
+def programs_ab(commit: str) -> None:
+  """``--against --programs``: the digests of the kinds' compiled steps in this tree and in ``commit``'s."""
+  digests = {}
+  with two_trees(commit) as (_, trees):
+    for tree, cwd in trees:
+      proc = subprocess.run([sys.executable, '-c', DIGEST, ','.join(KINDS)], cwd=cwd, check=True,
+                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=cwd))
+      digests[tree] = json.loads(proc.stdout.strip().splitlines()[-1])
+  same = {k: digests['this tree'][k] == digests[commit][k] for k in KINDS}
+  print(f'\nCompiled training step at the text recipe shape, this tree against {commit}')
+  print('| kind | same program |\n|---|---|')
+  for k in KINDS:
+    print(f'| {k} | {"yes" if same[k] else "no"} |')
+  result_files.write(_JSON.value, {'against': commit, 'program_sha256': digests, 'same_program': same,
+                                   'command': f'python -m benchmarks.speed.step_time --against={commit} --programs'})
+
+
 def commands_ab(commit: str) -> None:
   """``--against --command``: each kind's whole training command in this tree and in ``commit``'s, alternating
   ``repeats`` times after one warm-up each (which fills each tree's compilation cache)."""
@@ -222,7 +271,8 @@ def main(_):
   if _ALLOCATOR.value:
     return allocator_ab()
   if _AGAINST.value:
-    return (commands_ab if _COMMAND.value else trees_ab)(_AGAINST.value)
+    ab = programs_ab if _PROGRAMS.value else commands_ab if _COMMAND.value else trees_ab
+    return ab(_AGAINST.value)
   kinds = {k: recipe_step(k) for k in KINDS}
   kind_times = time_rounds({k: run for k, (run, _) in kinds.items()}, _STEPS.value, _REPEATS.value)
   if _KINDS_ONLY.value:

@@ -16,6 +16,11 @@
 #   distill [ROOT] [TEXT]           stream-specific distillation against training from scratch at the same
 #                                   budget: reverse and text, students token_factored and symbolic, one
 #                                   standard teacher (seed 0). Collect: `collect distill ROOT`.
+#   dual_stream ROOT [JOBS] [CORPUS] the dual-stream family (configs/dual_stream.py) on text at the medium
+#                                   recipe: dense, independent and Kronecker head mixing (token-factored),
+#                                   Kronecker with the CASCADE and single streams, and with per-layer
+#                                   supervision; learning rate in [LRS=]{3e-3, 1e-2}. Collect: `python -m
+#                                   benchmarks.analysis.dual_stream ROOT`.
 #   align [ROOT] [TASKS]            interpretability-guided alignment on tasks with known source positions:
 #                                   backbones of 3 seeds per kind, then the module without alignment, with the
 #                                   paper's objective and with the CE weighted 0.1. Collect: `collect align ROOT`.
@@ -32,7 +37,7 @@
 #   symbolic_dense_untied  with model.tie_embeddings=false too (token_factored_untied's parameter count on
 #                    text), every task
 set -uo pipefail
-suite=${1:?usage: grid.sh sweep|variants|graph|distill|align [ARGS...]}
+suite=${1:?usage: grid.sh sweep|variants|dual_stream|graph|distill|align [ARGS...]}
 shift
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 quiet=--config.progress_bar=false
@@ -99,6 +104,14 @@ variants)
     done
   } | grep -E "${ONLY:-.}" | parallel
   ;;
+dual_stream)
+  root=$(realpath -m "${1:?usage: grid.sh dual_stream ROOT [JOBS] [CORPUS]}"); jobs=${2:-1}
+  corpus=$(realpath -m "${3:-../shared/data/tinyshakespeare.txt}"); cd "$repo"
+  common="--seeds=3 --grid learning_rate=${LRS:-3e-3,1e-2} $quiet"
+  for variant in dns-dns_T ind-dns_T kron-dns_T kron-dns_C kron-dns_S kron-dns_T_pls; do
+    echo "text $variant --config=dual_stream:variant=$variant,task=text,size=medium --config.text_path=$corpus"
+  done | grep -E "${ONLY:-.}" | parallel
+  ;;
 graph)
   root=$(realpath -m "${1:-runs/graph_suite}"); cd "$repo"
   set -e
@@ -158,5 +171,5 @@ align)
   done
   ;;
 *)
-  echo "unknown suite $suite: one of sweep, variants, graph, distill, align" >&2; exit 2 ;;
+  echo "unknown suite $suite: one of sweep, variants, dual_stream, graph, distill, align" >&2; exit 2 ;;
 esac

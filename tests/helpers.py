@@ -87,6 +87,15 @@ def tiny_config(kind='symbolic', **overrides):
   return config
 
 
+def dual_stream_tiny(variant: str):
+  """``configs/dual_stream.py``'s runlocal run of ``variant`` (tiny induction), 40 steps, the last two
+  checkpoints kept, as ``tiny_config``."""
+  config = configs.from_file(f'dual_stream:variant={variant},runlocal=true')
+  config.total_steps, config.warmup_steps, config.batch_size, config.keep_checkpoints = TOTAL_STEPS, 5, 16, 2
+  config.progress_bar = False
+  return config
+
+
 def shapes_of(module, *inputs, **kwargs):
   """The variables ``module.init`` would make, as shapes and dtypes, without running or compiling init
   (``randomize`` replaces every value anyway; an eager init of a small model takes seconds)."""

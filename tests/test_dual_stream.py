@@ -3,6 +3,9 @@ variant against the independent NumPy transcription in ``dual_stream_reference``
 per-layer supervision loss, and the errors for names the papers do not define."""
 
 import itertools
+import subprocess
+import sys
+import textwrap
 
 import dual_stream_reference as ref
 import jax
@@ -11,8 +14,19 @@ import numpy as np
 import optax
 import paper_reference as paper
 import pytest
-from helpers import EPS, f64, randomize, shapes_of
+from helpers import (
+  EPS,
+  KILLED_AT_STEP_25,
+  REPO,
+  assert_trees_equal,
+  dual_stream_tiny,
+  f64,
+  params_of,
+  randomize,
+  shapes_of,
+)
 
+import symjax
 import symjax.configs as configs
 from symjax import interpret
 from symjax.interpret import core, decomposition
@@ -213,3 +227,26 @@ def test_unknown_variant_names_say_the_grammar(variant, message):
 def test_undefined_options_name_the_allowed_ones(change, message):
   with pytest.raises(InputError, match=message):
     ModelConfig.of(**{'kind': 'token_factored', **change})
+
+
+@pytest.mark.slow
+def test_a_killed_variant_resumes_to_the_uninterrupted_parameters(tmp_path):
+  """The option-densest variant (Kronecker attention, per-channel FFN, CASCADE, the symbolic gate, PLS on X_e)
+  trains, is killed outright at step 25, and the same command resumes it to the uninterrupted run's
+  parameters bit for bit; the resumed run reads through the interpretability API with its new sites.
+  ``benchmarks/suites/dual_stream_check.py`` does the same for every variant."""
+  variant = 'kron-ind_C_Gs_pls_xe'
+  whole, killed = str(tmp_path / 'whole'), str(tmp_path / 'killed')
+  trainer.train_and_evaluate(dual_stream_tiny(variant), whole)
+  driver = KILLED_AT_STEP_25 + textwrap.dedent(f"""
+      from symjax.train import trainer
+      from tests.helpers import dual_stream_tiny
+      trainer.train_and_evaluate(dual_stream_tiny({variant!r}), {killed!r})
+  """)
+  proc = subprocess.run([sys.executable, '-c', driver], cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == -9, proc.stderr[-2000:]
+  trainer.train_and_evaluate(dual_stream_tiny(variant), killed)  # the same command again
+  assert_trees_equal(params_of(killed), params_of(whole))
+  run = symjax.load(killed)
+  _, cache_ = interpret.run_with_cache(run.model, run.params, run.batches('validation', n=1)[0]['inputs'])
+  assert {'blocks.0.attn.gate', 'blocks.1.pls.logits'} <= set(cache_.keys())

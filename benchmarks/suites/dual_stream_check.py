@@ -83,7 +83,7 @@ def check(variant: str, folder: str, cache: str) -> dict:
                  for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params))]
   cfg = a.model_config
   batch = a.batches('validation', n=1)[0]
-  logits, cache_ = interpret.run_with_cache(a.model, a.params, batch['inputs'], batch['key_mask'])
+  logits, cache_ = interpret.run_with_cache(a.model, a.params, batch['inputs'], key_mask=batch['key_mask'])
   missing = sorted(set(cfg.sites()) - set(cache_.keys()))
   terms = np.stack([t for _, t in decomposition.block_terms(cfg, cache_)])
   scale, beta = decomposition.frozen_norm(cfg, a.params, cache_)

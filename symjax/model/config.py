@@ -1,7 +1,7 @@
 """The model's configuration: frozen dataclasses that name every architectural choice.
 
-``ModelConfig`` holds the model's shape and five groups of options (``attention``, ``symbolic``, ``program``,
-``kernels``, ``training``). It is built once from the run's flat ConfigDict (``ModelConfig.from_dict``),
+``ModelConfig`` holds the model's shape and six groups of options (``attention``, ``symbolic``, ``program``,
+``streams``, ``kernels``, ``training``). It is built once from the run's flat ConfigDict (``ModelConfig.from_dict``),
 which checks each field and names the allowed values; the blocks read it, and the layers below them receive
 the values they use.
 """

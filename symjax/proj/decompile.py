@@ -70,7 +70,10 @@ def check_supported(model_config, task: str) -> None:
   wanted = {'kind': ('symbolic', c.kind), 'symbolic_sites': ('both', c.symbolic.symbolic_sites),
             'vocab_ffn': ('channel', c.symbolic.vocab_ffn), 'ffn_mixture': ('convex', c.symbolic.ffn_mixture),
             'projection_gain': (False, c.symbolic.projection_gain), 'relational': (False, c.attention.relational),
-            'mask': ('', c.attention.mask), 'window': (0, c.attention.window)}
+            'mask': ('', c.attention.mask), 'window': (0, c.attention.window),
+            # The dual-stream family's options change what a program's steps read and write.
+            'positions': ('alibi', c.attention.positions), 'stream': ('token_factored', c.streams.stream),
+            'gate': ('none', c.streams.gate)}
   if c.symbolic.symbolic_layers is not None and set(c.symbolic.symbolic_layers) != set(range(c.num_layers)):
     wanted['symbolic_layers'] = (None, c.symbolic.symbolic_layers)
   wrong = [f'model.{k} = {got!r} (supported: {want!r})' for k, (want, got) in wanted.items() if got != want]

@@ -123,7 +123,7 @@ def build_report(model, params, tokens, decode: Callable, title: str = 'symjax r
   parts.append(_attribution_section(model, params, tokens, labels, target, decode))
   parts.append(_importance_section(model, params, tokens, labels, pos, target, decode, ig_steps))
   summary = (f'{cfg.kind} model, {cfg.num_layers} layers × {cfg.num_heads} heads of {cfg.head_dim}, '
-             f'vocabulary {cfg.vocab_size}')
+             f'vocabulary {cfg.vocab_size}') + _variant_summary(cfg)
   return (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
           f'<style>{STYLE}{EXPLORER_STYLE}</style></head><body><h1>{html.escape(title)}</h1><p>{html.escape(summary)}</p>'
           + '\n'.join(parts) + '</body></html>')
@@ -270,6 +270,27 @@ def _stream_sections(tr, params, cfg, labels, pos, decode) -> list[str]:
   return parts
 
 
+def _variant_summary(cfg) -> str:
+  """The dual-stream family's options where they differ from the paper's (``model.streams``), e.g. '; stream
+  cascade (attention and FFN write X_e), head mixing kronecker'."""
+  s = cfg.streams
+  if cfg.kind == 'standard':
+    return ''
+  parts = []
+  if s.stream != 'token_factored':
+    written = {'cascade': 'X_e', 'single': 'X_t'}[s.stream]
+    parts.append(f'stream {s.stream} (attention and FFN write {written})')
+  parts += [f'{name.replace("_", " ")} {getattr(s, name)}' for name, default in
+            (('head_mixing', 'independent'), ('ffn_mixing', 'dense'), ('gate', 'none')) if getattr(s, name) != default]
+  if cfg.symbolic.value_map in ('independent', 'dense'):
+    parts.append(f'value map {cfg.symbolic.value_map}')
+  if s.pls_weight:
+    parts.append(f'per-layer supervision {s.pls_weight:g} ({s.pls_decay}, decoding {s.pls_source})')
+  if cfg.attention.positions != 'alibi':
+    parts.append(f'positions {cfg.attention.positions}')
+  return ''.join('; ' + p for p in parts)
+
+
 def _attribution_section(model, params, tokens, labels, target, decode) -> str:
   parts_attr = attribution.group_attribution(attribution.stream_attribution(model, params, tokens),
                                             model.config.kind != 'standard')
@@ -287,14 +308,16 @@ def _importance_section(model, params, tokens, labels, pos, target, decode, ig_s
                                        signed=True)[0, pos]
   gap = ig.sum() - (attribution.target_logprob(model, params, tokens, targets)[0, pos]
                     - attribution.target_logprob(model, params, tokens, targets, baseline='mean')[0, pos])
-  scores = {'native (X_t flow, last block)': blocks[-1], 'integrated gradients': ig,
+  stream = 'X' if model.config.kind == 'standard' else {'x_t': 'X_t', 'x_e': 'X_e'}[model.config.writes('attention')]
+  scores = {f'native ({stream} flow, last block)': blocks[-1], 'integrated gradients': ig,
             'input × gradient': attribution.gradient_importance(model, params, tokens, targets, None,
                                                                 'input_x_gradient', signed=True)[0, pos]}
   scores.update({f'native, block {l}': blocks[l] for l in range(len(blocks) - 1)})
   fig = bars_figure(scores, labels, f'importance of each input token for position {labels[pos]} '
                                     f'(target {decode([target])!r})')
   return ('<h2>Token importance</h2><p>Native: the share of each input position in what the query '
-          'position holds after each block (flow through X_t). Gradient methods: signed attribution '
+          f'position holds after each block (flow through {stream}, which attention writes). Gradient methods: '
+          'signed attribution '
           f'of log p(target); integrated gradients from the mean-embedding baseline in {ig_steps} steps '
           f'(completeness gap {gap:+.2e}).</p>' + f'<img src="{figure_to_uri(fig)}">')
 

@@ -223,6 +223,7 @@ def test_unknown_variant_names_say_the_grammar(variant, message):
     (dict(kind='symbolic', head_mixing='dense'), 'no mixture of E'),
     (dict(cascade_norm=True), "model.stream = 'cascade'"),
     (dict(positions='learned'), "factored kinds take 'alibi' or 'rope'"),
+    (dict(kind='standard', pls_weight=0.5, pls_source='x_e'), 'has one stream'),
 ])
 def test_undefined_options_name_the_allowed_ones(change, message):
   with pytest.raises(InputError, match=message):

@@ -587,6 +587,9 @@ def _check_streams(c) -> None:
   if c.ffn_mixing == 'independent' and c.ff_dim % c.num_heads:
     raise InputError(f"model.ffn_mixing = 'independent' gives each channel ff_dim / num_heads units: model.ff_dim "
                      f'= {c.ff_dim} must be a multiple of model.num_heads = {c.num_heads}')
+  if c.pls_source == 'x_e' and not factored:
+    raise InputError(f"model.pls_source = 'x_e' decodes a factored kind's X_e: kind {c.kind!r} has one stream, "
+                     "decode it with 'x'")
   if c.relational and c.positions == 'rope':
     raise InputError("model.relational attention reads a graph, where node order means nothing: set "
                      "model.positions = 'alibi' (no bias is added over edges)")

@@ -141,7 +141,7 @@ class FactoredBlock(nn.Module):
     cfg = self.config
     drop = nn.Dropout(cfg.training.dropout_rate, deterministic=deterministic)
     stream = cfg.streams.stream
-    # Attention: values from X_t alone (eq. 8 / eq. 27); update X_t only (eq. 12 / eq. 28).
+    # Attention: values from X_t alone (eq. 8 / eq. 27); the paper's stream updates X_t only (eq. 12 / eq. 28).
     values, edges = self._values(x_t, table, edges)
     offset = 0 if prefix is None else prefix[0].shape[1]
     x_attn, positions = self._attention_input(self._norm('norm_attn')(x_t + x_e), offset)
@@ -154,7 +154,7 @@ class FactoredBlock(nn.Module):
     x_t, x_e = names.hook(self, 'x_t_mid', x_t), names.hook(self, 'x_e_mid', x_e)
     if names.active():
       names.hook(self, 'resid_mid', x_t + x_e, replaceable=False)
-    # FFN: reads the whole state, updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
+    # FFN: reads the whole state; the paper's stream updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
     x_ffn = names.hook(self, 'ffn.pre', self._norm('norm_ffn')(x_t + x_e))
     delta = drop(names.hook(self, 'ffn.out', self._ffn(x_ffn, table)))
     x_t, x_e = (x_t + delta, x_e) if stream == 'single' else (x_t, x_e + delta)
@@ -164,7 +164,8 @@ class FactoredBlock(nn.Module):
     return x_t, x_e
 
   def _norm(self, name: str) -> nn.Module:
-    """Channel-wise LayerNorm in a symbolic block (eq. 20), LayerNorm over the whole state otherwise."""
+    """Channel-wise LayerNorm in a symbolic block (eq. 20) and with ``channel_norm``, LayerNorm over the
+    whole state otherwise."""
     cfg = self.config
     if self.symbolic or (cfg.kind == 'token_factored' and cfg.streams.channel_norm):
       return symbolic.ChannelLayerNorm(cfg.num_heads, cfg.symbolic.channel_norm_scale, cfg.layer_norm_epsilon,

@@ -96,9 +96,51 @@ def test_decompiled_hand_built_program_is_known_code_and_pruned():
   assert 'attn_0_1 = aggregate_sum(attn_0_1_pattern)' in text
   # Nothing the readout keeps reads head 0 or the MLP: both are dropped, and so are their classifier rows.
   assert 'attn_0_0' not in text and 'mlp_0_0' not in text
-  assert set(program.tables) == {'bias', 'attn_0_1'}
+  # The classifier reads attn_0_1 alone, whose reachable values are the counts 1..5: five decisions in the code
+  # (the tag of each count), and no data file.
+  assert "DECIDES = ('attn_0_1',)" in text and all(f"    {n}: '#{n}'," in text for n in range(1, 6))
+  assert program.tables == {} and program.entries == 5 * 2
   loaded = program_code._load(text, program.tables, 'program.npz')
+  assert loaded.DECISIONS == {n: f'#{n}' for n in range(1, 6)}
   assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
+  # A position whose values no decision covers (here: count 5, once its decision is gone) is refused, not
+  # tagged with a guess.
+  del loaded.DECISIONS[5]
+  with pytest.raises(ValueError, match='no input of the task reaches'):
+    loaded.predict_ids(x, lengths)
+
+
+def test_the_inline_classifier_decides_exactly_the_reachable_values_and_a_large_one_stays_a_file():
+  """The decisions are the tags of the combinations of the kept variables' values that the inputs reach —
+  found by running the program on them — and no other; above DECISION_LIMIT combinations, and on inputs that
+  are not the task's every input, the classifier stays the data file."""
+  cfg = config()
+  params = hand_built(cfg)
+  x, lengths = every_input(5, cfg.max_len)
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  # Reachable counts by brute force: how often each position's token occurs in its sequence.
+  reached = {list(row[:n]).count(t) for row, n in zip(x, lengths) for t in row[:n]}
+  assert set(loaded.DECISIONS) == reached
+  partial = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=False)
+  assert set(partial.tables) == {'bias', 'attn_0_1'} and 'DECISIONS' not in partial.source
+  # Tags from the token and the count together: 3 symbols (and <s>) × 5 counts reach more than 16 pairs.
+  readout = np.asarray(params['readout']).copy()
+  card = tp.cardinality(cfg)
+  readout[:, 0:card] = np.random.default_rng(0).normal(size=(readout.shape[0], card))
+  big = {**params, 'readout': jnp.asarray(readout)}
+  old = program_code.DECISION_LIMIT
+  try:
+    program_code.DECISION_LIMIT = 4
+    table = program_code.build(big, cfg, TOKENS, x, lengths, exhaustive=True)
+  finally:
+    program_code.DECISION_LIMIT = old
+  assert 'tokens' in table.tables and 'DECISIONS' not in table.source
+  inline = program_code.build(big, cfg, TOKENS, x, lengths, exhaustive=True)
+  both = program_code._load(inline.source, inline.tables, 'program.npz')
+  assert inline.tables == {} and len(both.DECISIONS) > 4
+  assert all(isinstance(k, tuple) and len(k) == 2 for k in both.DECISIONS)
+  assert (both.predict_ids(x, lengths) == tags(cfg, big, x, lengths)).all()
 
 
 def test_positions_predicate_is_written_as_arithmetic():
@@ -156,7 +198,7 @@ def test_reverse_for_every_length_is_a_counting_head_and_a_head_that_reads_its_c
 def test_a_head_whose_predicate_never_holds_is_folded_into_the_bias():
   # Head 0 matches no key, so it reads position 0, '<s>', on every input, although the variable it copies
   # (tokens) takes several values. Its classifier row for '<s>' offsets the bias: it goes into the bias, and
-  # the head and its code with it.
+  # the head and its code with it; the classifier's decisions read attn_0_1 alone.
   cfg = config()
   params = hand_built(cfg)
   params['attn_0_0'] = {**params['attn_0_0'], 'predicate': -jnp.ones_like(params['attn_0_0']['predicate'])}
@@ -169,7 +211,7 @@ def test_a_head_whose_predicate_never_holds_is_folded_into_the_bias():
   x, lengths = every_input(5, cfg.max_len)
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
   assert 'attn_0_0' not in program.source
-  assert set(program.tables) == {'bias', 'attn_0_1'}
+  assert program.tables == {} and "DECIDES = ('attn_0_1',)" in program.source
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
 

@@ -64,7 +64,8 @@ def main():
                   decompile_seconds=decompile_seconds)
   if hasattr(program, 'notes'):  # a Transformer Program's code: what each module kept does, in a sentence
     measured['notes'] = program.notes
-  print(f'program: {source} ({program.lines} lines; tables {data}, {program.entries:,} entries; '
+  where = f'tables {data}' if data else 'no data file: the classifier is in the code'
+  print(f'program: {source} ({program.lines} lines; {where}, {program.entries:,} entries; '
         f'decompiled in {decompile_seconds:.1f} s)')
   print(f"{f.split} split, {measured['positions']:,} tagged positions of {measured['sequences']:,} sequences: "
         f"fidelity {measured['fidelity']:.2f}%, program accuracy {measured['program_accuracy']:.2f}%, "

@@ -468,15 +468,17 @@ def check_output(path: str, named: bool) -> None:
 
 def write(program: Program, path: str) -> tuple[str, str]:
   """Writes ``path`` and its tables beside it (``<name>.npz``), each atomically and with the mode the
-  user's umask gives any new file. Returns both paths."""
+  user's umask gives any new file. Returns both paths; the second is '' for a program with no tables (its
+  classifier written in its code)."""
   path = os.path.abspath(path)
   data = data_path(path)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  tables = io.BytesIO()
-  np.savez_compressed(tables, **program.tables)
-  files.write_atomically(data, tables.getvalue())
+  if program.tables:
+    tables = io.BytesIO()
+    np.savez_compressed(tables, **program.tables)
+    files.write_atomically(data, tables.getvalue())
   files.write_atomically(path, program.source)
-  return path, data
+  return path, data if program.tables else ''
 
 
 def load_program(path: str):

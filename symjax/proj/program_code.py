@@ -1,8 +1,9 @@
 """From a Transformer Program (model kind 'program', ``symjax.model.transformer_program``) to Python code a person
 reads, as "Learning Transformer Programs" §3.4 writes its programs: each head a predicate over the two
 variables it reads, then ``select_closest`` / ``select`` and ``aggregate`` / ``aggregate_sum``; each MLP an
-``if/elif`` over its inputs, grouped by the value it writes; only the readout (that paper's classifier) stays a
-data file.
+``if/elif`` over its inputs, grouped by the value it writes. The readout (that paper's classifier) is written as
+decisions — the tag of every combination of its variables' values the task's inputs reach — where the inputs
+are the task's every input and reach at most ``DECISION_LIMIT`` combinations; otherwise it stays a data file.
 
 Where a predicate is arithmetic it is written so (``k_position == q_position - 1``, ``k_token < q_token`` for
 numbers), and an MLP that reads one of its inputs only is written over that one. The values a variable can
@@ -501,12 +502,31 @@ def apply(function, *variables):
     """An MLP at every position."""
     table = _table(function, *variables)
     return Variable(table[tuple(v.ids for v in variables)], False)
+'''
 
+# The classifier, as a table read from the data file or, where the task's inputs reach few enough
+# combinations of its variables' values, as those decisions written in the code.
+CLASSIFY_TABLE = '''
 
 def classify(variables):
     """The classifier: a row of READOUT per variable's value, summed; the tag is the highest."""
     logits = READOUT["bias"] + sum(READOUT[name][v.ids] for name, v in variables.items() if name in READOUT)
     return logits.argmax(-1)
+'''
+CLASSIFY_DECISIONS = '''
+
+def classify(variables):
+    """The classifier: each position's tag is DECISIONS[its values of DECIDES] (a value alone when DECIDES
+    names one variable); -1 where no input of the task reaches them."""
+    tags = np.full(variables["tokens"].ids.shape, -1)
+    for values, tag in DECISIONS.items():
+        values = values if isinstance(values, tuple) else (values,)
+        hit = np.ones(tags.shape, bool)
+        for name, value in zip(DECIDES, values):
+            v = variables[name]
+            hit &= v.ids == (TOKENS.index(value) if v.is_token else value)
+        tags[hit] = TOKENS.index(tag)
+    return tags
 '''
 
 ENTRY = '''
@@ -531,7 +551,10 @@ def predict_ids(ids, lengths=None):
     ALLOWED = real[:, None, :] & (np.tril(np.ones((n, n), bool)) if CAUSAL else True)
     positions = np.broadcast_to(np.arange(n, dtype=np.int32), batch.shape)
     variables = run(Variable(batch.astype(np.int32), True), Variable(positions, False))
-    return np.where(real, classify(variables), 0).reshape(tok.shape)
+    tags = classify(variables)
+    if (tags[real] < 0).any():
+        raise ValueError("these tokens reach values no input of the task reaches; the program decides those only")
+    return np.where(real, tags, 0).reshape(tok.shape)
 
 
 def predict(tokens):
@@ -567,15 +590,23 @@ def _runtime(plan: Plan, live: set[str], doms) -> str:
           + (AT_FIRST if any(_never(m, doms) for m in heads) else ''))
 
 
-def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str:
-  """The program's text over the ``live`` variables."""
+def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisions: Decisions | None = None
+           ) -> str:
+  """The program's text over the ``live`` variables; its classifier the table in ``data_file``, or the
+  ``decisions`` written in the code."""
   tokens = plan.tokens
-  lines = [f'"""{header}"""', '', 'import os', '', 'import numpy as np', '',
-           f'TOKENS = {tokens!r}', f'MAX_LEN = {plan.max_len}', f'CAUSAL = {plan.causal}',
-           f'CARDINALITY = {plan.card}', f'DATA_FILE = {data_file!r}',
-           'READOUT = dict(np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), DATA_FILE)))',
-           'ALLOWED = None  # [batch, query, key]: a real key, and (causal) no later one; set by predict_ids',
-           _runtime(plan, live, doms), '', 'def run(tokens, positions):', '    """Every variable of the program."""']
+  lines = [f'"""{header}"""', '']
+  lines += (['import numpy as np', ''] if decisions else ['import os', '', 'import numpy as np', ''])
+  lines += [f'TOKENS = {tokens!r}', f'MAX_LEN = {plan.max_len}', f'CAUSAL = {plan.causal}',
+            f'CARDINALITY = {plan.card}']
+  if decisions:
+    lines += _decisions_source(decisions, doms, tokens)
+  else:
+    lines += [f'DATA_FILE = {data_file!r}',
+              'READOUT = dict(np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), DATA_FILE)))']
+  lines += ['ALLOWED = None  # [batch, query, key]: a real key, and (causal) no later one; set by predict_ids',
+            _runtime(plan, live, doms) + (CLASSIFY_DECISIONS if decisions else CLASSIFY_TABLE), '',
+            'def run(tokens, positions):', '    """Every variable of the program."""']
   for m in plan.modules:
     if m.name not in live:
       continue
@@ -605,6 +636,51 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str) -> str
   lines[-1] = lines[-1].replace('dict({', 'dict(').replace('})', ')')
   text = '\n'.join(lines) + ENTRY
   return text.replace('dict({\n', 'dict(\n').replace('\n    })', '\n    )')
+
+
+# The most decisions a program writes in its code; a classifier reaching more combinations stays a data file.
+DECISION_LIMIT = 64
+
+
+@dataclasses.dataclass
+class Decisions:
+  """The classifier as decisions: the variables it reads, in the classifier's order, and the tag id of every
+  combination of their value ids that the task's inputs reach."""
+
+  reads: list[str]
+  tags: dict[tuple[int, ...], int]
+
+
+def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
+                 lengths: np.ndarray, data_file: str) -> Decisions | None:
+  """The pruned classifier's tag for every combination of its variables' values that ``inputs`` reach (each
+  scored by the same float32 sums as the table), or None above ``DECISION_LIMIT`` combinations."""
+  reads = [n for n in _variables(plan) if n in kept]
+  if not reads:
+    return Decisions([], {(): int(np.argmax(bias))})
+  program = _load(source(plan, live, doms, 'decisions', data_file), _readout(plan, kept, bias), data_file)
+  n = inputs.shape[1]
+  real = np.arange(n)[None, :] < lengths[:, None]
+  program.ALLOWED = real[:, None, :] & (np.tril(np.ones((n, n), bool)) if plan.causal else True)
+  values = program.run(program.Variable(inputs.astype(np.int32), True),
+                       program.Variable(np.broadcast_to(np.arange(n, dtype=np.int32), inputs.shape), False))
+  reached = np.unique(np.stack([values[name].ids[real] for name in reads], -1).astype(np.int64), axis=0)
+  if len(reached) > DECISION_LIMIT:
+    return None
+  tags = _logits(plan, {name: reached[:, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)
+  return Decisions(reads, {tuple(int(v) for v in row): int(t) for row, t in zip(reached, tags)})
+
+
+def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str]:
+  """``DECIDES`` and ``DECISIONS`` as the program writes them: each combination of values, read as its
+  variables' values (tokens as strings), and its tag, grouped by tag."""
+  reads = decisions.reads
+  lines = [f'# The classifier: the tag of every combination of ({", ".join(reads)}) the task\'s inputs reach.',
+           f'DECIDES = {tuple(reads)!r}', 'DECISIONS = {']
+  for key, tag in sorted(decisions.tags.items(), key=lambda kv: (kv[1], kv[0])):
+    shown = ', '.join(_value(v, doms[name][1], tokens) for name, v in zip(reads, key))
+    lines.append(f'    {shown if len(key) == 1 else f"({shown})"}: {tokens[tag]!r},')  # one variable: its value
+  return lines + ['}']
 
 
 def _variables(plan: Plan) -> list[str]:
@@ -724,8 +800,8 @@ class CodeProgram:
   """A decompiled program: its source, the readout (its only data), and its size."""
 
   source: str
-  tables: dict[str, np.ndarray]
-  entries: int
+  tables: dict[str, np.ndarray]  # the classifier's data file; empty when its decisions are in the code
+  entries: int                   # the classifier's numbers: table cells, or decisions × (values read + tag)
   lines: int
   exhaustive: bool
   notes: list[str]      # one sentence per head and MLP kept, in the program's order
@@ -752,19 +828,28 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   _check_same(unsimplified, domains(unsimplified, input_tokens, first), plan, doms, inputs, lengths, data_file)
   kept, bias = prune(plan, doms, inputs, lengths, data_file)
   live = _needs(plan, kept)
+  # Decisions in the code only where the inputs are the task's every input: no other input can reach a
+  # combination the table would decide and the decisions do not.
+  decisions = decisions_of(plan, doms, live, kept, bias, inputs, lengths, data_file) if exhaustive else None
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
+  needs = 'only NumPy' if decisions else f'only NumPy and the classifier in {data_file} beside it'
   header = (f'Program decompiled by symjax from the Transformer Program {origin}.\n\n'
-            f'predict(tokens) -> tags runs it; it needs only NumPy and the classifier in {data_file} beside it.\n'
+            f'predict(tokens) -> tags runs it; it needs {needs}.\n'
             f'Variables: tokens, positions, attn_<layer>_<head> (what a head writes), mlp_<layer>_<mlp>\n'
             f'(what an MLP writes). Heads, MLPs and classifier rows that change no prediction on\n'
             f'{where} are left out.\n')
-  text = source(plan, live, doms, header, data_file)
-  readout = _readout(plan, kept, bias)
+  text = source(plan, live, doms, header, data_file, decisions)
+  readout = {} if decisions else _readout(plan, kept, bias)
   notes = [describe(m, doms, plan.tokens) for m in plan.modules if m.name in live] + simplified
-  notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in readout if n != 'bias')
-               + ' and predicts the highest-scoring tag.')
-  return CodeProgram(text, readout, int(sum(v.size for v in readout.values())), len(text.splitlines()),
-                     exhaustive, notes)
+  if decisions:
+    notes.append(f'The classifier is {len(decisions.tags)} decisions over the values of '
+                 + (', '.join(f'`{n}`' for n in decisions.reads) or 'nothing') + ' that the task\'s inputs reach.')
+    entries = len(decisions.tags) * (len(decisions.reads) + 1)
+  else:
+    notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in readout if n != 'bias')
+                 + ' and predicts the highest-scoring tag.')
+    entries = int(sum(v.size for v in readout.values()))
+  return CodeProgram(text, readout, entries, len(text.splitlines()), exhaustive, notes)
 
 
 def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:

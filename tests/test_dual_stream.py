@@ -251,3 +251,28 @@ def test_a_killed_variant_resumes_to_the_uninterrupted_parameters(tmp_path):
   run = symjax.load(killed)
   _, cache_ = interpret.run_with_cache(run.model, run.params, run.batches('validation', n=1)[0]['inputs'])
   assert {'blocks.0.attn.gate', 'blocks.1.pls.logits'} <= set(cache_.keys())
+
+
+def test_the_gate_and_layer_logits_are_sites_to_hook_and_patch():
+  """Zeroing head h's gate zeroes its output: the same logits as zeroing its ``attn.z``. Patching the gate of
+  one head from a clean run equals the hook that writes the clean gate there. A hook at a layer's PLS logits
+  is a read-out branch: it leaves the model's logits unchanged."""
+  cfg = variant_config('kron-dns_T_Gs_pls')
+  model = Transformer(cfg)
+  params = randomize(shapes_of(model, jnp.asarray(TOKENS))['params'], 11, scale=0.4)
+  gate_off = interpret.run_with_hooks(model, params, TOKENS, {'blocks.1.attn.gate': interpret.zero_head(2)})
+  z_off = interpret.run_with_hooks(model, params, TOKENS, {'blocks.1.attn.z': interpret.zero_head(2)})
+  assert paper.rel_err(gate_off, z_off) <= TOL
+  clean, corrupt = TOKENS[:1], TOKENS[1:]
+  _, clean_cache = interpret.run_with_cache(model, params, clean)
+  written = np.asarray(clean_cache['blocks.1.attn.gate'])
+
+  def write_clean(value, name):
+    return value.at[:, :, 2].set(written[:, :, 2])
+  patched = interpret.patch(model, params, clean, corrupt, 'blocks.1.attn.gate', heads=[2])
+  hooked = interpret.run_with_hooks(model, params, corrupt, {'blocks.1.attn.gate': write_clean})
+  assert paper.rel_err(patched, hooked) <= TOL
+  plain = interpret.run_with_hooks(model, params, TOKENS, {})
+  assert np.abs(gate_off - plain).max() > 1e-3 and np.abs(patched - plain[1:]).max() > 1e-3  # both changed something
+  assert np.array_equal(interpret.run_with_hooks(model, params, TOKENS, {'blocks.0.pls.logits': lambda v, n: v * 0}),
+                        plain)

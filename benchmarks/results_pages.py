@@ -421,6 +421,37 @@ def default_jobs_table(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def dual_stream_table(data: dict, json_name: str, pages: str) -> str:
+  """The dual-stream family's reproduction on text (``benchmarks/analysis/dual_stream.py``)."""
+  pm = lambda st, f='{:.4f}': f"{f.format(st['mean'])} ± {f.format(st['ci95'])}"
+  pct = lambda st: f"{100 * (st['mean'] - 1):+.1f}% ± {100 * st['ci95']:.1f}"
+  seeds = len(next(iter(data['variants'].values()))['validation_loss']['values'])
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; mean ± 95% interval over {seeds} seeds, ratios "
+           f"taken seed by seed ([per seed]({pages}/{json_name}.md)):", '',
+           '| variant | parameters | learning rate | validation loss | test loss |', '|---|---:|---|---:|---:|']
+  for name, row in data['variants'].items():
+    lines.append(f"| `{name}` | {row['parameters']:,} | {row['point'].removeprefix('learning_rate=')} | "
+                 f"{pm(row['validation_loss'])} | {pm(row['test_loss'])} |")
+  lines += ['', '| comparison | validation loss, change | the papers (29M parameters) |', '|---|---:|---:|']
+  for mixing, row in data['mixing_over_dense'].items():
+    lines.append(f"| {mixing} head mixing over dense | {pct(row['validation_loss_ratio'])} | "
+                 f"{100 * (row['papers_29M'] - 1):+.1f}% |")
+  for stream, row in data['streams_over_token_factored'].items():
+    lines.append(f"| {stream} stream over token-factored | {pct(row['validation_loss_ratio'])} | — |")
+  pls = data['pls']
+  lines.append(f"| per-layer supervision over none | {pct(pls['validation_loss_ratio_with_over_without'])} | — |")
+  ablation, times = pls['head_ablation'], lambda st: pm(st, '{:.2f}') + '×'
+  without, with_ = ablation['without'], ablation['with']
+  lines += ['', '| head ablation: validation loss rise when one head is zeroed | without PLS | with PLS | '
+                'with / without | the papers |', '|---|---:|---:|---:|---:|',
+            f"| mean over heads of the absolute rise | {pm(without['mean_abs_effect'])} | "
+            f"{pm(with_['mean_abs_effect'])} | {times(pls['mean_abs_effect_ratio_with_over_without'])} | "
+            f"{pls['papers']} |",
+            f"| largest rise | {pm(without['largest_effect'])} | {pm(with_['largest_effect'])} | "
+            f"{times(pls['largest_effect_ratio_with_over_without'])} | |"]
+  return '\n'.join(lines) + '\n'
+
+
 def stream_cone_table(data: dict, json_name: str, pages: str) -> str:
   """How close each stream stays to token mixtures (``benchmarks.analysis.length_extrapolation --cone``)."""
   lines = [f"{data['cpu']}, {data['date']}; the default induction jobs: the cosine of each channel state to its "
@@ -476,6 +507,7 @@ GENERATED = {
     'docs/reading.md': ((('tl-idioms', 'vs_transformer_lens_cpu_amd_2026_12_01_run2', idioms_table),
                          ('stream-cone', 'stream_cone', stream_cone_table)), 'results/data'),
     'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table), *QUICKSTART), 'results/data'),
+    'docs/results/dual_stream.md': ((('dual-stream', 'dual_stream_text_cpu', dual_stream_table),), 'data'),
 }
 # Files a page includes whole (``--8<-- "PATH"``; mkdocs.yml's ``exclude_docs`` keeps them from being pages of
 # their own): their JSON file, its renderer, and the data pages' folder as the including page links it.

@@ -54,6 +54,13 @@ def ratio(a: dict, b: dict) -> dict:
   return stat(np.asarray(a['validation_loss']) / np.asarray(b['validation_loss']))
 
 
+def parameters(folder: str) -> int:
+  """The parameter count of a sweep point's model."""
+  import symjax
+  from symjax.model import count_params
+  return count_params(symjax.load(os.path.join(folder, 'seed_0')).model_config)
+
+
 def head_effects(folder: str, seed: int) -> np.ndarray:
   """``[layers, heads]``: validation loss with head h of block l zeroed, minus without."""
   import symjax
@@ -69,16 +76,17 @@ def head_effects(folder: str, seed: int) -> np.ndarray:
 
 
 def main(argv: list[str]) -> int:
-  if len(argv) < 2:
+  if len(argv) < 2 or argv[1] in ('-h', '--help', '--helpfull'):
     print(__doc__)
-    return 2
+    return 0 if len(argv) > 1 else 2
   root = argv[1]
   out_path = next((a.split('=', 1)[1] for a in argv[2:] if a.startswith('--json=')),
                   'benchmarks/results/dual_stream_text_cpu.json')
   runs = {v: chosen(root, v) for v in VARIANTS}
   record: dict = {'what': __doc__.split('\n\n')[0].replace('\n', ' '),
                   'suite_command': f'bash benchmarks/suites/grid.sh dual_stream {root}',
-                  'variants': {v: {'point': r['point'], 'validation_loss': stat(r['validation_loss']),
+                  'variants': {v: {'point': r['point'], 'parameters': parameters(r['folder']),
+                                   'validation_loss': stat(r['validation_loss']),
                                    'test_loss': stat(r['test_loss'])} for v, r in runs.items()}}
   record['mixing_over_dense'] = {m: {'variant': v, 'validation_loss_ratio': ratio(runs[v], runs[MIXING['dense']]),
                                      'papers_29M': 1 + PAPERS[m]} for m, v in MIXING.items() if m != 'dense'}

@@ -45,6 +45,7 @@ def chosen(root: str, variant: str) -> dict:
   name = sweep['chosen']['name']
   row = next(r for r in sweep['rows'] if r['name'] == name)
   return {'point': name, 'seeds': row['seeds'], 'validation_loss': row['validation/loss']['values'],
+          'grid': {r['name']: r['validation/loss']['mean'] for r in sweep['rows']},
           'test_loss': sweep['chosen']['test/loss']['values'],
           'folder': os.path.join(root, 'text', variant, name)}
 
@@ -85,7 +86,8 @@ def main(argv: list[str]) -> int:
   runs = {v: chosen(root, v) for v in VARIANTS}
   record: dict = {'what': __doc__.split('\n\n')[0].replace('\n', ' '),
                   'suite_command': f'bash benchmarks/suites/grid.sh dual_stream {root}',
-                  'variants': {v: {'point': r['point'], 'parameters': parameters(r['folder']),
+                  'variants': {v: {'point': r['point'], 'grid_validation_loss': r['grid'],
+                                   'parameters': parameters(r['folder']),
                                    'validation_loss': stat(r['validation_loss']),
                                    'test_loss': stat(r['test_loss'])} for v, r in runs.items()}}
   record['mixing_over_dense'] = {m: {'variant': v, 'validation_loss_ratio': ratio(runs[v], runs[MIXING['dense']]),

@@ -471,3 +471,14 @@ def test_the_simplifier_folds_constants_merges_duplicates_and_keeps_every_tag():
     want[r, :n] = TOKENS.index('a') if TOKENS.index('a') in row[:n] else row[0]
   loaded = program_code._load(text, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths) == want).all()
+
+
+def test_decisions_read_only_the_variables_that_decide_the_tag():
+  """Over the combinations reached, a variable whose values the others already decide is dropped: here the
+  tag is the count, whatever the token, so the decisions read the count alone."""
+  reached = np.array([[2, 1], [3, 1], [2, 2], [4, 3]])        # (token, count)
+  tags = np.array([5, 5, 6, 7])
+  assert program_code._decides(reached[:, [1]], tags)
+  assert not program_code._decides(reached[:, [0]], tags)    # token 2 reaches two tags
+  assert program_code._decides(reached[:, []], np.array([4, 4, 4, 4]))
+  assert not program_code._decides(reached[:, []], tags)

@@ -654,7 +654,8 @@ class Decisions:
 def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
                  lengths: np.ndarray, data_file: str) -> Decisions | None:
   """The pruned classifier's tag for every combination of its variables' values that ``inputs`` reach (each
-  scored by the same float32 sums as the table), or None above ``DECISION_LIMIT`` combinations."""
+  scored by the same float32 sums as the table), over the fewest of those variables that still decide it
+  (dropped greedily), or None above ``DECISION_LIMIT`` combinations."""
   reads = [n for n in _variables(plan) if n in kept]
   if not reads:
     return Decisions([], {(): int(np.argmax(bias))})
@@ -665,10 +666,33 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
   values = program.run(program.Variable(inputs.astype(np.int32), True),
                        program.Variable(np.broadcast_to(np.arange(n, dtype=np.int32), inputs.shape), False))
   reached = np.unique(np.stack([values[name].ids[real] for name in reads], -1).astype(np.int64), axis=0)
-  if len(reached) > DECISION_LIMIT:
-    return None
   tags = _logits(plan, {name: reached[:, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)
-  return Decisions(reads, {tuple(int(v) for v in row): int(t) for row, t in zip(reached, tags)})
+  # The tag may be a function of fewer of the variables over the combinations reached: drop each one (the
+  # last written first) whose values the others' already decide, so the decisions read only what decides.
+  columns = list(range(len(reads)))
+  for i in reversed(range(len(reads))):
+    rest = [c for c in columns if c != i]
+    if _decides(reached[:, rest], tags):
+      columns = rest
+  if not columns:  # one tag for every input
+    return Decisions([], {(): int(tags[0])})
+  keys, first = np.unique(reached[:, columns], axis=0, return_index=True)
+  if len(keys) > DECISION_LIMIT:
+    return None
+  return Decisions([reads[c] for c in columns],
+                   {tuple(int(v) for v in row): int(tags[j]) for row, j in zip(keys, first)})
+
+
+def _decides(values: np.ndarray, tags: np.ndarray) -> bool:
+  """Whether the rows of ``values`` ``[combinations, variables]`` determine ``tags``: no two equal rows with
+  different tags."""
+  if not values.shape[1]:
+    return bool((tags == tags[0]).all())
+  _, group = np.unique(values, axis=0, return_inverse=True)
+  group = group.reshape(-1)
+  first = np.zeros(group.max() + 1 if len(group) else 0, np.int64)
+  first[group] = tags
+  return bool((first[group] == tags).all())
 
 
 def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str]:
@@ -831,6 +855,8 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a
   # combination the table would decide and the decisions do not.
   decisions = decisions_of(plan, doms, live, kept, bias, inputs, lengths, data_file) if exhaustive else None
+  if decisions:  # what the decisions read, and what that reads: the rest of the program is not needed
+    live = _needs(plan, set(decisions.reads))
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
   needs = 'only NumPy' if decisions else f'only NumPy and the classifier in {data_file} beside it'
   header = (f'Program decompiled by symjax from the Transformer Program {origin}.\n\n'

@@ -93,12 +93,15 @@ def test_decompiled_hand_built_program_is_known_code_and_pruned():
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
   text = program.source
   assert 'return k_token == q_token' in text                  # head 1's predicate, as a comparison
-  assert 'attn_0_1 = aggregate_sum(attn_0_1_pattern)' in text
+  # Head 1 counts the keys holding the query's token: its name says so, and its comment names the head.
+  assert program.names['attn_0_1'] == 'count_same_token'
+  assert 'count_same_token = aggregate_sum(count_same_token_pattern)' in text
+  assert '    # `count_same_token` (attn_0_1) counts the keys where `k_token == q_token`.' in text
   # Nothing the readout keeps reads head 0 or the MLP: both are dropped, and so are their classifier rows.
-  assert 'attn_0_0' not in text and 'mlp_0_0' not in text
-  # The classifier reads attn_0_1 alone, whose reachable values are the counts 1..5: five decisions in the code
-  # (the tag of each count), and no data file.
-  assert "DECIDES = ('attn_0_1',)" in text and all(f"    {n}: '#{n}'," in text for n in range(1, 6))
+  assert '(attn_0_0)' not in text and '(mlp_0_0)' not in text and 'mlp_0_0 =' not in text
+  # The classifier reads the count alone, whose reachable values are 1..5: five decisions in the code (the tag
+  # of each count), and no data file.
+  assert "DECIDES = ('count_same_token',)" in text and all(f"    {n}: '#{n}'," in text for n in range(1, 6))
   assert program.tables == {} and program.entries == 5 * 2
   loaded = program_code._load(text, program.tables, 'program.npz')
   assert loaded.DECISIONS == {n: f'#{n}' for n in range(1, 6)}
@@ -123,7 +126,7 @@ def test_the_inline_classifier_decides_exactly_the_reachable_values_and_a_large_
   reached = {list(row[:n]).count(t) for row, n in zip(x, lengths) for t in row[:n]}
   assert set(loaded.DECISIONS) == reached
   partial = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=False)
-  assert set(partial.tables) == {'bias', 'attn_0_1'} and 'DECISIONS' not in partial.source
+  assert set(partial.tables) == {'bias', 'count_same_token'} and 'DECISIONS' not in partial.source
   # Tags from the token and the count together: 3 symbols (and <s>) × 5 counts reach more than 16 pairs.
   readout = np.asarray(params['readout']).copy()
   card = tp.cardinality(cfg)
@@ -154,6 +157,8 @@ def test_positions_predicate_is_written_as_arithmetic():
   x, lengths = every_input(4, cfg.max_len)
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
   assert 'return k_position == q_position - 1' in program.source
+  assert program.names['attn_0_0'] == 'prev_token' and 'prev_token = aggregate(prev_token_pattern, tokens)' in (
+      program.source)
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
 
@@ -187,10 +192,11 @@ def test_reverse_for_every_length_is_a_counting_head_and_a_head_that_reads_its_c
   program = program_code.build(params, cfg, v.tokens, x, lengths, exhaustive=True)
   assert 'return k_position >= q_position' in program.source
   # Counts 0 and 1 name position 0, the key a query without a match reads: the predicate is one comparison.
-  assert 'return position == attn_0_1 - 1' in program.source
-  assert 'attn_1_0 = aggregate(attn_1_0_pattern, tokens)' in program.source
+  assert program.names['attn_0_1'] == 'count_0_1' and program.names['attn_1_0'] == 'tok_1_0'
+  assert 'return position == count_0_1 - 1' in program.source
+  assert 'tok_1_0 = aggregate(tok_1_0_pattern, tokens)' in program.source
   run = program.source[program.source.index('def run('):]
-  assert 'attn_0_0' not in run and 'mlp_' not in run and 'attn_1_1' not in run      # the unused modules: dropped
+  assert run.count(' = aggregate') == 2 and 'mlp_' not in run                # the unused modules: dropped
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths)[tagged] == want[tagged]).all()
 
@@ -210,8 +216,8 @@ def test_a_head_whose_predicate_never_holds_is_folded_into_the_bias():
   params['readout'] = jnp.asarray(readout)
   x, lengths = every_input(5, cfg.max_len)
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
-  assert 'attn_0_0' not in program.source
-  assert program.tables == {} and "DECIDES = ('attn_0_1',)" in program.source
+  assert 'first_token =' not in program.source and '(attn_0_0)' not in program.source
+  assert program.tables == {} and "DECIDES = ('count_same_token',)" in program.source
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
 
@@ -254,9 +260,10 @@ def test_a_numerical_head_sums_a_lower_count_and_saturates_as_its_code_says():
     want[r, :n] = min(sum(counts), card - 1)
   assert (got == want).all() and (want == card - 1).any() and (want < card - 1).any()
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
-  assert 'attn_1_1 = aggregate_sum(attn_1_1_pattern, attn_0_1)' in program.source
-  assert 'attn_0_1 = aggregate_sum(attn_0_1_pattern)' in program.source      # it sums ones: a count
-  assert '`attn_1_1` sums the `attn_0_1` of every key' in ' '.join(program.notes)
+  assert program.names['attn_0_1'] == 'count_same_token' and program.names['attn_1_1'] == 'count_1_1'
+  assert 'count_1_1 = aggregate_sum(count_1_1_pattern, count_same_token)' in program.source
+  assert 'count_same_token = aggregate_sum(count_same_token_pattern)' in program.source   # it sums ones: a count
+  assert '`count_1_1` sums the `count_same_token` of every key' in ' '.join(program.notes)
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths) == want).all()
 
@@ -455,16 +462,17 @@ def test_the_simplifier_folds_constants_merges_duplicates_and_keeps_every_tag():
   x, lengths = every_input(5, 6)
   program = program_code.code_of(constant_and_duplicate_plan(), x, lengths, exhaustive=True)
   text = program.source
-  assert 'def predicate_1_0(k_token):' in text and "return k_token == 'a'" in text
-  assert 'mlp_0_0' not in text and 'def predicate_1_1' not in text and 'attn_1_2' not in text
+  assert program.names['attn_1_0'] == 'tok_1_0'
+  assert 'def predicate_tok_1_0(k_token):' in text and "return k_token == 'a'" in text
+  assert 'mlp_0_0' not in text and '(attn_1_1)' not in text and '(attn_1_2)' not in text
   assert any('attn_1_1 = attn_1_0' in note for note in program.notes)
   assert any('attn_1_3' in note and 'folded' in note for note in program.notes)  # a count on the key alone
   x_plan = constant_and_duplicate_plan()
   doms_of = lambda plan: program_code.domains(plan, sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
   simple, _ = program_code.simplify(x_plan, doms_of)
   full = program_code.source(simple, set(program_code._variables(simple)), doms_of(simple), 'all', 'program.npz')
-  assert "def predicate_1_4(q_token):" in full and "return q_token == 'b'" in full
-  assert 'attn_1_4_pattern = select_closest(None, tokens, predicate_1_4)' in full
+  assert "def predicate_attn_1_4(q_token):" in full and "return q_token == 'b'" in full
+  assert 'attn_1_4_pattern = select_closest(None, tokens, predicate_attn_1_4)' in full
   assert 'attn_1_5 = at_first(attn_1_0)' in full
   want = np.zeros_like(x)
   for r, (row, n) in enumerate(zip(x, lengths)):
@@ -482,3 +490,55 @@ def test_decisions_read_only_the_variables_that_decide_the_tag():
   assert not program_code._decides(reached[:, [0]], tags)    # token 2 reaches two tags
   assert program_code._decides(reached[:, []], np.array([4, 4, 4, 4]))
   assert not program_code._decides(reached[:, []], tags)
+
+
+def named_plan():
+  """Heads whose predicates show what they hold, over tokens a, b, c and positions 0..5: the next token, the
+  length, the count of 'a' (a predicate that ignores its query), position 0's token (a predicate that matches
+  no key), and a count of the keys holding the query's token or '<s>' (but at the query '<s>'); and an MLP
+  reading the count of 'a'. The classifier reads every one of them."""
+  card = len(TOKENS)
+  q, k = np.indices((card, card))
+  a = TOKENS.index('a')
+  modules = [
+      program_code.Module('attn_0_0', 'categorical', ('positions', 'positions', 'tokens'), np.arange(card) + 1),
+      program_code.Module('attn_0_1', 'numerical', ('tokens', 'positions'), np.ones((card, card), bool)),
+      program_code.Module('attn_0_2', 'numerical', ('positions', 'tokens'), k == a),
+      program_code.Module('attn_0_3', 'categorical', ('tokens', 'tokens', 'tokens'), np.full(card, PAD)),
+      program_code.Module('attn_0_4', 'numerical', ('tokens', 'tokens'), ((k == q) | (k == BOS)) & (q != BOS)),
+      program_code.Module('mlp_0_0', 'mlp', ('attn_0_2', 'attn_0_2'), np.minimum(q, 2)),
+  ]
+  names = ['tokens', 'positions', *[m.name for m in modules]]
+  rng = np.random.default_rng(0)
+  readout = {n: rng.normal(size=(card, card)).astype(np.float32) for n in names}
+  readout['bias'] = np.zeros(card, np.float32)
+  return program_code.Plan(modules, readout, list(TOKENS), 6, False, card)
+
+
+def test_variables_are_named_by_what_they_hold_and_each_module_says_what_it_computes():
+  x, lengths = every_input(5, 6)
+  program = program_code.code_of(named_plan(), x, lengths, exhaustive=True)
+  assert program.names == {'attn_0_0': 'next_token', 'attn_0_1': 'length', 'attn_0_2': 'count_a',
+                           'attn_0_3': 'first_token', 'attn_0_4': 'count_0_4'}
+  text = program.source
+  # Each module has a comment saying what it computes, naming the model's head it comes from.
+  assert ('    # `next_token` (attn_0_0) copies the `tokens` of the closest key where\n'
+          '    # `k_position == q_position + 1` (position 0 where there is none).') in text
+  assert '    # `length` (attn_0_1) counts every key: the length' in text
+  assert '    # `count_a` (attn_0_2) counts the keys where `k_token == \'a\'`.' in text
+  assert '    # `mlp_0_0` is 0 where `count_a` is 0; 1 where `count_a` is 1; else 2.' in text
+  # A predicate that ignores its query reads its key alone; a comparison with one exception lists it first.
+  assert "def predicate_count_a(k_token):\n        return k_token == 'a'" in text
+  assert ("    def predicate_count_0_4(q_token, k_token):\n        if q_token == '<s>':\n            return False\n"
+          "        return k_token == q_token or k_token == '<s>'") in text
+  # Position 0's token is '<s>' on every input: a constant, whose classifier row joins the bias.
+  assert 'first_token =' not in text
+  # The named program tags every input as the plan written with the model's names does.
+  plan = named_plan()
+  everything = set(program_code._variables(plan))
+  doms = program_code.domains(plan, sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
+  plain = program_code.source(plan, everything, doms, 'model names', 'program.npz')
+  assert 'def predicate_attn_0_4(q_token, k_token):' in plain
+  want = program_code._load(plain, program_code._readout(plan, everything), 'program.npz').predict_ids(x, lengths)
+  got = program_code._load(text, program.tables, 'program.npz').predict_ids(x, lengths)
+  assert (got == want).all() and len(np.unique(want)) > 2

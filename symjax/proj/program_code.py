@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+import textwrap
 
 import numpy as np
 
@@ -140,7 +141,8 @@ def simplify(plan: Plan, doms_of) -> tuple[Plan, list[str]]:
     a numerical head whose predicate never holds, a categorical head copying a constant): an MLP reading it
     becomes a table over its other input, and a head whose query (or key) it is gets a predicate of the key
     (query) alone (``NOTHING`` in its place); nothing then reads the constant, and the pruning leaves it out
-    (its classifier row joins the bias). A head that matches no key is written ``at_first(value)``.
+    (its classifier row joins the bias). A head that matches no key is written ``at_first(value)``. A head
+    whose predicate matches the same keys for every value of its query reads its key alone, as above.
   - A module equal to an earlier one (the same kind, the same variables read, the same predicate or table over
     their values) is that one: what reads it reads the earlier one, and the classifier reads its rows at the
     earlier one's values (``Plan.aliases``)."""
@@ -161,6 +163,12 @@ def simplify(plan: Plan, doms_of) -> tuple[Plan, list[str]]:
         changed = True
       elif m.kind != 'mlp' and m.reads[0] in constants:
         m.table = m.table[constants[m.reads[0]]][None].copy()
+        m.reads = (NOTHING, *m.reads[1:])
+        folded.add(m.name)
+        changed = True
+      elif m.kind != 'mlp' and m.reads[0] != NOTHING and m.reads[1] != NOTHING and _ignores_query(m, doms):
+        # The same keys match whatever the query holds: a predicate of the key alone.
+        m.table = m.table[doms[m.reads[0]][0][0]][None].copy()
         m.reads = (NOTHING, *m.reads[1:])
         folded.add(m.name)
         changed = True
@@ -194,11 +202,18 @@ def simplify(plan: Plan, doms_of) -> tuple[Plan, list[str]]:
       break
   notes = []
   if folded:
-    notes.append(f'{len(folded)} modules read a constant, now folded in: {", ".join(sorted(folded))}.')
+    notes.append(f'{len(folded)} modules read a constant, or a query their predicate ignores, now folded in: '
+                 f'{", ".join(sorted(folded))}.')
   if merged:
     notes.append('Equal to an earlier module, and merged into it: '
                  + ', '.join(f'{a} = {plan.aliases[a]}' for a in sorted(merged)) + '.')
   return plan, notes
+
+
+def _ignores_query(m: Module, doms) -> bool:
+  """Whether a head's predicate matches the same keys for every value its query takes (two values at least)."""
+  truth = _truth(m, doms)
+  return len(truth) > 1 and bool((truth == truth[:1]).all())
 
 
 def _signature(m: Module, doms) -> bytes:
@@ -207,6 +222,92 @@ def _signature(m: Module, doms) -> bytes:
     table = m.table[np.ix_(np.array(doms[m.reads[0]][0]), np.array(doms[m.reads[1]][0]))]
     return (np.diagonal(table) if m.reads[0] == m.reads[1] else table).tobytes()
   return _truth(m, doms).tobytes()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Names: each variable named by the kind of value it holds, with a meaning where its predicate shows one.
+# ---------------------------------------------------------------------------------------------------------
+# Names the program's runtime and ``run`` already use: a variable never takes one.
+RESERVED = frozenset({'tokens', 'positions', 'ones', NOTHING, 'np', 'os', 'run', 'Variable', 'select',
+                      'select_closest', 'aggregate', 'aggregate_sum', 'apply', 'classify', 'predict',
+                      'predict_ids', 'at_first', 'key'})
+PREFIXES = ('tok', 'pos', 'count', 'mlp', 'cat')
+
+
+def names_of(plan: Plan, doms) -> dict[str, str]:
+  """The code's name of every module (and merged module) of ``plan``, by the model's name (``attn_<l>_<h>``,
+  ``mlp_<l>_<m>``): ``count_`` for a numerical head, ``tok_`` / ``pos_`` for a head copying a token / a
+  position (``count_`` / ``cat_`` where it copies a count / an MLP's value), ``mlp_`` for an MLP, followed by
+  its layer and index; or what its predicate shows it holds, where that is one of ``meaning``'s forms
+  (``prev_token``, ``first_token``, ``length``, ``count_same_token``, ``count_a``)."""
+  kind = {'tokens': 'tok', 'positions': 'pos', 'ones': 'count'}
+  names = {'tokens': 'tokens', 'positions': 'positions', 'ones': 'ones', NOTHING: NOTHING}
+  taken = set(RESERVED)
+  for m in plan.modules:
+    where = m.name.split('_', 1)[1]
+    if m.kind == 'mlp':
+      kind[m.name] = 'mlp'
+    elif m.kind == 'numerical':
+      kind[m.name] = 'count'
+    else:
+      kind[m.name] = {'tok': 'tok', 'pos': 'pos', 'count': 'count'}.get(kind[m.reads[2]], 'cat')
+    name = _meaning(m, doms, plan, names)
+    if name is None or name in taken:
+      name = f'{name}_{where}' if name else f'{kind[m.name]}_{where}'
+    names[m.name] = name
+    taken.add(name)
+  for alias, earlier in plan.aliases.items():  # a merged module: the kind of the one it equals
+    names[alias] = f'{kind.get(earlier, "cat")}_{alias.split("_", 1)[1]}'
+  return {k: v for k, v in names.items() if k != v}
+
+
+def _base(var: str, names: dict[str, str]) -> str:
+  return {'tokens': 'token', 'positions': 'position'}.get(var, names.get(var, var))
+
+
+def _meaning(m: Module, doms, plan: Plan, names: dict[str, str]) -> str | None:
+  """A name saying what a head holds, where its predicate is one of a few forms read the same in every
+  program: the value ``d`` positions back or ahead, position 0's, the length, a count of one token or of the
+  keys holding the query's token. None otherwise (an MLP among them)."""
+  if m.kind == 'mlp':
+    return None
+  q, k = m.reads[:2]
+  if m.kind == 'categorical':
+    base = _base(m.reads[2], names)
+    if _never(m, doms):
+      return f'first_{base}'
+    if _one_sided(m) == 1 and k == 'positions':
+      keys = [v for v, hit in zip(doms[k][0], _truth(m, doms)[0]) if hit]
+      return f'first_{base}' if keys == [0] else None
+    if q == k == 'positions':
+      rel = _head_relation(m, doms) or ''
+      if rel.startswith('== '):
+        shift = int(rel[3:].replace(' ', ''))
+        word = 'prev' if shift == -1 else 'next' if shift == 1 else None
+        return f'{word}_{base}' if word else f'{base}_{abs(shift)}_{"back" if shift < 0 else "ahead"}'
+    return None
+  if len(m.reads) > 2 and m.reads[2] != 'ones':  # a sum of another count
+    return None
+  if _truth(m, doms).all():
+    return 'prefix_length' if plan.causal else 'length'
+  if _one_sided(m) == 1 and k == 'tokens':
+    keys = [v for v, hit in zip(doms[k][0], _truth(m, doms)[0]) if hit]
+    word = plan.tokens[keys[0]] if len(keys) == 1 and keys[0] < len(plan.tokens) else ''
+    return f'count_{word}' if word.isidentifier() and word.isascii() else None
+  if _one_sided(m) is not None:
+    return None
+  rel = _head_relation(m, doms)
+  if rel == '==' and q == k:
+    return f'count_same_{_base(q, names)}'
+  return None
+
+
+def renamed(plan: Plan, names: dict[str, str]) -> Plan:
+  """``plan`` with its variables called by ``names`` (``names_of``), in the code's order as before."""
+  r = lambda v: names.get(v, v)
+  return dataclasses.replace(
+      plan, modules=[dataclasses.replace(m, name=r(m.name), reads=tuple(r(v) for v in m.reads)) for m in plan.modules],
+      readout={r(k): v for k, v in plan.readout.items()}, aliases={r(a): r(b) for a, b in plan.aliases.items()})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -276,6 +377,56 @@ def _truth(m: Module, doms) -> np.ndarray:
   return m.table[np.ix_(qd, kd)]
 
 
+@dataclasses.dataclass
+class Rule:
+  """A predicate as a comparison of k with q, or'ed with a few fixed key values, that holds for every query
+  value but a few (``exceptions``, written as cases before it)."""
+
+  relation: str              # as ``_relation`` returns it: '==', '<', '== - 1', ...
+  extra: list[int]           # key values matched whatever the query
+  exceptions: list[int]      # query values (indices into the query's domain) the rule does not hold for
+
+
+def _rule(m: Module, doms, most_extra: int = 2) -> Rule | None:
+  """The rule (``Rule``) with the fewest exceptions, then extra keys, that the head's predicate follows for
+  all but at most a quarter of its query values (one at least), or None."""
+  (qd, q_tok), (kd, k_tok) = doms[m.reads[0]], doms[m.reads[1]]
+  truth = _truth(m, doms)
+  if len(qd) < 3:
+    return None
+  q, k = np.array(qd)[:, None], np.array(kd)[None, :]
+  both_numbers = not q_tok and not k_tok
+  candidates = [(symbol, op(k, q)) for symbol, op in RELATIONS
+                if (symbol in ('==', '!=') and q_tok == k_tok) or both_numbers]
+  if both_numbers:
+    candidates += [(f'== {"+" if d > 0 else "-"} {abs(d)}', k == q + d) for d in range(-len(kd), len(kd) + 1) if d]
+  best, allowed = None, max(1, len(qd) // 4)
+  for symbol, base in candidates:
+    whole = ~(base & ~truth).any(1)                    # rows where every key the comparison names matches
+    extra = truth & ~base
+    if not whole.any():
+      continue
+    patterns, count = np.unique(extra[whole], axis=0, return_counts=True)
+    pattern = patterns[np.argmax(count)]
+    fits = whole & (extra == pattern).all(1)
+    exceptions = np.nonzero(~fits)[0]
+    if pattern.sum() > most_extra or len(exceptions) > allowed or fits.sum() < 2:
+      continue
+    rule = Rule(symbol, [kd[j] for j in np.nonzero(pattern)[0]], [int(i) for i in exceptions])
+    if best is None or (len(rule.exceptions), len(rule.extra)) < (len(best.exceptions), len(best.extra)):
+      best = rule
+  return best
+
+
+def _rule_text(rule: Rule, ka: str, qa: str, k_tok: bool, tokens: list[str]) -> str:
+  text = _comparison(ka, rule.relation, qa)
+  if len(rule.extra) == 1:
+    return f'{text} or {ka} == {_value(rule.extra[0], k_tok, tokens)}'
+  if rule.extra:
+    return f'{text} or {ka} in {{{", ".join(_value(v, k_tok, tokens) for v in rule.extra)}}}'
+  return text
+
+
 def _head_relation(m: Module, doms) -> str | None:
   (qd, q_tok), (kd, k_tok) = doms[m.reads[0]], doms[m.reads[1]]
   return _relation(_truth(m, doms), qd, kd, not q_tok and not k_tok, q_tok == k_tok, _free_rows(m, doms))
@@ -329,21 +480,33 @@ def _condition(m: Module, doms, tokens, ka: str) -> str:
 def predicate_source(m: Module, doms, tokens) -> list[str]:
   """The predicate of a head as a Python function of the query's and the key's value (of one of them alone where
   the other was a constant, ``NOTHING``)."""
-  prefix = 'num_' if m.kind == 'numerical' else ''
   side = _one_sided(m)
   if side is not None:
     ka = _arg(m.reads[side], 'qk'[side], True)
-    return [f'    def {prefix}predicate_{m.name[5:]}({ka}):',
+    return [f'    def predicate_{m.name}({ka}):',
             f'        return {_condition(m, doms, tokens, ka)}']
   q_tok, k_tok = doms[m.reads[0]][1], doms[m.reads[1]][1]
   same = m.reads[0] == m.reads[1]
   qa, ka = _arg(m.reads[0], 'q', same), _arg(m.reads[1], 'k', same)
-  head = f'    def {prefix}predicate_{m.name[5:]}({qa}, {ka}):'
+  head = f'    def predicate_{m.name}({qa}, {ka}):'
   rel = _head_relation(m, doms)
   if rel in ('True', 'False'):
     return [head, f'        return {rel}']
   if rel is not None:
     return [head, f'        return {_comparison(ka, rel, qa)}']
+  rule = _rule(m, doms)
+  if rule is not None:  # its exceptions as cases, then the rule
+    qd, kd, truth = doms[m.reads[0]][0], doms[m.reads[1]][0], _truth(m, doms)
+    lines = [head]
+    for n, i in enumerate(rule.exceptions):
+      keys = [kd[j] for j in np.nonzero(truth[i])[0]]
+      lines.append(f'        {"if" if n == 0 else "elif"} {qa} == {_value(qd[i], q_tok, tokens)}:')
+      if len(keys) <= 1:
+        lines.append(f'            return {ka} == {_value(keys[0], k_tok, tokens)}' if keys else
+                     '            return False')
+      else:
+        lines += _wrapped_set(f'return {ka} in ', [_value(v, k_tok, tokens) for v in keys], '', '            ')
+    return lines + [f'        return {_rule_text(rule, ka, qa, k_tok, tokens)}']
   lines = [head]
   for n, (keys, qs) in enumerate(_groups(m, doms)):
     word = 'if' if n == 0 else 'elif'
@@ -396,13 +559,13 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
   """One sentence saying what a head or MLP does, for the docs beside its code (a predicate's cases spelled
   out when there are at most ``most``)."""
   if m.kind == 'mlp':
-    a, b = m.reads
-    reads = f'`{a}`' if a == b else f'`{a}` and `{b}`'
-    return f'`{m.name}` is a lookup table over {reads}, written as `if`/`elif` by the value it returns.'
+    return _mlp_sentence(m, doms, tokens)
   q, k = m.reads[:2]
   if m.kind == 'categorical' and not _truth(m, doms).any():
     return f'`{m.name}` matches no key, so every position holds the `{m.reads[2]}` of position 0.'
   side = _one_sided(m)
+  if side is not None and _truth(m, doms).all():
+    side = None  # every key matches: written as a head that compares nothing, below
   if side is not None:
     condition = _condition(m, doms, tokens, _arg(m.reads[side], 'qk'[side], True))
     if side == 0:
@@ -413,7 +576,7 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
       return f'`{m.name}` counts the keys where `{condition}`.'
     return (f'`{m.name}` copies the `{m.reads[2]}` of the closest key where `{condition}` (position 0 where there '
             f'is none).')
-  rel = _head_relation(m, doms)
+  rel = 'True' if _truth(m, doms).all() else _head_relation(m, doms)
   same = q == k
   qa, ka = _arg(q, 'q', same), _arg(k, 'k', same)
   sums = m.kind == 'numerical' and len(m.reads) > 2 and m.reads[2] != 'ones'
@@ -426,8 +589,14 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
     return (f'`{m.name}` counts every key: the length (up to the position, causal).' if m.kind == 'numerical' else
             f'`{m.name}`: every key matches, so every position copies the `{m.reads[2]}` of its closest other '
             f'position, the earlier of two.')
+  rule = _rule(m, doms) if rel is None else None
   if rel is not None:
     where = f'where `{_comparison(ka, rel, qa)}`'
+  elif rule is not None:
+    q_tok, k_tok = doms[q][1], doms[k][1]
+    but = ', '.join(_value(doms[q][0][i], q_tok, tokens) for i in rule.exceptions)
+    where = (f'where `{_rule_text(rule, ka, qa, k_tok, tokens)}`' +
+             (f' (other keys for `{qa}` {but})' if rule.exceptions else ''))
   else:
     groups, (q_tok, k_tok) = _groups(m, doms), (doms[q][1], doms[k][1])
     text = lambda values, tok: ', '.join(_value(v, tok, tokens) for v in values)
@@ -442,6 +611,40 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
       return f'`{m.name}` sums the `{m.reads[2]}` of the keys {where}.'
     return f'`{m.name}` counts the keys {where}.'
   return f'`{m.name}` copies the `{m.reads[2]}` of the closest key {where} (position 0 where there is none).'
+
+
+def _values_text(values: list[int], is_token: bool, tokens: list[str]) -> str:
+  """Values in their shortest form: one value, a range of numbers (``2–5``), else a set."""
+  if len(values) == 1:
+    return _value(values[0], is_token, tokens)
+  if not is_token and values == list(range(values[0], values[-1] + 1)):
+    return f'{values[0]}–{values[-1]}'
+  return '{' + ', '.join(_value(v, is_token, tokens) for v in values) + '}'
+
+
+def _mlp_sentence(m: Module, doms, tokens: list[str], most: int = 3) -> str:
+  """What an MLP returns, by the values of the input it reads where it reads one and returns at most ``most``
+  values; else how many cases of its table return something other than its commonest value."""
+  (ad, a_tok), (bd, b_tok) = doms[m.reads[0]], doms[m.reads[1]]
+  table = m.table[np.ix_(np.array(ad), np.array(bd))]
+  one = (0 if m.reads[0] == m.reads[1] or (table == table[:, :1]).all() else
+         1 if (table == table[:1, :]).all() else None)
+  if one is None:
+    values, counts = np.unique(table, return_counts=True)
+    common = int(values[np.argmax(counts)])
+    return (f'`{m.name}` is a table over `{m.reads[0]}` and `{m.reads[1]}`: {int(table.size - counts.max())} of '
+            f'its {table.size} cases return a value other than {common}, which the rest return.')
+  dom, tok = (ad, a_tok) if one == 0 else (bd, b_tok)
+  outs = np.diagonal(table) if m.reads[0] == m.reads[1] else table[:, 0] if one == 0 else table[0, :]
+  values, counts = np.unique(outs, return_counts=True)
+  if len(values) == 1:
+    return f'`{m.name}` is {int(values[0])} everywhere.'
+  if len(values) > most:
+    return f'`{m.name}` maps the {len(dom)} values of `{m.reads[one]}` to {len(values)} values.'
+  common = int(values[np.argmax(counts)])
+  cases = [f'{int(v)} where `{m.reads[one]}` is {_values_text([d for d, o in zip(dom, outs) if o == v], tok, tokens)}'
+           for v in values if v != common]
+  return f'`{m.name}` is ' + '; '.join(cases) + f'; else {common}.'
 
 
 RUNTIME = '''
@@ -590,10 +793,10 @@ def _runtime(plan: Plan, live: set[str], doms) -> str:
           + (AT_FIRST if any(_never(m, doms) for m in heads) else ''))
 
 
-def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisions: Decisions | None = None
-           ) -> str:
+def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisions: Decisions | None = None,
+           comments: dict[str, str] | None = None) -> str:
   """The program's text over the ``live`` variables; its classifier the table in ``data_file``, or the
-  ``decisions`` written in the code."""
+  ``decisions`` written in the code; above each module its line of ``comments`` (its name by default)."""
   tokens = plan.tokens
   lines = [f'"""{header}"""', '']
   lines += (['import numpy as np', ''] if decisions else ['import os', '', 'import numpy as np', ''])
@@ -610,7 +813,7 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisi
   for m in plan.modules:
     if m.name not in live:
       continue
-    lines.append(f'    # {m.name} ' + '#' * max(4, WIDTH - 8 - len(m.name)))
+    lines += _comment((comments or {}).get(m.name, m.name))
     if m.kind == 'mlp':
       body, one = mlp_source(m, doms, tokens)
       lines += body
@@ -620,10 +823,9 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisi
       lines.append(f'    {m.name} = at_first({m.reads[2]})  # its predicate matches no key')
     else:
       lines += predicate_source(m, doms, tokens)
-      prefix = 'num_' if m.kind == 'numerical' else ''
       select = 'select_closest' if m.kind == 'categorical' else 'select'
       query, key = ('None' if r == NOTHING else r for r in m.reads[:2])
-      lines.append(f'    {m.name}_pattern = {select}({key}, {query}, {prefix}predicate_{m.name[5:]})')
+      lines.append(f'    {m.name}_pattern = {select}({key}, {query}, predicate_{m.name})')
       if m.kind == 'categorical':
         lines.append(f'    {m.name} = aggregate({m.name}_pattern, {m.reads[2]})')
       elif len(m.reads) > 2 and m.reads[2] != 'ones':
@@ -636,6 +838,14 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisi
   lines[-1] = lines[-1].replace('dict({', 'dict(').replace('})', ')')
   text = '\n'.join(lines) + ENTRY
   return text.replace('dict({\n', 'dict(\n').replace('\n    })', '\n    )')
+
+
+def _comment(text: str) -> list[str]:
+  """``text`` as comment lines in ``run``, wrapped at WIDTH between the spans in backticks, not inside one."""
+  spans = text.split('`')
+  kept = '`'.join(span.replace(' ', '\0') if i % 2 else span for i, span in enumerate(spans))
+  return [line.replace('\0', ' ') for line in textwrap.wrap(kept, WIDTH, initial_indent='    # ',
+                                                               subsequent_indent='    # ', break_on_hyphens=False)]
 
 
 # The most decisions a program writes in its code; a classifier reaching more combinations stays a data file.
@@ -829,6 +1039,7 @@ class CodeProgram:
   lines: int
   exhaustive: bool
   notes: list[str]      # one sentence per head and MLP kept, in the program's order
+  names: dict[str, str] = dataclasses.field(default_factory=dict)  # the model's name -> the code's, where they differ
 
 
 def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool,
@@ -857,16 +1068,31 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   decisions = decisions_of(plan, doms, live, kept, bias, inputs, lengths, data_file) if exhaustive else None
   if decisions:  # what the decisions read, and what that reads: the rest of the program is not needed
     live = _needs(plan, set(decisions.reads))
+  # From here on the variables have the code's names; each module's comment names the model's head or MLP.
+  names = names_of(plan, doms)
+  r = lambda v: names.get(v, v)
+  plan, doms = renamed(plan, names), {r(k): v for k, v in doms.items()}
+  live, kept = {r(v) for v in live}, {r(v) for v in kept}
+  if decisions:
+    decisions = Decisions([r(v) for v in decisions.reads], decisions.tags)
+  origin_of = {v: k for k, v in names.items()}
+  sentences = {m.name: describe(m, doms, plan.tokens) for m in plan.modules if m.name in live}
+  # The comment above a module: the cases its code lists below are summed up where there are more than two.
+  comments = {m.name: describe(m, doms, plan.tokens, most=2) for m in plan.modules if m.name in live}
+  comments = {name: text.replace(f'`{name}`', f'`{name}` ({origin_of[name]})', 1) if name in origin_of else text
+              for name, text in comments.items()}
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
   needs = 'only NumPy' if decisions else f'only NumPy and the classifier in {data_file} beside it'
   header = (f'Program decompiled by symjax from the Transformer Program {origin}.\n\n'
             f'predict(tokens) -> tags runs it; it needs {needs}.\n'
-            f'Variables: tokens, positions, attn_<layer>_<head> (what a head writes), mlp_<layer>_<mlp>\n'
-            f'(what an MLP writes). Heads, MLPs and classifier rows that change no prediction on\n'
-            f'{where} are left out.\n')
-  text = source(plan, live, doms, header, data_file, decisions)
+            f'Variables are named by what they hold: tok_ a token, pos_ a position, count_ a count, mlp_ and\n'
+            f'cat_ an MLP\'s value; or by what their predicate shows (prev_token, first_token, length,\n'
+            f'count_same_token, count_<token>). Each module\'s comment says what it computes and names the\n'
+            f'model\'s head (attn_<layer>_<head>) or MLP (mlp_<layer>_<mlp>) it comes from. Heads, MLPs and\n'
+            f'classifier rows that change no prediction on {where} are left out.\n')
+  text = source(plan, live, doms, header, data_file, decisions, comments)
   readout = {} if decisions else _readout(plan, kept, bias)
-  notes = [describe(m, doms, plan.tokens) for m in plan.modules if m.name in live] + simplified
+  notes = list(sentences.values()) + simplified
   if decisions:
     notes.append(f'The classifier is {len(decisions.tags)} decisions over the values of '
                  + (', '.join(f'`{n}`' for n in decisions.reads) or 'nothing') + ' that the task\'s inputs reach.')
@@ -875,7 +1101,7 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
     notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in readout if n != 'bias')
                  + ' and predicts the highest-scoring tag.')
     entries = int(sum(v.size for v in readout.values()))
-  return CodeProgram(text, readout, entries, len(text.splitlines()), exhaustive, notes)
+  return CodeProgram(text, readout, entries, len(text.splitlines()), exhaustive, notes, names)
 
 
 def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:

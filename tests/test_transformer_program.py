@@ -467,6 +467,13 @@ def test_the_simplifier_folds_constants_merges_duplicates_and_keeps_every_tag():
   assert 'mlp_0_0' not in text and '(attn_1_1)' not in text and '(attn_1_2)' not in text
   assert any('attn_1_1 = attn_1_0' in note for note in program.notes)
   assert any('attn_1_3' in note and 'folded' in note for note in program.notes)  # a count on the key alone
+  assert program.left == {'constant': [], 'never': [], 'duplicate': []}
+  # The same check on the plan as the model wrote it finds each of them.
+  before = constant_and_duplicate_plan()
+  input_tokens = sorted(set(x[x != PAD].tolist()))
+  doms = program_code.domains(before, input_tokens, {'tokens': (BOS,)})
+  left = program_code.leftovers(before, doms, {m.name for m in before.modules})
+  assert left == {'constant': ['mlp_0_0', 'attn_1_2'], 'never': ['attn_1_2'], 'duplicate': ['attn_1_1']}
   x_plan = constant_and_duplicate_plan()
   doms_of = lambda plan: program_code.domains(plan, sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
   simple, _ = program_code.simplify(x_plan, doms_of)
@@ -542,3 +549,58 @@ def test_variables_are_named_by_what_they_hold_and_each_module_says_what_it_comp
   want = program_code._load(plain, program_code._readout(plan, everything), 'program.npz').predict_ids(x, lengths)
   got = program_code._load(text, program.tables, 'program.npz').predict_ids(x, lengths)
   assert (got == want).all() and len(np.unique(want)) > 2
+  assert program.left == {'constant': [], 'never': [], 'duplicate': []}
+
+
+def renamed_plan(copy_the_renaming: bool = False):
+  """The previous token (attn_0_0); an MLP that renames it one-to-one (mlp_0_0 = perm[attn_0_0]); a head counting
+  the keys whose token the renaming maps back to it (so: the keys holding the previous token); the classifier
+  reads all three. With ``copy_the_renaming``, one more head copies the MLP's value, which the merge cannot
+  re-index."""
+  card = len(TOKENS)
+  perm = np.roll(np.arange(card), 3)
+  q, k = np.indices((card, card))
+  modules = [
+      program_code.Module('attn_0_0', 'categorical', ('positions', 'positions', 'tokens'),
+                          np.maximum(np.arange(card) - 1, 0)),
+      program_code.Module('mlp_0_0', 'mlp', ('attn_0_0', 'attn_0_0'), perm[q]),
+      program_code.Module('attn_1_0', 'numerical', ('mlp_0_0', 'tokens'), k == np.argsort(perm)[q]),
+  ]
+  if copy_the_renaming:
+    modules.append(program_code.Module('attn_1_1', 'categorical', ('positions', 'positions', 'mlp_0_0'),
+                                       np.arange(card)))
+  names = ['tokens', 'positions', *[m.name for m in modules]]
+  rng = np.random.default_rng(1)
+  readout = {n: rng.normal(size=(card, card)).astype(np.float32) for n in names}
+  readout['bias'] = np.zeros(card, np.float32)
+  return program_code.Plan(modules, readout, list(TOKENS), 6, False, card)
+
+
+@pytest.mark.parametrize('copy_the_renaming', [False, True])
+def test_a_variable_equal_to_an_earlier_one_up_to_a_renaming_is_merged_into_it(copy_the_renaming):
+  x, lengths = every_input(5, 6)
+  program = program_code.code_of(renamed_plan(copy_the_renaming), x, lengths, exhaustive=True)
+  text = program.source
+  merged = any('mlp_0_0 = f(attn_0_0)' in note for note in program.notes)
+  assert merged != copy_the_renaming
+  # Where the merge cannot be made, the check finds the renaming left.
+  assert program.left['duplicate'] == (['mlp_0_0'] if copy_the_renaming else [])
+  if not copy_the_renaming:
+    # The MLP is gone; the count reads the previous token through the renaming: a comparison of tokens.
+    assert 'def mlp_0_0' not in text and 'def predicate_count_1_0(prev_token, token):' in text
+    assert 'return token == prev_token' in text and 'mlp_0_0=prev_token' in text.replace(' ', '')
+  else:
+    assert 'def mlp_0_0' in text
+  plan = renamed_plan(copy_the_renaming)
+  everything = set(program_code._variables(plan))
+  doms = program_code.domains(plan, sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
+  plain = program_code.source(plan, everything, doms, 'as the model', 'program.npz')
+  want = program_code._load(plain, program_code._readout(plan, everything), 'program.npz').predict_ids(x, lengths)
+  got = program_code._load(text, program.tables, 'program.npz').predict_ids(x, lengths)
+  assert (got == want).all() and len(np.unique(want)) > 2
+
+
+def test_a_renaming_is_one_to_one_over_the_values_taken():
+  assert list(program_code._renaming(np.array([1, 2, 1, 3]), np.array([4, 0, 4, 5]), 6)[[1, 2, 3]]) == [4, 0, 5]
+  assert program_code._renaming(np.array([1, 2, 1]), np.array([4, 0, 5]), 6) is None    # 1 goes to two values
+  assert program_code._renaming(np.array([1, 2, 3]), np.array([4, 4, 5]), 6) is None    # two values to one

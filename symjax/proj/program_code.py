@@ -216,6 +216,91 @@ def _ignores_query(m: Module, doms) -> bool:
   return len(truth) > 1 and bool((truth == truth[:1]).all())
 
 
+def merge_renamings(plan: Plan, values: dict[str, np.ndarray]) -> tuple[Plan, list[str]]:
+  """The plan with each module whose value is a renaming of an earlier variable's — one value for each of that
+  variable's values and none shared, at every position of ``values`` (each variable's ids there; the task's
+  every input) — merged into that variable: what reads it reads the earlier one through the renaming (its
+  tables re-indexed), and the classifier reads its rows at the renamed values (``Plan.aliases``).
+
+  A module is merged only where every reader can be re-indexed: an MLP or a head reading it as a query, a
+  counting head reading it as a key, a copying head reading it as a key where the earlier variable leaves a
+  value free for the keys no renamed value matches; not a head copying or summing it."""
+  plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules],
+                             readout=dict(plan.readout), aliases=dict(plan.aliases))
+  earlier = ['tokens', 'positions']
+  merged = []
+  for b in [m for m in plan.modules]:
+    found = None
+    for a in earlier:
+      rename = _renaming(values[a], values[b.name], plan.card)
+      if rename is not None:
+        rewritten = _rewrite_readers(plan, b.name, a, rename, np.unique(values[a]))
+        if rewritten is not None:
+          found = a, rewritten, rename
+          break
+    if found is None:
+      earlier.append(b.name)
+      continue
+    a, rewritten, rename = found
+    domain = np.unique(values[a])
+    plan.modules = [rewritten.get(m.name, m) for m in plan.modules if m.name != b.name]
+    rows = plan.readout[b.name].copy()
+    rows[domain] = plan.readout[b.name][rename[domain]]
+    plan.readout[b.name] = rows
+    plan.aliases[b.name] = a
+    for alias, target in plan.aliases.items():  # an earlier merge into b is a merge into a, renamed alike
+      if target == b.name and alias != b.name:
+        plan.aliases[alias] = a
+        alias_rows = plan.readout[alias].copy()
+        alias_rows[domain] = plan.readout[alias][rename[domain]]
+        plan.readout[alias] = alias_rows
+    values[b.name] = values[a]
+    merged.append(f'{b.name} = f({a})')
+  notes = ['Equal to an earlier variable up to a renaming of its values, and merged into it: '
+           + ', '.join(merged) + '.'] if merged else []
+  return plan, notes
+
+
+def _renaming(a: np.ndarray, b: np.ndarray, card: int) -> np.ndarray | None:
+  """f with b == f[a] everywhere, one-to-one over the values a takes, as a table over [card]; else None."""
+  pairs = np.unique(np.stack([a, b], -1), axis=0)
+  if len(np.unique(pairs[:, 0])) != len(pairs) or len(np.unique(pairs[:, 1])) != len(pairs):
+    return None
+  f = np.arange(card)
+  f[pairs[:, 0]] = pairs[:, 1]
+  return f
+
+
+def _rewrite_readers(plan: Plan, b: str, a: str, f: np.ndarray, domain: np.ndarray) -> dict[str, Module] | None:
+  """Every module reading ``b`` rewritten to read ``a``, whose value ``v`` stands for ``f[v]``; None where one
+  cannot be (see ``merge_renamings``)."""
+  out = {}
+  inverse = {int(f[v]): int(v) for v in domain}
+  free = [v for v in range(plan.card) if v not in set(domain.tolist())]
+  for m in plan.modules:
+    if b not in m.reads:
+      continue
+    table = m.table.copy()
+    if m.kind == 'mlp':
+      if m.reads[0] == b:
+        table[domain] = m.table[f[domain]]
+      if m.reads[1] == b:
+        table[:, domain] = table[:, f[domain]]
+    else:
+      if len(m.reads) > 2 and m.reads[2] == b:
+        return None                           # copies or sums b: its own value would need renaming too
+      if m.reads[0] == b:
+        table[domain] = m.table[f[domain]]
+      if m.reads[1] == b and m.kind == 'numerical':
+        table[:, domain] = table[:, f[domain]]
+      elif m.reads[1] == b:                   # a copying head: k == table[q] becomes k == f⁻¹(table[q])
+        if not free and not all(int(t) in inverse for t in table):
+          return None
+        table = np.array([inverse.get(int(t), free[0] if free else 0) for t in table])
+    out[m.name] = dataclasses.replace(m, table=table, reads=tuple(a if r == b else r for r in m.reads))
+  return out
+
+
 def _signature(m: Module, doms) -> bytes:
   """A module's predicate or table over its inputs' values, as bytes: equal for modules that compute alike."""
   if m.kind == 'mlp':
@@ -256,8 +341,16 @@ def names_of(plan: Plan, doms) -> dict[str, str]:
       name = f'{name}_{where}' if name else f'{kind[m.name]}_{where}'
     names[m.name] = name
     taken.add(name)
-  for alias, earlier in plan.aliases.items():  # a merged module: the kind of the one it equals
-    names[alias] = f'{kind.get(earlier, "cat")}_{alias.split("_", 1)[1]}'
+  for alias, earlier in plan.aliases.items():  # a merged head: the kind of the variable it equals
+    of = kind.get(earlier, 'cat')
+    prefix = 'mlp' if alias.startswith('mlp_') else 'cat' if of == 'mlp' else of
+    name = f'{prefix}_{alias.split("_", 1)[1]}'
+    while name in taken:  # never an MLP's name: a head's prefix is not mlp_
+      name += '_'
+    names[alias] = name
+    taken.add(name)
+  if len(set(names.values())) != len(names):  # two variables under one name would read each other's values
+    raise RuntimeError(f'two variables were given one name: {names}')
   return {k: v for k, v in names.items() if k != v}
 
 
@@ -869,12 +962,7 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
   reads = [n for n in _variables(plan) if n in kept]
   if not reads:
     return Decisions([], {(): int(np.argmax(bias))})
-  program = _load(source(plan, live, doms, 'decisions', data_file), _readout(plan, kept, bias), data_file)
-  n = inputs.shape[1]
-  real = np.arange(n)[None, :] < lengths[:, None]
-  program.ALLOWED = real[:, None, :] & (np.tril(np.ones((n, n), bool)) if plan.causal else True)
-  values = program.run(program.Variable(inputs.astype(np.int32), True),
-                       program.Variable(np.broadcast_to(np.arange(n, dtype=np.int32), inputs.shape), False))
+  values, real = _run(plan, doms, live, _readout(plan, kept, bias), inputs, lengths, data_file)
   reached = np.unique(np.stack([values[name].ids[real] for name in reads], -1).astype(np.int64), axis=0)
   tags = _logits(plan, {name: reached[:, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)
   # The tag may be a function of fewer of the variables over the combinations reached: drop each one (the
@@ -950,6 +1038,19 @@ def _load(text: str, readout: dict[str, np.ndarray], data_file: str):
     return tables_decompile.load_program(path)
 
 
+def _run(plan: Plan, doms, live: set[str], readout: dict[str, np.ndarray], inputs: np.ndarray, lengths: np.ndarray,
+         data_file: str) -> tuple[dict, np.ndarray]:
+  """Every variable of the program over ``live`` on ``inputs`` (``Variable``s, [inputs, positions]), and which
+  positions are real."""
+  program = _load(source(plan, live, doms, 'run', data_file), readout, data_file)
+  n = inputs.shape[1]
+  real = np.arange(n)[None, :] < lengths[:, None]
+  program.ALLOWED = real[:, None, :] & (np.tril(np.ones((n, n), bool)) if plan.causal else True)
+  values = program.run(program.Variable(inputs.astype(np.int32), True),
+                       program.Variable(np.broadcast_to(np.arange(n, dtype=np.int32), inputs.shape), False))
+  return values, real
+
+
 def _logits(plan: Plan, ids: dict[str, np.ndarray], names: list[str], bias: np.ndarray, rows=slice(None)
             ) -> np.ndarray:
   """The classifier's scores as the written program sums them (the same float32 additions, in its order)."""
@@ -968,12 +1069,7 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
   rounding of a tie are rescored exactly as the program sums, and the final set is checked the same way."""
   names = _variables(plan)
   everything = set(names)
-  program = _load(source(plan, everything, doms, 'unpruned', data_file), _readout(plan, everything), data_file)
-  n = inputs.shape[1]
-  real = np.arange(n)[None, :] < lengths[:, None]
-  program.ALLOWED = real[:, None, :] & (np.tril(np.ones((n, n), bool)) if plan.causal else True)
-  values = program.run(program.Variable(inputs.astype(np.int32), True),
-                       program.Variable(np.broadcast_to(np.arange(n, dtype=np.int32), inputs.shape), False))
+  values, real = _run(plan, doms, everything, _readout(plan, everything), inputs, lengths, data_file)
   # Positions holding the same value of every variable score alike: each such tuple is scored once.
   held = np.stack([values[name].ids[real] for name in names], -1)
   held = held.astype(np.min_scalar_type(max(plan.card - 1, 1)))
@@ -1040,6 +1136,7 @@ class CodeProgram:
   exhaustive: bool
   notes: list[str]      # one sentence per head and MLP kept, in the program's order
   names: dict[str, str] = dataclasses.field(default_factory=dict)  # the model's name -> the code's, where they differ
+  left: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # ``leftovers``: empty lists when simplified
 
 
 def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool,
@@ -1058,8 +1155,16 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   input_tokens = [int(t) for t in np.unique(inputs[real])]
   first = {'tokens': tuple(int(t) for t in np.unique(inputs[lengths > 0, 0]))}  # what position 0 holds
   unsimplified = plan
-  plan, simplified = simplify(plan, lambda p: domains(p, input_tokens, first))
-  doms = domains(plan, input_tokens, first)
+  doms_of = lambda p: domains(p, input_tokens, first)
+  plan, simplified = simplify(plan, doms_of)
+  if exhaustive:  # a renaming found on the task's every input holds on every input
+    everything = set(_variables(plan))
+    values, real = _run(plan, doms_of(plan), everything, _readout(plan, everything), inputs, lengths, data_file)
+    plan, renamings = merge_renamings(plan, {n: v.ids[real] for n, v in values.items()})
+    if renamings:
+      plan, again = simplify(plan, doms_of)
+      simplified += renamings + again
+  doms = doms_of(plan)
   _check_same(unsimplified, domains(unsimplified, input_tokens, first), plan, doms, inputs, lengths, data_file)
   kept, bias = prune(plan, doms, inputs, lengths, data_file)
   live = _needs(plan, kept)
@@ -1101,7 +1206,33 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
     notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in readout if n != 'bias')
                  + ' and predicts the highest-scoring tag.')
     entries = int(sum(v.size for v in readout.values()))
-  return CodeProgram(text, readout, entries, len(text.splitlines()), exhaustive, notes, names)
+  left = leftovers(plan, doms, live, _run(plan, doms, live, readout or _readout(plan, kept, bias), inputs, lengths,
+                                          data_file) if exhaustive else None)
+  return CodeProgram(text, readout, entries, len(text.splitlines()), exhaustive, notes, names, left)
+
+
+def leftovers(plan: Plan, doms, live: set[str], run: tuple[dict, np.ndarray] | None = None) -> dict[str, list[str]]:
+  """What the simplifier should have left nowhere, among the ``live`` modules: a constant (one value), a
+  predicate that never holds (written as such: a counting head), and a duplicate — equal to an earlier live
+  variable as written, or, given ``run`` (``_run`` on the task's every input), up to a renaming of values."""
+  modules = [m for m in plan.modules if m.name in live]
+  constant = [m.name for m in modules if len(doms[m.name][0]) == 1]
+  never = [m.name for m in modules if m.kind == 'numerical' and not _truth(m, doms).any()]
+  seen, duplicate = set(), []
+  for m in modules:
+    signature = (m.kind, m.reads, _signature(m, doms))
+    if signature in seen:
+      duplicate.append(m.name)
+    seen.add(signature)
+  if run is not None:
+    values, real = run
+    earlier = ['tokens', 'positions']
+    for m in modules:
+      if m.name not in duplicate and any(_renaming(values[e].ids[real], values[m.name].ids[real], plan.card)
+                                         is not None for e in earlier):
+        duplicate.append(m.name)
+      earlier.append(m.name)
+  return {'constant': constant, 'never': never, 'duplicate': duplicate}
 
 
 def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:

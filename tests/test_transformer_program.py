@@ -540,6 +540,9 @@ def test_variables_are_named_by_what_they_hold_and_each_module_says_what_it_comp
           "        return k_token == q_token or k_token == '<s>'") in text
   # Position 0's token is '<s>' on every input: a constant, whose classifier row joins the bias.
   assert 'first_token =' not in text
+  # The lines the model decides: run() alone here (the classifier is a data file), without the runtime.
+  run = text[text.index('def run('):text.index('def predict_ids(')].rstrip('\n')
+  assert program.tables and program.model_lines == len(run.splitlines()) < program.lines - 100
   # The named program tags every input as the plan written with the model's names does.
   plan = named_plan()
   everything = set(program_code._variables(plan))
@@ -604,3 +607,26 @@ def test_a_renaming_is_one_to_one_over_the_values_taken():
   assert list(program_code._renaming(np.array([1, 2, 1, 3]), np.array([4, 0, 4, 5]), 6)[[1, 2, 3]]) == [4, 0, 5]
   assert program_code._renaming(np.array([1, 2, 1]), np.array([4, 0, 5]), 6) is None    # 1 goes to two values
   assert program_code._renaming(np.array([1, 2, 3]), np.array([4, 4, 5]), 6) is None    # two values to one
+
+
+def test_a_head_that_matches_no_key_needs_only_the_variable_it_copies():
+  """A copying head whose predicate matches no key reads position 0's value: its key (here an MLP nothing else
+  reads) is not needed, and neither is that MLP's code."""
+  card, a, b = len(TOKENS), TOKENS.index('a'), TOKENS.index('b')
+  q, k = np.indices((card, card))
+  # Position 0 counts the 'a's, every other position the 'b's: position 0's value is a variable of its own.
+  modules = [program_code.Module('attn_0_0', 'numerical', ('positions', 'tokens'), np.where(q == 0, k == a, k == b)),
+             program_code.Module('mlp_0_0', 'mlp', ('tokens', 'positions'), (q + k) % 3),
+             program_code.Module('attn_0_1', 'categorical', ('positions', 'mlp_0_0', 'attn_0_0'),
+                                 np.full(card, card - 1))]
+  readout = {n: np.zeros((card, card), np.float32) for n in ['tokens', 'positions', 'attn_0_0', 'mlp_0_0', 'attn_0_1']}
+  readout['attn_0_1'][np.arange(card), np.arange(card)] = 1.0       # tag: how many 'a' the input holds
+  readout['bias'] = np.zeros(card, np.float32)
+  plan = program_code.Plan(modules, readout, list(TOKENS), 6, False, card)
+  x, lengths = every_input(5, 6)
+  program = program_code.code_of(plan, x, lengths, exhaustive=True)
+  assert 'first_count_0_0 = at_first(count_0_0)' in program.source and 'def mlp_0_0' not in program.source
+  assert program.left == {'constant': [], 'never': [], 'duplicate': []}
+  want = np.where(np.arange(6)[None] < lengths[:, None], (x == a).sum(1, keepdims=True), 0)
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == want).all()

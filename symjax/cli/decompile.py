@@ -65,6 +65,7 @@ def main():
   if hasattr(program, 'notes'):  # a Transformer Program's code: what each module kept does, in a sentence
     measured['notes'] = program.notes
     measured['left'] = program.left
+    measured['model_lines'] = program.model_lines
   where = f'tables {data}' if data else 'no data file: the classifier is in the code'
   print(f'program: {source} ({program.lines} lines; {where}, {program.entries:,} entries; '
         f'decompiled in {decompile_seconds:.1f} s)')

@@ -263,11 +263,13 @@ def merge_renamings(plan: Plan, values: dict[str, np.ndarray]) -> tuple[Plan, li
 
 def _renaming(a: np.ndarray, b: np.ndarray, card: int) -> np.ndarray | None:
   """f with b == f[a] everywhere, one-to-one over the values a takes, as a table over [card]; else None."""
-  pairs = np.unique(np.stack([a, b], -1), axis=0)
-  if len(np.unique(pairs[:, 0])) != len(pairs) or len(np.unique(pairs[:, 1])) != len(pairs):
+  # Which (a, b) pairs occur, as a [card, card] table: one count per position would be millions of rows.
+  seen = np.bincount(a.astype(np.int64) * card + b, minlength=card * card).reshape(card, card) > 0
+  if (seen.sum(1) > 1).any() or (seen.sum(0) > 1).any():
     return None
   f = np.arange(card)
-  f[pairs[:, 0]] = pairs[:, 1]
+  rows, cols = np.nonzero(seen)
+  f[rows] = cols
   return f
 
 
@@ -963,7 +965,8 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
   if not reads:
     return Decisions([], {(): int(np.argmax(bias))})
   values, real = _run(plan, doms, live, _readout(plan, kept, bias), inputs, lengths, data_file)
-  reached = np.unique(np.stack([values[name].ids[real] for name in reads], -1).astype(np.int64), axis=0)
+  held = np.stack([values[name].ids[real] for name in reads], -1).astype(np.int64)
+  reached = held[np.unique(_row_groups(held), return_index=True)[1]]
   tags = _logits(plan, {name: reached[:, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)
   # The tag may be a function of fewer of the variables over the combinations reached: drop each one (the
   # last written first) whose values the others' already decide, so the decisions read only what decides.
@@ -974,7 +977,8 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
       columns = rest
   if not columns:  # one tag for every input
     return Decisions([], {(): int(tags[0])})
-  keys, first = np.unique(reached[:, columns], axis=0, return_index=True)
+  first = np.unique(_row_groups(reached[:, columns]), return_index=True)[1]
+  keys = reached[first][:, columns]
   if len(keys) > DECISION_LIMIT:
     return None
   return Decisions([reads[c] for c in columns],
@@ -986,11 +990,20 @@ def _decides(values: np.ndarray, tags: np.ndarray) -> bool:
   different tags."""
   if not values.shape[1]:
     return bool((tags == tags[0]).all())
-  _, group = np.unique(values, axis=0, return_inverse=True)
-  group = group.reshape(-1)
+  group = _row_groups(values)
   first = np.zeros(group.max() + 1 if len(group) else 0, np.int64)
   first[group] = tags
   return bool((first[group] == tags).all())
+
+
+def _row_groups(values: np.ndarray) -> np.ndarray:
+  """A group id per row of ``values`` ``[rows, columns]`` (ints ≥ 0), equal exactly for equal rows: the columns
+  folded in one at a time, each fold a 1-D ``np.unique`` (rows × columns ``np.unique(axis=0)`` sorts far
+  slower on the millions of positions of a task's every input)."""
+  group = np.zeros(len(values), np.int64)
+  for column in values.T:
+    group = np.unique(group * (int(column.max(initial=0)) + 1) + column, return_inverse=True)[1].reshape(-1)
+  return group
 
 
 def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str]:
@@ -1011,8 +1024,9 @@ def _variables(plan: Plan) -> list[str]:
   return [n for n in plan.readout if n != 'bias']
 
 
-def _needs(plan: Plan, kept_readout: set[str]) -> set[str]:
-  """The variables the readout's kept terms need, with everything they read."""
+def _needs(plan: Plan, kept_readout: set[str], doms) -> set[str]:
+  """The variables the readout's kept terms need, with everything they read (a head that matches no key reads
+  its value alone: ``at_first``)."""
   by_name = {m.name: m for m in plan.modules}
   live, todo = set(), list(kept_readout) + ['tokens', 'positions']
   while todo:
@@ -1021,7 +1035,7 @@ def _needs(plan: Plan, kept_readout: set[str]) -> set[str]:
       continue
     live.add(n)
     if n in by_name:
-      todo += list(by_name[n].reads)
+      todo += [by_name[n].reads[2]] if _never(by_name[n], doms) else list(by_name[n].reads)
     elif n in plan.aliases:
       todo.append(plan.aliases[n])
   return live
@@ -1137,6 +1151,7 @@ class CodeProgram:
   notes: list[str]      # one sentence per head and MLP kept, in the program's order
   names: dict[str, str] = dataclasses.field(default_factory=dict)  # the model's name -> the code's, where they differ
   left: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # ``leftovers``: empty lists when simplified
+  model_lines: int = 0  # the lines the model decides: ``run`` and the decisions (the rest is the same runtime)
 
 
 def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool,
@@ -1167,12 +1182,12 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   doms = doms_of(plan)
   _check_same(unsimplified, domains(unsimplified, input_tokens, first), plan, doms, inputs, lengths, data_file)
   kept, bias = prune(plan, doms, inputs, lengths, data_file)
-  live = _needs(plan, kept)
+  live = _needs(plan, kept, doms)
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a
   # combination the table would decide and the decisions do not.
   decisions = decisions_of(plan, doms, live, kept, bias, inputs, lengths, data_file) if exhaustive else None
   if decisions:  # what the decisions read, and what that reads: the rest of the program is not needed
-    live = _needs(plan, set(decisions.reads))
+    live = _needs(plan, set(decisions.reads), doms)
   # From here on the variables have the code's names; each module's comment names the model's head or MLP.
   names = names_of(plan, doms)
   r = lambda v: names.get(v, v)
@@ -1208,7 +1223,14 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
     entries = int(sum(v.size for v in readout.values()))
   left = leftovers(plan, doms, live, _run(plan, doms, live, readout or _readout(plan, kept, bias), inputs, lengths,
                                           data_file) if exhaustive else None)
-  return CodeProgram(text, readout, entries, len(text.splitlines()), exhaustive, notes, names, left)
+  lines = text.splitlines()
+  start = lines.index('def run(tokens, positions):')
+  end = next(i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith(' '))
+  while not lines[end - 1]:  # the blank lines after run
+    end -= 1
+  run_lines = end - start
+  decided = len(_decisions_source(decisions, doms, plan.tokens)) if decisions else 0
+  return CodeProgram(text, readout, entries, len(lines), exhaustive, notes, names, left, run_lines + decided)
 
 
 def leftovers(plan: Plan, doms, live: set[str], run: tuple[dict, np.ndarray] | None = None) -> dict[str, list[str]]:

@@ -354,6 +354,41 @@ def transformer_program_table(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def readable_programs_table(data: dict, json_name: str, pages: str) -> str:
+  """Per RASP task: how readable the Transformer Program kind's decompiled programs are against the targets of
+  "Programs that read like their algorithm" (``decompile_suite --modes=transformer_program``, on runs trained by
+  today's recipe and decompiled by today's code)."""
+  ms = lambda st, f='{:.2f}': f"{f.format(st['mean'])} ± {f.format(st['ci95'])}"
+  mark = lambda ok: ' ✓' if ok else ' ✗'
+  overrides = sorted({part for commands in data['commands'].values() for part in commands[0].split()
+                      if part.startswith('--config.') and not part.startswith(('--config.seed', '--config.progress'))})
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; mean ± 95% interval over seeds "
+           f"([per seed]({pages}/{json_name}.md))" + (f", trained with {', '.join(f'`{o}`' for o in overrides)}"
+                                                        if overrides else '') +
+           ". ✓ marks a target met: at most half the published lines; no data file; nothing left that the "
+           "simplifier removes (a constant module, a predicate that never holds, a variable equal to an earlier "
+           "one up to a renaming); accuracy on inputs of uniformly drawn length within 1 point of the test split's.",
+           '', '| task | published lines | symjax lines | of which `run` and decisions | seeds without a data file '
+           '| left | test accuracy | uniform lengths | uniform − test |',
+           '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
+  for task, (_, published_lines) in PUBLISHED_PROGRAMS.items():
+    st = data['summary'].get(f'{task}/transformer_program')
+    if st is None:
+      continue
+    seeds = data['per_seed'][f'{task}/transformer_program']
+    free = sum(1 for r in seeds.values() if not r['data_file'])
+    short = '' if published_lines is None else mark(st['lines']['mean'] <= 0.5 * published_lines)
+    left = sum(r['left'] for r in seeds.values())
+    uniform = ('—', '—') if 'uniform_minus_test' not in st else (
+        ms(st['uniform_length_accuracy']),
+        ms(st['uniform_minus_test']) + mark(all(abs(r['uniform_minus_test']) <= 1 for r in seeds.values())))
+    lines.append(f"| {task} | {published_lines or '—'} | {ms(st['lines'], '{:.0f}')}{short} | "
+                 f"{ms(st['model_lines'], '{:.0f}')} | {free} of {len(seeds)}{mark(free == len(seeds))} | "
+                 f"{left}{mark(left == 0)} | "
+                 f"{ms(st['program_accuracy'])} | {uniform[0]} | {uniform[1]} |")
+  return '\n'.join(lines) + '\n'
+
+
 def transformer_program_example(data: dict, json_name: str, pages: str) -> str:
   """A whole decompiled program with one sentence per module, as "Learning Transformer Programs" shows its."""
   out = [f"The {data['task']} program of seed {data['seed']} (best on validation among the seeds): "
@@ -500,7 +535,10 @@ GENERATED = {
                                            transformer_lens_table),
                                           ('sweep-starts', 'sweep_starts_cpu_amd_run2', sweep_starts_table)),
                             'results/data'),
-    'docs/results/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),),
+    'docs/results/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),
+                                  ('readable-programs', 'transformer_program_readable', readable_programs_table),
+                                  ('readable-sort-balanced', 'transformer_program_readable_sort_balanced',
+                                   readable_programs_table)),
                                  'data'),
     'docs/scaling.md': ((('vocab-projection', 'vocab_projection', vocab_projection_table),
                          ('train-step', 'train_step', train_step_table)), 'results/data'),

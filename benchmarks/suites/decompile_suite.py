@@ -51,6 +51,8 @@ _RESTARTS = flags.DEFINE_list('restarts', [], 'task=R, ...: initialisations per 
 _STEPS = cli.steps(0, "Train each run this many steps instead of the recipe's budget: a speed run "
                       "(decompiling and predicting take as long for any parameters of the recipe's shape); its "
                       "accuracies are not results.")
+_OVERRIDES = flags.DEFINE_list('overrides', [], 'key=value, ...: config fields set on every run trained (e.g. '
+                                'length_balance=1.0), written into its command.')
 _ADD_VALIDATION = flags.DEFINE_bool('add_validation', False, 'Only add the validation accuracy of each run\'s '
                                     'decompiled checkpoint to the result files (RESULTS) that lack it, from the run '
                                     'folders their commands name; their other fields are kept as measured.')
@@ -70,8 +72,10 @@ PUBLISHED = {**rasp.PUBLISHED, 'induction': 100.0}
 PUBLISHED_LINES = {'reverse': 709, 'hist': 195, 'double_hist': 845, 'sort': 917, 'most_freq': 1230, 'dyck1': 1109,
                    'dyck2': 1258}
 MEASURES = ('program_accuracy', 'fidelity', 'model_accuracy', 'lines', 'table_entries', 'validation_accuracy',
-            'uniform_length_accuracy', 'decompile_seconds', 'program_seconds', 'model_seconds', 'train_seconds')
-RESTART_FIELDS = ('initialisation', 'restart_validation_accuracies')
+            'uniform_length_accuracy', 'decompile_seconds', 'program_seconds', 'model_seconds', 'train_seconds',
+            'data_file', 'left', 'uniform_minus_test', 'model_lines')
+# Per-seed fields kept beside the measures: the restarts a seed chose among, the names the simplifier left.
+PER_SEED_FIELDS = ('initialisation', 'restart_validation_accuracies', 'left_names')
 
 
 def validation_at(workdir: str) -> float:
@@ -112,6 +116,7 @@ def train(task: str, mode: str, init: int) -> tuple[str, list[str], float | None
   workdir = os.path.join(_RUNS.value, f'{task}_{mode}_seed{init}')
   command = [sys.executable, '-m', 'symjax.main', *recipe(task, mode), f'--config.seed={init}',
              '--config.progress_bar=false', f'--workdir={workdir}']
+  command += [f'--config.{item}' for item in _OVERRIDES.value]
   if _STEPS.value:
     command += [f'--config.total_steps={_STEPS.value}', f'--config.eval_every_steps={_STEPS.value}',
                 f'--config.warmup_steps={min(100, _STEPS.value // 2)}']
@@ -147,6 +152,11 @@ def one(task: str, mode: str, seed: int) -> tuple[dict, list[str]]:
   row['validation_accuracy'] = validation_at(workdir)
   if 'uniform_lengths' in row:  # the program's accuracy on inputs of uniformly drawn length (RASP, not Dyck)
     row['uniform_length_accuracy'] = row['uniform_lengths']['program_accuracy']
+    row['uniform_minus_test'] = row['uniform_length_accuracy'] - row['program_accuracy']
+  if 'left' in row:  # a Transformer Program's code: whether it needs a data file, what the simplifier left
+    row['data_file'] = int(bool(row['tables']))
+    row['left_names'] = row['left']
+    row['left'] = sum(len(names) for names in row['left'].values())
   if all(taken is not None for _, _, taken in trained):
     row['train_seconds'] = sum(taken for _, _, taken in trained)
   if len(trained) > 1:
@@ -271,7 +281,7 @@ def main(_):
     key = f'{task}/{mode}'
     with lock:
       commands[f'{key}/{seed}'] = command
-      per_seed.setdefault(key, {})[str(seed)] = {m: row[m] for m in MEASURES + RESTART_FIELDS if m in row}
+      per_seed.setdefault(key, {})[str(seed)] = {m: row[m] for m in MEASURES + PER_SEED_FIELDS if m in row}
       print(key, seed, {m: round(row[m], 2) for m in MEASURES if m in row}, flush=True)
       summary[key] = {m: sweep.stat([r[m] for r in per_seed[key].values()]) for m in MEASURES
                       if all(m in r for r in per_seed[key].values())}

@@ -630,3 +630,25 @@ def test_a_head_that_matches_no_key_needs_only_the_variable_it_copies():
   want = np.where(np.arange(6)[None] < lengths[:, None], (x == a).sum(1, keepdims=True), 0)
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths) == want).all()
+
+
+def test_a_head_that_matches_every_key_reads_the_closest_other_position_and_nothing_else():
+  """A copying head whose key is a constant its predicate names matches every key: each position copies its
+  closest other position's token (the earlier of two, itself where it stands alone), and the constant it
+  compared is gone with its MLP."""
+  card = len(TOKENS)
+  modules = [program_code.Module('mlp_0_0', 'mlp', ('tokens', 'positions'), np.zeros((card, card), int)),
+             program_code.Module('attn_0_0', 'categorical', ('tokens', 'mlp_0_0', 'tokens'), np.zeros(card, int))]
+  readout = {n: np.zeros((card, card), np.float32) for n in ['tokens', 'positions', 'mlp_0_0', 'attn_0_0']}
+  readout['attn_0_0'][np.arange(card), np.arange(card)] = 1.0
+  readout['bias'] = np.zeros(card, np.float32)
+  plan = program_code.Plan(modules, readout, list(TOKENS), 6, False, card)
+  x, lengths = every_input(5, 6)
+  program = program_code.code_of(plan, x, lengths, exhaustive=True)
+  assert 'tok_0_0 = closest_other(tokens)  # its predicate matches every key' in program.source
+  assert 'def mlp_0_0' not in program.source and program.left == {'constant': [], 'never': [], 'duplicate': []}
+  want = np.zeros_like(x)
+  for r, (row, n) in enumerate(zip(x, lengths)):
+    want[r, :n] = [row[i - 1] if i else row[1 if n > 1 else 0] for i in range(n)]
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == want).all()

@@ -183,7 +183,8 @@ def simplify(plan: Plan, doms_of) -> tuple[Plan, list[str]]:
     seen: dict = {}
     for m in plan.modules:
       # A head that matches no key holds its value's at position 0, whatever it compares.
-      signature = (('never', m.reads[2]) if _never(m, doms) else (m.kind, m.reads, _signature(m, doms)))
+      signature = (('never', m.reads[2]) if _never(m, doms) else ('every', m.reads[2]) if _every(m, doms) else
+                   (m.kind, m.reads, _signature(m, doms)))
       if signature in seen and m.name not in constants:
         earlier = seen[signature]
         plan.aliases[m.name] = earlier
@@ -876,6 +877,19 @@ def at_first(values):
     return Variable(np.repeat(values.ids[:, :1], values.ids.shape[1], axis=1), values.is_token)'''
 
 
+CLOSEST_OTHER = '''
+
+def closest_other(values):
+    """The value at each position's closest other position (the earlier of two; itself where it is alone): what
+    a head whose predicate matches every key reads."""
+    return aggregate(select_closest(values, values, lambda query, key: True), values)'''
+
+
+def _every(m: Module, doms) -> bool:
+  """A categorical head whose predicate matches every key: each position reads its closest other position."""
+  return m.kind == 'categorical' and bool(_truth(m, doms).all())
+
+
 def _never(m: Module, doms) -> bool:
   """A categorical head whose predicate matches no key: every position reads position 0."""
   return m.kind == 'categorical' and not _truth(m, doms).any()
@@ -883,9 +897,10 @@ def _never(m: Module, doms) -> bool:
 
 def _runtime(plan: Plan, live: set[str], doms) -> str:
   heads = [m for m in plan.modules if m.name in live and m.kind != 'mlp']
-  one_sided = any(_one_sided(m) is not None and not _never(m, doms) for m in heads)
+  one_sided = any(_one_sided(m) is not None and not _never(m, doms) and not _every(m, doms) for m in heads)
   return (RUNTIME.replace('{one_sided}', ONE_SIDED if one_sided else '')
-          + (AT_FIRST if any(_never(m, doms) for m in heads) else ''))
+          + (AT_FIRST if any(_never(m, doms) for m in heads) else '')
+          + (CLOSEST_OTHER if any(_every(m, doms) for m in heads) else ''))
 
 
 def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisions: Decisions | None = None,
@@ -914,6 +929,8 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisi
       lines += body
       reads = [m.reads[one]] if one is not None else list(m.reads)
       lines.append(f'    {m.name} = apply({m.name}, {", ".join(reads)})')
+    elif _every(m, doms):
+      lines.append(f'    {m.name} = closest_other({m.reads[2]})  # its predicate matches every key')
     elif _never(m, doms):
       lines.append(f'    {m.name} = at_first({m.reads[2]})  # its predicate matches no key')
     else:
@@ -1035,7 +1052,8 @@ def _needs(plan: Plan, kept_readout: set[str], doms) -> set[str]:
       continue
     live.add(n)
     if n in by_name:
-      todo += [by_name[n].reads[2]] if _never(by_name[n], doms) else list(by_name[n].reads)
+      m = by_name[n]
+      todo += [m.reads[2]] if _never(m, doms) or _every(m, doms) else list(m.reads)
     elif n in plan.aliases:
       todo.append(plan.aliases[n])
   return live

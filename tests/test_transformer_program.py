@@ -263,7 +263,7 @@ def test_a_numerical_head_sums_a_lower_count_and_saturates_as_its_code_says():
   assert program.names['attn_0_1'] == 'count_same_token' and program.names['attn_1_1'] == 'count_1_1'
   assert 'count_1_1 = aggregate_sum(count_1_1_pattern, count_same_token)' in program.source
   assert 'count_same_token = aggregate_sum(count_same_token_pattern)' in program.source   # it sums ones: a count
-  assert '`count_1_1` sums the `count_same_token` of every key' in ' '.join(program.notes)
+  assert '`count_1_1` (attn_1_1) sums the `count_same_token` of every key' in ' '.join(program.notes)
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths) == want).all()
 

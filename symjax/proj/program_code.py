@@ -1214,11 +1214,12 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   if decisions:
     decisions = Decisions([r(v) for v in decisions.reads], decisions.tags)
   origin_of = {v: k for k, v in names.items()}
-  sentences = {m.name: describe(m, doms, plan.tokens) for m in plan.modules if m.name in live}
-  # The comment above a module: the cases its code lists below are summed up where there are more than two.
-  comments = {m.name: describe(m, doms, plan.tokens, most=2) for m in plan.modules if m.name in live}
-  comments = {name: text.replace(f'`{name}`', f'`{name}` ({origin_of[name]})', 1) if name in origin_of else text
-              for name, text in comments.items()}
+  # A module's sentence names the model's head or MLP it comes from; the comment above its code sums up the
+  # cases that code lists where there are more than two.
+  origin = lambda name, text: (text.replace(f'`{name}`', f'`{name}` ({origin_of[name]})', 1) if name in origin_of
+                               else text)
+  sentences = {m.name: origin(m.name, describe(m, doms, plan.tokens)) for m in plan.modules if m.name in live}
+  comments = {m.name: origin(m.name, describe(m, doms, plan.tokens, most=2)) for m in plan.modules if m.name in live}
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
   needs = 'only NumPy' if decisions else f'only NumPy and the classifier in {data_file} beside it'
   header = (f'Program decompiled by symjax from the Transformer Program {origin}.\n\n'

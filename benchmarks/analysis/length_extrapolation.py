@@ -35,9 +35,9 @@ from __future__ import annotations
 import numpy as np
 from absl import app, flags
 
-import symjax
 from benchmarks.lib import cli, default_runs
 from benchmarks.lib import results as result_files
+from benchmarks.lib.by_length import hits_by_length
 from symjax import tasks
 from symjax.interpret import core, mixtures, tracing
 from symjax.tasks import base, induction
@@ -96,21 +96,13 @@ def score(run, inputs: np.ndarray, targets: np.ndarray, batch: int = 500) -> dic
 
 def by_position(workdir: str, split: str, json_path: str) -> None:
   """A trained tagging run's token accuracy by sequence length and position on ``split`` (``--workdir``)."""
-  run = symjax.load(workdir)
-  task = tasks.get_task(run.config)
-  hits: dict[int, list[np.ndarray]] = {}
-  for batch in task.eval_batches(split, 256, run.config.data_seed):
-    logits = run.model.apply({'params': run.params}, batch['inputs'], batch['key_mask'])
-    correct = np.asarray(logits).argmax(-1) == batch['targets']
-    for row, weight in zip(correct, batch['weights'] > 0):
-      if weight.any():
-        hits.setdefault(int(weight.sum()), []).append(row[weight])
+  hits = hits_by_length(workdir, split)
   table = {}
   print(f'{workdir}, split {split}: token accuracy (%) by length and position')
   print('| length | sequences | accuracy | by position |')
   print('|---:|---:|---:|---|')
   for length in sorted(hits):
-    rows = np.stack(hits[length])
+    rows = hits[length]
     per_position = 100 * rows.mean(0)
     table[length] = {'sequences': len(rows), 'accuracy': float(100 * rows.mean()),
                      'by_position': [float(p) for p in per_position]}

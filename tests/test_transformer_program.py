@@ -525,6 +525,7 @@ def named_plan():
 def test_variables_are_named_by_what_they_hold_and_each_module_says_what_it_computes():
   x, lengths = every_input(5, 6)
   program = program_code.code_of(named_plan(), x, lengths, exhaustive=True)
+  assert program.source.startswith('"""Program decompiled by symjax from the Transformer Program memory.')
   assert program.names == {'attn_0_0': 'next_token', 'attn_0_1': 'length', 'attn_0_2': 'count_a',
                            'attn_0_3': 'first_token', 'attn_0_4': 'count_0_4'}
   text = program.source

@@ -1216,10 +1216,10 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   origin_of = {v: k for k, v in names.items()}
   # A module's sentence names the model's head or MLP it comes from; the comment above its code sums up the
   # cases that code lists where there are more than two.
-  origin = lambda name, text: (text.replace(f'`{name}`', f'`{name}` ({origin_of[name]})', 1) if name in origin_of
-                               else text)
-  sentences = {m.name: origin(m.name, describe(m, doms, plan.tokens)) for m in plan.modules if m.name in live}
-  comments = {m.name: origin(m.name, describe(m, doms, plan.tokens, most=2)) for m in plan.modules if m.name in live}
+  named = lambda name, text: (text.replace(f'`{name}`', f'`{name}` ({origin_of[name]})', 1) if name in origin_of
+                              else text)
+  sentences = {m.name: named(m.name, describe(m, doms, plan.tokens)) for m in plan.modules if m.name in live}
+  comments = {m.name: named(m.name, describe(m, doms, plan.tokens, most=2)) for m in plan.modules if m.name in live}
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
   needs = 'only NumPy' if decisions else f'only NumPy and the classifier in {data_file} beside it'
   header = (f'Program decompiled by symjax from the Transformer Program {origin}.\n\n'

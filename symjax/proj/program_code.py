@@ -983,7 +983,7 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
     return Decisions([], {(): int(np.argmax(bias))})
   values, real = _run(plan, doms, live, _readout(plan, kept, bias), inputs, lengths, data_file)
   held = np.stack([values[name].ids[real] for name in reads], -1).astype(np.int64)
-  reached = held[np.unique(_row_groups(held), return_index=True)[1]]
+  reached = held[_distinct_rows(held)[0]]
   tags = _logits(plan, {name: reached[:, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)
   # The tag may be a function of fewer of the variables over the combinations reached: drop each one (the
   # last written first) whose values the others' already decide, so the decisions read only what decides.
@@ -994,7 +994,7 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
       columns = rest
   if not columns:  # one tag for every input
     return Decisions([], {(): int(tags[0])})
-  first = np.unique(_row_groups(reached[:, columns]), return_index=True)[1]
+  first = _distinct_rows(reached[:, columns])[0]
   keys = reached[first][:, columns]
   if len(keys) > DECISION_LIMIT:
     return None
@@ -1007,20 +1007,20 @@ def _decides(values: np.ndarray, tags: np.ndarray) -> bool:
   different tags."""
   if not values.shape[1]:
     return bool((tags == tags[0]).all())
-  group = _row_groups(values)
+  group = _distinct_rows(values)[1]
   first = np.zeros(group.max() + 1 if len(group) else 0, np.int64)
   first[group] = tags
   return bool((first[group] == tags).all())
 
 
-def _row_groups(values: np.ndarray) -> np.ndarray:
-  """A group id per row of ``values`` ``[rows, columns]`` (ints ≥ 0), equal exactly for equal rows: the columns
-  folded in one at a time, each fold a 1-D ``np.unique`` (rows × columns ``np.unique(axis=0)`` sorts far
-  slower on the millions of positions of a task's every input)."""
-  group = np.zeros(len(values), np.int64)
-  for column in values.T:
-    group = np.unique(group * (int(column.max(initial=0)) + 1) + column, return_inverse=True)[1].reshape(-1)
-  return group
+def _distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """The first row of each distinct row of ``values`` ``[rows, columns]`` (ints ≥ 0), and each row's group id
+  (equal exactly for equal rows). A row is sorted as one byte string: the positions of a task's every input
+  run to millions of rows, which ``np.unique(axis=0)`` sorts many times slower."""
+  small = np.ascontiguousarray(values.astype(np.min_scalar_type(max(int(values.max(initial=0)), 1))))
+  rows = small.view(np.dtype((np.void, small.shape[1] * small.itemsize)))[:, 0]
+  _, first, group = np.unique(rows, return_index=True, return_inverse=True)
+  return first, group.reshape(-1)
 
 
 def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str]:
@@ -1103,10 +1103,8 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
   everything = set(names)
   values, real = _run(plan, doms, everything, _readout(plan, everything), inputs, lengths, data_file)
   # Positions holding the same value of every variable score alike: each such tuple is scored once.
-  held = np.stack([values[name].ids[real] for name in names], -1)
-  held = held.astype(np.min_scalar_type(max(plan.card - 1, 1)))
-  distinct = np.unique(np.ascontiguousarray(held).view(np.dtype((np.void, held.shape[1] * held.itemsize)))[:, 0])
-  distinct = distinct.view(held.dtype).reshape(len(distinct), -1).astype(np.int64)
+  held = np.stack([values[name].ids[real] for name in names], -1).astype(np.int64)
+  distinct = held[_distinct_rows(held)[0]]
   ids = {name: distinct[:, i] for i, name in enumerate(names)}
   kept, bias = list(names), plan.readout['bias']
   logits = _logits(plan, ids, kept, bias)

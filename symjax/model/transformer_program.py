@@ -43,6 +43,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from symjax.model import intermediates as names
 from symjax.model.config import ModelConfig
 from symjax.model.program import GUMBEL_RNG
 from symjax.system.errors import InputError
@@ -139,6 +140,9 @@ def _select(module: nn.Module, name: str, stack: Array, noise: _Noise) -> Array:
   """The variable a module reads: ``stack`` is ``[variables, batch, time, cardinality]``; the selection is
   the one-hot argmax of the learned logits ``select_{name}`` (sampled while training)."""
   logits = module.param(f'select_{name}', nn.initializers.normal(1.0), (stack.shape[0],))
+  # The variables as this input reads them: a hook session may give one input other values of a variable than
+  # the rest of the model sees (edge patching, ``symjax.interpret.edges``). Outside one this is ``stack``.
+  stack = names.hook(module, f'{module.name}.{name}', stack)
   weights = noise.choose(logits)
   return jnp.einsum('v,vbtk->btk', weights, stack)
 
@@ -276,6 +280,8 @@ class TransformerProgram(nn.Module):
       read = jnp.stack(stack)
       for m in range(cfg.program.mlps):
         stack.append(ProgramMLP(cfg.program.mlp_hidden, scale, relaxed, name=f'mlp_{l}_{m}')(read))
+    if names.active():  # the variables as the readout reads them (edge patching); the training pass skips it
+      stack = list(names.hook(self, 'readout', jnp.stack(stack)))
     hidden = jnp.concatenate(stack + [jnp.ones((batch, time, 1))], -1)
     table = self.param('readout', nn.initializers.normal(0.1), (cfg.vocab_size, hidden.shape[-1]))
     if return_hidden:

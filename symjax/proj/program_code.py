@@ -133,7 +133,7 @@ def domains(plan: Plan, input_tokens: list[int], first: dict[str, tuple[int, ...
 # ---------------------------------------------------------------------------------------------------------
 # Simplifying: passes over the plan that leave every variable's value unchanged on every input.
 # ---------------------------------------------------------------------------------------------------------
-def simplify(plan: Plan, doms_of) -> tuple[Plan, list[str]]:
+def simplify(plan: Plan, doms_of, merge: bool = True) -> tuple[Plan, list[str]]:
   """The plan with constants folded into what reads them and duplicate modules merged, repeated until nothing
   changes; and a sentence per pass that changed something. ``doms_of(plan)``: its domains.
 
@@ -145,7 +145,8 @@ def simplify(plan: Plan, doms_of) -> tuple[Plan, list[str]]:
     whose predicate matches the same keys for every value of its query reads its key alone, as above.
   - A module equal to an earlier one (the same kind, the same variables read, the same predicate or table over
     their values) is that one: what reads it reads the earlier one, and the classifier reads its rows at the
-    earlier one's values (``Plan.aliases``)."""
+    earlier one's values (``Plan.aliases``). ``merge=False`` folds constants only: every module stays the model's.
+  """
   plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules], aliases=dict(plan.aliases))
   folded, merged = set(), set()
   for _ in range(len(plan.modules) + 1):
@@ -181,7 +182,7 @@ def simplify(plan: Plan, doms_of) -> tuple[Plan, list[str]]:
         folded.add(m.name)
         changed = True
     seen: dict = {}
-    for m in plan.modules:
+    for m in plan.modules if merge else ():
       # A head that matches no key holds its value's at position 0, whatever it compares.
       signature = (('never', m.reads[2]) if _never(m, doms) else ('every', m.reads[2]) if _every(m, doms) else
                    (m.kind, m.reads, _signature(m, doms)))
@@ -1272,6 +1273,44 @@ def leftovers(plan: Plan, doms, live: set[str], run: tuple[dict, np.ndarray] | N
         duplicate.append(m.name)
       earlier.append(m.name)
   return {'constant': constant, 'never': never, 'duplicate': duplicate}
+
+
+def true_reads(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray
+               ) -> set[tuple[str, str, str]]:
+  """The reads the program of a Transformer Program's ``params`` needs to tag ``inputs`` as the model does:
+  {(variable, module, role)} in the model's names, role one of the selections (``query``, ``key``, ``value``,
+  ``first``, ``second``) or ``readout``. Constants are folded and what no kept classifier row needs is left out,
+  as in the code; modules are not merged, so that each read is one the model makes (a merged module is computed
+  by the model all the same). These are the true edges of its circuit (``symjax.interpret.edges``)."""
+  plan = plan_of(params, cfg)
+  plan.tokens, plan.max_len = list(tokens), inputs.shape[1]
+  real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
+  input_tokens = [int(t) for t in np.unique(inputs[real])]
+  first = {'tokens': tuple(int(t) for t in np.unique(inputs[lengths > 0, 0]))}
+  doms_of = lambda p: domains(p, input_tokens, first)
+  folded, _ = simplify(plan, doms_of, merge=False)
+  doms = doms_of(folded)
+  kept, _ = prune(folded, doms, inputs, lengths, 'program.npz')
+  live = _needs(folded, kept, doms)
+  reads = {(v, 'logits', 'readout') for v in kept}
+  for model_m, m in zip(plan.modules, folded.modules):
+    if m.name not in live:
+      continue
+    roles = ('first', 'second') if m.kind == 'mlp' else ('query', 'key', 'value')
+    for i, (role, chosen, now) in enumerate(zip(roles, model_m.reads, m.reads)):
+      only_value = m.kind != 'mlp' and (_never(m, doms) or _every(m, doms))
+      if now == NOTHING or (m.kind == 'mlp' and now != chosen) or (only_value and i < 2) or chosen == 'ones':
+        continue
+      reads.add((chosen, m.name, role))
+  return reads
+
+
+def true_edges(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray) -> list[str]:
+  """``true_reads`` as the names of the edges of the model's graph (``symjax.interpret.edges.Graph``)."""
+  from symjax.interpret import edges
+  graph = edges.graph_of(cfg)
+  return sorted(graph.edge_of(v, 'readout' if role == 'readout' else f'{m}.{role}')
+                for v, m, role in true_reads(params, cfg, tokens, inputs, lengths))
 
 
 def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:

@@ -1,0 +1,351 @@
+"""Circuits over edges: a Transformer Program's graph, patching along its edges, and circuit discovery on it.
+
+The graph ("Towards Automated Circuit Discovery for Mechanistic Interpretability", §2). Its nodes are the input
+variables ``tokens`` and ``positions``, each head ``a{l}.h{h}``, each MLP ``m{l}.{m}`` and the ``logits``. An
+edge runs from a node's output to one input of a later node: a head's query, key and value (``<q>``, ``<k>``,
+``<v>``), an MLP's two inputs (``<first>``, ``<second>``) or the readout, written as the EAP-IG authors write
+them: ``a0.h1->a1.h0<q>``, ``m0.0->logits``.
+
+Each input of a Transformer Program reads one variable of the residual stream, which is the stack of the
+variables written before it ("Learning Transformer Programs" §3.1). Patching edge u→d gives d's input the
+value u holds on the corrupt input, while every other input reads what the model computes on the clean one;
+the change goes on through d's output, as ACDC patches. With a weight w_e ∈ [0, 1] per edge,
+
+  stack_d[u] ← stack_d[u] + w_{u→d} (corrupt[u] − stack_d[u]),
+
+and one function f(w) = metric(logits(w)) serves every method (``Edges``):
+
+  exact         f(e_i) − f(0) for every edge i: the effect of patching that edge alone
+  eap           ∇f(0): each edge's (corrupt − clean) times the metric's gradient at its input ("Attribution
+                Patching Outperforms Automated Circuit Discovery"); exact for a metric linear in the edge
+  eap_ig        the mean of ∇f(α·1) over ``steps`` midpoints α of [0, 1]: integrated gradients along the path
+                on which every edge moves from clean to corrupt together ("Have Faith in Faithfulness"); the
+                scores sum to f(1) − f(0) up to the rule's error
+  acdc          ACDC's pass with threshold τ: from the logits back, each edge is patched for good when the KL
+                divergence of the output from the clean one rises by at most τ
+  faithfulness  (f(C) − f(∅)) / (f(all) − f(∅)) for a circuit C, every edge outside it patched: 1 for every
+                edge, 0 for none (where f(∅) is the metric of the corrupt run)
+
+A program's argmaxes pass gradients as they train, through their softmax (straight-through): the gradient
+methods read those surrogates, the exact patches and ACDC the program itself. An edge from a variable its
+input does not select changes nothing, exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from symjax.interpret import core
+from symjax.model import intermediates as names
+from symjax.model import transformer_program as tp
+from symjax.model.config import ModelConfig
+from symjax.system.errors import InputError
+
+# The inputs of each kind of module: (slot in the edge's name, the selection it is in the model).
+HEAD_SLOTS = (('q', 'query'), ('k', 'key'), ('v', 'value'))
+MLP_SLOTS = (('first', 'first'), ('second', 'second'))
+
+
+def node_of(variable: str) -> str | None:
+  """The graph's node writing a program variable (``attn_1_0`` -> ``a1.h0``, ``mlp_0_1`` -> ``m0.1``); None for
+  the constant ``ones`` a numerical head may sum."""
+  if variable in ('tokens', 'positions'):
+    return variable
+  kind, _, rest = variable.partition('_')
+  layer, _, index = rest.partition('_')
+  if kind == 'attn':
+    return f'a{layer}.h{index}'
+  if kind == 'mlp':
+    return f'm{layer}.{index}'
+  return None
+
+
+def edge_name(source: str, reader: str, slot: str | None) -> str:
+  return f'{source}->{reader}' + (f'<{slot}>' if slot else '')
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+  """The nodes and edges of a Transformer Program, and where each edge enters the model: ``reads`` holds, per
+  input (its hook site, e.g. ``attn_1_0.query``), the edge of each row of the stack it reads (−1: ``ones``)."""
+
+  nodes: tuple[str, ...]
+  edges: tuple[str, ...]
+  reads: tuple[tuple[str, tuple[int, ...]], ...]
+
+  @functools.cached_property
+  def index(self) -> dict[str, int]:
+    return {e: i for i, e in enumerate(self.edges)}
+
+  def mask(self, edges: Sequence[str]) -> np.ndarray:
+    """``[edges]`` bool, True at the named edges; an unknown name is an ``InputError``."""
+    out = np.zeros(len(self.edges), bool)
+    for e in edges:
+      if e not in self.index:
+        raise InputError(f'{e!r} is not an edge of this model; edges are written source->reader<slot>, e.g. '
+                         f'{self.edges[0]!r} ({len(self.edges)} in all: Graph.edges)')
+      out[self.index[e]] = True
+    return out
+
+  def edge_of(self, variable: str, site: str) -> str:
+    """The edge by which the input at hook site ``site`` reads program variable ``variable``."""
+    reader = dict(self.reads).get(site)
+    if reader is None:
+      raise InputError(f'{site!r} is not an input of this model; inputs are {[s for s, _ in self.reads]}')
+    for e in reader:
+      if e >= 0 and self.edges[e].split('->')[0] == node_of(variable):
+        return self.edges[e]
+    raise InputError(f'{site} cannot read {variable!r}')
+
+  @functools.cached_property
+  def ends(self) -> tuple[np.ndarray, np.ndarray]:
+    """(source node index, reader node index) of every edge."""
+    at = {n: i for i, n in enumerate(self.nodes)}
+    pairs = [e.split('<')[0].split('->') for e in self.edges]
+    return np.array([at[a] for a, _ in pairs]), np.array([at[b] for _, b in pairs])
+
+
+@functools.lru_cache(maxsize=32)
+def graph_of(cfg: ModelConfig) -> Graph:
+  """The graph of a Transformer Program of config ``cfg`` (``model.kind = 'program'``)."""
+  if cfg.kind != 'program':
+    raise InputError(f"edge graphs are built for Transformer Programs (model.kind 'program'), got model.kind "
+                     f"{cfg.kind!r}")
+  first_numerical = cfg.num_heads - cfg.program.numerical_heads
+  nodes = ['tokens', 'positions']
+  edges: list[str] = []
+  reads = []
+
+  def add(site: str, variables: list[str], reader: str, slot: str | None):
+    rows = []
+    for v in variables:
+      source = node_of(v)
+      if source is None:
+        rows.append(-1)
+      else:
+        rows.append(len(edges))
+        edges.append(edge_name(source, reader, slot))
+    reads.append((site, tuple(rows)))
+
+  for l in range(cfg.num_layers):
+    readable = tp.variable_names(cfg, l)
+    for h in range(cfg.num_heads):
+      node, module = f'a{l}.h{h}', f'attn_{l}_{h}'
+      nodes.append(node)
+      numerical = h >= first_numerical
+      for slot, role in HEAD_SLOTS[:2 if numerical else 3]:
+        add(f'{module}.{role}', readable, node, slot)
+      if numerical and cfg.program.numerical_values:
+        add(f'{module}.value', tp.numerical_names(cfg, l), node, 'v')
+    readable = tp.variable_names(cfg, l, with_heads_of=l)
+    for m in range(cfg.program.mlps):
+      node, module = f'm{l}.{m}', f'mlp_{l}_{m}'
+      nodes.append(node)
+      for slot, role in MLP_SLOTS:
+        add(f'{module}.{role}', readable, node, slot)
+  nodes.append('logits')
+  add('readout', tp.variable_names(cfg), 'logits', None)
+  return Graph(tuple(nodes), tuple(edges), tuple(reads))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The patched pass.
+# ---------------------------------------------------------------------------------------------------------
+def _inputs(model, params, tokens, key_mask, graph: Graph):
+  """(logits, {input site: the stack it reads}) of one pass."""
+  seen = {}
+
+  def keep(value, name):
+    seen[str(name)] = value
+    return value
+  with names.session({site: keep for site, _ in graph.reads}, lambda name: False):
+    logits = model.apply({'params': params}, tokens, key_mask)
+  return logits, seen
+
+
+def _patched(model, params, tokens, key_mask, graph: Graph, corrupt: dict, w):
+  """The logits with each edge e moved a fraction ``w[e]`` of the way to its corrupt value."""
+  def mix(rows, theirs):
+    def fn(value, name):
+      weight = jnp.where(rows >= 0, w[jnp.maximum(rows, 0)], 0.0).astype(value.dtype)
+      return value + weight[:, None, None, None] * (theirs - value)
+    return fn
+  fns = {site: mix(jnp.asarray(rows), corrupt[site]) for site, rows in graph.reads}
+  with names.session(fns, lambda name: False):
+    return model.apply({'params': params}, tokens, key_mask)
+
+
+def log_prob_metric(targets, weights) -> Callable[[jax.Array], jax.Array]:
+  """The mean log-probability of ``targets`` ``[batch, time]`` over the positions ``weights`` marks: the
+  default metric (higher is the clean behaviour)."""
+  targets, weights = jnp.asarray(targets), jnp.asarray(weights, jnp.float32)
+
+  def metric(logits):
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32), -1), targets[..., None], -1)[..., 0]
+    return (logp * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+  return metric
+
+
+def _kl(clean_logits, logits, weights):
+  """The mean over the weighted positions of KL(clean ‖ patched)."""
+  p = jax.nn.log_softmax(clean_logits.astype(jnp.float32), -1)
+  q = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+  per = (jnp.exp(p) * (p - q)).sum(-1)
+  return (per * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+
+
+class Edges:
+  """Edge patching of one Transformer Program on one pair of batches, and the methods that rank its edges.
+
+  ``clean`` and ``corrupt``: token ids ``[batch, time]`` of the same shape (pad the shorter, and give
+  ``key_mask``); ``metric(logits) -> scalar`` with ``jnp`` (default: the log-probability of the clean run's
+  predictions at ``weights``' positions, every position by default). Each method is compiled once per object
+  and returns ``[edges]`` in ``graph.edges``' order.
+  """
+
+  def __init__(self, model, params, clean, corrupt, metric: Callable | None = None, key_mask=None, weights=None):
+    self.graph = graph_of(model.config)
+    clean, corrupt = np.asarray(clean), np.asarray(corrupt)
+    if clean.ndim != 2 or clean.shape != corrupt.shape:
+      raise InputError(f'clean and corrupt must be token ids of one shape [batch, time], got {clean.shape} and '
+                       f'{corrupt.shape}: pad the shorter prompts and pass key_mask')
+    if key_mask is not None and np.shape(key_mask) != clean.shape:
+      raise InputError(f'key_mask must have the tokens\' shape {clean.shape}, got {np.shape(key_mask)}')
+    self.model, self.params = model, core.plain_params(params)
+    self.clean, self.corrupt = jnp.asarray(clean), jnp.asarray(corrupt)
+    self.key_mask = None if key_mask is None else jnp.asarray(key_mask)
+    weights = np.ones(clean.shape, np.float32) if weights is None else np.asarray(weights, np.float32)
+    if key_mask is not None:
+      weights = weights * np.asarray(key_mask, np.float32)
+    self.weights = jnp.asarray(weights)
+    clean_logits, corrupt_inputs = jax.jit(self._runs)(self.params, self.clean, self.corrupt, self.key_mask)
+    self.clean_logits, self._corrupt = clean_logits, corrupt_inputs
+    if metric is None:
+      metric = log_prob_metric(jnp.argmax(clean_logits, -1), self.weights)
+    self.metric = metric
+    self._f = jax.jit(self._value)
+    self._grad = jax.jit(jax.grad(self._value))
+    self._kl = jax.jit(lambda w: _kl(self.clean_logits, self._logits(w), self.weights))
+
+  def _runs(self, params, clean, corrupt, key_mask):
+    clean_logits = self.model.apply({'params': params}, clean, key_mask)
+    return clean_logits, _inputs(self.model, params, corrupt, key_mask, self.graph)[1]
+
+  def _logits(self, w):
+    return _patched(self.model, self.params, self.clean, self.key_mask, self.graph, self._corrupt, w)
+
+  def _value(self, w):
+    return self.metric(self._logits(w))
+
+  # -- the pass and its metric ---------------------------------------------------------------------------
+  def logits(self, patched: Sequence[str] | np.ndarray = ()) -> np.ndarray:
+    """The logits with the ``patched`` edges (names, or a ``[edges]`` mask or weights) from the corrupt run."""
+    return np.asarray(self._logits(self._weights(patched)))
+
+  def value(self, patched: Sequence[str] | np.ndarray = ()) -> float:
+    """The metric with the ``patched`` edges from the corrupt run."""
+    return float(self._f(self._weights(patched)))
+
+  def _weights(self, patched) -> jax.Array:
+    if isinstance(patched, np.ndarray) and patched.dtype != object and patched.shape == (len(self.graph.edges),):
+      return jnp.asarray(patched, jnp.float32)
+    return jnp.asarray(self.graph.mask(list(patched)), jnp.float32)
+
+  # -- the methods ---------------------------------------------------------------------------------------
+  def exact(self, chunk: int = 64) -> np.ndarray:
+    """The change in the metric from patching each edge alone: f(e_i) − f(0)."""
+    n = len(self.graph.edges)
+    size = max(1, min(chunk, n))
+    rows = -(-n // size) * size
+    eye = jnp.eye(rows, n, dtype=jnp.float32).reshape(-1, size, n)
+    program = _compiled_map(self._value)
+    values = np.asarray(program(eye)).reshape(-1)[:n]
+    return values - float(self._f(jnp.zeros(n, jnp.float32)))
+
+  def eap(self) -> np.ndarray:
+    """Edge attribution patching: ∇f at the clean run, one backward pass."""
+    return np.asarray(self._grad(jnp.zeros(len(self.graph.edges), jnp.float32)))
+
+  def eap_ig(self, steps: int = 16) -> np.ndarray:
+    """EAP with integrated gradients over ``steps`` midpoints of the path from clean to corrupt."""
+    if not isinstance(steps, int) or steps < 1:
+      raise InputError(f'steps must be a positive integer, got {steps!r}')
+    n = len(self.graph.edges)
+    alphas = (jnp.arange(steps, dtype=jnp.float32) + 0.5) / steps
+    program = _compiled_map(jax.grad(self._value))
+    return np.asarray(program(alphas[:, None, None] * jnp.ones((1, 1, n), jnp.float32))).mean((0, 1))
+
+  def acdc(self, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """ACDC ("Towards Automated Circuit Discovery", Algorithm 1) on the KL divergence from the clean output:
+    (``[edges]`` bool, the edges kept; ``[edges]`` the rise in KL each edge's removal was tried at). Readers are
+    visited from the logits back, each one's edges from its latest source back; the inputs of a node none of
+    whose edges are kept are removed without a pass (they change nothing)."""
+    if not isinstance(threshold, (int, float)) or not np.isfinite(threshold) or threshold < 0:
+      raise InputError(f'threshold must be a number >= 0 (a rise in KL divergence), got {threshold!r}')
+    n = len(self.graph.edges)
+    source, reader = self.graph.ends
+    w = np.zeros(n, np.float32)
+    scores = np.zeros(n)
+    current = float(self._kl(jnp.asarray(w)))
+    for e in np.lexsort((-source, -reader)):
+      leaves = (source == reader[e]) & (w == 0)
+      if self.graph.nodes[reader[e]] != 'logits' and not leaves.any():
+        w[e] = 1.0
+        continue
+      w[e] = 1.0
+      new = float(self._kl(jnp.asarray(w)))
+      scores[e] = new - current
+      if new - current <= threshold:
+        current = new
+      else:
+        w[e] = 0.0
+    return w == 0, scores
+
+  def faithfulness(self, circuit: Sequence[str] | np.ndarray) -> float:
+    """(f(circuit) − f(none)) / (f(all) − f(none)): every edge outside ``circuit`` (names or a ``[edges]`` bool
+    mask) patched."""
+    keep = self._weights(circuit)
+    n = len(self.graph.edges)
+    full, empty = float(self._f(jnp.zeros(n))), float(self._f(jnp.ones(n)))
+    if full == empty:
+      raise InputError('the metric is the same on the clean and the corrupt run: no faithfulness to measure')
+    return (float(self._f(1.0 - keep)) - empty) / (full - empty)
+
+
+def _compiled_map(fn: Callable) -> Callable:
+  """``fn`` over ``[chunks, size, edges]`` weights: vmapped within a chunk, the chunks one after another."""
+  return jax.jit(lambda ws: jax.lax.map(jax.vmap(fn), ws))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scoring a ranking of edges against the true ones.
+# ---------------------------------------------------------------------------------------------------------
+def auroc(scores: np.ndarray, truth: np.ndarray) -> float:
+  """The area under the ROC curve of ranking edges by ``scores`` (higher first) against ``truth``: the chance
+  that a true edge outranks a false one, ties counting half (NaN without both kinds)."""
+  truth = np.asarray(truth, bool)
+  pos, neg = scores[truth], scores[~truth]
+  if not len(pos) or not len(neg):
+    return float('nan')
+  greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+  return float(greater / (len(pos) * len(neg)))
+
+
+def precision_recall(kept: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+  """(precision, recall) of the edge set ``kept`` against ``truth``."""
+  kept, truth = np.asarray(kept, bool), np.asarray(truth, bool)
+  hits = (kept & truth).sum()
+  return float(hits / max(kept.sum(), 1)), float(hits / max(truth.sum(), 1))
+
+
+def top(scores: np.ndarray, k: int) -> np.ndarray:
+  """``[edges]`` bool: the ``k`` edges of largest score (ties broken by order)."""
+  out = np.zeros(len(scores), bool)
+  out[np.argsort(-scores, kind='stable')[:k]] = True
+  return out

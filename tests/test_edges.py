@@ -1,0 +1,153 @@
+"""Edge patching and circuit discovery on Transformer Programs whose circuits are known (``symjax.interpret.edges``),
+and the true edges a decompiled program gives (``program_code.true_edges``)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_transformer_program import TOKENS, choose, config, every_input, hand_built, init
+
+from symjax.interpret import edges
+from symjax.model import ModelConfig, build
+from symjax.model import transformer_program as tp
+from symjax.proj import program_code
+from symjax.system.errors import InputError
+
+INDUCTION_TRUTH = {'positions->a0.h0<q>', 'positions->a0.h0<k>', 'tokens->a0.h0<v>', 'tokens->a1.h0<q>',
+                   'a0.h0->a1.h0<k>', 'tokens->a1.h0<v>', 'a1.h0->logits'}
+# The positions are the same in the clean and the corrupt run: no patch moves an edge from them.
+FINDABLE = {e for e in INDUCTION_TRUTH if not e.startswith('positions->')}
+
+
+def induction_program():
+  """Head a0.h0 copies the previous position's token; head a1.h0 finds the closest earlier position whose previous
+  token is the query's token and copies that position's token: the two-head induction circuit. Head a1.h1 reads
+  the tokens too, and nothing reads it. The readout tags each position with a1.h0's token."""
+  cfg = config(num_layers=2, num_heads=2, numerical_heads=0, mlps=0, causal=True, max_len=8)
+  params = jax.tree.map(jnp.zeros_like, init(cfg))
+  card = tp.cardinality(cfg)
+  previous = np.full((card, card), -1.0)
+  previous[np.arange(1, card), np.arange(card - 1)] = 1.0
+  previous[0, card - 1] = 1.0                       # position 0 has no previous one: a value no key holds
+  same = np.where(np.eye(card) > 0, 1.0, -1.0)
+  params['attn_0_0'] = dict(select_query=choose(2, 1), select_key=choose(2, 1), select_value=choose(2, 0),
+                            predicate=jnp.asarray(previous))
+  params['attn_0_1'] = dict(select_query=choose(2, 0), select_key=choose(2, 0), select_value=choose(2, 1),
+                            predicate=jnp.asarray(same))
+  params['attn_1_0'] = dict(select_query=choose(4, 0), select_key=choose(4, 2), select_value=choose(4, 0),
+                            predicate=jnp.asarray(same))
+  params['attn_1_1'] = dict(select_query=choose(4, 0), select_key=choose(4, 3), select_value=choose(4, 1),
+                            predicate=jnp.asarray(same))
+  readout = np.zeros((cfg.vocab_size, 6 * card + 1))    # tokens, positions, a0.h0, a0.h1, a1.h0, a1.h1
+  readout[np.arange(cfg.vocab_size), 4 * card + np.arange(cfg.vocab_size)] = 4.0
+  params['readout'] = jnp.asarray(readout)
+  return cfg, params
+
+
+def induction_batch(n: int = 96, seed: int = 0):
+  """Sequences of 8 symbols over 'a', 'b', 'c' (so that tokens repeat), and as many others for the corrupt run."""
+  rng = np.random.default_rng(seed)
+  return [np.asarray(rng.choice([2, 3, 4], size=(n, 8))) for _ in range(2)]
+
+
+@pytest.fixture(scope='module')
+def induction():
+  cfg, params = induction_program()
+  clean, corrupt = induction_batch()
+  return cfg, params, clean, corrupt, edges.Edges(build(cfg), params, clean, corrupt)
+
+
+@pytest.fixture(scope='module')
+def histogram():
+  """The hand-built histogram program: a counting head the readout reads, a dead head and a dead MLP."""
+  cfg = config()
+  params = hand_built(cfg)
+  x, lengths = every_input(4, cfg.max_len)
+  rng = np.random.default_rng(1)
+  corrupt = x.copy()
+  for n in np.unique(lengths):                       # another input of the same length
+    rows = np.nonzero(lengths == n)[0]
+    corrupt[rows] = x[rng.permutation(rows)]
+  return cfg, params, x, lengths, edges.Edges(build(cfg), params, x, corrupt, key_mask=x != 0)
+
+
+def test_the_graph_has_an_edge_per_input_and_variable_written_before_it():
+  cfg = config(num_layers=2, num_heads=2, numerical_heads=1, mlps=1)
+  g = edges.graph_of(cfg)
+  assert g.nodes == ('tokens', 'positions', 'a0.h0', 'a0.h1', 'm0.0', 'a1.h0', 'a1.h1', 'm1.0', 'logits')
+  # Layer 0: a categorical head's 3 inputs and a numerical head's 2 read 2 variables; the MLP's 2 read 4. Layer 1:
+  # 5 inputs read 5 variables, the MLP's 2 read 7; the readout reads all 8.
+  assert len(g.edges) == 5 * 2 + 2 * 4 + 5 * 5 + 2 * 7 + 8
+  assert {'tokens->a0.h0<q>', 'a0.h1->m0.0<second>', 'm0.0->a1.h1<k>', 'a1.h1->m1.0<first>', 'm1.0->logits'} \
+      <= set(g.edges)
+  assert 'a1.h0->a1.h1<q>' not in g.edges           # heads of one layer read the stream before it
+
+
+@pytest.mark.parametrize('method', ['exact', 'eap', 'eap_ig'])
+def test_every_method_ranks_the_induction_circuit_first(induction, method):
+  *_, e = induction
+  scores = np.abs(getattr(e, method)())
+  truth = e.graph.mask(sorted(FINDABLE))
+  assert scores[truth].min() > scores[~truth].max()
+  assert edges.auroc(scores, truth) == 1.0
+
+
+def test_acdc_keeps_the_induction_circuit_and_nothing_else(induction):
+  *_, e = induction
+  kept, _ = e.acdc(threshold=1e-3)
+  assert {edge for edge, k in zip(e.graph.edges, kept) if k} == FINDABLE
+  assert e.faithfulness(kept) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_decompiled_program_gives_the_circuit_it_computes(induction, histogram):
+  cfg, params, clean, *_ = induction
+  assert set(program_code.true_edges(params, cfg, TOKENS, clean, np.full(len(clean), 8))) == INDUCTION_TRUTH
+  # The histogram's dead head and MLP, and the inputs its counting head's predicate does not read, are left out.
+  cfg, params, x, lengths, _ = histogram
+  assert program_code.true_edges(params, cfg, TOKENS, x, lengths) == [
+      'a0.h1->logits', 'tokens->a0.h1<k>', 'tokens->a0.h1<q>']
+
+
+def test_patching_an_edge_the_model_does_not_read_changes_nothing(histogram):
+  cfg, params, x, lengths, e = histogram
+  chosen = set(program_code.true_edges(params, cfg, TOKENS, x, lengths))
+  # The selections: what each input reads, the dead head's and MLP's included.
+  selected = chosen | {'tokens->a0.h0<v>', 'positions->a0.h0<q>', 'positions->a0.h0<k>', 'a0.h0->m0.0<first>',
+                       'a0.h1->m0.0<second>'}
+  unread = [edge for edge in e.graph.edges if edge not in selected and not edge.endswith('->logits')]
+  assert unread and np.abs(e.exact()[e.graph.mask(unread)]).max() <= 1e-6
+  assert np.abs(e.logits(unread) - e.logits()).max() <= 1e-6
+
+
+def test_every_edge_keeps_the_model_and_no_edge_gives_the_corrupt_run(histogram):
+  cfg, params, x, _, e = histogram
+  n = len(e.graph.edges)
+  assert e.faithfulness(np.ones(n, bool)) == 1.0 and e.faithfulness(np.zeros(n, bool)) == 0.0
+  corrupt = build(cfg).apply({'params': params}, e.corrupt, jnp.asarray(x != 0))
+  assert np.abs(e.logits(np.ones(n, np.float32)) - np.asarray(corrupt)).max() <= 1e-6
+  assert e.value(np.ones(n, np.float32)) == pytest.approx(float(e.metric(corrupt)), abs=1e-6)
+
+
+def test_eap_is_the_exact_patch_for_a_metric_linear_in_the_edge(histogram):
+  cfg, params, x, _, e = histogram
+  weights = jnp.asarray(np.random.default_rng(0).normal(size=(*x.shape, cfg.vocab_size)), jnp.float32)
+  linear = edges.Edges(build(cfg), params, x, e.corrupt, metric=lambda logits: (logits * weights).sum(),
+                       key_mask=x != 0)
+  # The readout is linear in every variable's one-hot: an edge into the logits moves the metric linearly.
+  into_logits = np.array([edge.endswith('->logits') for edge in linear.graph.edges])
+  np.testing.assert_allclose(linear.eap()[into_logits], linear.exact()[into_logits], rtol=1e-4, atol=1e-3)
+
+
+def test_bad_input_is_refused_in_one_line(histogram):
+  cfg, params, x, lengths, e = histogram
+  with pytest.raises(InputError, match="'a9.h9->logits' is not an edge"):
+    e.value(['a9.h9->logits'])
+  with pytest.raises(InputError, match='threshold must be a number >= 0'):
+    e.acdc(-1.0)
+  with pytest.raises(InputError, match='steps must be a positive integer'):
+    e.eap_ig(0)
+  with pytest.raises(InputError, match='of one shape'):
+    edges.Edges(build(cfg), params, x, x[:, :-1])
+  standard = ModelConfig.of(kind='standard', vocab_size=10, num_layers=1, num_heads=2, head_dim=4, max_len=8)
+  with pytest.raises(InputError, match="Transformer Programs"):
+    program_code.true_edges({}, standard, TOKENS, x, lengths)

@@ -83,13 +83,30 @@ def test_the_graph_has_an_edge_per_input_and_variable_written_before_it():
   assert 'a1.h0->a1.h1<q>' not in g.edges           # heads of one layer read the stream before it
 
 
-@pytest.mark.parametrize('method', ['exact', 'eap', 'eap_ig'])
+@pytest.mark.parametrize('method', ['exact', 'eap', 'eap_ig', 'atp_star'])
 def test_every_method_ranks_the_induction_circuit_first(induction, method):
   *_, e = induction
-  scores = np.abs(getattr(e, method)())
+  scores = np.abs(e.atp_star(grad_drop=False) if method == 'atp_star' else getattr(e, method)())
   truth = e.graph.mask(sorted(FINDABLE))
   assert scores[truth].min() > scores[~truth].max()
   assert edges.auroc(scores, truth) == 1.0
+
+
+def test_atp_star_reads_query_and_key_edges_through_the_pattern_and_drops_each_layer_in_turn(induction):
+  *_, e = induction
+  qk = np.array([edge.endswith(('<q>', '<k>')) for edge in e.graph.edges])
+  fixed, plain = e.atp_star(grad_drop=False), np.abs(e.eap())
+  np.testing.assert_allclose(fixed[~qk], plain[~qk], rtol=1e-6)
+  # The previous-token head's output moves a1.h0's pattern; through the saturated softmax EAP sees a sliver of it.
+  key = e.graph.index['a0.h0->a1.h0<k>']
+  assert fixed[key] > 10 * plain[key]
+  # GradDrop: every path from a layer-0 head runs through layer 1, so dropping layer 0 (its own) or layer 1 leaves
+  # it nothing; an edge into layer 1 keeps its estimate when layer 0 is dropped; one into the logits keeps it twice.
+  dropped = e.atp_star()
+  reader_layer = np.array([e.graph.layer[r] for r in e.graph.ends[1]])
+  assert (dropped[reader_layer == 0] == 0).all()
+  np.testing.assert_allclose(dropped[reader_layer == 1], fixed[reader_layer == 1], rtol=1e-5)
+  np.testing.assert_allclose(dropped[reader_layer == 2], 2 * fixed[reader_layer == 2], rtol=1e-5)
 
 
 def test_acdc_keeps_the_induction_circuit_and_nothing_else(induction):

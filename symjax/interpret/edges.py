@@ -21,6 +21,8 @@ and one function f(w) = metric(logits(w)) serves every method (``Edges``):
   eap_ig        the mean of ∇f(α·1) over ``steps`` midpoints α of [0, 1]: integrated gradients along the path
                 on which every edge moves from clean to corrupt together ("Have Faith in Faithfulness"); the
                 scores sum to f(1) − f(0) up to the rule's error
+  atp_star      EAP with AtP*'s two fixes ("AtP*: An efficient and scalable method for localizing LLM behaviour
+                to components"): a query or key edge is read through its head's recomputed pattern, and GradDrop
   acdc          ACDC's pass with threshold τ: from the logits back, each edge is patched for good when the KL
                 divergence of the output from the clean one rises by at most τ
   faithfulness  (f(C) − f(∅)) / (f(all) − f(∅)) for a circuit C, every edge outside it patched: 1 for every
@@ -78,6 +80,8 @@ class Graph:
   nodes: tuple[str, ...]
   edges: tuple[str, ...]
   reads: tuple[tuple[str, tuple[int, ...]], ...]
+  heads: tuple[str, ...]       # the heads' modules (``attn_1_0``), whose attention patterns are hook sites
+  layer: tuple[int, ...]       # the layer of each node: −1 for the inputs, num_layers for the logits
 
   @functools.cached_property
   def index(self) -> dict[str, int]:
@@ -119,8 +123,9 @@ def graph_of(cfg: ModelConfig) -> Graph:
                      f"{cfg.kind!r}")
   first_numerical = cfg.num_heads - cfg.program.numerical_heads
   nodes = ['tokens', 'positions']
+  layer = [-1, -1]
   edges: list[str] = []
-  reads = []
+  reads, heads = [], []
 
   def add(site: str, variables: list[str], reader: str, slot: str | None):
     rows = []
@@ -138,6 +143,8 @@ def graph_of(cfg: ModelConfig) -> Graph:
     for h in range(cfg.num_heads):
       node, module = f'a{l}.h{h}', f'attn_{l}_{h}'
       nodes.append(node)
+      layer.append(l)
+      heads.append(module)
       numerical = h >= first_numerical
       for slot, role in HEAD_SLOTS[:2 if numerical else 3]:
         add(f'{module}.{role}', readable, node, slot)
@@ -147,11 +154,13 @@ def graph_of(cfg: ModelConfig) -> Graph:
     for m in range(cfg.program.mlps):
       node, module = f'm{l}.{m}', f'mlp_{l}_{m}'
       nodes.append(node)
+      layer.append(l)
       for slot, role in MLP_SLOTS:
         add(f'{module}.{role}', readable, node, slot)
   nodes.append('logits')
+  layer.append(cfg.num_layers)
   add('readout', tp.variable_names(cfg), 'logits', None)
-  return Graph(tuple(nodes), tuple(edges), tuple(reads))
+  return Graph(tuple(nodes), tuple(edges), tuple(reads), tuple(heads), tuple(layer))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -169,16 +178,29 @@ def _inputs(model, params, tokens, key_mask, graph: Graph):
   return logits, seen
 
 
-def _patched(model, params, tokens, key_mask, graph: Graph, corrupt: dict, w):
-  """The logits with each edge e moved a fraction ``w[e]`` of the way to its corrupt value."""
+def _patched(model, params, tokens, key_mask, graph: Graph, corrupt: dict, w, drop=None, deltas=None):
+  """(the logits, {head: its attention pattern}) with each edge e moved a fraction ``w[e]`` of the way to its
+  corrupt value. ``drop`` ``[edges]`` bool: no gradient flows back through the clean value of those edges
+  (GradDrop); ``deltas``: {head's pattern site: an array added to its pattern} (their gradient is the metric's
+  with respect to the pattern)."""
   def mix(rows, theirs):
     def fn(value, name):
       weight = jnp.where(rows >= 0, w[jnp.maximum(rows, 0)], 0.0).astype(value.dtype)
+      if drop is not None:
+        stopped = jnp.where(rows >= 0, drop[jnp.maximum(rows, 0)], False)[:, None, None, None]
+        value = jnp.where(stopped, jax.lax.stop_gradient(value), value)
       return value + weight[:, None, None, None] * (theirs - value)
     return fn
+  patterns = {}
+
+  def pattern(value, name):
+    value = value + deltas[str(name)] if deltas else value
+    patterns[str(name)] = value
+    return value
   fns = {site: mix(jnp.asarray(rows), corrupt[site]) for site, rows in graph.reads}
+  fns.update({f'{module}.pattern': pattern for module in graph.heads})
   with names.session(fns, lambda name: False):
-    return model.apply({'params': params}, tokens, key_mask)
+    return model.apply({'params': params}, tokens, key_mask), patterns
 
 
 def log_prob_metric(targets, weights) -> Callable[[jax.Array], jax.Array]:
@@ -237,8 +259,11 @@ class Edges:
     clean_logits = self.model.apply({'params': params}, clean, key_mask)
     return clean_logits, _inputs(self.model, params, corrupt, key_mask, self.graph)[1]
 
-  def _logits(self, w):
-    return _patched(self.model, self.params, self.clean, self.key_mask, self.graph, self._corrupt, w)
+  def _logits(self, w, drop=None, deltas=None):
+    return self._pass(w, drop, deltas)[0]
+
+  def _pass(self, w, drop=None, deltas=None):
+    return _patched(self.model, self.params, self.clean, self.key_mask, self.graph, self._corrupt, w, drop, deltas)
 
   def _value(self, w):
     return self.metric(self._logits(w))
@@ -280,6 +305,56 @@ class Edges:
     alphas = (jnp.arange(steps, dtype=jnp.float32) + 0.5) / steps
     program = _compiled_map(jax.grad(self._value))
     return np.asarray(program(alphas[:, None, None] * jnp.ones((1, 1, n), jnp.float32))).mean((0, 1))
+
+  def atp_star(self, grad_drop: bool = True, chunk: int = 64) -> np.ndarray:
+    """AtP* ("AtP*: An efficient and scalable method for localizing LLM behaviour to components", §3), on edges:
+    EAP with its two fixes. For an edge into a head's query or key the head's attention pattern is computed with
+    the edge patched (a pass per such edge, batched) and only what follows the pattern is linear:
+    ⟨∂f/∂A, A(patched) − A(clean)⟩, where a saturated softmax would give EAP a gradient near 0. GradDrop: the
+    estimate is taken L times, each with no gradient through one layer's outputs, and the magnitudes averaged,
+    1/(L − 1) Σ_l |AtP_l|, so that a direct and an indirect path that cancel in one estimate do not hide an edge.
+    Scores are magnitudes (≥ 0)."""
+    g, n = self.graph, len(self.graph.edges)
+    source, reader = g.ends
+    layers = g.layer[-1]
+    head_of = {f'a{m.split("_")[1]}.h{m.split("_")[2]}': i for i, m in enumerate(g.heads)}
+    qk = np.array([e.endswith(('<q>', '<k>')) for e in g.edges])
+    which = np.array([head_of.get(g.nodes[r], -1) for r in reader])
+    zero = jnp.zeros(n, jnp.float32)
+    _, clean_patterns = jax.jit(self._pass)(zero)
+    sites = [f'{m}.pattern' for m in g.heads]
+    deltas = {site: jnp.zeros_like(clean_patterns[site]) for site in sites}
+    drops = [np.array([g.layer[a] == l for a in source]) for l in range(layers)] if grad_drop and layers > 1 \
+        else [np.zeros(n, bool)]
+    gradients = jax.jit(jax.grad(lambda w, d, drop: self.metric(self._logits(w, drop, d)), (0, 1)))
+    estimates = []
+    moved = self._moved_patterns(np.nonzero(qk)[0], which, sites, clean_patterns, chunk) if qk.any() else None
+    for drop in drops:
+      by_edge, by_pattern = gradients(zero, deltas, jnp.asarray(drop))
+      estimate = np.asarray(by_edge, np.float64)
+      if moved is not None:
+        grads = np.stack([np.asarray(by_pattern[site]) for site in sites])   # [heads, batch, ...]
+        rows = np.nonzero(qk)[0]
+        estimate[rows] = (grads[which[rows]] * moved).reshape(len(rows), -1).sum(-1)
+      estimates.append(np.abs(estimate))
+    return np.sum(estimates, 0) / max(len(drops) - 1, 1)
+
+  def _moved_patterns(self, rows: np.ndarray, which: np.ndarray, sites: list[str], clean: dict, chunk: int):
+    """``[len(rows), batch, ...]``: how each edge of ``rows`` (into a head's query or key) moves that head's
+    attention pattern when it alone is patched."""
+    n = len(self.graph.edges)
+    stacked = jnp.stack([clean[site] for site in sites])
+
+    def one(w, head):
+      patterns = self._pass(w)[1]
+      return jnp.stack([patterns[site] for site in sites])[head] - stacked[head]
+    size = max(1, min(chunk, len(rows)))
+    padded = -(-len(rows) // size) * size
+    index = np.concatenate([rows, np.full(padded - len(rows), rows[0])])
+    ws = jnp.eye(n, dtype=jnp.float32)[index].reshape(-1, size, n)
+    heads = jnp.asarray(which[index]).reshape(-1, size)
+    out = jax.jit(lambda ws, hs: jax.lax.map(lambda c: jax.vmap(one)(*c), (ws, hs)))(ws, heads)
+    return np.asarray(out).reshape(padded, *out.shape[2:])[:len(rows)]
 
   def acdc(self, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """ACDC ("Towards Automated Circuit Discovery", Algorithm 1) on the KL divergence from the clean output:

@@ -174,6 +174,7 @@ class CategoricalHead(nn.Module):
     extra = noise.gumbel(logits.shape)
     soft = jax.nn.softmax(logits if extra is None else logits + extra, -1)
     pattern = exact_straight_through(jax.nn.one_hot(hard_choice, q.shape[1], dtype=soft.dtype), soft)
+    pattern = names.hook(self, f'{self.name}.pattern', pattern)  # a hook's gradient there (AtP*'s fix)
     self.sow('intermediates', 'pattern', pattern)
     return jnp.einsum('bij,bjk->bik', pattern, v)
 
@@ -204,6 +205,7 @@ class NumericalHead(nn.Module):
       total = jnp.minimum((soft * added).sum(-1), card - 1)
       return jax.nn.softmax(-(values - total[..., None]) ** 2 / noise.temperature, -1)
     selected = exact_straight_through((allowed & (noisy > 0)).astype(soft.dtype), soft)
+    selected = names.hook(self, f'{self.name}.pattern', selected)
     self.sow('intermediates', 'pattern', selected)
     # An integer, exactly; a sum saturates at the largest value a variable holds.
     count = jnp.minimum((selected * added).sum(-1), card - 1)

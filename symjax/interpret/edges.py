@@ -163,6 +163,21 @@ def graph_of(cfg: ModelConfig) -> Graph:
   return Graph(tuple(nodes), tuple(edges), tuple(reads), tuple(heads), tuple(layer))
 
 
+def read_edges(graph: Graph, params) -> np.ndarray:
+  """``[edges]`` bool: the edges a program's ``params`` read, each input's selected variable and every variable
+  into the (linear) readout; patching any other edge changes nothing."""
+  out = np.zeros(len(graph.edges), bool)
+  for site, rows in graph.reads:
+    if site == 'readout':
+      out[[r for r in rows if r >= 0]] = True
+      continue
+    module, role = site.split('.')
+    row = rows[int(np.argmax(np.asarray(params[module][f'select_{role}'])))]
+    if row >= 0:
+      out[row] = True
+  return out
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The patched pass.
 # ---------------------------------------------------------------------------------------------------------
@@ -240,6 +255,7 @@ class Edges:
     if key_mask is not None and np.shape(key_mask) != clean.shape:
       raise InputError(f'key_mask must have the tokens\' shape {clean.shape}, got {np.shape(key_mask)}')
     self.model, self.params = model, core.plain_params(params)
+    self.read = read_edges(self.graph, self.params)
     self.clean, self.corrupt = jnp.asarray(clean), jnp.asarray(corrupt)
     self.key_mask = None if key_mask is None else jnp.asarray(key_mask)
     weights = np.ones(clean.shape, np.float32) if weights is None else np.asarray(weights, np.float32)
@@ -284,14 +300,16 @@ class Edges:
 
   # -- the methods ---------------------------------------------------------------------------------------
   def exact(self, chunk: int = 64) -> np.ndarray:
-    """The change in the metric from patching each edge alone: f(e_i) − f(0)."""
-    n = len(self.graph.edges)
-    size = max(1, min(chunk, n))
-    rows = -(-n // size) * size
-    eye = jnp.eye(rows, n, dtype=jnp.float32).reshape(-1, size, n)
-    program = _compiled_map(self._value)
-    values = np.asarray(program(eye)).reshape(-1)[:n]
-    return values - float(self._f(jnp.zeros(n, jnp.float32)))
+    """The change in the metric from patching each edge alone: f(e_i) − f(0). An edge the model does not read
+    (``read``) changes nothing and is not patched: its entry is 0."""
+    n, read = len(self.graph.edges), np.nonzero(self.read)[0]
+    size = max(1, min(chunk, len(read)))
+    padded = np.concatenate([read, np.full(-len(read) % size, read[0])])
+    ws = jnp.eye(n, dtype=jnp.float32)[padded].reshape(-1, size, n)
+    values = np.asarray(_compiled_map(self._value)(ws)).reshape(-1)[:len(read)]
+    out = np.zeros(n, np.float32)
+    out[read] = values - float(self._f(jnp.zeros(n, jnp.float32)))
+    return out
 
   def eap(self) -> np.ndarray:
     """Edge attribution patching: ∇f at the clean run, one backward pass."""
@@ -359,8 +377,8 @@ class Edges:
   def acdc(self, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """ACDC ("Towards Automated Circuit Discovery", Algorithm 1) on the KL divergence from the clean output:
     (``[edges]`` bool, the edges kept; ``[edges]`` the rise in KL each edge's removal was tried at). Readers are
-    visited from the logits back, each one's edges from its latest source back; the inputs of a node none of
-    whose edges are kept are removed without a pass (they change nothing)."""
+    visited from the logits back, each one's edges from its latest source back; an edge the model does not read,
+    and the inputs of a node none of whose edges are kept, are removed without a pass (they change nothing)."""
     if not isinstance(threshold, (int, float)) or not np.isfinite(threshold) or threshold < 0:
       raise InputError(f'threshold must be a number >= 0 (a rise in KL divergence), got {threshold!r}')
     n = len(self.graph.edges)
@@ -370,7 +388,7 @@ class Edges:
     current = float(self._kl(jnp.asarray(w)))
     for e in np.lexsort((-source, -reader)):
       leaves = (source == reader[e]) & (w == 0)
-      if self.graph.nodes[reader[e]] != 'logits' and not leaves.any():
+      if not self.read[e] or (self.graph.nodes[reader[e]] != 'logits' and not leaves.any()):
         w[e] = 1.0
         continue
       w[e] = 1.0

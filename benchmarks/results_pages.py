@@ -401,6 +401,71 @@ def transformer_program_example(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(out) + '\n'
 
 
+CIRCUIT_METHODS = (('exact', 'exact edge patching'), ('eap', 'EAP'), ('eap_ig', 'EAP-IG'), ('atp_star', 'AtP*'),
+                   ('acdc', 'ACDC'))
+
+
+def circuits_table(data: dict, json_name: str, pages: str) -> str:
+  """Per task and method: circuit discovery against the programs' own circuits (``benchmarks.suites.circuits``)."""
+  ms = lambda st, f='{:.2f}': ('—' if st['mean'] != st['mean'] else f"{f.format(st['mean'])} ± {f.format(st['ci95'])}")
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; mean ± 95% interval over "
+           f"{len(next(iter(data['per_seed'].values())))} seeds ([per seed]({pages}/{json_name}.md)); "
+           f"{data['examples']} test inputs a run, EAP-IG with {data['ig_steps']} steps, ACDC at threshold "
+           f"{data['threshold']}. Precision and recall are those of the top k edges, k the number of true ones "
+           "(ACDC: of the set it keeps); faithfulness is that circuit's.", '',
+           '| task | true / read / all edges | method | AUROC | precision | recall | faithfulness | Spearman vs exact '
+           '| seconds (warm) |', '|---|---|---|---:|---:|---:|---:|---:|---:|']
+  for task, summary in data['summary'].items():
+    truth = summary['truth']
+    edges = (f"{truth['true_edges']['mean']:.0f} / {truth['read_edges']['mean']:.0f} / "
+             f"{truth['edges']['mean']:.0f}")
+    for i, (method, name) in enumerate(CIRCUIT_METHODS):
+      st = summary[method]
+      lines.append(f"| {task if i == 0 else ''} | {edges if i == 0 else ''} | {name} | {ms(st['auroc'])} | "
+                   f"{ms(st['precision'])} | {ms(st['recall'])} | {ms(st['faithfulness'])} | "
+                   f"{ms(st['spearman'])} | {ms(st['seconds'], '{:.3f}')} |")
+  return '\n'.join(lines) + '\n'
+
+
+def circuit_figure(data: dict) -> str:
+  """An SVG of one run's circuit: its nodes by layer, every edge the model reads drawn as wide as the exact patch's
+  effect (square root), the true edges (its decompiled code's) in green, the others grey and dashed."""
+  fig = data['figure']
+  nodes, layer = fig['nodes'], fig['layer']
+  columns = sorted(set(layer))
+  by_column = {c: [n for n, lay in zip(nodes, layer) if lay == c] for c in columns}
+  width, height, pad = 170 * len(columns) + 60, 70 * max(len(v) for v in by_column.values()) + 90, 60
+  at = {}
+  for x, c in enumerate(columns):
+    names = by_column[c]
+    for y, n in enumerate(names):
+      at[n] = (pad + 170 * x, 70 + (height - 120) * (y + 0.5) / len(names))
+  strongest = max((abs(e) for _, e, _ in fig['edges']), default=1.0) or 1.0
+  out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+         f'font-size="12">', f'<rect width="{width}" height="{height}" fill="white"/>',
+         f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="14">{fig["task"]}, seed {fig["seed"]}: '
+         f'the edges the model reads, as wide as the exact patch\'s effect</text>',
+         f'<text x="{width / 2}" y="40" text-anchor="middle" fill="#2e7d32">green: the decompiled code\'s circuit'
+         f'</text>']
+  for name, effect, true in sorted(fig['edges'], key=lambda e: (e[2], abs(e[1]))):
+    source, rest = name.split('->')
+    reader, _, slot = rest.partition('<')
+    (x1, y1), (x2, y2) = at[source], at[reader]
+    w = 0.6 + 7 * (abs(effect) / strongest) ** 0.5
+    colour, dash = ('#2e7d32', '') if true else ('#9e9e9e', ' stroke-dasharray="4 3"')
+    bend = (x1 + x2) / 2
+    out.append(f'<path d="M{x1 + 28:.0f},{y1:.0f} C{bend:.0f},{y1:.0f} {bend:.0f},{y2:.0f} {x2 - 28:.0f},{y2:.0f}" '
+               f'fill="none" stroke="{colour}" stroke-width="{w:.2f}" stroke-opacity="0.8"{dash}>'
+               f'<title>{name}: {effect:+.4g}</title></path>')
+    if slot:
+      out.append(f'<text x="{x2 - 34:.0f}" y="{y2 - 4 + 9 * "qkv".find(slot[0]):.0f}" text-anchor="end" '
+                 f'font-size="9" fill="{colour}">{slot.rstrip(">")}</text>')
+  for n, (x, y) in at.items():
+    out.append(f'<rect x="{x - 28:.0f}" y="{y - 13:.0f}" width="56" height="26" rx="5" fill="#e3f2fd" '
+               f'stroke="#1565c0"/><text x="{x:.0f}" y="{y + 4:.0f}" text-anchor="middle">{n}</text>')
+  return '\n'.join(out + ['</svg>']) + '\n'
+
+
 def vocab_projection_table(data: dict, json_name: str, pages: str) -> str:
   """The vocabulary projection's memory and time, direct against streamed (``benchmarks/speed/vocab_projection.py``)."""
   gib = lambda b: f'{b / 2**30:.3f} GiB'
@@ -546,7 +611,10 @@ GENERATED = {
                          ('stream-cone', 'stream_cone', stream_cone_table)), 'results/data'),
     'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table), *QUICKSTART), 'results/data'),
     'docs/results/dual_stream.md': ((('dual-stream', 'dual_stream_text_cpu', dual_stream_table),), 'data'),
+    'docs/results/circuits.md': ((('circuits', 'circuits', circuits_table),), 'data'),
 }
+# Figures drawn from a JSON file: {the image's path: (the file, its drawing)}.
+FIGURES = {'docs/results/circuit_figure.svg': ('circuits', circuit_figure)}
 # Files a page includes whole (``--8<-- "PATH"``; mkdocs.yml's ``exclude_docs`` keeps them from being pages of
 # their own): their JSON file, its renderer, and the data pages' folder as the including page links it.
 SNIPPETS = {
@@ -611,6 +679,11 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--check', action='store_true', help='compare instead of writing; exit 1 on a difference')
   args = parser.parse_args(argv)
   wanted = {**pages(), **snippets(), **api_page.pages()}
+  for path, (name, draw) in FIGURES.items():
+    source = os.path.join(RESULTS, name + '.json')
+    if os.path.isfile(source):
+      with open(source) as f:
+        wanted[path] = draw(json.load(f))
   for path in GENERATED:
     with open(path) as f:
       wanted[path] = generated(path, f.read())
@@ -627,8 +700,9 @@ def main(argv: list[str]) -> int:
   for p, text in wanted.items():
     with open(p, 'w') as f:
       f.write(text)
-  print(f'wrote {len(wanted) - len(GENERATED) - len(SNIPPETS) - len(api_page.PAGES)} pages under {PAGES}, the '
-        f'snippets {list(SNIPPETS)}, the {len(api_page.PAGES)} API pages and the generated tables of {list(GENERATED)}')
+  print(f'wrote {len(wanted) - len(GENERATED) - len(SNIPPETS) - len(FIGURES) - len(api_page.PAGES)} pages under '
+        f'{PAGES}, the snippets {list(SNIPPETS)}, the figures {list(FIGURES)}, the {len(api_page.PAGES)} API pages '
+        f'and the generated tables of {list(GENERATED)}')
   return 0
 
 

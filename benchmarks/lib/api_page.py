@@ -74,6 +74,8 @@ PAGES: tuple[tuple[str, str, str, tuple], ...] = (
             ('symjax.interpret.circuits', None),
             ('symjax.interpret.patterns', None),
             ('symjax.interpret.attribution', None),
+            ('symjax.interpret.edges', ('Edges', 'Graph', 'graph_of', 'read_edges', 'log_prob_metric', 'auroc',
+                                        'precision_recall', 'top')),
         )),
     )),
     ('docs/api/tracing.md', 'Tracing', 'traces, exact mixtures, interventions, the report', (
@@ -90,7 +92,7 @@ PAGES: tuple[tuple[str, str, str, tuple], ...] = (
         ('Programs', (
             ('symjax.proj.decompile', ('decompile', 'build', 'write', 'load_program', 'evaluate')),
             ('symjax.proj.program_code', ('decompile', 'build', 'code_of', 'plan_of', 'domains', 'simplify', 'prune',
-                                          'describe')),
+                                          'describe', 'true_reads', 'true_edges')),
         )),
     )),
 )

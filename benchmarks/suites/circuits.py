@@ -63,21 +63,6 @@ def trained(task: str, seed: int) -> tuple[str, str]:
   return workdir, ' '.join(['python', *command[1:]])
 
 
-def pairs(batch: dict, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-  """(clean, corrupt, key_mask, weights): each input paired with another of its length (a cyclic shift within
-  the length's shuffled inputs, so never itself); lengths held by one input are left out."""
-  lengths = batch['key_mask'].sum(1)
-  rows, partners = [], []
-  for n in np.unique(lengths):
-    group = rng.permutation(np.nonzero(lengths == n)[0])
-    if len(group) > 1:
-      rows += list(group)
-      partners += list(np.roll(group, 1))
-  rows, partners = np.array(rows), np.array(partners)
-  return (batch['inputs'][rows], batch['inputs'][partners], batch['key_mask'][rows].astype(bool),
-          batch['weights'][rows])
-
-
 def timed(fn):
   start = time.perf_counter()
   out = fn()
@@ -94,7 +79,9 @@ def measure(task: str, seed: int) -> tuple[dict, dict, str]:
   workdir, command = trained(task, seed)
   loaded = symjax.load(workdir)
   batch = loaded.batches('test', n=1, batch_size=_EXAMPLES.value)[0]
-  clean, corrupt, key_mask, weights = pairs(batch, np.random.default_rng(seed))
+  rows, partners = edges.resample_pairs(batch['key_mask'], seed)
+  clean, corrupt = batch['inputs'][rows], batch['inputs'][partners]
+  key_mask, weights = batch['key_mask'][rows].astype(bool), batch['weights'][rows]
   task_ = tasks.get_task(loaded.config)
   inputs, _ = task_.input_space()
   truth_names = program_code.true_edges(loaded.params, loaded.model_config, list(loaded.tokenizer.vocab.tokens),

@@ -218,6 +218,23 @@ def _patched(model, params, tokens, key_mask, graph: Graph, corrupt: dict, w, dr
     return model.apply({'params': params}, tokens, key_mask), patterns
 
 
+def resample_pairs(key_mask, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """(rows, partners): each input of a batch paired with another of the same length (``key_mask``'s real
+  positions), never itself — a cyclic shift within each length's shuffled inputs — for ``inputs[rows]`` clean and
+  ``inputs[partners]`` corrupt (resample ablation). A length held by one input alone is left out."""
+  lengths = np.asarray(key_mask).astype(bool).sum(1)
+  rng = np.random.default_rng(seed)
+  rows, partners = [], []
+  for n in np.unique(lengths):
+    group = rng.permutation(np.nonzero(lengths == n)[0])
+    if len(group) > 1:
+      rows += list(group)
+      partners += list(np.roll(group, 1))
+  if not rows:
+    raise InputError('no two inputs of the batch have the same length: nothing to pair for resample ablation')
+  return np.array(rows), np.array(partners)
+
+
 def log_prob_metric(targets, weights) -> Callable[[jax.Array], jax.Array]:
   """The mean log-probability of ``targets`` ``[batch, time]`` over the positions ``weights`` marks: the
   default metric (higher is the clean behaviour)."""

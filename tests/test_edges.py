@@ -1,6 +1,7 @@
 """Edge patching and circuit discovery on Transformer Programs whose circuits are known (``symjax.interpret.edges``),
 and the true edges a decompiled program gives (``program_code.true_edges``)."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -168,5 +169,90 @@ def test_bad_input_is_refused_in_one_line(histogram):
   with pytest.raises(InputError, match='of one shape'):
     edges.Edges(build(cfg), params, x, x[:, :-1])
   standard = ModelConfig.of(kind='standard', vocab_size=10, num_layers=1, num_heads=2, head_dim=4, max_len=8)
-  with pytest.raises(InputError, match="Transformer Programs"):
+  with pytest.raises(InputError, match="come from a Transformer Program"):
     program_code.true_edges({}, standard, TOKENS, x, lengths)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Residual models: the standard, Token-Factored and Symbolic Transformers.
+# ---------------------------------------------------------------------------------------------------------
+def residual_model(kind: str):
+  cfg = ModelConfig.of(kind=kind, vocab_size=11, num_layers=2, num_heads=2, head_dim=4, max_len=8)
+  model = build(cfg)
+  params = model.init(jax.random.PRNGKey(1), jnp.zeros((1, 8), jnp.int32))['params']
+  # Larger weights than the initialisation's, so that patches move the logits well above rounding.
+  params = jax.tree.map(lambda x: x * 5 if x.ndim >= 2 else x, nn.meta.unbox(params))
+  rng = np.random.default_rng(2)
+  clean, corrupt = rng.integers(0, 11, (4, 8)), rng.integers(0, 11, (4, 8))
+  return cfg, model, params, clean, corrupt
+
+
+@pytest.fixture(scope='module', params=['standard', 'token_factored', 'symbolic'])
+def residual(request):
+  cfg, model, params, clean, corrupt = residual_model(request.param)
+  return cfg, model, params, clean, corrupt, edges.Edges(model, params, clean, corrupt)
+
+
+def test_a_residual_model_with_no_edge_patched_is_the_clean_run_and_with_every_edge_the_corrupt_one(residual):
+  cfg, model, params, clean, corrupt, e = residual
+  n = len(e.graph.edges)
+  run = lambda tokens: np.asarray(model.apply({'params': params}, jnp.asarray(tokens)))
+  np.testing.assert_allclose(e.logits(np.zeros(n, np.float32)), run(clean), atol=1e-5)
+  np.testing.assert_allclose(e.logits(np.ones(n, np.float32)), run(corrupt), atol=1e-5)
+  # EAP-IG is complete: its scores sum to the change from clean to corrupt, up to the midpoint rule.
+  assert e.eap_ig(16).sum() == pytest.approx(e.value(np.ones(n, np.float32)) - e.value(), rel=0.02)
+
+
+def test_the_two_stream_values_read_x_t_alone():
+  standard = edges.graph_of(residual_model('standard')[0])
+  factored = edges.graph_of(residual_model('token_factored')[0])
+  assert 'm0->a1.h0<v>' in standard.edges and 'm0->a1.h0<v>' not in factored.edges
+  assert {'embed->a1.h0<v>', 'a0.h1->a1.h0<v>', 'm0->a1.h0<q>', 'm0->logits'} <= set(factored.edges)
+  # 2 layers of 2 heads: layer 0's 6 inputs read embed; the MLP 3 nodes; layer 1's queries and keys 4, its
+  # values 4 (standard) or 3 (two-stream); the MLP 6; the logits 7.
+  assert len(standard.edges) == 6 + 3 + 2 * 2 * 4 + 2 * 4 + 6 + 7
+  assert len(factored.edges) == len(standard.edges) - 2
+
+
+def _layer_norm(x, p, eps):
+  x = x.astype(np.float64)
+  mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+  return (x - mu) / np.sqrt(var + eps) * np.asarray(p['scale']) + np.asarray(p['bias'])
+
+
+def test_a_query_edge_is_the_heads_query_computed_from_the_input_with_that_edge_corrupt():
+  """Independently of the edge code: the standard model's head a1.h0 gets the query LN(x) W_Q of its block's input
+  x with the embedding's term taken from the corrupt run, every other head its own query."""
+  cfg, model, params, clean, corrupt = residual_model('standard')
+  e = edges.Edges(model, params, clean, corrupt)
+  from symjax.interpret import hooks
+  sites = ['embed', 'blocks.0.resid']
+  _, ours = hooks.run_with_cache(model, params, clean, sites)
+  _, theirs = hooks.run_with_cache(model, params, corrupt, ['embed'])
+  x = ours['blocks.0.resid'] - ours['embed'] + theirs['embed']
+  p = params['layer_1']
+  q0 = _layer_norm(x, p['norm_attn'], cfg.layer_norm_epsilon) @ np.asarray(p['attention']['query']['kernel'])[:, 0]
+  want = hooks.run_with_hooks(model, params, clean,
+                              {'blocks.1.attn.q': lambda q, name: q.at[:, :, 0].set(q0.astype(q.dtype))})
+  np.testing.assert_allclose(e.logits(['embed->a1.h0<q>']), want, atol=2e-6)
+  assert np.abs(want - e.logits()).max() > 1e-3                    # the patch did something
+
+
+def test_a_value_edge_of_the_two_stream_model_maps_x_t_with_that_edge_corrupt():
+  """Token-Factored: head a1.h0's value is (W_head ⊗ I) X_t (eq. 8) of the X_t entering block 1 with head a0.h1's
+  channel from the corrupt run."""
+  cfg, model, params, clean, corrupt = residual_model('token_factored')
+  # W_head mixes channels (it starts as the identity): head 0's value reads head a0.h1's channel too.
+  params['layer_1']['value_map']['w_head'] = jnp.asarray(np.random.default_rng(3).normal(size=(2, 2)), jnp.float32)
+  e = edges.Edges(model, params, clean, corrupt)
+  from symjax.interpret import hooks
+  _, ours = hooks.run_with_cache(model, params, clean, ['blocks.0.attn.z', 'blocks.0.x_t'])
+  _, theirs = hooks.run_with_cache(model, params, corrupt, ['blocks.0.attn.z'])
+  x_t = ours['blocks.0.x_t'].reshape(4, 8, 2, 4).astype(np.float64)
+  x_t[:, :, 1] += theirs['blocks.0.attn.z'][:, :, 1] - ours['blocks.0.attn.z'][:, :, 1]
+  w_head = np.asarray(params['layer_1']['value_map']['w_head'])
+  v0 = np.einsum('g,btgd->btd', w_head[0], x_t)
+  want = hooks.run_with_hooks(model, params, clean,
+                              {'blocks.1.attn.values': lambda v, name: v.at[:, :, 0].set(v0.astype(v.dtype))})
+  np.testing.assert_allclose(e.logits(['a0.h1->a1.h0<v>']), want, atol=2e-6)
+  assert np.abs(want - e.logits()).max() > 1e-3

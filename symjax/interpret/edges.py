@@ -80,8 +80,9 @@ class Graph:
   nodes: tuple[str, ...]
   edges: tuple[str, ...]
   reads: tuple[tuple[str, tuple[int, ...]], ...]
-  heads: tuple[str, ...]       # the heads' modules (``attn_1_0``), whose attention patterns are hook sites
+  patterns: tuple[tuple[str, str, int], ...]  # per head: (node, its pattern's hook site, its index there or −1)
   layer: tuple[int, ...]       # the layer of each node: −1 for the inputs, num_layers for the logits
+  program: bool = True         # a Transformer Program (inputs read stacks of variables), else a residual model
 
   @functools.cached_property
   def index(self) -> dict[str, int]:
@@ -117,15 +118,15 @@ class Graph:
 
 @functools.lru_cache(maxsize=32)
 def graph_of(cfg: ModelConfig) -> Graph:
-  """The graph of a Transformer Program of config ``cfg`` (``model.kind = 'program'``)."""
+  """The graph of a model of config ``cfg``: a Transformer Program's, or a residual model's
+  (``residual_graph``)."""
   if cfg.kind != 'program':
-    raise InputError(f"edge graphs are built for Transformer Programs (model.kind 'program'), got model.kind "
-                     f"{cfg.kind!r}")
+    return residual_graph(cfg)
   first_numerical = cfg.num_heads - cfg.program.numerical_heads
   nodes = ['tokens', 'positions']
   layer = [-1, -1]
   edges: list[str] = []
-  reads, heads = [], []
+  reads, patterns = [], []
 
   def add(site: str, variables: list[str], reader: str, slot: str | None):
     rows = []
@@ -144,7 +145,7 @@ def graph_of(cfg: ModelConfig) -> Graph:
       node, module = f'a{l}.h{h}', f'attn_{l}_{h}'
       nodes.append(node)
       layer.append(l)
-      heads.append(module)
+      patterns.append((node, f'{module}.pattern', -1))
       numerical = h >= first_numerical
       for slot, role in HEAD_SLOTS[:2 if numerical else 3]:
         add(f'{module}.{role}', readable, node, slot)
@@ -160,12 +161,68 @@ def graph_of(cfg: ModelConfig) -> Graph:
   nodes.append('logits')
   layer.append(cfg.num_layers)
   add('readout', tp.variable_names(cfg), 'logits', None)
-  return Graph(tuple(nodes), tuple(edges), tuple(reads), tuple(heads), tuple(layer))
+  return Graph(tuple(nodes), tuple(edges), tuple(reads), tuple(patterns), tuple(layer))
+
+
+RESIDUAL_KINDS = ('standard', 'token_factored', 'symbolic')
+
+
+def residual_graph(cfg: ModelConfig) -> Graph:
+  """The graph of a standard, Token-Factored or Symbolic Transformer: nodes ``embed``, ``a{l}.h{h}``, ``m{l}``,
+  ``logits``. A head's query and key, an MLP and the logits read every earlier node (the residual stream, X_t + X_e
+  in the two-stream kinds); a head's value reads every earlier node in the standard kind and, in the two-stream
+  kinds, the nodes that write X_t (``embed`` and the heads: the paper's eq. 8)."""
+  if cfg.kind not in RESIDUAL_KINDS:
+    raise InputError(f'edge graphs are built for the kinds {["program", *RESIDUAL_KINDS]}, got model.kind '
+                     f'{cfg.kind!r}')
+  unsupported = {'model.stream': (cfg.streams.stream, ('token_factored',)),
+                 'model.head_mixing': (cfg.streams.head_mixing, ('independent',)),
+                 'model.gate': (cfg.streams.gate, ('none',)),
+                 'model.numerical_heads': (cfg.program.numerical_heads, (0,)),
+                 'model.relational': (cfg.attention.relational, (False,)),
+                 'model.cascade_norm': (cfg.streams.cascade_norm, (False,))}
+  for field, (value, allowed) in unsupported.items():
+    if cfg.kind != 'standard' and value not in allowed:
+      raise InputError(f'edge graphs need {field} in {list(allowed)} (each head writing its own channel of '
+                       f'X_t, each FFN X_e), got {value!r}')
+  two_stream = cfg.kind != 'standard'
+  nodes, layer, writes_t = ['embed'], [-1], [True]
+  reads, edges, patterns = [], [], []
+
+  def add(site: str, reader: str, slot: str | None, only_x_t: bool = False):
+    rows = []
+    for source, t in zip(nodes, writes_t):
+      if only_x_t and not t:
+        rows.append(-1)
+      else:
+        rows.append(len(edges))
+        edges.append(edge_name(source, reader, slot))
+    reads.append((site, tuple(rows)))
+
+  for l in range(cfg.num_layers):
+    heads = [f'a{l}.h{h}' for h in range(cfg.num_heads)]
+    for h, node in enumerate(heads):
+      for slot, _ in HEAD_SLOTS:
+        add(f'blocks.{l}.attn.{slot}_input:{h}', node, slot, only_x_t=two_stream and slot == 'v')
+      patterns.append((node, f'blocks.{l}.attn.pattern', h))
+    nodes += heads
+    layer += [l] * len(heads)
+    writes_t += [True] * len(heads)
+    add(f'blocks.{l}.ffn.in', f'm{l}', None)
+    nodes.append(f'm{l}')
+    layer.append(l)
+    writes_t.append(not two_stream)
+  add('final.in', 'logits', None)
+  nodes.append('logits')
+  layer.append(cfg.num_layers)
+  return Graph(tuple(nodes), tuple(edges), tuple(reads), tuple(patterns), tuple(layer), program=False)
 
 
 def read_edges(graph: Graph, params) -> np.ndarray:
   """``[edges]`` bool: the edges a program's ``params`` read, each input's selected variable and every variable
-  into the (linear) readout; patching any other edge changes nothing."""
+  into the (linear) readout; patching any other edge changes nothing. Every edge of a residual model."""
+  if not graph.program:
+    return np.ones(len(graph.edges), bool)
   out = np.zeros(len(graph.edges), bool)
   for site, rows in graph.reads:
     if site == 'readout':
@@ -213,9 +270,79 @@ def _patched(model, params, tokens, key_mask, graph: Graph, corrupt: dict, w, dr
     patterns[str(name)] = value
     return value
   fns = {site: mix(jnp.asarray(rows), corrupt[site]) for site, rows in graph.reads}
-  fns.update({f'{module}.pattern': pattern for module in graph.heads})
+  fns.update({site: pattern for _, site, _ in graph.patterns})
   with names.session(fns, lambda name: False):
     return model.apply({'params': params}, tokens, key_mask), patterns
+
+
+def _head_outputs(cfg: ModelConfig, params, l: int, z):
+  """What each head of block ``l`` adds to the residual stream, ``[heads, batch, time, d_model]``, from its output
+  ``attn.z`` ``[batch, time, heads, head_dim]``: through its rows of the output projection (standard), or as its
+  own channel of X_t (the two-stream kinds)."""
+  if cfg.kind == 'standard':
+    return jnp.einsum('bthe,hed->hbtd', z, params[f'layer_{l}']['attention']['out']['kernel'].astype(z.dtype))
+  eye = jnp.eye(z.shape[2], dtype=z.dtype)
+  return jnp.einsum('bthe,hg->hbtge', z, eye).reshape(z.shape[2], *z.shape[:2], -1)
+
+
+def _residual_pass(model, params, tokens, key_mask, graph: Graph, corrupt=None, w=None, drop=None, deltas=None):
+  """(the logits, {pattern site: the patterns}, every source node's output ``[sources, batch, time, d_model]``)
+  of a residual model's pass with each edge e moved a fraction ``w[e]`` of the way to its corrupt value: the
+  reader's input gets w_e (corrupt_u − out_u) added, out_u being what node u wrote in this pass. ``drop`` and
+  ``deltas`` as in ``_patched``; without ``corrupt`` nothing is patched."""
+  cfg = model.config
+  outs = []
+  by_site: dict[str, list] = {}
+  for site, rows in graph.reads:
+    base, _, head = site.partition(':')
+    by_site.setdefault(base, []).append(rows)
+
+  def record(value, name):
+    outs.append(value)
+    return value
+
+  def heads(l):
+    def fn(z, name):
+      outs.extend(_head_outputs(cfg, params, l, z))
+      return z
+    return fn
+
+  def read(base):
+    rows = np.asarray(by_site[base])                           # [readers, sources]: a head each, or one
+
+    def fn(value, name):
+      n = len(outs)                                            # the sources written before this reader
+      index = jnp.asarray(rows[:, :n])
+      valid = index >= 0
+      weight = jnp.where(valid, w[jnp.maximum(index, 0)], 0.0).astype(value.dtype)
+      ours = jnp.stack(outs)
+      into = 'btrd' if value.ndim == 4 else 'btd'              # per head, or one input
+      new = value + jnp.einsum(f'ru,ubtd->{into}', weight, corrupt[:n] - ours)
+      if drop is not None:  # the same value, without the gradient through the dropped sources' clean outputs
+        stopped = jnp.where(valid, drop[jnp.maximum(index, 0)], False).astype(value.dtype) * (1 - weight)
+        new = new + jnp.einsum(f'ru,ubtd->{into}', stopped, jax.lax.stop_gradient(ours) - ours)
+      return new
+    return fn
+  patterns = {}
+
+  def pattern(value, name):
+    value = value + deltas[str(name)] if deltas else value
+    patterns[str(name)] = value
+    return value
+  fns = {'embed': record, **{f'blocks.{l}.attn.z': heads(l) for l in range(cfg.num_layers)},
+         **{f'blocks.{l}.ffn.out': record for l in range(cfg.num_layers)}}
+  if corrupt is not None:
+    fns.update({base: read(base) for base in by_site})
+  fns.update({site: pattern for _, site, _ in graph.patterns})
+  with names.session(fns, lambda name: False):
+    logits = model.apply({'params': params}, tokens, key_mask)
+  return logits, patterns, jnp.stack(outs)
+
+
+def _head_patterns(graph: Graph, patterns: dict):
+  """Every head's attention pattern (or its gradient), ``[heads, batch, queries, keys]``, in ``graph.patterns``'
+  order, from {pattern site: its value}."""
+  return jnp.stack([patterns[site] if index < 0 else patterns[site][:, index] for _, site, index in graph.patterns])
 
 
 def resample_pairs(key_mask, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -265,6 +392,8 @@ class Edges:
 
   def __init__(self, model, params, clean, corrupt, metric: Callable | None = None, key_mask=None, weights=None):
     self.graph = graph_of(model.config)
+    if not self.graph.program:
+      model = core.analysis_model(model)
     clean, corrupt = np.asarray(clean), np.asarray(corrupt)
     if clean.ndim != 2 or clean.shape != corrupt.shape:
       raise InputError(f'clean and corrupt must be token ids of one shape [batch, time], got {clean.shape} and '
@@ -290,13 +419,18 @@ class Edges:
 
   def _runs(self, params, clean, corrupt, key_mask):
     clean_logits = self.model.apply({'params': params}, clean, key_mask)
-    return clean_logits, _inputs(self.model, params, corrupt, key_mask, self.graph)[1]
+    if self.graph.program:
+      return clean_logits, _inputs(self.model, params, corrupt, key_mask, self.graph)[1]
+    return clean_logits, _residual_pass(self.model, params, corrupt, key_mask, self.graph)[2]
 
   def _logits(self, w, drop=None, deltas=None):
     return self._pass(w, drop, deltas)[0]
 
   def _pass(self, w, drop=None, deltas=None):
-    return _patched(self.model, self.params, self.clean, self.key_mask, self.graph, self._corrupt, w, drop, deltas)
+    if self.graph.program:
+      return _patched(self.model, self.params, self.clean, self.key_mask, self.graph, self._corrupt, w, drop, deltas)
+    return _residual_pass(self.model, self.params, self.clean, self.key_mask, self.graph, self._corrupt, w, drop,
+                          deltas)[:2]
 
   def _value(self, w):
     return self.metric(self._logits(w))
@@ -352,37 +486,35 @@ class Edges:
     g, n = self.graph, len(self.graph.edges)
     source, reader = g.ends
     layers = g.layer[-1]
-    head_of = {f'a{m.split("_")[1]}.h{m.split("_")[2]}': i for i, m in enumerate(g.heads)}
+    head_of = {node: i for i, (node, _, _) in enumerate(g.patterns)}
     qk = np.array([e.endswith(('<q>', '<k>')) for e in g.edges])
     which = np.array([head_of.get(g.nodes[r], -1) for r in reader])
     zero = jnp.zeros(n, jnp.float32)
     _, clean_patterns = jax.jit(self._pass)(zero)
-    sites = [f'{m}.pattern' for m in g.heads]
-    deltas = {site: jnp.zeros_like(clean_patterns[site]) for site in sites}
+    deltas = {site: jnp.zeros_like(clean_patterns[site]) for site in {site for _, site, _ in g.patterns}}
     drops = [np.array([g.layer[a] == l for a in source]) for l in range(layers)] if grad_drop and layers > 1 \
         else [np.zeros(n, bool)]
     gradients = jax.jit(jax.grad(lambda w, d, drop: self.metric(self._logits(w, drop, d)), (0, 1)))
     estimates = []
-    moved = self._moved_patterns(np.nonzero(qk)[0], which, sites, clean_patterns, chunk) if qk.any() else None
+    rows = np.nonzero(qk)[0]
+    moved = self._moved_patterns(rows, which, clean_patterns, chunk) if len(rows) else None
     for drop in drops:
       by_edge, by_pattern = gradients(zero, deltas, jnp.asarray(drop))
       estimate = np.asarray(by_edge, np.float64)
       if moved is not None:
-        grads = np.stack([np.asarray(by_pattern[site]) for site in sites])   # [heads, batch, ...]
-        rows = np.nonzero(qk)[0]
+        grads = np.asarray(_head_patterns(g, by_pattern))                  # [heads, batch, queries, keys]
         estimate[rows] = (grads[which[rows]] * moved).reshape(len(rows), -1).sum(-1)
       estimates.append(np.abs(estimate))
     return np.sum(estimates, 0) / max(len(drops) - 1, 1)
 
-  def _moved_patterns(self, rows: np.ndarray, which: np.ndarray, sites: list[str], clean: dict, chunk: int):
-    """``[len(rows), batch, ...]``: how each edge of ``rows`` (into a head's query or key) moves that head's
-    attention pattern when it alone is patched."""
+  def _moved_patterns(self, rows: np.ndarray, which: np.ndarray, clean: dict, chunk: int):
+    """``[len(rows), batch, queries, keys]``: how each edge of ``rows`` (into a head's query or key) moves that
+    head's attention pattern when it alone is patched."""
     n = len(self.graph.edges)
-    stacked = jnp.stack([clean[site] for site in sites])
+    stacked = _head_patterns(self.graph, clean)
 
     def one(w, head):
-      patterns = self._pass(w)[1]
-      return jnp.stack([patterns[site] for site in sites])[head] - stacked[head]
+      return _head_patterns(self.graph, self._pass(w)[1])[head] - stacked[head]
     size = max(1, min(chunk, len(rows)))
     padded = -(-len(rows) // size) * size
     index = np.concatenate([rows, np.full(padded - len(rows), rows[0])])

@@ -198,12 +198,13 @@ class Attention(nn.Module):
   def __call__(self, x: Array, values: Array | None = None, key_mask: Array | None = None,
                deterministic: bool = True, edges: relational.Edges | None = None,
                positions: Array | None = None, prefix: tuple[Array, Array] | None = None,
-               gate_input: Array | None = None) -> Array:
+               gate_input: Array | None = None, split: tuple | None = None) -> Array:
     """x: ``[batch, time, d_model]``; values: ``[batch, time, heads, head_dim]``; key_mask: ``[batch, keys]``
     (keys = P + time with a prefix); positions: ``[time, d_model]`` rows added to the queries' and keys' input
     of the categorical heads only (the numerical heads read ``x`` alone; ``numerical_positions=False``);
     prefix: keys and values ``[batch, P, heads, head_dim]``; gate_input: ``[batch, time, heads, head_dim]``,
-    what the 'symbolic' gate reads. Returns ``[batch, time, d_model]``.
+    what the 'symbolic' gate reads; split: per-head inputs ``[batch, time, heads, d_model]`` of the queries, the
+    keys and (without ``values``) the values, in place of ``x`` (edge patching). Returns ``[batch, time, d_model]``.
     """
     time, offset = x.shape[1], 0 if prefix is None else prefix[0].shape[1]
     static = head_mask_matrix(self.mask, offset + time, offset + time)[:, offset:]  # [heads or 1, q, k]
@@ -219,7 +220,7 @@ class Attention(nn.Module):
     alibi = ALiBi(self.num_heads, self.learned_slopes, name='alibi') if self.alibi and edges is None else None
     slopes = alibi.slopes() if alibi is not None and kernel in ('blocked', 'fused') else None
     wide = self._fused_width(kernel, static, time, values, alibi)
-    q, k, v = self._queries_keys_values(x, values, positions, wide)        # eqs. 7-8
+    q, k, v = self._queries_keys_values(x, values, positions, wide, split)  # eqs. 7-8
     if prefix is not None:
       k, v = (jnp.concatenate([kept.astype(new.dtype), new], axis=1) for kept, new in zip(prefix, (k, v)))
     query = q
@@ -272,8 +273,18 @@ class Attention(nn.Module):
     return Projection((self.num_heads, self.head_dim), dtype=self.dtype, kernel_init=init, out_pad=pad,
                       as_matrix=as_matrix, name=name)
 
-  def _queries_keys_values(self, x: Array, values: Array | None, positions: Array | None, wide: int):
-    if positions is None:
+  def _queries_keys_values(self, x: Array, values: Array | None, positions: Array | None, wide: int,
+                           split: tuple | None = None):
+    if split is not None:
+      if positions is not None or wide:
+        raise InputError('per-head inputs (edge patching) are for attention without apart positions or a fused '
+                         'kernel')
+      d = x.shape[-1]
+      kernel = lambda name: self._projection(name, as_matrix=True)(x).reshape(d, self.num_heads, -1)
+      own = lambda name, xs: jnp.einsum('bthd,dhe->bthe', xs.astype(self.dtype), kernel(name).astype(self.dtype))
+      q, k = own('query', split[0]), own('key', split[1])
+      v = own('value', split[2]) if values is None else values.astype(self.dtype)
+    elif positions is None:
       q, k, v = self._one_product(x, wide, values is None)
     else:
       if not self.numerical_heads or self.numerical_positions:

@@ -380,6 +380,39 @@ def _stores_first_argument(code) -> bool:
   return False
 
 
+# The inputs edge patching gives each reader apart (``symjax.interpret.edges``), as TransformerLens's split inputs:
+#   blocks.{l}.attn.q_input, .k_input, .v_input  [batch, time, heads, d_model]  what each head's query, key and
+#                                value read before their norm (two-stream: the value reads X_t)
+#   blocks.{l}.ffn.in          [batch, time, d_model]      what the FFN reads before its norm
+#   final.in                   [batch, time, d_model]      what the final norm reads
+# A block computes its heads' inputs apart only where a hook session hooks one of them; they are never sown.
+INPUT_SITES = ('attn.q_input', 'attn.k_input', 'attn.v_input', 'ffn.in', 'final.in')
+
+
+def splits(module) -> bool:
+  """Whether the open hook session hooks a per-head input of ``module``'s attention (``INPUT_SITES``)."""
+  s = _SESSION.get()
+  return s is not None and any(site(module, f'attn.{p}_input') in s.fns for p in 'qkv')
+
+
+def tap(module, local: str, value):
+  """The value at input site ``local`` (``INPUT_SITES``): what the session's hook there returns, else ``value``."""
+  s = _SESSION.get()
+  fn = None if s is None else s.fns.get(site(module, local))
+  if fn is None:
+    return value
+  new = fn(value, HookName(site(module, local)))
+  if new.shape != value.shape:
+    raise InputError(f'the hook at {site(module, local)} returned shape {new.shape}; the site has {value.shape}')
+  return new.astype(value.dtype)
+
+
+def per_head(x, num_heads: int):
+  """``x`` ``[..., d]`` as every head's own copy, ``[..., heads, d]``."""
+  import jax.numpy as jnp
+  return jnp.broadcast_to(x[..., None, :], (*x.shape[:-1], num_heads, x.shape[-1]))
+
+
 def hook(module, local: str, value, replaceable: bool = True):
   """The value at a named site: ``value`` itself outside a hook session (sown when the site is one of
   ``SOWN``); inside one, what its hook function returns, sown when the session keeps it or it is one of

@@ -111,10 +111,14 @@ class StandardBlock(nn.Module):
     cfg = self.config
     drop = nn.Dropout(cfg.training.dropout_rate, deterministic=deterministic)
     ln = lambda name: nn.LayerNorm(cfg.layer_norm_epsilon, dtype=cfg.compute_dtype, name=name)
-    x = x + drop(attention_layer(cfg, True)(ln('norm_attn')(x), key_mask=key_mask, deterministic=deterministic,
-                                            edges=edges, prefix=prefix))
+    norm = ln('norm_attn')
+    # Each head's query, key and value from an input of its own (edge patching), through the same norm.
+    split = tuple(norm(names.tap(self, f'attn.{p}_input', names.per_head(x, cfg.num_heads))) for p in 'qkv') \
+        if names.splits(self) else None
+    x = x + drop(attention_layer(cfg, True)(norm(x), key_mask=key_mask, deterministic=deterministic,
+                                            edges=edges, prefix=prefix, split=split))
     x = names.hook(self, 'resid_mid', x)
-    pre = names.hook(self, 'ffn.pre', ln('norm_ffn')(x))
+    pre = names.hook(self, 'ffn.pre', ln('norm_ffn')(names.tap(self, 'ffn.in', x)))
     x = x + drop(names.hook(self, 'ffn.out', ffn_layer(cfg)(pre)))
     return names.hook(self, 'resid', x)
 
@@ -142,20 +146,26 @@ class FactoredBlock(nn.Module):
     drop = nn.Dropout(cfg.training.dropout_rate, deterministic=deterministic)
     stream = cfg.streams.stream
     # Attention: values from X_t alone (eq. 8 / eq. 27); the paper's stream updates X_t only (eq. 12 / eq. 28).
-    values, edges = self._values(x_t, table, edges)
+    # Edge patching gives each head's query, key and value an input of its own (``names.splits``).
+    split = names.splits(self)
+    heads = lambda p, x: names.tap(self, f'attn.{p}_input', names.per_head(x, cfg.num_heads))
+    values, edges = self._values(heads('v', x_t) if split else x_t, table, edges)
     offset = 0 if prefix is None else prefix[0].shape[1]
-    x_attn, positions = self._attention_input(self._norm('norm_attn')(x_t + x_e), offset)
+    norm = self._norm('norm_attn')
+    own = tuple(norm(heads(p, x_t + x_e)) for p in 'qk') if split else ()
+    x_attn, positions, own = self._attention_input(norm(x_t + x_e), offset, own)
+    split = (*own, None) if split else None
     delta = attention_layer(cfg, False, self.gumbel_scale)(x_attn, values=values, key_mask=key_mask,
                                                            deterministic=deterministic, edges=edges,
                                                            positions=positions, prefix=prefix,
-                                                           gate_input=self._gate_input(x_t))
+                                                           gate_input=self._gate_input(x_t), split=split)
     delta = drop(self._counts(delta, table))
     x_t, x_e = (x_t, x_e + delta) if stream == 'cascade' else (x_t + delta, x_e)
     x_t, x_e = names.hook(self, 'x_t_mid', x_t), names.hook(self, 'x_e_mid', x_e)
     if names.active():
       names.hook(self, 'resid_mid', x_t + x_e, replaceable=False)
     # FFN: reads the whole state; the paper's stream updates X_e only (eqs. 13-15 / Algorithm 1 lines 6-8).
-    x_ffn = names.hook(self, 'ffn.pre', self._norm('norm_ffn')(x_t + x_e))
+    x_ffn = names.hook(self, 'ffn.pre', self._norm('norm_ffn')(names.tap(self, 'ffn.in', x_t + x_e)))
     delta = drop(names.hook(self, 'ffn.out', self._ffn(x_ffn, table)))
     x_t, x_e = (x_t + delta, x_e) if stream == 'single' else (x_t, x_e + delta)
     x_t, x_e = names.hook(self, 'x_t', x_t), names.hook(self, 'x_e', x_e)
@@ -199,7 +209,9 @@ class FactoredBlock(nn.Module):
                                             kernels.vocab_chunk_size, cfg.num_valid_rows, options.projection_gain,
                                             hard=cfg.program.hard, gumbel_scale=self.gumbel_scale,
                                             name='value_projection')
-    value = lambda x: projection(value_map(x), table) if project else value_map(x)
+    # A per-head input [..., heads, d_model] (edge patching): head h's value is channel h of its own input's map.
+    own = lambda v, x: jnp.diagonal(v, axis1=-3, axis2=-2).swapaxes(-1, -2) if x.ndim == 4 and edges is None else v
+    value = lambda x: projection(own(value_map(x), x), table) if project else own(value_map(x), x)
     values = value(x_t)
     if edges is None:
       return values, None
@@ -212,18 +224,22 @@ class FactoredBlock(nn.Module):
       values, edge_values = 0.5 * values, 0.5 * edge_values
     return values, relational.Edges(edges.ids, edges.table, edge_values)
 
-  def _attention_input(self, x_attn: Array, offset: int = 0) -> tuple[Array, Array | None]:
-    """(the attention's input, position rows for its categorical heads alone or None): learned position
+  def _attention_input(self, x_attn: Array, offset: int = 0, heads: tuple = ()
+                       ) -> tuple[Array, Array | None, tuple]:
+    """(the attention's input, position rows for its categorical heads alone or None, ``heads``): learned position
     rows (``model.qk_positions``, from row ``offset``) are added to the input, or passed apart without
-    ``numerical_positions``."""
+    ``numerical_positions``; ``heads``, per-head inputs ``[batch, time, heads, d_model]`` (edge patching), get
+    the same rows."""
     cfg = self.config
     if not cfg.attention.qk_positions:
-      return x_attn, None
+      return x_attn, None, heads
     # Scale comparable to the unit-variance LayerNorm output it is added to (std 0.5 is what was measured).
     pos = self.param('qk_position', nn.with_logical_partitioning(nn.initializers.normal(0.5), (None, EMBED)),
                      (cfg.max_len, cfg.d_model))
     positions = pos[offset:offset + x_attn.shape[-2]].astype(x_attn.dtype)
-    return (x_attn + positions, None) if cfg.program.numerical_positions else (x_attn, positions)
+    if not cfg.program.numerical_positions:
+      return x_attn, positions, heads
+    return x_attn + positions, None, tuple(h + positions[:, None] for h in heads)
 
   def _counts(self, delta_t: Array, table: Array) -> Array:
     """A numerical head's count becomes a token of its channel (a mixture when soft)."""
@@ -339,7 +355,7 @@ def blocks(module: nn.Module, state, table: Array, key_mask: Array | None = None
       x = block(cfg, name=f'layer_{l}')(x, key_mask, deterministic, graph, prefix.get(l))
       if decode_layers:
         layers.append(norm(x))
-    return norm(x), layers
+    return norm(names.tap(module, 'final.in', x)), layers
   (x_t, x_e), block = state, _remat(FactoredBlock, cfg, static_argnums=(5,))
   for l, kind in enumerate(cfg.layer_kinds()):
     if l >= first:
@@ -347,7 +363,7 @@ def blocks(module: nn.Module, state, table: Array, key_mask: Array | None = None
                                                                                  deterministic, graph, prefix.get(l))
       if decode_layers:
         layers.append(norm(x_e if cfg.streams.pls_source == 'x_e' else x_t + x_e))
-  return norm(x_t + x_e), layers
+  return norm(names.tap(module, 'final.in', x_t + x_e)), layers
 
 
 def final_norm(cfg: ModelConfig) -> nn.Module:

@@ -1282,6 +1282,9 @@ def true_reads(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.n
   ``first``, ``second``) or ``readout``. Constants are folded and what no kept classifier row needs is left out,
   as in the code; modules are not merged, so that each read is one the model makes (a merged module is computed
   by the model all the same). These are the true edges of its circuit (``symjax.interpret.edges``)."""
+  if cfg.kind != 'program':
+    raise InputError(f"a circuit's true edges come from a Transformer Program's code (model.kind 'program'); this "
+                     f"model is of kind {cfg.kind!r}, whose circuit no program states")
   plan = plan_of(params, cfg)
   plan.tokens, plan.max_len = list(tokens), inputs.shape[1]
   real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
@@ -1308,9 +1311,10 @@ def true_reads(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.n
 def true_edges(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray) -> list[str]:
   """``true_reads`` as the names of the edges of the model's graph (``symjax.interpret.edges.Graph``)."""
   from symjax.interpret import edges
+  reads = true_reads(params, cfg, tokens, inputs, lengths)
   graph = edges.graph_of(cfg)
   return sorted(graph.edge_of(v, 'readout' if role == 'readout' else f'{m}.{role}')
-                for v, m, role in true_reads(params, cfg, tokens, inputs, lengths))
+                for v, m, role in reads)
 
 
 def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:

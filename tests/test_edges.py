@@ -158,6 +158,15 @@ def test_eap_is_the_exact_patch_for_a_metric_linear_in_the_edge(histogram):
   np.testing.assert_allclose(linear.eap()[into_logits], linear.exact()[into_logits], rtol=1e-4, atol=1e-3)
 
 
+def test_resample_pairs_match_lengths_and_never_an_input_with_itself():
+  mask = np.arange(6)[None, :] < np.array([3, 4, 3, 5, 3, 4])[:, None]
+  rows, partners = edges.resample_pairs(mask, seed=1)
+  assert sorted(rows) == [0, 1, 2, 4, 5]                          # length 5 is held by one input: left out
+  assert (mask[rows].sum(1) == mask[partners].sum(1)).all() and (rows != partners).all()
+  with pytest.raises(InputError, match='no two inputs of the batch have the same length'):
+    edges.resample_pairs(np.arange(4)[None, :] < np.array([1, 2, 3])[:, None])
+
+
 def test_bad_input_is_refused_in_one_line(histogram):
   cfg, params, x, lengths, e = histogram
   with pytest.raises(InputError, match="'a9.h9->logits' is not an edge"):

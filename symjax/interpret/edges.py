@@ -1,19 +1,23 @@
-"""Circuits over edges: a Transformer Program's graph, patching along its edges, and circuit discovery on it.
+"""Circuits over edges: a model's graph, patching along its edges, and circuit discovery on it.
 
-The graph ("Towards Automated Circuit Discovery for Mechanistic Interpretability", §2). Its nodes are the input
-variables ``tokens`` and ``positions``, each head ``a{l}.h{h}``, each MLP ``m{l}.{m}`` and the ``logits``. An
-edge runs from a node's output to one input of a later node: a head's query, key and value (``<q>``, ``<k>``,
-``<v>``), an MLP's two inputs (``<first>``, ``<second>``) or the readout, written as the EAP-IG authors write
-them: ``a0.h1->a1.h0<q>``, ``m0.0->logits``.
+The graph ("Towards Automated Circuit Discovery for Mechanistic Interpretability", §2). Its nodes are the input,
+each head ``a{l}.h{h}``, each MLP and the ``logits``. An edge runs from a node's output to one input of a later
+node: a head's query, key and value (``<q>``, ``<k>``, ``<v>``), an MLP's input, or the readout. Edges are written
+as the EAP-IG authors write them, ``a0.h1->a1.h0<q>``, ``m0->logits``.
 
-Each input of a Transformer Program reads one variable of the residual stream, which is the stack of the
-variables written before it ("Learning Transformer Programs" §3.1). Patching edge u→d gives d's input the
-value u holds on the corrupt input, while every other input reads what the model computes on the clean one;
-the change goes on through d's output, as ACDC patches. With a weight w_e ∈ [0, 1] per edge,
+- **A Transformer Program** (``graph_of``). The input nodes are the variables ``tokens`` and ``positions``, and
+  each MLP ``m{l}.{m}`` has two inputs, ``<first>`` and ``<second>``. Each input reads one variable of the
+  residual stream, the stack of the variables written before it ("Learning Transformer Programs" §3.1), so an
+  edge u→d is variable u in d's stack.
+- **A standard, Token-Factored or Symbolic Transformer** (``residual_graph``). The input node is ``embed`` and each
+  MLP is ``m{l}``. A reader's input is the sum of what the earlier nodes wrote into the residual stream, so an
+  edge u→d is u's term in d's input; each head reads an input of its own (the model's ``attn.q_input`` sites). In
+  the two-stream kinds a value reads X_t alone, so only ``embed`` and the heads feed it.
 
-  stack_d[u] ← stack_d[u] + w_{u→d} (corrupt[u] − stack_d[u]),
-
-and one function f(w) = metric(logits(w)) serves every method (``Edges``):
+Patching edge u→d gives d's input what u holds, or wrote, on the corrupt input, while every other input reads what
+the model computes on the clean one. The change goes on through d's output, as ACDC patches. With a weight
+w_e ∈ [0, 1] per edge, d's input gets w_{u→d} (corrupt_u − clean_u) added, and one function
+f(w) = metric(logits(w)) serves every method (``Edges``):
 
   exact         f(e_i) − f(0) for every edge i: the effect of patching that edge alone
   eap           ∇f(0): each edge's (corrupt − clean) times the metric's gradient at its input ("Attribution
@@ -382,7 +386,7 @@ def _kl(clean_logits, logits, weights):
 
 
 class Edges:
-  """Edge patching of one Transformer Program on one pair of batches, and the methods that rank its edges.
+  """Edge patching of one model on one pair of batches, and the methods that rank its edges.
 
   ``clean`` and ``corrupt``: token ids ``[batch, time]`` of the same shape (pad the shorter, and give
   ``key_mask``); ``metric(logits) -> scalar`` with ``jnp`` (default: the log-probability of the clean run's

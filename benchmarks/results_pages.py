@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import html
 import json
 import os
 import re
@@ -432,14 +433,17 @@ def circuit_figure(data: dict) -> str:
   effect (square root), the true edges (its decompiled code's) in green, the others grey and dashed."""
   fig = data['figure']
   nodes, layer = fig['nodes'], fig['layer']
-  columns = sorted(set(layer))
-  by_column = {c: [n for n, lay in zip(nodes, layer) if lay == c] for c in columns}
-  width, height, pad = 170 * len(columns) + 60, 70 * max(len(v) for v in by_column.values()) + 90, 60
+  # Columns: the inputs, then each layer's heads and its MLPs apart (an MLP reads its own layer's heads).
+  column = [0 if lay < 0 else 2 * lay + 1 if n == 'logits' or n.startswith('a') else 2 * lay + 2
+            for n, lay in zip(nodes, layer)]
+  columns = sorted(set(column))
+  by_column = {c: [n for n, col in zip(nodes, column) if col == c] for c in columns}
+  width, height, pad = 130 * len(columns) + 80, 60 * max(len(v) for v in by_column.values()) + 100, 60
   at = {}
   for x, c in enumerate(columns):
     names = by_column[c]
     for y, n in enumerate(names):
-      at[n] = (pad + 170 * x, 70 + (height - 120) * (y + 0.5) / len(names))
+      at[n] = (pad + 130 * x, 70 + (height - 110) * (y + 0.5) / len(names))
   strongest = max((abs(e) for _, e, _ in fig['edges']), default=1.0) or 1.0
   out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
          f'font-size="12">', f'<rect width="{width}" height="{height}" fill="white"/>',
@@ -456,10 +460,12 @@ def circuit_figure(data: dict) -> str:
     bend = (x1 + x2) / 2
     out.append(f'<path d="M{x1 + 28:.0f},{y1:.0f} C{bend:.0f},{y1:.0f} {bend:.0f},{y2:.0f} {x2 - 28:.0f},{y2:.0f}" '
                f'fill="none" stroke="{colour}" stroke-width="{w:.2f}" stroke-opacity="0.8"{dash}>'
-               f'<title>{name}: {effect:+.4g}</title></path>')
+               f'<title>{html.escape(name)}: {effect:+.4g}</title></path>')
     if slot:
-      out.append(f'<text x="{x2 - 34:.0f}" y="{y2 - 4 + 9 * "qkv".find(slot[0]):.0f}" text-anchor="end" '
-                 f'font-size="9" fill="{colour}">{slot.rstrip(">")}</text>')
+      slot = slot.rstrip('>')
+      offset = {'q': -6, 'k': 3, 'v': 12, 'first': -4, 'second': 10}.get(slot, 0)
+      out.append(f'<text x="{x2 - 30:.0f}" y="{y2 + offset:.0f}" text-anchor="end" font-size="9" '
+                 f'fill="{colour}">{slot}</text>')
   for n, (x, y) in at.items():
     out.append(f'<rect x="{x - 28:.0f}" y="{y - 13:.0f}" width="56" height="26" rx="5" fill="#e3f2fd" '
                f'stroke="#1565c0"/><text x="{x:.0f}" y="{y + 4:.0f}" text-anchor="middle">{n}</text>')

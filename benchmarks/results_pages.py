@@ -428,6 +428,20 @@ def circuits_table(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def edges_speed_table(data: dict, json_name: str, pages: str) -> str:
+  """Seconds per call of the edge methods on the text recipe's 4-layer model, per kind (``benchmarks.speed.edges``)."""
+  methods = (('eap', 'EAP'), ('eap_ig_16', 'EAP-IG, 16 steps'), ('atp_star', 'AtP*'), ('exact', 'exact, every edge'),
+             ('acdc', f"ACDC (threshold {data['threshold']})"))
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; {data['batch']} prompts of {data['length']} "
+           f"tokens, warm (median of {data['repeats']}; exact and ACDC one call), the first call in brackets "
+           f"([provenance]({pages}/{json_name}.md)).", '',
+           '| kind | edges | ' + ' | '.join(name for _, name in methods) + ' |', '|---|---:|' + '---:|' * len(methods)]
+  for kind, r in data['per_kind'].items():
+    lines.append(f"| {kind} | {r['edges']} | " + ' | '.join(
+        f"{r[m]['seconds']:.3f} s ({r[m]['seconds_first']:.1f} s)" for m, _ in methods) + ' |')
+  return '\n'.join(lines) + '\n'
+
+
 def circuit_figure(data: dict) -> str:
   """An SVG of one run's circuit: its nodes by layer, every edge the model reads drawn as wide as the exact patch's
   effect (square root), the true edges (its decompiled code's) in green, the others grey and dashed."""
@@ -617,7 +631,8 @@ GENERATED = {
                          ('stream-cone', 'stream_cone', stream_cone_table)), 'results/data'),
     'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table), *QUICKSTART), 'results/data'),
     'docs/results/dual_stream.md': ((('dual-stream', 'dual_stream_text_cpu', dual_stream_table),), 'data'),
-    'docs/results/circuits.md': ((('circuits', 'circuits', circuits_table),), 'data'),
+    'docs/results/circuits.md': ((('circuits', 'circuits', circuits_table),
+                                  ('edges-speed', 'edges_speed', edges_speed_table)), 'data'),
 }
 # Figures drawn from a JSON file: {the image's path: (the file, its drawing)}.
 FIGURES = {'docs/results/circuit_figure.svg': ('circuits', circuit_figure)}

@@ -120,6 +120,18 @@ class Graph:
     return np.array([at[a] for a, _ in pairs]), np.array([at[b] for _, b in pairs])
 
 
+def _add_reader(edges: list[str], reads: list, site: str, sources: list[str | None], reader: str,
+                slot: str | None) -> None:
+  """Appends an edge from each source (None: a row no edge feeds) to ``reader``'s input ``slot``, and the input's
+  entry of ``Graph.reads``."""
+  rows = []
+  for source in sources:
+    rows.append(-1 if source is None else len(edges))
+    if source is not None:
+      edges.append(edge_name(source, reader, slot))
+  reads.append((site, tuple(rows)))
+
+
 @functools.lru_cache(maxsize=32)
 def graph_of(cfg: ModelConfig) -> Graph:
   """The graph of a model of config ``cfg``: a Transformer Program's, or a residual model's
@@ -133,15 +145,7 @@ def graph_of(cfg: ModelConfig) -> Graph:
   reads, patterns = [], []
 
   def add(site: str, variables: list[str], reader: str, slot: str | None):
-    rows = []
-    for v in variables:
-      source = node_of(v)
-      if source is None:
-        rows.append(-1)
-      else:
-        rows.append(len(edges))
-        edges.append(edge_name(source, reader, slot))
-    reads.append((site, tuple(rows)))
+    _add_reader(edges, reads, site, [node_of(v) for v in variables], reader, slot)
 
   for l in range(cfg.num_layers):
     readable = tp.variable_names(cfg, l)
@@ -194,14 +198,8 @@ def residual_graph(cfg: ModelConfig) -> Graph:
   reads, edges, patterns = [], [], []
 
   def add(site: str, reader: str, slot: str | None, only_x_t: bool = False):
-    rows = []
-    for source, t in zip(nodes, writes_t):
-      if only_x_t and not t:
-        rows.append(-1)
-      else:
-        rows.append(len(edges))
-        edges.append(edge_name(source, reader, slot))
-    reads.append((site, tuple(rows)))
+    _add_reader(edges, reads, site, [n if t or not only_x_t else None for n, t in zip(nodes, writes_t)], reader,
+                slot)
 
   for l in range(cfg.num_layers):
     heads = [f'a{l}.h{h}' for h in range(cfg.num_heads)]
@@ -261,22 +259,33 @@ def _patched(model, params, tokens, key_mask, graph: Graph, corrupt: dict, w, dr
   with respect to the pattern)."""
   def mix(rows, theirs):
     def fn(value, name):
-      weight = jnp.where(rows >= 0, w[jnp.maximum(rows, 0)], 0.0).astype(value.dtype)
+      weight = _at(w, rows, 0.0).astype(value.dtype)
       if drop is not None:
-        stopped = jnp.where(rows >= 0, drop[jnp.maximum(rows, 0)], False)[:, None, None, None]
+        stopped = _at(drop, rows, False)[:, None, None, None]
         value = jnp.where(stopped, jax.lax.stop_gradient(value), value)
       return value + weight[:, None, None, None] * (theirs - value)
     return fn
+  fns, patterns = _pattern_hooks(graph, deltas)
+  fns.update({site: mix(jnp.asarray(rows), corrupt[site]) for site, rows in graph.reads})
+  with names.session(fns, lambda name: False):
+    return model.apply({'params': params}, tokens, key_mask), patterns
+
+
+def _pattern_hooks(graph: Graph, deltas: dict | None) -> tuple[dict, dict]:
+  """(hooks at every head's pattern site, the dict they fill with the patterns of the pass): each adds its
+  ``deltas`` entry, whose gradient is then the metric's with respect to the pattern."""
   patterns = {}
 
   def pattern(value, name):
     value = value + deltas[str(name)] if deltas else value
     patterns[str(name)] = value
     return value
-  fns = {site: mix(jnp.asarray(rows), corrupt[site]) for site, rows in graph.reads}
-  fns.update({site: pattern for _, site, _ in graph.patterns})
-  with names.session(fns, lambda name: False):
-    return model.apply({'params': params}, tokens, key_mask), patterns
+  return {site: pattern for _, site, _ in graph.patterns}, patterns
+
+
+def _at(values, rows, fill):
+  """``values[rows]``, ``fill`` where a row is −1 (no edge)."""
+  return jnp.where(rows >= 0, values[jnp.maximum(rows, 0)], fill)
 
 
 def _head_outputs(cfg: ModelConfig, params, l: int, z):
@@ -317,27 +326,20 @@ def _residual_pass(model, params, tokens, key_mask, graph: Graph, corrupt=None, 
     def fn(value, name):
       n = len(outs)                                            # the sources written before this reader
       index = jnp.asarray(rows[:, :n])
-      valid = index >= 0
-      weight = jnp.where(valid, w[jnp.maximum(index, 0)], 0.0).astype(value.dtype)
+      weight = _at(w, index, 0.0).astype(value.dtype)
       ours = jnp.stack(outs)
       into = 'btrd' if value.ndim == 4 else 'btd'              # per head, or one input
       new = value + jnp.einsum(f'ru,ubtd->{into}', weight, corrupt[:n] - ours)
       if drop is not None:  # the same value, without the gradient through the dropped sources' clean outputs
-        stopped = jnp.where(valid, drop[jnp.maximum(index, 0)], False).astype(value.dtype) * (1 - weight)
+        stopped = _at(drop, index, False).astype(value.dtype) * (1 - weight)
         new = new + jnp.einsum(f'ru,ubtd->{into}', stopped, jax.lax.stop_gradient(ours) - ours)
       return new
     return fn
-  patterns = {}
-
-  def pattern(value, name):
-    value = value + deltas[str(name)] if deltas else value
-    patterns[str(name)] = value
-    return value
-  fns = {'embed': record, **{f'blocks.{l}.attn.z': heads(l) for l in range(cfg.num_layers)},
-         **{f'blocks.{l}.ffn.out': record for l in range(cfg.num_layers)}}
+  fns, patterns = _pattern_hooks(graph, deltas)
+  fns.update({'embed': record, **{f'blocks.{l}.attn.z': heads(l) for l in range(cfg.num_layers)},
+              **{f'blocks.{l}.ffn.out': record for l in range(cfg.num_layers)}})
   if corrupt is not None:
     fns.update({base: read(base) for base in by_site})
-  fns.update({site: pattern for _, site, _ in graph.patterns})
   with names.session(fns, lambda name: False):
     logits = model.apply({'params': params}, tokens, key_mask)
   return logits, patterns, jnp.stack(outs)

@@ -221,6 +221,9 @@ def test_the_two_stream_values_read_x_t_alone():
   # values 4 (standard) or 3 (two-stream); the MLP 6; the logits 7.
   assert len(standard.edges) == 6 + 3 + 2 * 2 * 4 + 2 * 4 + 6 + 7
   assert len(factored.edges) == len(standard.edges) - 2
+  stream = dict(zip(factored.edges, factored.streams))
+  assert (stream['embed->a1.h0<v>'], stream['a0.h1->m0'], stream['m0->a1.h0<k>']) == ('x_t', 'x_t', 'x_e')
+  assert set(standard.streams) == {'resid'}
 
 
 def _layer_norm(x, p, eps):

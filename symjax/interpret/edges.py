@@ -86,7 +86,19 @@ class Graph:
   reads: tuple[tuple[str, tuple[int, ...]], ...]
   patterns: tuple[tuple[str, str, int], ...]  # per head: (node, its pattern's hook site, its index there or −1)
   layer: tuple[int, ...]       # the layer of each node: −1 for the inputs, num_layers for the logits
-  program: bool = True         # a Transformer Program (inputs read stacks of variables), else a residual model
+  kind: str = 'program'        # the model's kind: 'program' (inputs read stacks of variables), or a residual one
+
+  @property
+  def program(self) -> bool:
+    return self.kind == 'program'
+
+  @functools.cached_property
+  def streams(self) -> tuple[str, ...]:
+    """The stream each edge travels in: in the two-stream kinds ``x_t`` from the embedding and the heads, ``x_e``
+    from the FFNs; ``resid`` in the standard kind; ``variables`` in a program."""
+    if self.kind in ('program', 'standard'):
+      return ('variables' if self.program else 'resid',) * len(self.edges)
+    return tuple('x_e' if e.startswith('m') else 'x_t' for e in self.edges)
 
   @functools.cached_property
   def index(self) -> dict[str, int]:
@@ -217,7 +229,7 @@ def residual_graph(cfg: ModelConfig) -> Graph:
   add('final.in', 'logits', None)
   nodes.append('logits')
   layer.append(cfg.num_layers)
-  return Graph(tuple(nodes), tuple(edges), tuple(reads), tuple(patterns), tuple(layer), program=False)
+  return Graph(tuple(nodes), tuple(edges), tuple(reads), tuple(patterns), tuple(layer), cfg.kind)
 
 
 def read_edges(graph: Graph, params) -> np.ndarray:

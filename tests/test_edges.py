@@ -268,3 +268,26 @@ def test_a_value_edge_of_the_two_stream_model_maps_x_t_with_that_edge_corrupt():
                               {'blocks.1.attn.values': lambda v, name: v.at[:, :, 0].set(v0.astype(v.dtype))})
   np.testing.assert_allclose(e.logits(['a0.h1->a1.h0<v>']), want, atol=2e-6)
   assert np.abs(want - e.logits()).max() > 1e-3
+
+
+def test_a_node_sweep_patches_a_heads_output_at_one_position():
+  """Exact: the head's output at that position from the corrupt run (a hook on attn.z), everything after it
+  recomputed; the gradient sweeps estimate the same grid."""
+  cfg, model, params, clean, corrupt = residual_model('standard')
+  e = edges.Edges(model, params, clean, corrupt)
+  from symjax.interpret import hooks
+  exact = e.node_sweep('exact')                                   # [heads, positions]
+  assert exact.shape == (4, 8)
+  _, theirs = hooks.run_with_cache(model, params, corrupt, ['blocks.1.attn.z'])
+  for head, position in ((2, 3), (3, 7)):                         # a1.h0 and a1.h1
+    z = theirs['blocks.1.attn.z'][:, position, head - 2]
+    hook = lambda v, name, p=position, h=head - 2, z=z: v.at[:, p, h].set(z)
+    patched = hooks.run_with_hooks(model, params, clean, {'blocks.1.attn.z': hook})
+    assert exact[head, position] == pytest.approx(float(e.metric(jnp.asarray(patched))) - e.value(), abs=1e-6)
+  atp = e.node_sweep('atp')
+  assert np.corrcoef(exact.ravel(), atp.ravel())[0, 1] > 0.5      # an estimate of the same grid
+  assert (e.node_sweep('atp_star') >= 0).all()
+  with pytest.raises(InputError, match="unknown node method 'acdc'"):
+    e.node_sweep('acdc')
+  with pytest.raises(InputError, match="'logits' is not a node with outputs"):
+    e.node_sweep('exact', nodes=['logits'])

@@ -275,7 +275,8 @@ def _patched(model, params, tokens, key_mask, graph: Graph, corrupt: dict, w, dr
       if drop is not None:
         stopped = _at(drop, rows, False)[:, None, None, None]
         value = jnp.where(stopped, jax.lax.stop_gradient(value), value)
-      return value + weight[:, None, None, None] * (theirs - value)
+      weight = weight[:, None, :, None] if weight.ndim == 2 else weight[:, None, None, None]  # [V, batch, time, 1]
+      return value + weight * (theirs - value)
     return fn
   fns, patterns = _pattern_hooks(graph, deltas)
   fns.update({site: mix(jnp.asarray(rows), corrupt[site]) for site, rows in graph.reads})
@@ -296,8 +297,9 @@ def _pattern_hooks(graph: Graph, deltas: dict | None) -> tuple[dict, dict]:
 
 
 def _at(values, rows, fill):
-  """``values[rows]``, ``fill`` where a row is −1 (no edge)."""
-  return jnp.where(rows >= 0, values[jnp.maximum(rows, 0)], fill)
+  """``values[rows]``, ``fill`` where a row is −1 (no edge); ``values`` may carry more axes (a weight per position)."""
+  valid = (rows >= 0).reshape(rows.shape + (1,) * (values.ndim - 1))
+  return jnp.where(valid, values[jnp.maximum(rows, 0)], fill)
 
 
 def _head_outputs(cfg: ModelConfig, params, l: int, z):
@@ -341,10 +343,12 @@ def _residual_pass(model, params, tokens, key_mask, graph: Graph, corrupt=None, 
       weight = _at(w, index, 0.0).astype(value.dtype)
       ours = jnp.stack(outs)
       into = 'btrd' if value.ndim == 4 else 'btd'              # per head, or one input
-      new = value + jnp.einsum(f'ru,ubtd->{into}', weight, corrupt[:n] - ours)
+      spec = 'rut' if weight.ndim == 3 else 'ru'               # a weight per position, or one
+      new = value + jnp.einsum(f'{spec},ubtd->{into}', weight, corrupt[:n] - ours)
       if drop is not None:  # the same value, without the gradient through the dropped sources' clean outputs
-        stopped = _at(drop, index, False).astype(value.dtype) * (1 - weight)
-        new = new + jnp.einsum(f'ru,ubtd->{into}', stopped, jax.lax.stop_gradient(ours) - ours)
+        stopped = _at(drop, index, False).astype(value.dtype)
+        stopped = (stopped[..., None] if weight.ndim == 3 else stopped) * (1 - weight)
+        new = new + jnp.einsum(f'{spec},ubtd->{into}', stopped, jax.lax.stop_gradient(ours) - ours)
       return new
     return fn
   fns, patterns = _pattern_hooks(graph, deltas)
@@ -543,6 +547,45 @@ class Edges:
     heads = jnp.asarray(which[index]).reshape(-1, size)
     out = jax.jit(lambda ws, hs: jax.lax.map(lambda c: jax.vmap(one)(*c), (ws, hs)))(ws, heads)
     return np.asarray(out).reshape(padded, *out.shape[2:])[:len(rows)]
+
+  NODE_METHODS = ('exact', 'atp', 'atp_star', 'eap_ig')
+
+  def node_sweep(self, method: str = 'exact', nodes: Sequence[str] | None = None, steps: int = 16,
+                 chunk: int = 64) -> np.ndarray:
+    """``[nodes, time]``: the change in the metric from patching a node's output at one position (every edge out
+    of it, at that position, from the corrupt run), per node and position: ``'exact'``, each patched alone;
+    ``'atp'``, attribution patching (the gradient, summed over the node's edges); ``'atp_star'``, AtP with
+    GradDrop (a node's output needs no query-key fix: 1/(L − 1) Σ_l |AtP_l|); ``'eap_ig'``, integrated gradients
+    over ``steps`` midpoints. ``nodes``: every head by default."""
+    if method not in self.NODE_METHODS:
+      raise InputError(f'unknown node method {method!r}; the methods are {list(self.NODE_METHODS)}')
+    g = self.graph
+    nodes = [n for n, _, _ in g.patterns] if nodes is None else list(nodes)
+    unknown = [n for n in nodes if n not in g.nodes or n == 'logits']
+    if unknown:
+      raise InputError(f'{unknown[0]!r} is not a node with outputs; nodes are {list(g.nodes[:-1])}')
+    source = g.ends[0]
+    out = np.stack([source == g.nodes.index(n) for n in nodes]).astype(np.float32)   # [nodes, edges]
+    n, time = len(g.edges), self.clean.shape[1]
+    zero = jnp.zeros((n, time), jnp.float32)
+    if method == 'exact':
+      patches = (out[:, None, :, None] * np.eye(time, dtype=np.float32)[None, :, None, :]).reshape(-1, n, time)
+      size = max(1, min(chunk, len(patches)))
+      padded = np.concatenate([patches, np.zeros((-len(patches) % size, n, time), np.float32)])
+      values = np.asarray(_compiled_map(self._value)(jnp.asarray(padded).reshape(-1, size, n, time)))
+      return values.reshape(-1)[:len(patches)].reshape(len(nodes), time) - float(self._f(jnp.zeros(n)))
+    if method == 'eap_ig':
+      alphas = (jnp.arange(steps, dtype=jnp.float32) + 0.5) / steps
+      grads = np.asarray(_compiled_map(jax.grad(self._value))(alphas[None, :, None, None] * (zero + 1)[None, None]))
+      return out @ grads.reshape(steps, n, time).mean(0)
+    layers = g.layer[-1]
+    drops = [np.array([g.layer[a] == l for a in source]) for l in range(layers)] \
+        if method == 'atp_star' and layers > 1 else [None]
+    gradient = jax.jit(jax.grad(lambda w, drop: self.metric(self._logits(w, drop))))
+    estimates = [out @ np.asarray(gradient(zero, None if d is None else jnp.asarray(d))) for d in drops]
+    if method == 'atp':
+      return estimates[0]
+    return np.sum(np.abs(estimates), 0) / max(len(drops) - 1, 1)
 
   def acdc(self, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """ACDC ("Towards Automated Circuit Discovery", Algorithm 1) on the KL divergence from the clean output:

@@ -442,6 +442,30 @@ def edges_speed_table(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def head_sweep_table(data: dict, json_name: str, pages: str) -> str:
+  """A text model's head sweep, exact against each estimate (``benchmarks.analysis.head_sweep``)."""
+  ms = lambda st: f"{st['mean']:.2f} ± {st['ci95']:.2f}"
+  runs = data['per_run']
+  names = {'exact': 'exact', 'atp': 'attribution patching (AtP)', 'atp_star': 'AtP* (GradDrop)',
+           'eap_ig': f"EAP-IG, {data['ig_steps']} steps"}
+  sites = next(iter(runs.values()))['sites']
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; {len(runs)} runs (seeds), {sites} sites each "
+           f"({data['prompts']} prompts of {data['length']} characters), mean ± 95% interval "
+           f"([per run]({pages}/{json_name}.md)). AtP* gives magnitudes and is compared with the exact effects' "
+           "magnitudes.", '',
+           '| method | Pearson vs exact | Spearman vs exact | runs with the two largest exact effects in its top three '
+           '| estimates of the two largest (run 1; exact in brackets) | seconds (warm) |',
+           '|---|---:|---:|---:|---|---:|']
+  first = next(iter(runs.values()))
+  exact = [t['exact'] for t in first['two_largest']]
+  for method, st in data['summary'].items():
+    estimates = first['per_method'][method]['estimates_of_two_largest']
+    pairs = ', '.join(f'{a:+.3f} ({b:+.3f})' for a, b in zip(estimates, exact))
+    lines.append(f"| {names.get(method, method)} | {ms(st['pearson'])} | {ms(st['spearman'])} | "
+                 f"{st['runs_with_two_largest_in_top_three']} of {len(runs)} | {pairs} | {ms(st['seconds'])} |")
+  return '\n'.join(lines) + '\n'
+
+
 def circuit_figure(data: dict) -> str:
   """An SVG of one run's circuit: its nodes by layer, every edge the model reads drawn as wide as the exact patch's
   effect (square root), the true edges (its decompiled code's) in green, the others grey and dashed."""
@@ -632,7 +656,8 @@ GENERATED = {
     'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table), *QUICKSTART), 'results/data'),
     'docs/results/dual_stream.md': ((('dual-stream', 'dual_stream_text_cpu', dual_stream_table),), 'data'),
     'docs/results/circuits.md': ((('circuits', 'circuits', circuits_table),
-                                  ('edges-speed', 'edges_speed', edges_speed_table)), 'data'),
+                                  ('edges-speed', 'edges_speed', edges_speed_table),
+                                  ('head-sweep', 'head_sweep_text', head_sweep_table)), 'data'),
 }
 # Figures drawn from a JSON file: {the image's path: (the file, its drawing)}.
 FIGURES = {'docs/results/circuit_figure.svg': ('circuits', circuit_figure)}

@@ -396,7 +396,8 @@ def splits(module) -> bool:
 
 
 def tap(module, local: str, value):
-  """The value at input site ``local`` (``INPUT_SITES``): what the session's hook there returns, else ``value``."""
+  """The value at a site edge patching alone reads or replaces (``INPUT_SITES``; a Transformer Program's
+  selections, patterns and readout): what the session's hook there returns, else ``value``; never sown."""
   s = _SESSION.get()
   fn = None if s is None else s.fns.get(site(module, local))
   if fn is None:

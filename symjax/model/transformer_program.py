@@ -142,7 +142,7 @@ def _select(module: nn.Module, name: str, stack: Array, noise: _Noise) -> Array:
   logits = module.param(f'select_{name}', nn.initializers.normal(1.0), (stack.shape[0],))
   # The variables as this input reads them: a hook session may give one input other values of a variable than
   # the rest of the model sees (edge patching, ``symjax.interpret.edges``). Outside one this is ``stack``.
-  stack = names.hook(module, f'{module.name}.{name}', stack)
+  stack = names.tap(module, f'{module.name}.{name}', stack)
   weights = noise.choose(logits)
   return jnp.einsum('v,vbtk->btk', weights, stack)
 
@@ -174,7 +174,7 @@ class CategoricalHead(nn.Module):
     extra = noise.gumbel(logits.shape)
     soft = jax.nn.softmax(logits if extra is None else logits + extra, -1)
     pattern = exact_straight_through(jax.nn.one_hot(hard_choice, q.shape[1], dtype=soft.dtype), soft)
-    pattern = names.hook(self, f'{self.name}.pattern', pattern)  # a hook's gradient there (AtP*'s fix)
+    pattern = names.tap(self, f'{self.name}.pattern', pattern)  # a hook's gradient there (AtP*'s fix)
     self.sow('intermediates', 'pattern', pattern)
     return jnp.einsum('bij,bjk->bik', pattern, v)
 
@@ -205,7 +205,7 @@ class NumericalHead(nn.Module):
       total = jnp.minimum((soft * added).sum(-1), card - 1)
       return jax.nn.softmax(-(values - total[..., None]) ** 2 / noise.temperature, -1)
     selected = exact_straight_through((allowed & (noisy > 0)).astype(soft.dtype), soft)
-    selected = names.hook(self, f'{self.name}.pattern', selected)
+    selected = names.tap(self, f'{self.name}.pattern', selected)
     self.sow('intermediates', 'pattern', selected)
     # An integer, exactly; a sum saturates at the largest value a variable holds.
     count = jnp.minimum((selected * added).sum(-1), card - 1)
@@ -283,7 +283,7 @@ class TransformerProgram(nn.Module):
       for m in range(cfg.program.mlps):
         stack.append(ProgramMLP(cfg.program.mlp_hidden, scale, relaxed, name=f'mlp_{l}_{m}')(read))
     if names.active():  # the variables as the readout reads them (edge patching); the training pass skips it
-      stack = list(names.hook(self, 'readout', jnp.stack(stack)))
+      stack = list(names.tap(self, 'readout', jnp.stack(stack)))
     hidden = jnp.concatenate(stack + [jnp.ones((batch, time, 1))], -1)
     table = self.param('readout', nn.initializers.normal(0.1), (cfg.vocab_size, hidden.shape[-1]))
     if return_hidden:

@@ -74,8 +74,12 @@ PAGES: tuple[tuple[str, str, str, tuple], ...] = (
             ('symjax.interpret.circuits', None),
             ('symjax.interpret.patterns', None),
             ('symjax.interpret.attribution', None),
-            ('symjax.interpret.edges', ('Edges', 'Graph', 'graph_of', 'read_edges', 'log_prob_metric', 'auroc',
-                                        'precision_recall', 'top')),
+        )),
+    )),
+    ('docs/api/circuits.md', 'Circuits', 'edge graphs, edge patching and circuit discovery', (
+        ('Interpretability: circuits over edges', (
+            ('symjax.interpret.edges', ('Edges', 'Graph', 'graph_of', 'residual_graph', 'read_edges',
+                                        'resample_pairs', 'log_prob_metric', 'auroc', 'precision_recall', 'top')),
         )),
     )),
     ('docs/api/tracing.md', 'Tracing', 'traces, exact mixtures, interventions, the report', (

@@ -51,6 +51,30 @@ def induction_batch(n: int = 96, seed: int = 0):
   return [np.asarray(rng.choice([2, 3, 4], size=(n, 8))) for _ in range(2)]
 
 
+def copy_program():
+  """One head, a0.h0, copies the previous position's token and the readout tags each position with it; head a0.h1
+  reads the tokens too, and nothing reads it: the one-head copy circuit."""
+  cfg, params = induction_program()
+  card = tp.cardinality(cfg)
+  readout = np.zeros((cfg.vocab_size, 6 * card + 1))
+  readout[np.arange(cfg.vocab_size), 2 * card + np.arange(cfg.vocab_size)] = 4.0   # a0.h0's token
+  params['readout'] = jnp.asarray(readout)
+  return cfg, params
+
+
+def test_every_method_ranks_the_one_head_copy_circuit_first():
+  cfg, params = copy_program()
+  clean, corrupt = induction_batch(seed=4)
+  e = edges.Edges(build(cfg), params, clean, corrupt)
+  truth = {'tokens->a0.h0<v>', 'a0.h0->logits'}                  # its query and key read positions
+  assert set(program_code.true_edges(params, cfg, TOKENS, clean, np.full(len(clean), 8))) == truth | {
+      'positions->a0.h0<q>', 'positions->a0.h0<k>'}
+  mask = e.graph.mask(sorted(truth))
+  for scores in (e.exact(), e.eap(), e.eap_ig(), e.atp_star(grad_drop=False), e.acdc(1e-3)[1]):
+    assert np.abs(scores)[mask].min() > np.abs(scores)[~mask].max()
+  assert {edge for edge, kept in zip(e.graph.edges, e.acdc(1e-3)[0]) if kept} == truth
+
+
 @pytest.fixture(scope='module')
 def induction():
   cfg, params = induction_program()

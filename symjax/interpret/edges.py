@@ -488,17 +488,16 @@ class Edges:
     """Edge attribution patching: ∇f at the clean run, one backward pass."""
     return np.asarray(self._grad(jnp.zeros(len(self.graph.edges), jnp.float32)))
 
-  def eap_ig(self, steps: int = 16, chunk: int = 16) -> np.ndarray:
-    """EAP with integrated gradients over ``steps`` midpoints of the path from clean to corrupt, ``chunk`` of
-    them batched in one pass."""
+  def eap_ig(self, steps: int = 16) -> np.ndarray:
+    """EAP with integrated gradients over ``steps`` midpoints of the path from clean to corrupt."""
     if not isinstance(steps, int) or steps < 1:
       raise InputError(f'steps must be a positive integer, got {steps!r}')
     n = len(self.graph.edges)
-    size = max(1, min(chunk, steps))
-    alphas = (jnp.arange(-(-steps // size) * size, dtype=jnp.float32) + 0.5) / steps
-    ws = (alphas[:, None] * jnp.ones((1, n), jnp.float32)).reshape(-1, size, n)
-    grads = np.asarray(_compiled_map(jax.grad(self._value))(ws)).reshape(-1, n)[:steps]
-    return grads.mean(0)
+    # One compiled backward pass a step: on a CPU that ran 4x faster than the steps mapped or batched in one
+    # program (1.6 s against 6.3 s on the text recipe's 4-layer model, benchmarks/speed/edges.py's setup).
+    total = sum(np.asarray(self._grad(jnp.full(n, (k + 0.5) / steps, jnp.float32)), np.float64)
+                for k in range(steps))
+    return total / steps
 
   def atp_star(self, grad_drop: bool = True, chunk: int = 64) -> np.ndarray:
     """AtP* ("AtP*: An efficient and scalable method for localizing LLM behaviour to components", §3), on edges:
@@ -574,10 +573,10 @@ class Edges:
       padded = np.concatenate([patches, np.zeros((-len(patches) % size, n, time), np.float32)])
       values = np.asarray(_compiled_map(self._value)(jnp.asarray(padded).reshape(-1, size, n, time)))
       return values.reshape(-1)[:len(patches)].reshape(len(nodes), time) - float(self._f(jnp.zeros(n)))
-    if method == 'eap_ig':
-      alphas = (jnp.arange(steps, dtype=jnp.float32) + 0.5) / steps
-      grads = np.asarray(_compiled_map(jax.grad(self._value))(alphas[None, :, None, None] * (zero + 1)[None, None]))
-      return out @ grads.reshape(steps, n, time).mean(0)
+    if method == 'eap_ig':  # a compiled backward pass a step, as eap_ig
+      total = sum(np.asarray(self._grad(jnp.full((n, time), (k + 0.5) / steps, jnp.float32)), np.float64)
+                  for k in range(steps))
+      return out @ (total / steps)
     layers = g.layer[-1]
     drops = [np.array([g.layer[a] == l for a in source]) for l in range(layers)] \
         if method == 'atp_star' and layers > 1 else [None]

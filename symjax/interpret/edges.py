@@ -78,8 +78,10 @@ def edge_name(source: str, reader: str, slot: str | None) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Graph:
-  """The nodes and edges of a Transformer Program, and where each edge enters the model: ``reads`` holds, per
-  input (its hook site, e.g. ``attn_1_0.query``), the edge of each row of the stack it reads (−1: ``ones``)."""
+  """The nodes and edges of a model, and where each edge enters it. ``reads`` holds, per input, its hook site and
+  the edge of each source it can read (−1: none). In a program the sources are the rows of the stack the input
+  reads (``attn_1_0.query``; −1 for ``ones``); in a residual model they are the earlier nodes in order, and a
+  head's input is its block's site and its index (``blocks.1.attn.q_input:0``)."""
 
   nodes: tuple[str, ...]
   edges: tuple[str, ...]

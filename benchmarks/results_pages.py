@@ -430,8 +430,10 @@ def circuits_table(data: dict, json_name: str, pages: str) -> str:
 
 def edges_speed_table(data: dict, json_name: str, pages: str) -> str:
   """Seconds per call of the edge methods on the text recipe's 4-layer model, per kind (``benchmarks.speed.edges``)."""
-  methods = (('eap', 'EAP'), ('eap_ig_16', 'EAP-IG, 16 steps'), ('atp_star', 'AtP*'), ('exact', 'exact, every edge'),
-             ('acdc', f"ACDC (threshold {data['threshold']})"))
+  methods = (('eap', 'EAP'), ('eap_ig_16', 'EAP-IG, 16 steps'),
+             ('eap_ig_16_one_program', 'EAP-IG, the 16 steps in one program'), ('atp_star', 'AtP*'),
+             ('exact', 'exact, every edge'), ('acdc', f"ACDC (threshold {data['threshold']})"))
+  methods = tuple(m for m in methods if m[0] in next(iter(data['per_kind'].values())))
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; {data['batch']} prompts of {data['length']} "
            f"tokens, warm (median of {data['repeats']}; exact and ACDC one call), the first call in brackets "
            f"([provenance]({pages}/{json_name}.md)).", '',

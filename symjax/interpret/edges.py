@@ -495,8 +495,8 @@ class Edges:
     if not isinstance(steps, int) or steps < 1:
       raise InputError(f'steps must be a positive integer, got {steps!r}')
     n = len(self.graph.edges)
-    # One compiled backward pass a step: on a CPU that ran 4x faster than the steps mapped or batched in one
-    # program (1.6 s against 6.3 s on the text recipe's 4-layer model, benchmarks/speed/edges.py's setup).
+    # One compiled backward pass a step holds one pass's activations, where the steps batched in one program hold
+    # them all; neither is faster on a CPU for every kind (benchmarks/speed/edges.py times both).
     total = sum(np.asarray(self._grad(jnp.full(n, (k + 0.5) / steps, jnp.float32)), np.float64)
                 for k in range(steps))
     return total / steps

@@ -202,7 +202,7 @@ def test_bad_input_is_refused_in_one_line(histogram):
   with pytest.raises(InputError, match='of one shape'):
     edges.Edges(build(cfg), params, x, x[:, :-1])
   standard = ModelConfig.of(kind='standard', vocab_size=10, num_layers=1, num_heads=2, head_dim=4, max_len=8)
-  with pytest.raises(InputError, match="come from a Transformer Program"):
+  with pytest.raises(InputError, match="come from a program: a Transformer Program.s code"):
     program_code.true_edges({}, standard, TOKENS, x, lengths)
 
 
@@ -315,3 +315,36 @@ def test_a_node_sweep_patches_a_heads_output_at_one_position():
     e.node_sweep('acdc')
   with pytest.raises(InputError, match="'logits' is not a node with outputs"):
     e.node_sweep('exact', nodes=['logits'])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A program-trained Symbolic Transformer: the circuit its program computes (``decompile.true_edges``).
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize('options', [{}, {'value_map': 'none', 'causal': False, 'qk_positions': True}],
+                         ids=['causal', 'identity_values-bidirectional-qk_positions'])
+def test_a_symbolic_programs_circuit_alone_tags_every_pair_as_the_clean_run(options):
+  from helpers import PROGRAM, every_sequence, randomize, shapes_of
+
+  from symjax.proj import decompile
+  cfg = PROGRAM.replace(hard=True, **options)
+  model = build(cfg)
+  params = randomize(shapes_of(model, jnp.zeros((1, 4), jnp.int32))['params'], 4)
+  x = np.concatenate([np.pad(every_sequence(n), ((0, 0), (0, 5 - n))) for n in (4, 5)])
+  truth = program_code.true_edges(params, cfg, [], x, (x != 0).sum(1))
+  graph = edges.graph_of(cfg)
+  assert set(truth) < set(graph.edges)
+  rows, partners = edges.resample_pairs(x != 0, 0)
+  real = (x != 0)[rows]
+  e = edges.Edges(model, params, x[rows], x[partners], key_mask=real)
+  clean = np.asarray(e.clean_logits).argmax(-1)[real]
+  outside = ~graph.mask(truth)
+  np.testing.assert_array_equal(np.asarray(e.logits(outside)).argmax(-1)[real], clean)
+  assert (np.asarray(e.logits(np.ones(len(graph.edges), bool))).argmax(-1)[real] != clean).mean() > 0.01
+  if cfg.symbolic.value_map == 'none':  # V = X_t: head h's value reads channel h, which head g ≠ h never writes
+    crossed = [t for t in truth if t.endswith('<v>') and t.startswith('a')
+               and t.split('->')[0].split('.h')[1] != t.split('->')[1].split('.h')[1][:-3]]
+    assert not crossed and any(t.endswith('<v>') and t.startswith('a') for t in truth)
+  with pytest.raises(InputError, match=r'hard selections \(model.hard = True\)'):
+    decompile.true_edges(params, cfg.replace(hard=False), x, (x != 0).sum(1))
+  with pytest.raises(InputError, match='model.numerical_heads'):
+    decompile.true_edges(params, cfg.replace(numerical_heads=1), x, (x != 0).sum(1))

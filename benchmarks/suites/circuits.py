@@ -1,16 +1,21 @@
-"""Circuit discovery scored against the circuits Transformer Programs compute: every method of
-``symjax.interpret.edges`` on the RASP tasks and induction, over seeds.
+"""Circuit discovery scored against the circuits programs compute: every method of ``symjax.interpret.edges``
+on the RASP tasks and induction, over seeds.
 
-  python -m benchmarks.suites.circuits [--tasks=hist,induction,...] [--seeds=0,1,2] [--runs=/tmp/tprog/suite]
-      [--examples=256] [--threshold=0.01] [--json=benchmarks/results/circuits.json]
+  python -m benchmarks.suites.circuits [--tasks=hist,induction,...] [--models=program,symbolic] [--seeds=0,1,2]
+      [--runs=/tmp/tprog/suite] [--examples=256] [--threshold=0.01] [--json=benchmarks/results/circuits.json]
 
-Each run is the Transformer Program the recipe trains (the command ``decompile_suite --modes=transformer_program``
-records, ``python -m symjax.main --config=rasp:task=T,model=program --config.seed=S``), trained here when its
-folder lacks a finished one. Clean inputs: the first ``--examples`` of its test split; corrupt: each one replaced
-by another of the same length (resample ablation; a length held by one input alone is left out). Metric: the mean
-log-probability of the clean run's tags at the tagged positions. Ground truth: ``program_code.true_edges`` on the
-task's input space, less the edges from ``positions``, which hold the same values in both runs, so that no patch
-finds them. Each method is scored over the edges the model reads (the rest change nothing, under every method):
+Each run is what the recipe trains, in its folder under ``--runs`` (trained here when that lacks a finished one):
+``--models=program``, the Transformer Program (the command ``decompile_suite --modes=transformer_program``
+records, ``python -m symjax.main --config=rasp:task=T,model=program --config.seed=S``); ``symbolic``, the
+program-trained Symbolic Transformer (``--config=rasp:task=T,model=symbolic,program=true``; induction
+``--config=symbolic:task=induction,program=true``), whose results are keyed ``T/symbolic``.
+
+Clean inputs: the first ``--examples`` of its test split; corrupt: each one replaced by another of the same
+length (resample ablation; a length held by one input alone is left out). Metric: the mean log-probability of
+the clean run's tags at the tagged positions. Ground truth: ``program_code.true_edges`` on the task's input
+space (a Symbolic Transformer's: ``decompile.true_edges``), less a program's edges from ``positions``, which
+hold the same values in both runs, so that no patch finds them. Each method is scored over the edges the model
+reads (the rest change nothing, under every method):
 
   auroc         ranking by |score| against the truth (0.5: chance)
   precision, recall  of the top k edges, k the number of true ones (ACDC: of the set it keeps at --threshold)
@@ -38,6 +43,9 @@ from symjax.tasks import rasp
 from symjax.train import sweep
 
 _TASKS = flags.DEFINE_list('tasks', ['hist', 'induction', 'sort', 'double_hist'], f'Of {["induction", *rasp.TASKS]}.')
+_MODELS = flags.DEFINE_list('models', ['program'], "Of ['program', 'symbolic'].")
+flags.register_validator('models', lambda models: set(models) <= {'program', 'symbolic'},
+                         "--models takes 'program' and 'symbolic'")
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Training seeds.')
 _RUNS = flags.DEFINE_string('runs', '/tmp/tprog/suite', 'Where runs are trained (or found).')
 _EXAMPLES = flags.DEFINE_integer('examples', 256, 'Clean inputs from the test split.', lower_bound=2)
@@ -48,16 +56,21 @@ _JSON = cli.json_output('benchmarks/results/circuits.json', 'Output.')
 METHODS = ('exact', 'eap', 'eap_ig', 'atp_star', 'acdc')
 
 
-def recipe(task: str, seed: int, workdir: str) -> list[str]:
-  config = '--config=program' if task == 'induction' else f'--config=rasp:task={task},model=program'
+def recipe(task: str, model: str, seed: int, workdir: str) -> list[str]:
+  if model == 'symbolic':
+    config = ('--config=symbolic:task=induction,program=true' if task == 'induction' else
+              f'--config=rasp:task={task},model=symbolic,program=true')
+  else:
+    config = '--config=program' if task == 'induction' else f'--config=rasp:task={task},model=program'
   return [sys.executable, '-m', 'symjax.main', config, f'--config.seed={seed}', '--config.progress_bar=false',
           f'--workdir={workdir}']
 
 
-def trained(task: str, seed: int) -> tuple[str, str]:
+def trained(task: str, model: str, seed: int) -> tuple[str, str]:
   """The run's folder, trained first unless it holds a finished run, and the command that trains it."""
-  workdir = os.path.join(_RUNS.value, f'{task}_transformer_program_seed{seed}')
-  command = recipe(task, seed, workdir)
+  folder = 'transformer_program' if model == 'program' else 'symbolic_program'
+  workdir = os.path.join(_RUNS.value, f'{task}_{folder}_seed{seed}')
+  command = recipe(task, model, seed, workdir)
   if not os.path.isfile(os.path.join(workdir, 'final_metrics.json')):
     subprocess.run(command, check=True)
   return workdir, ' '.join(['python', *command[1:]])
@@ -69,14 +82,14 @@ def timed(fn):
   return out, time.perf_counter() - start
 
 
-def measure(task: str, seed: int) -> tuple[dict, dict, str]:
+def measure(task: str, model: str, seed: int) -> tuple[dict, dict, str]:
   """(scores per method, the figure's data, the training command) of one run."""
   import symjax
   from symjax import tasks
   from symjax.interpret import edges
   from symjax.proj import program_code
 
-  workdir, command = trained(task, seed)
+  workdir, command = trained(task, model, seed)
   loaded = symjax.load(workdir)
   batch = loaded.batches('test', n=1, batch_size=_EXAMPLES.value)[0]
   rows, partners = edges.resample_pairs(batch['key_mask'], seed)
@@ -127,18 +140,21 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 def main(argv):
   del argv
   per_seed, commands, figure = {}, {}, None
-  for task in _TASKS.value:
-    for seed in map(int, _SEEDS.value):
-      scores, fig, command = measure(task, seed)
-      per_seed.setdefault(task, {})[str(seed)] = scores
-      commands[f'{task}/{seed}'] = command
-      figure = figure or fig
-      print(task, seed, {m: round(scores[m]['auroc'], 3) for m in METHODS}, flush=True)
+  for model in _MODELS.value:
+    for task in _TASKS.value:
+      key = task if model == 'program' else f'{task}/{model}'
+      for seed in map(int, _SEEDS.value):
+        scores, fig, command = measure(task, model, seed)
+        per_seed.setdefault(key, {})[str(seed)] = scores
+        commands[f'{key}/{seed}'] = command
+        figure = figure or fig
+        print(key, seed, {m: round(scores[m]['auroc'], 3) for m in METHODS}, flush=True)
   summary = {task: {method: {field: sweep.stat([s[method][field] for s in seeds.values()])
                              for field in seeds[next(iter(seeds))][method]}
                     for method in (*METHODS, 'truth')} for task, seeds in per_seed.items()}
   result_files.write(_JSON.value, {
-      'what': 'circuit discovery on Transformer Programs against the circuits their decompiled code computes: AUROC, '
+      'what': 'circuit discovery on Transformer Programs (and program-trained Symbolic Transformers, keyed T/symbolic) '
+              'against the circuits their programs compute: AUROC, '
               'precision and recall of the top k (k = true edges; ACDC its set), faithfulness of that circuit, '
               'Spearman against exact edge patching, seconds per call (warm); mean and 95% t-interval over seeds',
       'threshold': _THRESHOLD.value, 'ig_steps': _STEPS.value, 'examples': _EXAMPLES.value,

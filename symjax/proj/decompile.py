@@ -66,6 +66,12 @@ def check_supported(model_config, task: str) -> None:
   supported_tasks = [*rasp.TASKS, 'induction']
   if task not in supported_tasks:
     raise InputError(f'decompilation supports the tagging tasks {supported_tasks}; this run trained {task!r}')
+  check_model(model_config)
+
+
+def check_model(model_config) -> None:
+  """``check_supported``'s model half: a one-line InputError naming what a program reads when ``model_config``
+  is outside it."""
   c = model_config
   wanted = {'kind': ('symbolic', c.kind), 'symbolic_sites': ('both', c.symbolic.symbolic_sites),
             'vocab_ffn': ('channel', c.symbolic.vocab_ffn), 'ffn_mixture': ('convex', c.symbolic.ffn_mixture),
@@ -199,9 +205,11 @@ def tables_of(params, model_config) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------------------------
 # The program's source.
 # ---------------------------------------------------------------------------------------------------------
-RUNTIME = '''
+LOAD_TABLES = '''
 TABLES = dict(np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), DATA_FILE)))
-
+'''
+# The program's functions over its TABLES: written into every program, and run here by ``true_edges``.
+RUNTIME = '''
 
 # Every state variable is an array of token ids [batch, position]; state['real'] marks the real positions
 # (each row's padding comes after its tokens and never enters a real position's result).
@@ -357,6 +365,19 @@ def _entry_points(L: int, final: list[list[str]]) -> list[str]:
           '  return [TOKENS[i] for i in predict_ids(ids)]', '']
 
 
+def layout(L: int, H: int) -> tuple[list[tuple[list[list[str]], ...]], list[list[str]]]:
+  """The variables each channel holds as the program runs: per layer ``(reads, values, ffn_reads)``, channel c of
+  X_t + X_e before the layer (what queries and keys are made of), of X_t (values) and of X_t + X_e after the
+  layer's heads (what channel c's FFN reads); and what the readout reads, after the last layer."""
+  xt, xe, layers = [['tok'] for _ in range(H)], [[] for _ in range(H)], []
+  for l in range(L):
+    reads, values = [xt[c] + xe[c] for c in range(H)], [list(x) for x in xt]
+    xt = [xt[c] + [f'attn{l}.{c}'] for c in range(H)]
+    layers.append((reads, values, [xt[c] + xe[c] for c in range(H)]))
+    xe = [xe[c] + [f'ffn{l}.{c}'] for c in range(H)]
+  return layers, [xt[c] + xe[c] for c in range(H)]
+
+
 def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], data_file: str, header: str,
               causal: bool) -> str:
   c = model_config
@@ -366,15 +387,12 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
            f'TOKENS = {tokens!r}', f'DATA_FILE = {data_file!r}', f'CAUSAL = {causal!r}',
            f'EPSILON = {c.layer_norm_epsilon!r}', f'MAX_LEN = {c.max_len!r}',
            f'COMB = np.array({_comb_table(c.vocab_size, k_max).tolist()!r})  # COMB[n, r] = n choose r',
-           RUNTIME]
-  xt = {ch: ['tok'] for ch in range(H)}   # what channel ch of X_t holds
-  xe = {ch: [] for ch in range(H)}        # ... and of X_e
-  for l in range(L):
+           LOAD_TABLES + RUNTIME]
+  layers, final = layout(L, H)
+  for l, (reads, values, ffn_reads) in enumerate(layers):
     lines += ['', f'def block_{l}(state):',
               f'  """Layer {l}: {H} heads, each writing one token into its channel of X_t, then each channel\'s FFN '
               f'writing one token into X_e."""']
-    reads = [xt[ch] + xe[ch] for ch in range(H)]
-    values = [list(xt[ch]) for ch in range(H)]
     lines.append(f'  reads = {reads!r}  # channel c of X_t + X_e: what queries and keys are made of')
     lines.append(f'  values = {values!r}  # channel g of X_t: what a value is made of')
     lines.append('  spreads = spreads_of(state, reads)  # every channel\'s LayerNorm spread, for all heads')
@@ -392,10 +410,7 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
       else:
         lines.append(f"  state['@attn{l}.{h}'] = attend({l}, {h}, state, reads, spreads)  # key each position reads")
         lines.append(f"  state['attn{l}.{h}'] = write({l}, {h}, state, values, state['@attn{l}.{h}'])")
-    for h in range(H):
-      xt[h] = xt[h] + [f'attn{l}.{h}']
-    for ch in range(H):
-      names = xt[ch] + xe[ch]
+    for ch, names in enumerate(ffn_reads):
       table = tables[f'l{l}.ffn'][ch]
       if len(table) <= READABLE_ENTRIES:
         keys = [' '.join(tokens[t] for t in row) for row in all_multisets(c.vocab_size, len(names))]
@@ -405,9 +420,7 @@ def source_of(model_config, tokens: list[str], tables: dict[str, np.ndarray], da
         lines.append(f'  # ffn{l}.{ch}: a table of {len(table):,} entries (every multiset of {{{", ".join(names)}}}), '
                      f'in {data_file} as l{l}.ffn[{ch}]')
       lines.append(f"  state['ffn{l}.{ch}'] = ffn({l}, {ch}, state, {names!r})")
-    for ch in range(H):
-      xe[ch] = xe[ch] + [f'ffn{l}.{ch}']
-  lines += _entry_points(L, [xt[ch] + xe[ch] for ch in range(H)])
+  lines += _entry_points(L, final)
   return '\n'.join(lines)
 
 
@@ -549,3 +562,134 @@ def evaluate(loaded, program, split: str = 'test', batches: list[dict] | None = 
           'fidelity': pct(model == prog), 'program_accuracy': pct(prog == targets),
           'model_accuracy': pct(model == targets), 'program_sequence_accuracy': float(100 * whole[real].mean()),
           'program_seconds': program_seconds, 'model_seconds': model_seconds}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The circuit a program computes: the edges of the model's graph (symjax.interpret.edges) it needs.
+# ---------------------------------------------------------------------------------------------------------
+def _node(variable: str) -> str:
+  """The graph node that writes a program variable: ``tok`` the embedding, ``attn{l}.{h}`` head h, and every
+  channel's ``ffn{l}.{c}`` the layer's FFN."""
+  if variable == 'tok':
+    return 'embed'
+  layer, index = variable[4 if variable.startswith('attn') else 3:].split('.')
+  return f'a{layer}.h{index}' if variable.startswith('attn') else f'm{layer}'
+
+
+class _Runner:
+  """The program's own functions over its tables (as a written program runs them), with each reader's inputs
+  drawn from one state or another: what the reader computes when some of its sources are patched."""
+
+  def __init__(self, params, model_config):
+    c = self.config = model_config
+    self.ns = {'np': np, 'TABLES': tables_of(params, c), 'CAUSAL': c.causal, 'EPSILON': c.layer_norm_epsilon,
+               'COMB': _comb_table(c.vocab_size, 2 * c.num_layers)}
+    exec(RUNTIME, self.ns)  # noqa: S102 - the program's runtime, this module's own text
+    self.layers, self.final = layout(c.num_layers, c.num_heads)
+
+  def head(self, l: int, h: int, query: dict, key: dict, value: dict) -> np.ndarray:
+    """The token head h of layer l writes, its query made of the variables in ``query``, its key of those in
+    ``key`` and its value of those in ``value`` (the key position chosen by the query's and key's score)."""
+    ns, t, (reads, values, _) = self.ns, self.ns['TABLES'], self.layers[l]
+    side = lambda name, s: ns['normed'](t[f'l{l}.{name}'][h], t[f'l{l}.{name}_bias'][h],
+                                        [[s[v] for v in names] for names in reads], ns['spreads_of'](s, reads))
+    q, k = side('query', query), side('key', key)
+    n = q.shape[1]
+    if f'l{l}.query_position' in t:
+      q, k = q + t[f'l{l}.query_position'][h][:n], k + t[f'l{l}.key_position'][h][:n]
+    score = np.einsum('bqd,bkd->bqk', q, k) - t[f'l{l}.slopes'][h] * np.abs(np.subtract.outer(np.arange(n),
+                                                                                             np.arange(n)))
+    read = np.where(ns['allowed'](query['real']), score, -np.inf).argmax(-1)
+    return ns['write'](l, h, value, values, read)
+
+  def ffn(self, l: int, state: dict) -> np.ndarray:
+    return np.stack([self.ns['ffn'](l, c, state, names) for c, names in enumerate(self.layers[l][2])])
+
+  def readout(self, state: dict) -> np.ndarray:
+    return self.ns['readout'](state, self.final)
+
+  def run(self, tok: np.ndarray, real: np.ndarray) -> dict[str, np.ndarray]:
+    """Every variable of the program on ``tok`` [batch, position] with ``real`` positions."""
+    state = {'tok': tok, 'real': real}
+    for l in range(self.config.num_layers):
+      state.update({f'attn{l}.{h}': self.head(l, h, state, state, state) for h in range(self.config.num_heads)})
+      state.update({f'ffn{l}.{c}': token for c, token in enumerate(self.ffn(l, state))})
+    return state
+
+  def reader(self, reader: str, slot: str | None, state: dict, clean: dict) -> np.ndarray:
+    """What ``reader`` computes with ``state`` at its input ``slot`` and ``clean`` at its others."""
+    if reader == 'logits':
+      return self.readout(state)
+    if reader.startswith('m'):
+      return self.ffn(int(reader[1:]), state)
+    l, h = (int(x) for x in reader[1:].split('.h'))
+    inputs = {s: state if s == slot else clean for s in ('q', 'k', 'v')}
+    return self.head(l, h, inputs['q'], inputs['k'], inputs['v'])
+
+
+def true_edges(params, model_config, inputs: np.ndarray, lengths: np.ndarray, seeds: tuple[int, ...] = (0,),
+               chunk: int = 4096) -> list[str]:
+  """The edges of a program-trained Symbolic Transformer's graph (``symjax.interpret.edges.graph_of``) that its
+  program needs to tag ``inputs`` (``lengths`` real tokens each) as it does, from its hard selections.
+
+  Each input is paired with another of its length (``edges.resample_pairs``, one pairing per seed), and an
+  edge is patched as ``symjax.interpret.edges`` patches it: its reader reads the source's variables from the
+  partner's run. Per reader (a head's query, key or value; an FFN layer, every channel reading its own; the
+  readout), the sources are visited from the latest, and one is left out when the reader's output (the tokens
+  it writes, at every real position) stays the clean run's on every pair with it and those already left out
+  patched together. Of what is kept, the edges into readers that reach the logits through kept edges are the
+  circuit: patching every other edge at once changes no reader's output on these pairs, so the model tags
+  them as it does clean."""
+  from symjax.interpret import edges as edges_lib
+  check_model(model_config)
+  if not model_config.program.hard:
+    raise InputError("a circuit's true edges come from a program-trained model's hard selections (model.hard = "
+                     "True); this model mixes where its program takes argmaxes")
+  graph = edges_lib.graph_of(model_config)
+  inputs = np.asarray(inputs, np.int64)
+  real = np.arange(inputs.shape[1])[None, :] < np.asarray(lengths)[:, None]
+  rows, partners = (np.concatenate(p) for p in zip(*[edges_lib.resample_pairs(real, s) for s in seeds]))
+  runner = _Runner(params, model_config)
+  chunks = [slice(i, i + chunk) for i in range(0, len(rows), chunk)]
+  runs = [(runner.run(inputs[rows[c]], real[rows[c]]), runner.run(inputs[partners[c]], real[partners[c]]))
+          for c in chunks]
+  outputs = [runner.readout(clean) for clean, _ in runs]
+
+  def unchanged(reader, slot, patched) -> bool:
+    for i, (clean, corrupt) in enumerate(runs):
+      mixed = {v: (corrupt if v != 'real' and _node(v) in patched else clean)[v] for v in clean}
+      if reader == 'logits':
+        base = outputs[i]
+      elif reader.startswith('m'):
+        base = np.stack([clean[f'ffn{reader[1:]}.{c}'] for c in range(model_config.num_heads)])
+      else:
+        base = clean[f'attn{reader[1:].replace(".h", ".")}']
+      if not np.array_equal(runner.reader(reader, slot, mixed, clean)[..., clean['real']], base[..., clean['real']]):
+        return False
+    return True
+
+  kept = set()
+  for reader, slot, sources in _readers(graph):
+    patched = set()
+    for source in reversed(sources):
+      if unchanged(reader, slot, patched | {source}):
+        patched.add(source)
+      else:
+        kept.add(edges_lib.edge_name(source, reader, slot))
+  live = {'logits'}
+  for e in reversed(graph.edges):  # edges in the order of their readers: a reader's readers come later
+    source, reader = e.split('->')
+    if e in kept and reader.split('<')[0] in live:
+      live.add(source)
+  return sorted(e for e in kept if e.split('->')[1].split('<')[0] in live)
+
+
+def _readers(graph) -> list[tuple[str, str | None, list[str]]]:
+  """Each input of a residual graph: its reader node, its slot (None: an FFN layer or the logits) and its
+  sources in graph order."""
+  out: dict[tuple[str, str | None], list[str]] = {}
+  for e in graph.edges:
+    source, target = e.split('->')
+    reader, _, slot = target.partition('<')
+    out.setdefault((reader, slot.rstrip('>') or None), []).append(source)
+  return [(reader, slot, sources) for (reader, slot), sources in out.items()]

@@ -1283,8 +1283,9 @@ def true_reads(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.n
   as in the code; modules are not merged, so that each read is one the model makes (a merged module is computed
   by the model all the same). These are the true edges of its circuit (``symjax.interpret.edges``)."""
   if cfg.kind != 'program':
-    raise InputError(f"a circuit's true edges come from a Transformer Program's code (model.kind 'program'); this "
-                     f"model is of kind {cfg.kind!r}, whose circuit no program states")
+    raise InputError(f"a circuit's true edges come from a program: a Transformer Program's code (model.kind "
+                     f"'program') or a program-trained Symbolic Transformer's; this model is of kind {cfg.kind!r}, "
+                     f"whose circuit no program states")
   plan = plan_of(params, cfg)
   plan.tokens, plan.max_len = list(tokens), inputs.shape[1]
   real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
@@ -1309,8 +1310,13 @@ def true_reads(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.n
 
 
 def true_edges(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray) -> list[str]:
-  """``true_reads`` as the names of the edges of the model's graph (``symjax.interpret.edges.Graph``)."""
+  """``true_reads`` as the names of the edges of the model's graph (``symjax.interpret.edges.Graph``); for a
+  program-trained Symbolic Transformer (kind 'symbolic', ``model.hard``), the edges its program needs
+  (``symjax.proj.decompile.true_edges``)."""
   from symjax.interpret import edges
+  if cfg.kind == 'symbolic':
+    from symjax.proj import decompile
+    return decompile.true_edges(params, cfg, inputs, lengths)
   reads = true_reads(params, cfg, tokens, inputs, lengths)
   graph = edges.graph_of(cfg)
   return sorted(graph.edge_of(v, 'readout' if role == 'readout' else f'{m}.{role}')

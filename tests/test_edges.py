@@ -348,3 +348,22 @@ def test_a_symbolic_programs_circuit_alone_tags_every_pair_as_the_clean_run(opti
     decompile.true_edges(params, cfg.replace(hard=False), x, (x != 0).sum(1))
   with pytest.raises(InputError, match='model.numerical_heads'):
     decompile.true_edges(params, cfg.replace(numerical_heads=1), x, (x != 0).sum(1))
+
+
+def test_a_second_object_of_the_same_shapes_runs_the_first_ones_compiled_programs(histogram):
+  cfg, params, x, lengths, _ = histogram
+  traced = []
+
+  def metric(logits):  # runs once a trace: a list in its closure keys it on itself
+    traced.append(1)
+    return jax.nn.log_softmax(logits, -1).max(-1).mean()
+  rows, partners = edges.resample_pairs(x != 0, 0)
+  first = edges.Edges(build(cfg), params, x[rows], x[partners], metric=metric, key_mask=x[rows] != 0)
+  second = edges.Edges(build(cfg), params, x[partners], x[rows], metric=metric, key_mask=x[partners] != 0)
+  a = first.eap()
+  count = len(traced)
+  b = second.eap()
+  assert len(traced) == count  # no new trace: the data are the program's arguments
+  assert not np.allclose(a, b)
+  np.testing.assert_allclose(second.exact(), [second.value([e]) - second.value() for e in second.graph.edges],
+                             atol=1e-5)

@@ -64,9 +64,11 @@ def measure(kind: str) -> dict:
   # EAP-IG as the library runs it (a compiled backward pass a step) beside its 16 steps as one program (the
   # same gradients vmapped in one batch), the alternative it was chosen over.
   alphas = (jnp.arange(16, dtype=jnp.float32) + 0.5) / 16
-  one_program = edges._compiled_map(jax.grad(e._value))
+  value = e._program('value')
+  one_program = jax.jit(lambda data, ws: jax.lax.map(jax.vmap(jax.grad(lambda w: value(data, w))), ws))
   steps = alphas[None, :, None] * jnp.ones((1, 1, len(e.graph.edges)), jnp.float32)
-  calls = {'eap': e.eap, 'eap_ig_16': lambda: e.eap_ig(16), 'eap_ig_16_one_program': lambda: one_program(steps),
+  calls = {'eap': e.eap, 'eap_ig_16': lambda: e.eap_ig(16),
+           'eap_ig_16_one_program': lambda: one_program(e._data, steps),
            'atp_star': e.atp_star, 'exact': e.exact, 'acdc': lambda: e.acdc(_ACDC.value)[0]}
   out = {'edges': len(e.graph.edges), 'nodes': len(e.graph.nodes)}
   for name, fn in calls.items():

@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from symjax.interpret import core
+from symjax.interpret import core, engine
 from symjax.model import intermediates as names
 from symjax.model import transformer_program as tp
 from symjax.model.config import ModelConfig
@@ -432,37 +432,30 @@ class Edges:
     if key_mask is not None:
       weights = weights * np.asarray(key_mask, np.float32)
     self.weights = jnp.asarray(weights)
-    clean_logits, corrupt_inputs = jax.jit(self._runs)(self.params, self.clean, self.corrupt, self.key_mask)
-    self.clean_logits, self._corrupt = clean_logits, corrupt_inputs
+    runs = engine.compiled(('edges', 'runs', model, self.graph), lambda: functools.partial(_runs, model, self.graph))
+    self.clean_logits, corrupt_run = runs(self.params, self.clean, self.corrupt, self.key_mask)
     if metric is None:
-      metric = log_prob_metric(jnp.argmax(clean_logits, -1), self.weights)
+      metric = log_prob_metric(jnp.argmax(self.clean_logits, -1), self.weights)
     self.metric = metric
-    self._f = jax.jit(self._value)
-    self._grad = jax.jit(jax.grad(self._value))
-    self._kl = jax.jit(lambda w: _kl(self.clean_logits, self._logits(w), self.weights))
+    # The metric's arrays are arguments of the programs and its Python numbers constants (as a hook's are in the
+    # 'static' tier), so a second object of the same model, shapes and metric code reuses every compiled program.
+    self._split = engine.split_hooks({'metric': metric}, static_numbers=True)
+    self._data = _Data(self.params, self.clean, self.key_mask, corrupt_run, self._split.leaves, self.clean_logits,
+                       self.weights)
 
-  def _runs(self, params, clean, corrupt, key_mask):
-    clean_logits = self.model.apply({'params': params}, clean, key_mask)
-    if self.graph.program:
-      return clean_logits, _inputs(self.model, params, corrupt, key_mask, self.graph)[1]
-    return clean_logits, _residual_pass(self.model, params, corrupt, key_mask, self.graph)[2]
+  def _program(self, name: str) -> Callable:
+    """The method's compiled program, kept by the interpretability engine; its first argument is ``_Data``."""
+    static = _Static(self.model, self.graph, self._split)
+    return engine.compiled(('edges', name, self.model, self.graph, self._split.key),
+                           lambda: functools.partial(_PROGRAMS[name], static))
 
-  def _logits(self, w, drop=None, deltas=None):
-    return self._pass(w, drop, deltas)[0]
-
-  def _pass(self, w, drop=None, deltas=None):
-    if self.graph.program:
-      return _patched(self.model, self.params, self.clean, self.key_mask, self.graph, self._corrupt, w, drop, deltas)
-    return _residual_pass(self.model, self.params, self.clean, self.key_mask, self.graph, self._corrupt, w, drop,
-                          deltas)[:2]
-
-  def _value(self, w):
-    return self.metric(self._logits(w))
+  def _f(self, w) -> jax.Array:
+    return self._program('value')(self._data, w)
 
   # -- the pass and its metric ---------------------------------------------------------------------------
   def logits(self, patched: Sequence[str] | np.ndarray = ()) -> np.ndarray:
     """The logits with the ``patched`` edges (names, or a ``[edges]`` mask or weights) from the corrupt run."""
-    return np.asarray(self._logits(self._weights(patched)))
+    return np.asarray(self._program('pass')(self._data, self._weights(patched))[0])
 
   def value(self, patched: Sequence[str] | np.ndarray = ()) -> float:
     """The metric with the ``patched`` edges from the corrupt run."""
@@ -481,14 +474,14 @@ class Edges:
     size = max(1, min(chunk, len(read)))
     padded = np.concatenate([read, np.full(-len(read) % size, read[0])])
     ws = jnp.eye(n, dtype=jnp.float32)[padded].reshape(-1, size, n)
-    values = np.asarray(_compiled_map(self._value)(ws)).reshape(-1)[:len(read)]
+    values = np.asarray(self._program('values')(self._data, ws)).reshape(-1)[:len(read)]
     out = np.zeros(n, np.float32)
     out[read] = values - float(self._f(jnp.zeros(n, jnp.float32)))
     return out
 
   def eap(self) -> np.ndarray:
     """Edge attribution patching: ∇f at the clean run, one backward pass."""
-    return np.asarray(self._grad(jnp.zeros(len(self.graph.edges), jnp.float32)))
+    return np.asarray(self._program('grad')(self._data, jnp.zeros(len(self.graph.edges), jnp.float32)))
 
   def eap_ig(self, steps: int = 16) -> np.ndarray:
     """EAP with integrated gradients over ``steps`` midpoints of the path from clean to corrupt."""
@@ -497,7 +490,8 @@ class Edges:
     n = len(self.graph.edges)
     # One compiled backward pass a step holds one pass's activations, where the steps batched in one program hold
     # them all; neither is faster on a CPU for every kind (benchmarks/speed/edges.py times both).
-    total = sum(np.asarray(self._grad(jnp.full(n, (k + 0.5) / steps, jnp.float32)), np.float64)
+    grad = self._program('grad')
+    total = sum(np.asarray(grad(self._data, jnp.full(n, (k + 0.5) / steps, jnp.float32)), np.float64)
                 for k in range(steps))
     return total / steps
 
@@ -516,16 +510,16 @@ class Edges:
     qk = np.array([e.endswith(('<q>', '<k>')) for e in g.edges])
     which = np.array([head_of.get(g.nodes[r], -1) for r in reader])
     zero = jnp.zeros(n, jnp.float32)
-    _, clean_patterns = jax.jit(self._pass)(zero)
+    _, clean_patterns = self._program('pass')(self._data, zero)
     deltas = {site: jnp.zeros_like(clean_patterns[site]) for site in {site for _, site, _ in g.patterns}}
     drops = [np.array([g.layer[a] == l for a in source]) for l in range(layers)] if grad_drop and layers > 1 \
         else [np.zeros(n, bool)]
-    gradients = jax.jit(jax.grad(lambda w, d, drop: self.metric(self._logits(w, drop, d)), (0, 1)))
+    gradients = self._program('gradients')
     estimates = []
     rows = np.nonzero(qk)[0]
     moved = self._moved_patterns(rows, which, clean_patterns, chunk) if len(rows) else None
     for drop in drops:
-      by_edge, by_pattern = gradients(zero, deltas, jnp.asarray(drop))
+      by_edge, by_pattern = gradients(self._data, zero, jnp.asarray(drop), deltas)
       estimate = np.asarray(by_edge, np.float64)
       if moved is not None:
         grads = np.asarray(_head_patterns(g, by_pattern))                  # [heads, batch, queries, keys]
@@ -537,16 +531,12 @@ class Edges:
     """``[len(rows), batch, queries, keys]``: how each edge of ``rows`` (into a head's query or key) moves that
     head's attention pattern when it alone is patched."""
     n = len(self.graph.edges)
-    stacked = _head_patterns(self.graph, clean)
-
-    def one(w, head):
-      return _head_patterns(self.graph, self._pass(w)[1])[head] - stacked[head]
     size = max(1, min(chunk, len(rows)))
     padded = -(-len(rows) // size) * size
     index = np.concatenate([rows, np.full(padded - len(rows), rows[0])])
     ws = jnp.eye(n, dtype=jnp.float32)[index].reshape(-1, size, n)
     heads = jnp.asarray(which[index]).reshape(-1, size)
-    out = jax.jit(lambda ws, hs: jax.lax.map(lambda c: jax.vmap(one)(*c), (ws, hs)))(ws, heads)
+    out = self._program('moved')(self._data, ws, heads, _head_patterns(self.graph, clean))
     return np.asarray(out).reshape(padded, *out.shape[2:])[:len(rows)]
 
   NODE_METHODS = ('exact', 'atp', 'atp_star', 'eap_ig')
@@ -573,17 +563,19 @@ class Edges:
       patches = (out[:, None, :, None] * np.eye(time, dtype=np.float32)[None, :, None, :]).reshape(-1, n, time)
       size = max(1, min(chunk, len(patches)))
       padded = np.concatenate([patches, np.zeros((-len(patches) % size, n, time), np.float32)])
-      values = np.asarray(_compiled_map(self._value)(jnp.asarray(padded).reshape(-1, size, n, time)))
+      values = np.asarray(self._program('values')(self._data, jnp.asarray(padded).reshape(-1, size, n, time)))
       return values.reshape(-1)[:len(patches)].reshape(len(nodes), time) - float(self._f(jnp.zeros(n)))
     if method == 'eap_ig':  # a compiled backward pass a step, as eap_ig
-      total = sum(np.asarray(self._grad(jnp.full((n, time), (k + 0.5) / steps, jnp.float32)), np.float64)
+      grad = self._program('grad')
+      total = sum(np.asarray(grad(self._data, jnp.full((n, time), (k + 0.5) / steps, jnp.float32)), np.float64)
                   for k in range(steps))
       return out @ (total / steps)
     layers = g.layer[-1]
     drops = [np.array([g.layer[a] == l for a in source]) for l in range(layers)] \
         if method == 'atp_star' and layers > 1 else [None]
-    gradient = jax.jit(jax.grad(lambda w, drop: self.metric(self._logits(w, drop))))
-    estimates = [out @ np.asarray(gradient(zero, None if d is None else jnp.asarray(d))) for d in drops]
+    gradients = self._program('gradients')
+    estimates = [out @ np.asarray(gradients(self._data, zero, None if d is None else jnp.asarray(d), None)[0])
+                 for d in drops]
     if method == 'atp':
       return estimates[0]
     return np.sum(np.abs(estimates), 0) / max(len(drops) - 1, 1)
@@ -599,14 +591,15 @@ class Edges:
     source, reader = self.graph.ends
     w = np.zeros(n, np.float32)
     scores = np.zeros(n)
-    current = float(self._kl(jnp.asarray(w)))
+    kl = self._program('kl')
+    current = float(kl(self._data, jnp.asarray(w)))
     for e in np.lexsort((-source, -reader)):
       leaves = (source == reader[e]) & (w == 0)
       if not self.read[e] or (self.graph.nodes[reader[e]] != 'logits' and not leaves.any()):
         w[e] = 1.0
         continue
       w[e] = 1.0
-      new = float(self._kl(jnp.asarray(w)))
+      new = float(kl(self._data, jnp.asarray(w)))
       scores[e] = new - current
       if new - current <= threshold:
         current = new
@@ -625,9 +618,65 @@ class Edges:
     return (float(self._f(1.0 - keep)) - empty) / (full - empty)
 
 
-def _compiled_map(fn: Callable) -> Callable:
-  """``fn`` over ``[chunks, size, edges]`` weights: vmapped within a chunk, the chunks one after another."""
-  return jax.jit(lambda ws: jax.lax.map(jax.vmap(fn), ws))
+# ---------------------------------------------------------------------------------------------------------
+# The methods' programs: functions of the data, compiled once per model, graph and metric structure.
+# ---------------------------------------------------------------------------------------------------------
+class _Data(NamedTuple):
+  """What the programs of an ``Edges`` read, passed as arguments."""
+  params: Any
+  clean: jax.Array
+  key_mask: jax.Array | None
+  corrupt: Any              # the corrupt run's stacks (a program) or node outputs (a residual model)
+  metric: tuple             # the metric's arrays (``engine.split_hooks``)
+  clean_logits: jax.Array
+  weights: jax.Array
+
+
+class _Static(NamedTuple):
+  model: Any
+  graph: Graph
+  metric: engine.Split
+
+
+def _runs(model, graph: Graph, params, clean, corrupt, key_mask):
+  """(the clean logits, what the corrupt run gives each edge's source)."""
+  clean_logits = model.apply({'params': params}, clean, key_mask)
+  if graph.program:
+    return clean_logits, _inputs(model, params, corrupt, key_mask, graph)[1]
+  return clean_logits, _residual_pass(model, params, corrupt, key_mask, graph)[2]
+
+
+def _pass(st: _Static, d: _Data, w, drop=None, deltas=None):
+  """(the logits, {pattern site: the patterns}) with each edge moved ``w`` of the way to its corrupt value."""
+  if st.graph.program:
+    return _patched(st.model, d.params, d.clean, d.key_mask, st.graph, d.corrupt, w, drop, deltas)
+  return _residual_pass(st.model, d.params, d.clean, d.key_mask, st.graph, d.corrupt, w, drop, deltas)[:2]
+
+
+def _value(st: _Static, d: _Data, w, drop=None, deltas=None):
+  metric = st.metric.rebuild(iter(d.metric))['metric']
+  return metric(_pass(st, d, w, drop, deltas)[0])
+
+
+def _values(st: _Static, d: _Data, ws):
+  """The metric over ``[chunks, size, edges]`` weights: vmapped within a chunk, the chunks one after another."""
+  return jax.lax.map(jax.vmap(lambda w: _value(st, d, w)), ws)
+
+
+def _moved(st: _Static, d: _Data, ws, heads, clean_patterns):
+  """``[chunks, size, ...]``: how head ``heads[c, i]``'s pattern moves with ``ws[c, i]``'s edges patched."""
+  def one(w, head):
+    return _head_patterns(st.graph, _pass(st, d, w)[1])[head] - clean_patterns[head]
+  return jax.lax.map(lambda c: jax.vmap(one)(*c), (ws, heads))
+
+
+_PROGRAMS = {
+    'pass': _pass, 'value': _value, 'values': _values, 'moved': _moved,
+    'grad': lambda st, d, w: jax.grad(_value, 2)(st, d, w),
+    # (∂f/∂w, ∂f/∂deltas) with no gradient through the ``drop`` edges' clean values (GradDrop)
+    'gradients': lambda st, d, w, drop, deltas: jax.grad(_value, (2, 4))(st, d, w, drop, deltas),
+    'kl': lambda st, d, w: _kl(d.clean_logits, _pass(st, d, w)[0], d.weights),
+}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ PAGES: tuple[tuple[str, str, str, tuple], ...] = (
     )),
     ('docs/api/programs.md', 'Programs', 'decompiling a model into code', (
         ('Programs', (
-            ('symjax.proj.decompile', ('decompile', 'build', 'write', 'load_program', 'evaluate')),
+            ('symjax.proj.decompile', ('decompile', 'build', 'write', 'load_program', 'evaluate', 'true_edges')),
             ('symjax.proj.program_code', ('decompile', 'build', 'code_of', 'plan_of', 'domains', 'simplify', 'prune',
                                           'describe', 'true_reads', 'true_edges')),
         )),

@@ -4,11 +4,11 @@ site's output patched from a corrupt prompt, exactly and as each method estimate
   python -m benchmarks.analysis.head_sweep --workdirs=/tmp/text_medium_seed0,... [--prompts=8] [--length=9]
       [--json=benchmarks/results/head_sweep_text.json]
 
-Each run is the text recipe's 4-layer model (``--config=symbolic:task=text,size=medium`` with
-``--config.text_path`` Tiny Shakespeare, one per seed). Clean prompts: the first ``--prompts`` windows of
-``--length`` characters of its test split; corrupt: the next ``--prompts`` windows. Metric: the mean
-log-probability of the clean run's prediction after the last character. Per method: Pearson and Spearman
-against the exact effects over every site (AtP* against their magnitudes, as it gives magnitudes), where it
+Each run is the text recipe's 4-layer model (``--config=KIND:task=text,size=medium`` with
+``--config.text_path`` Tiny Shakespeare, one per seed; all runs of one kind). Clean prompts: the first
+``--prompts`` windows of ``--length`` characters of its test split; corrupt: the next ``--prompts`` windows.
+Metric: the mean log-probability of the clean run's prediction after the last character. Per method: Pearson and
+Spearman against the exact effects over every site (AtP* against their magnitudes, as it gives magnitudes), where it
 ranks the two largest exact effects, and seconds (compiled, warm); per run, and the mean and 95% interval over
 runs.
 """
@@ -64,7 +64,7 @@ def sweep(workdir: str) -> dict:
                         'ranks_of_two_largest': ranks, 'two_largest_in_top_three': max(ranks) <= 3,
                         'estimates_of_two_largest': [float(score[i]) for i in largest]})
     print(workdir, method, {k: v for k, v in out[method].items() if k != 'estimates_of_two_largest'}, flush=True)
-  return {'sites': len(exact), 'per_method': out,
+  return {'kind': run.model_config.kind, 'sites': len(exact), 'per_method': out,
           'two_largest': [{'site': site(int(i)), 'exact': float(exact[i])} for i in largest]}
 
 
@@ -72,6 +72,9 @@ def main(argv):
   del argv
   from symjax.train import sweep as sweep_lib
   per_run = {workdir: sweep(workdir) for workdir in _WORKDIRS.value}
+  kinds = sorted({r['kind'] for r in per_run.values()})
+  if len(kinds) > 1:
+    raise app.UsageError(f'--workdirs must be runs of one model kind, got {kinds}')
   methods = next(iter(per_run.values()))['per_method']
   summary = {m: {'pearson': sweep_lib.stat([r['per_method'][m]['pearson'] for r in per_run.values()]),
                  'spearman': sweep_lib.stat([r['per_method'][m]['spearman'] for r in per_run.values()]),
@@ -82,7 +85,8 @@ def main(argv):
       'what': "a text model's head sweep ((layer, position, head) sites, each head's output at one position patched "
               'from a corrupt prompt) exactly and as attribution patching, AtP* and EAP-IG estimate it; mean and '
               '95% t-interval over runs (seeds)',
-      'train_command': 'python -m symjax.main --config=symbolic:task=text,size=medium '
+      'kind': kinds[0],
+      'train_command': f'python -m symjax.main --config={kinds[0]}:task=text,size=medium '
                        '--config.text_path=../shared/data/tinyshakespeare.txt --config.seed=S',
       'prompts': _PROMPTS.value, 'length': _LENGTH.value, 'ig_steps': _STEPS.value, 'summary': summary,
       'per_run': per_run})

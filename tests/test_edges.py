@@ -308,6 +308,10 @@ def test_a_node_sweep_patches_a_heads_output_at_one_position():
     hook = lambda v, name, p=position, h=head - 2, z=z: v.at[:, p, h].set(z)
     patched = hooks.run_with_hooks(model, params, clean, {'blocks.1.attn.z': hook})
     assert exact[head, position] == pytest.approx(float(e.metric(jnp.asarray(patched))) - e.value(), abs=1e-6)
+    # The same patch as [edges, time] weights: every edge out of the head, at that position alone.
+    out = np.zeros((len(e.graph.edges), 8), np.float32)
+    out[[i for i, edge in enumerate(e.graph.edges) if edge.startswith(f'a1.h{head - 2}->')], position] = 1.0
+    assert e.value(out) - e.value() == pytest.approx(exact[head, position], abs=1e-6)
   atp = e.node_sweep('atp')
   assert np.corrcoef(exact.ravel(), atp.ravel())[0, 1] > 0.5      # an estimate of the same grid
   assert (e.node_sweep('atp_star') >= 0).all()

@@ -10,7 +10,8 @@ Each run is the text recipe's 4-layer model (``--config=KIND:task=text,size=medi
 Metric: the mean log-probability of the clean run's prediction after the last character. Per method: Pearson and
 Spearman against the exact effects over every site (AtP* against their magnitudes, as it gives magnitudes), where it
 ranks the two largest exact effects, and seconds (compiled, warm); per run, and the mean and 95% interval over
-runs.
+runs. For the two largest sites, the path f(α) − f(0) with the site moved α of the way to corrupt (α = 0, 0.1, ...,
+1): attribution patching reads its slope at 0.
 """
 
 from __future__ import annotations
@@ -65,7 +66,18 @@ def sweep(workdir: str) -> dict:
                         'estimates_of_two_largest': [float(score[i]) for i in largest]})
     print(workdir, method, {k: v for k, v in out[method].items() if k != 'estimates_of_two_largest'}, flush=True)
   return {'kind': run.model_config.kind, 'sites': len(exact), 'per_method': out,
-          'two_largest': [{'site': site(int(i)), 'exact': float(exact[i])} for i in largest]}
+          'two_largest': [{'site': site(int(i)), 'exact': float(exact[i]),
+                           'path': path(e, heads[i // length], int(i % length))} for i in largest]}
+
+
+def path(e, head: str, position: int) -> list[float]:
+  """f(α) − f(0) at α = 0, 0.1, ..., 1 with the head's output at ``position`` moved α of the way to the corrupt
+  run's: how far from linear (what attribution patching assumes) the effect of that site is."""
+  g = e.graph
+  patch = np.zeros((len(g.edges), e.clean.shape[1]), np.float32)
+  patch[g.ends[0] == g.nodes.index(head), position] = 1.0
+  base = e.value()
+  return [e.value(alpha * patch) - base for alpha in np.linspace(0.0, 1.0, 11)]
 
 
 def main(argv):

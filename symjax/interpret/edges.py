@@ -454,15 +454,17 @@ class Edges:
 
   # -- the pass and its metric ---------------------------------------------------------------------------
   def logits(self, patched: Sequence[str] | np.ndarray = ()) -> np.ndarray:
-    """The logits with the ``patched`` edges (names, or a ``[edges]`` mask or weights) from the corrupt run."""
+    """The logits with the ``patched`` edges from the corrupt run: names, a ``[edges]`` mask, or weights
+    ``[edges]`` or ``[edges, time]`` (per position), each the fraction of the way to the corrupt value."""
     return np.asarray(self._program('pass')(self._data, self._weights(patched))[0])
 
   def value(self, patched: Sequence[str] | np.ndarray = ()) -> float:
-    """The metric with the ``patched`` edges from the corrupt run."""
+    """The metric with the ``patched`` edges (as ``logits`` takes them) from the corrupt run."""
     return float(self._f(self._weights(patched)))
 
   def _weights(self, patched) -> jax.Array:
-    if isinstance(patched, np.ndarray) and patched.dtype != object and patched.shape == (len(self.graph.edges),):
+    shapes = ((len(self.graph.edges),), (len(self.graph.edges), self.clean.shape[1]))
+    if isinstance(patched, np.ndarray) and patched.dtype != object and patched.shape in shapes:
       return jnp.asarray(patched, jnp.float32)
     return jnp.asarray(self.graph.mask(list(patched)), jnp.float32)
 

@@ -29,6 +29,7 @@ the results page.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from absl import app, flags
 
 from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
+from symjax.run import lock
 from symjax.tasks import rasp
 from symjax.train import sweep
 
@@ -71,6 +73,10 @@ def trained(task: str, model: str, seed: int) -> tuple[str, str]:
   folder = 'transformer_program' if model == 'program' else 'symbolic_program'
   workdir = os.path.join(_RUNS.value, f'{task}_{folder}_seed{seed}')
   command = recipe(task, model, seed, workdir)
+  lock_file = os.path.join(workdir, lock.LOCK_FILE)
+  if os.path.isfile(lock_file):  # a run training there now: wait for it (granted once its exclusive lock goes)
+    with open(lock_file) as f:
+      fcntl.flock(f, fcntl.LOCK_SH)
   if not os.path.isfile(os.path.join(workdir, 'final_metrics.json')):
     subprocess.run(command, check=True)
   return workdir, ' '.join(['python', *command[1:]])

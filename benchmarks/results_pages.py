@@ -422,8 +422,8 @@ def circuits_table(data: dict, json_name: str, pages: str) -> str:
              f"{truth['edges']['mean']:.0f}")
     for i, (method, name) in enumerate(CIRCUIT_METHODS):
       st = summary[method]
-      lines.append(f"| {task if i == 0 else ''} | {edges if i == 0 else ''} | {name} | {ms(st['auroc'])} | "
-                   f"{ms(st['precision'])} | {ms(st['recall'])} | {ms(st['faithfulness'])} | "
+      lines.append(f"| {task.split('/')[0] if i == 0 else ''} | {edges if i == 0 else ''} | {name} | "
+                   f"{ms(st['auroc'])} | {ms(st['precision'])} | {ms(st['recall'])} | {ms(st['faithfulness'])} | "
                    f"{ms(st['spearman'])} | {ms(st['seconds'], '{:.3f}')} |")
   return '\n'.join(lines) + '\n'
 
@@ -451,8 +451,9 @@ def head_sweep_table(data: dict, json_name: str, pages: str) -> str:
   names = {'exact': 'exact', 'atp': 'attribution patching (AtP)', 'atp_star': 'AtP* (GradDrop)',
            'eap_ig': f"EAP-IG, {data['ig_steps']} steps"}
   sites = next(iter(runs.values()))['sites']
-  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; {len(runs)} runs (seeds), {sites} sites each "
-           f"({data['prompts']} prompts of {data['length']} characters), mean ± 95% interval "
+  kind = data.get('kind', 'symbolic')   # the first file, written before the kind was recorded, is symbolic's
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; {kind}, {len(runs)} runs (seeds), {sites} sites "
+           f"each ({data['prompts']} prompts of {data['length']} characters), mean ± 95% interval "
            f"([per run]({pages}/{json_name}.md)). AtP* gives magnitudes and is compared with the exact effects' "
            "magnitudes.", '',
            '| method | Pearson vs exact | Spearman vs exact | runs with the two largest exact effects in its top three '
@@ -658,8 +659,12 @@ GENERATED = {
     'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table), *QUICKSTART), 'results/data'),
     'docs/results/dual_stream.md': ((('dual-stream', 'dual_stream_text_cpu', dual_stream_table),), 'data'),
     'docs/results/circuits.md': ((('circuits', 'circuits', circuits_table),
+                                  ('circuits-symbolic', 'circuits_symbolic', circuits_table),
                                   ('edges-speed', 'edges_speed', edges_speed_table),
-                                  ('head-sweep', 'head_sweep_text', head_sweep_table)), 'data'),
+                                  ('head-sweep', 'head_sweep_text', head_sweep_table),
+                                  ('head-sweep-standard', 'head_sweep_text_standard', head_sweep_table),
+                                  ('head-sweep-token-factored', 'head_sweep_text_token_factored', head_sweep_table)),
+                                 'data'),
 }
 # Figures drawn from a JSON file: {the image's path: (the file, its drawing)}.
 FIGURES = {'docs/results/circuit_figure.svg': ('circuits', circuit_figure)}

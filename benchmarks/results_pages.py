@@ -451,9 +451,8 @@ def head_sweep_table(data: dict, json_name: str, pages: str) -> str:
   names = {'exact': 'exact', 'atp': 'attribution patching (AtP)', 'atp_star': 'AtP* (GradDrop)',
            'eap_ig': f"EAP-IG, {data['ig_steps']} steps"}
   sites = next(iter(runs.values()))['sites']
-  kind = data.get('kind', 'symbolic')   # the first file, written before the kind was recorded, is symbolic's
-  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; {kind}, {len(runs)} runs (seeds), {sites} sites "
-           f"each ({data['prompts']} prompts of {data['length']} characters), mean ± 95% interval "
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; {data['kind']}, {len(runs)} runs (seeds), "
+           f"{sites} sites each ({data['prompts']} prompts of {data['length']} characters), mean ± 95% interval "
            f"([per run]({pages}/{json_name}.md)). AtP* gives magnitudes and is compared with the exact effects' "
            "magnitudes.", '',
            '| method | Pearson vs exact | Spearman vs exact | runs with the two largest exact effects in its top three '

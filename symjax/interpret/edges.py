@@ -489,11 +489,14 @@ class Edges:
     """EAP with integrated gradients over ``steps`` midpoints of the path from clean to corrupt."""
     if not isinstance(steps, int) or steps < 1:
       raise InputError(f'steps must be a positive integer, got {steps!r}')
-    n = len(self.graph.edges)
+    return self._mean_gradient((len(self.graph.edges),), steps)
+
+  def _mean_gradient(self, shape: tuple[int, ...], steps: int) -> np.ndarray:
+    """The mean of ∇f(α·1) over ``steps`` midpoints α of [0, 1], weights of ``shape``."""
     # One compiled backward pass a step holds one pass's activations, where the steps batched in one program hold
     # them all; neither is faster on a CPU for every kind (benchmarks/speed/edges.py times both).
     grad = self._program('grad')
-    total = sum(np.asarray(grad(self._data, jnp.full(n, (k + 0.5) / steps, jnp.float32)), np.float64)
+    total = sum(np.asarray(grad(self._data, jnp.full(shape, (k + 0.5) / steps, jnp.float32)), np.float64)
                 for k in range(steps))
     return total / steps
 
@@ -567,11 +570,8 @@ class Edges:
       padded = np.concatenate([patches, np.zeros((-len(patches) % size, n, time), np.float32)])
       values = np.asarray(self._program('values')(self._data, jnp.asarray(padded).reshape(-1, size, n, time)))
       return values.reshape(-1)[:len(patches)].reshape(len(nodes), time) - float(self._f(jnp.zeros(n)))
-    if method == 'eap_ig':  # a compiled backward pass a step, as eap_ig
-      grad = self._program('grad')
-      total = sum(np.asarray(grad(self._data, jnp.full((n, time), (k + 0.5) / steps, jnp.float32)), np.float64)
-                  for k in range(steps))
-      return out @ (total / steps)
+    if method == 'eap_ig':
+      return out @ self._mean_gradient((n, time), steps)
     layers = g.layer[-1]
     drops = [np.array([g.layer[a] == l for a in source]) for l in range(layers)] \
         if method == 'atp_star' and layers > 1 else [None]

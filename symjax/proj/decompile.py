@@ -590,6 +590,7 @@ class _Runner:
   def head(self, l: int, h: int, query: dict, key: dict, value: dict) -> np.ndarray:
     """The token head h of layer l writes, its query made of the variables in ``query``, its key of those in
     ``key`` and its value of those in ``value`` (the key position chosen by the query's and key's score)."""
+    # The runtime's ``scores`` and ``attend``, but with the query and the key from states of their own.
     ns, t, (reads, values, _) = self.ns, self.ns['TABLES'], self.layers[l]
     side = lambda name, s: ns['normed'](t[f'l{l}.{name}'][h], t[f'l{l}.{name}_bias'][h],
                                         [[s[v] for v in names] for names in reads], ns['spreads_of'](s, reads))
@@ -668,28 +669,19 @@ def true_edges(params, model_config, inputs: np.ndarray, lengths: np.ndarray, se
         return False
     return True
 
-  kept = set()
-  for reader, slot, sources in _readers(graph):
+  source, reader = graph.ends
+  kept = np.zeros(len(graph.edges), bool)
+  for _, fed in graph.reads:  # each input of a reader: its edges, one per earlier source
+    fed = [e for e in fed if e >= 0]
+    node, slot = graph.nodes[reader[fed[0]]], graph.edges[fed[0]].partition('<')[2].rstrip('>') or None
     patched = set()
-    for source in reversed(sources):
-      if unchanged(reader, slot, patched | {source}):
-        patched.add(source)
+    for e in reversed(fed):
+      if unchanged(node, slot, patched | {graph.nodes[source[e]]}):
+        patched.add(graph.nodes[source[e]])
       else:
-        kept.add(edges_lib.edge_name(source, reader, slot))
-  live = {'logits'}
-  for e in reversed(graph.edges):  # edges in the order of their readers: a reader's readers come later
-    source, reader = e.split('->')
-    if e in kept and reader.split('<')[0] in live:
-      live.add(source)
-  return sorted(e for e in kept if e.split('->')[1].split('<')[0] in live)
-
-
-def _readers(graph) -> list[tuple[str, str | None, list[str]]]:
-  """Each input of a residual graph: its reader node, its slot (None: an FFN layer or the logits) and its
-  sources in graph order."""
-  out: dict[tuple[str, str | None], list[str]] = {}
-  for e in graph.edges:
-    source, target = e.split('->')
-    reader, _, slot = target.partition('<')
-    out.setdefault((reader, slot.rstrip('>') or None), []).append(source)
-  return [(reader, slot, sources) for (reader, slot), sources in out.items()]
+        kept[e] = True
+  live = np.zeros(len(graph.nodes), bool)
+  live[graph.nodes.index('logits')] = True
+  for e in reversed(range(len(graph.edges))):  # edges in the order of their readers: a reader's readers come later
+    live[source[e]] |= kept[e] and live[reader[e]]
+  return sorted(graph.edges[e] for e in np.nonzero(kept & live[reader])[0])

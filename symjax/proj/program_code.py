@@ -2,8 +2,9 @@
 reads, as "Learning Transformer Programs" §3.4 writes its programs: each head a predicate over the two
 variables it reads, then ``select_closest`` / ``select`` and ``aggregate`` / ``aggregate_sum``; each MLP an
 ``if/elif`` over its inputs, grouped by the value it writes. The readout (that paper's classifier) is written as
-decisions — the tag of every combination of its variables' values the task's inputs reach — where the inputs
-are the task's every input and reach at most ``DECISION_LIMIT`` combinations; otherwise it stays a data file.
+decisions — a tree of tests on its variables' values, exact on every combination the task's inputs reach —
+where the inputs are the task's every input and the tree writes at most ``DECISION_LIMIT`` values and tags;
+otherwise it stays a data file.
 
 Where a predicate is arithmetic it is written so (``k_position == q_position - 1``, ``k_token < q_token`` for
 numbers), and an MLP that reads one of its inputs only is written over that one. The values a variable can
@@ -816,17 +817,17 @@ def classify(variables):
 CLASSIFY_DECISIONS = '''
 
 def classify(variables):
-    """The classifier: each position's tag is DECISIONS[its values of DECIDES] (a value alone when DECIDES
-    names one variable); -1 where no input of the task reaches them."""
-    tags = np.full(variables["tokens"].ids.shape, -1)
-    for values, tag in DECISIONS.items():
-        values = values if isinstance(values, tuple) else (values,)
-        hit = np.ones(tags.shape, bool)
-        for name, value in zip(DECIDES, values):
-            v = variables[name]
-            hit &= v.ids == (TOKENS.index(value) if v.is_token else value)
-        tags[hit] = TOKENS.index(tag)
-    return tags
+    """The classifier: each position's tag is decide(its values of DECIDES), asked once per combination
+    the positions hold; -1 where it returns None."""
+    combination = np.zeros(variables["tokens"].ids.shape, np.int64)
+    for name in DECIDES:
+        combination = combination * CARDINALITY + variables[name].ids
+    _, first, where = np.unique(combination, return_index=True, return_inverse=True)
+    tags = []
+    for i in first:
+        tag = decide(*(variables[name].value(int(variables[name].ids.flat[i])) for name in DECIDES))
+        tags.append(-1 if tag is None else TOKENS.index(tag))
+    return np.array(tags)[where.reshape(-1)].reshape(combination.shape)
 '''
 
 ENTRY = '''
@@ -914,7 +915,7 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisi
   lines += [f'TOKENS = {tokens!r}', f'MAX_LEN = {plan.max_len}', f'CAUSAL = {plan.causal}',
             f'CARDINALITY = {plan.card}']
   if decisions:
-    lines += _decisions_source(decisions, doms, tokens)
+    lines.append(f'DECIDES = {tuple(decisions.reads)!r}')
   else:
     lines += [f'DATA_FILE = {data_file!r}',
               'READOUT = dict(np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), DATA_FILE)))']
@@ -949,6 +950,8 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisi
   kept = [n for n in _variables(plan) if n in live]
   lines += _wrapped_set('return dict(', [f'{n}={plan.aliases.get(n, n)}' for n in kept], ')', '    ')
   lines[-1] = lines[-1].replace('dict({', 'dict(').replace('})', ')')
+  if decisions:
+    lines += ['', '', *_decisions_source(decisions, doms, tokens), '']
   text = '\n'.join(lines) + ENTRY
   return text.replace('dict({\n', 'dict(\n').replace('\n    })', '\n    )')
 
@@ -961,27 +964,104 @@ def _comment(text: str) -> list[str]:
                                                                subsequent_indent='    # ', break_on_hyphens=False)]
 
 
-# The most decisions a program writes in its code; a classifier reaching more combinations stays a data file.
+# The most values and tags a program's decisions write in its code; a larger classifier stays a data file.
 DECISION_LIMIT = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+  """A decision: the tag id ``tag``, or (``copy``) the value of the variable read in that column, a token."""
+
+  tag: int | None = None
+  copy: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+  """A test of the variable read in ``column``: each branch the values it takes there, in order, and what
+  decides among them."""
+
+  column: int
+  branches: tuple[tuple[tuple[int, ...], Leaf | Split], ...]
+
+
+def entries_of(node: Leaf | Split) -> int:
+  """The values and tags a tree writes: one per leaf, one per value a branch tests."""
+  if isinstance(node, Leaf):
+    return 1
+  return sum(len(values) + entries_of(child) for values, child in node.branches)
 
 
 @dataclasses.dataclass
 class Decisions:
-  """The classifier as decisions: the variables it reads, in the classifier's order, and the tag id of every
-  combination of their value ids that the task's inputs reach."""
+  """The classifier as decisions: the variables it reads, in the classifier's order, and a tree of tests on
+  their values that gives the tag of every combination the task's inputs reach (and of no other)."""
 
   reads: list[str]
-  tags: dict[tuple[int, ...], int]
+  tree: Leaf | Split
+
+
+def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool]) -> Leaf | Split:
+  """The tree of fewest entries (``entries_of``) that tags each row of ``keys`` ``[combinations, columns]`` (the
+  distinct combinations reached) with ``tags``: a leaf where one tag, or one token-valued column's value
+  (``copyable``), is the tag of every row; else a test of the column whose branches write least, values whose
+  subtrees are equal sharing a branch. Every order of the columns is searched, each subproblem once."""
+  memo: dict[tuple[tuple[int, ...], bytes], tuple[int, Leaf | Split]] = {}
+
+  def best(rows: np.ndarray, columns: tuple[int, ...]) -> tuple[int, Leaf | Split]:
+    key = (columns, rows.tobytes())
+    if key in memo:
+      return memo[key]
+    t = tags[rows]
+    copies = [c for c in columns if copyable[c] and (keys[rows, c] == t).all()]
+    if (t == t[0]).all():
+      found = (1, Leaf(tag=int(t[0])))
+    elif copies:
+      found = (1, Leaf(copy=copies[0]))
+    else:
+      found = None
+      for c in columns:
+        values = keys[rows, c]
+        distinct = np.unique(values)
+        if len(distinct) < 2:
+          continue
+        rest = tuple(x for x in columns if x != c)
+        shared: dict[Leaf | Split, list[int]] = {}
+        cost = 0
+        for v in distinct:
+          size, child = best(rows[values == v], rest)
+          if child not in shared:
+            cost += size
+          shared.setdefault(child, []).append(int(v))
+        cost += len(distinct)
+        if found is None or cost < found[0]:
+          found = (cost, Split(c, tuple(sorted((tuple(vs), child) for child, vs in shared.items()))))
+    memo[key] = found
+    return found
+
+  return best(np.arange(len(keys)), tuple(range(keys.shape[1])))[1]
+
+
+def _columns_of(node: Leaf | Split) -> set[int]:
+  if isinstance(node, Leaf):
+    return set() if node.copy is None else {node.copy}
+  return {node.column}.union(*(_columns_of(child) for _, child in node.branches))
+
+
+def _renumbered(node: Leaf | Split, new: dict[int, int]) -> Leaf | Split:
+  if isinstance(node, Leaf):
+    return node if node.copy is None else Leaf(copy=new[node.copy])
+  return Split(new[node.column], tuple((values, _renumbered(child, new)) for values, child in node.branches))
 
 
 def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
                  lengths: np.ndarray, data_file: str) -> Decisions | None:
-  """The pruned classifier's tag for every combination of its variables' values that ``inputs`` reach (each
-  scored by the same float32 sums as the table), over the fewest of those variables that still decide it
-  (dropped greedily), or None above ``DECISION_LIMIT`` combinations."""
+  """The pruned classifier as a tree of decisions (``decision_tree``) over the combinations of its variables'
+  values that ``inputs`` reach (each tagged by the same float32 sums as the table), reading the fewest of those
+  variables that still decide it (dropped greedily), or None above ``DECISION_LIMIT`` entries."""
   reads = [n for n in _variables(plan) if n in kept]
   if not reads:
-    return Decisions([], {(): int(np.argmax(bias))})
+    return Decisions([], Leaf(tag=int(np.argmax(bias))))
   values, real = _run(plan, doms, live, _readout(plan, kept, bias), inputs, lengths, data_file)
   held = np.stack([values[name].ids[real] for name in reads], -1).astype(np.int64)
   reached = held[_distinct_rows(held)[0]]
@@ -993,14 +1073,13 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
     rest = [c for c in columns if c != i]
     if _decides(reached[:, rest], tags):
       columns = rest
-  if not columns:  # one tag for every input
-    return Decisions([], {(): int(tags[0])})
-  first = _distinct_rows(reached[:, columns])[0]
-  keys = reached[first][:, columns]
-  if len(keys) > DECISION_LIMIT:
+  keys = reached[:, columns]
+  first = _distinct_rows(keys)[0] if columns else np.arange(1)
+  tree = decision_tree(keys[first], tags[first], [doms[reads[c]][1] for c in columns])
+  if entries_of(tree) > DECISION_LIMIT:
     return None
-  return Decisions([reads[c] for c in columns],
-                   {tuple(int(v) for v in row): int(tags[j]) for row, j in zip(keys, first)})
+  used = sorted(_columns_of(tree))   # the tree may test fewer variables than decide the flat table
+  return Decisions([reads[columns[c]] for c in used], _renumbered(tree, {c: i for i, c in enumerate(used)}))
 
 
 def _decides(values: np.ndarray, tags: np.ndarray) -> bool:
@@ -1025,15 +1104,39 @@ def _distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str]:
-  """``DECIDES`` and ``DECISIONS`` as the program writes them: each combination of values, read as its
-  variables' values (tokens as strings), and its tag, grouped by tag."""
+  """``decide`` as the program writes it: the tree's tests as ``if``s over the variables'
+  values (tokens as strings), each branch naming every value it takes, so that a combination no input reaches
+  falls through them all to ``None``."""
   reads = decisions.reads
-  lines = [f'# The classifier: the tag of every combination of ({", ".join(reads)}) the task\'s inputs reach.',
-           f'DECIDES = {tuple(reads)!r}', 'DECISIONS = {']
-  for key, tag in sorted(decisions.tags.items(), key=lambda kv: (kv[1], kv[0])):
-    shown = ', '.join(_value(v, doms[name][1], tokens) for name, v in zip(reads, key))
-    lines.append(f'    {shown if len(key) == 1 else f"({shown})"}: {tokens[tag]!r},')  # one variable: its value
-  return lines + ['}']
+  lines = [f'def decide({", ".join(reads)}):',
+           '    """The tag of a position from its values of DECIDES, on every combination the task\'s inputs reach;',
+           '    None where a test lists no value it holds."""']
+
+  def write(node, indent):
+    if isinstance(node, Leaf):
+      return [f'{indent}return {reads[node.copy] if node.copy is not None else repr(tokens[node.tag])}']
+    name = reads[node.column]
+    is_token = doms[name][1]
+    if all(isinstance(child, Leaf) and child.tag is not None and len(values) == 1
+           for values, child in node.branches) and len(node.branches) > 2:   # a lookup: one tag per value
+      items = [f'{_value(values[0], is_token, tokens)}: {tokens[child.tag]!r}' for values, child in node.branches]
+      return _wrapped_set('return ', items, f'.get({name})', indent)
+    out = []
+    for values, child in node.branches:
+      out += [f'{indent}if {_test(name, values, is_token, tokens)}:', *write(child, indent + '    ')]
+    return out
+
+  body = write(decisions.tree, '    ')
+  return lines + body + ([] if body[0].startswith('    return') else ['    return None'])
+
+
+def _test(name: str, values: tuple[int, ...], is_token: bool, tokens: list[str]) -> str:
+  """``name`` takes one of ``values``: ``==`` one, a range of three or more numbers, else ``in`` a tuple."""
+  if len(values) == 1:
+    return f'{name} == {_value(values[0], is_token, tokens)}'
+  if not is_token and len(values) > 2 and values[-1] - values[0] == len(values) - 1:
+    return f'{values[0]} <= {name} <= {values[-1]}'
+  return f'{name} in ({", ".join(_value(v, is_token, tokens) for v in values)})'
 
 
 def _variables(plan: Plan) -> list[str]:
@@ -1211,7 +1314,7 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   plan, doms = renamed(plan, names), {r(k): v for k, v in doms.items()}
   live, kept = {r(v) for v in live}, {r(v) for v in kept}
   if decisions:
-    decisions = Decisions([r(v) for v in decisions.reads], decisions.tags)
+    decisions = Decisions([r(v) for v in decisions.reads], decisions.tree)
   origin_of = {v: k for k, v in names.items()}
   # A module's sentence names the model's head or MLP it comes from; the comment above its code sums up the
   # cases that code lists where there are more than two.
@@ -1232,9 +1335,10 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   readout = {} if decisions else _readout(plan, kept, bias)
   notes = list(sentences.values()) + simplified
   if decisions:
-    notes.append(f'The classifier is {len(decisions.tags)} decisions over the values of '
-                 + (', '.join(f'`{n}`' for n in decisions.reads) or 'nothing') + ' that the task\'s inputs reach.')
-    entries = len(decisions.tags) * (len(decisions.reads) + 1)
+    entries = entries_of(decisions.tree)
+    notes.append(f'The classifier is a tree of {entries} values and tags over '
+                 + (', '.join(f'`{n}`' for n in decisions.reads) or 'nothing') + ': every combination of them '
+                 'the task\'s inputs reach, and no other.')
   else:
     notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in readout if n != 'bias')
                  + ' and predicts the highest-scoring tag.')

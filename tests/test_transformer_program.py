@@ -149,7 +149,7 @@ def test_the_inline_classifier_decides_exactly_the_reachable_values_and_a_large_
   assert (both.predict_ids(x, lengths) == tags(cfg, big, x, lengths)).all()
 
 
-def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact():
+def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact(monkeypatch):
   """The classifier's tree: a branch whose tag is a token column's own value is one leaf that copies it, values
   with equal subtrees share a branch, and on random tables every reached combination gets its tag."""
   Leaf, Split = program_code.Leaf, program_code.Split
@@ -174,6 +174,9 @@ def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact():
     assert [tag_of(tree, row) for row in keys] == list(tags)
     unreached = {tuple(r) for r in np.indices((4, 4, 4)).reshape(3, -1).T} - {tuple(r) for r in keys}
     assert any(tag_of(tree, row) is None for row in unreached)
+  # A search past its limit gives up (the classifier then stays a data file).
+  monkeypatch.setattr(program_code, 'SEARCH_LIMIT', 3)
+  assert program_code.decision_tree(keys, tags, [True, False, True]) is None
 
 
 def test_positions_predicate_is_written_as_arithmetic():

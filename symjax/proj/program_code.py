@@ -1001,17 +1001,29 @@ class Decisions:
   tree: Leaf | Split
 
 
-def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool]) -> Leaf | Split:
+# The most subproblems ``decision_tree`` solves (each a set of columns left and the combinations agreeing on the
+# others): their number grows with 2^columns × combinations, and a classifier that large would not fit in
+# DECISION_LIMIT entries anyway.
+SEARCH_LIMIT = 200_000
+
+
+def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool]) -> Leaf | Split | None:
   """The tree of fewest entries (``entries_of``) that tags each row of ``keys`` ``[combinations, columns]`` (the
   distinct combinations reached) with ``tags``: a leaf where one tag, or one token-valued column's value
   (``copyable``), is the tag of every row; else a test of the column whose branches write least, values whose
-  subtrees are equal sharing a branch. Every order of the columns is searched, each subproblem once."""
+  subtrees are equal sharing a branch. Every order of the columns is searched, each subproblem once; None past
+  ``SEARCH_LIMIT`` subproblems."""
   memo: dict[tuple[tuple[int, ...], bytes], tuple[int, Leaf | Split]] = {}
+
+  class TooLarge(Exception):
+    pass
 
   def best(rows: np.ndarray, columns: tuple[int, ...]) -> tuple[int, Leaf | Split]:
     key = (columns, rows.tobytes())
     if key in memo:
       return memo[key]
+    if len(memo) >= SEARCH_LIMIT:
+      raise TooLarge
     t = tags[rows]
     copies = [c for c in columns if copyable[c] and (keys[rows, c] == t).all()]
     if (t == t[0]).all():
@@ -1039,7 +1051,10 @@ def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool]) -> L
     memo[key] = found
     return found
 
-  return best(np.arange(len(keys)), tuple(range(keys.shape[1])))[1]
+  try:
+    return best(np.arange(len(keys)), tuple(range(keys.shape[1])))[1]
+  except TooLarge:
+    return None
 
 
 def _columns_of(node: Leaf | Split) -> set[int]:
@@ -1076,7 +1091,7 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
   keys = reached[:, columns]
   first = _distinct_rows(keys)[0] if columns else np.arange(1)
   tree = decision_tree(keys[first], tags[first], [doms[reads[c]][1] for c in columns])
-  if entries_of(tree) > DECISION_LIMIT:
+  if tree is None or entries_of(tree) > DECISION_LIMIT:
     return None
   used = sorted(_columns_of(tree))   # the tree may test fewer variables than decide the flat table
   return Decisions([reads[columns[c]] for c in used], _renumbered(tree, {c: i for i, c in enumerate(used)}))

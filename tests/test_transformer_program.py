@@ -99,19 +99,25 @@ def test_decompiled_hand_built_program_is_known_code_and_pruned():
   assert '    # `count_same_token` (attn_0_1) counts the keys where `k_token == q_token`.' in text
   # Nothing the readout keeps reads head 0 or the MLP: both are dropped, and so are their classifier rows.
   assert '(attn_0_0)' not in text and '(mlp_0_0)' not in text and 'mlp_0_0 =' not in text
-  # The classifier reads the count alone, whose reachable values are 1..5: five decisions in the code (the tag
-  # of each count), and no data file.
+  # The classifier reads the count alone, whose reachable values are 1..5: a lookup of the tag of each count
+  # in the code, and no data file.
   assert "DECIDES = ('count_same_token',)" in text
-  assert "    return {1: '#1', 2: '#2', 3: '#3', 4: '#4', 5: '#5'}.get(count_same_token)" in text
-  assert program.tables == {} and program.entries == 5 * 2
+  assert "    return {1: '#1', 2: '#2', 3: '#3', 4: '#4'}.get(count_same_token, '#5')" in text
+  assert program.tables == {} and program.entries == 4 * 2 + 1
   loaded = program_code._load(text, program.tables, 'program.npz')
-  assert [loaded.decide(n) for n in range(7)] == [None, '#1', '#2', '#3', '#4', '#5', None]
+  assert [loaded.decide(n) for n in range(1, 6)] == ['#1', '#2', '#3', '#4', '#5']
   assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
-  # A position whose values no decision covers (here: count 5, once its decision is gone) is refused, not
-  # tagged with a guess.
-  loaded.decide = lambda count: {n: f'#{n}' for n in range(1, 5)}.get(count)
-  with pytest.raises(ValueError, match='no input of the task reaches'):
-    loaded.predict_ids(x, lengths)
+
+
+def _tested(node, out=None):
+  """(column, value) of every value a decision tree's tests write."""
+  out = set() if out is None else out
+  if isinstance(node, program_code.Split):
+    for values, child in node.branches:
+      out |= {(node.column, v) for v in values}
+      _tested(child, out)
+    _tested(node.default, out)
+  return out
 
 
 def test_the_inline_classifier_decides_exactly_the_reachable_values_and_a_large_one_stays_a_file():
@@ -122,11 +128,12 @@ def test_the_inline_classifier_decides_exactly_the_reachable_values_and_a_large_
   params = hand_built(cfg)
   x, lengths = every_input(5, cfg.max_len)
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
-  loaded = program_code._load(program.source, program.tables, 'program.npz')
-  # Reachable counts by brute force: how often each position's token occurs in its sequence.
+  # Reachable counts by brute force: how often each position's token occurs in its sequence. The decisions
+  # test only values among them.
   reached = {list(row[:n]).count(t) for row, n in zip(x, lengths) for t in row[:n]}
+  tested = _tested(program.decisions.tree)
+  assert {v for _, v in tested} <= reached and len(tested) == len(reached) - 1   # the fifth: the default
   card = tp.cardinality(cfg)
-  assert {c for c in range(card) if loaded.decide(c) is not None} == reached
   partial = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=False)
   assert set(partial.tables) == {'bias', 'count_same_token'} and 'def decide' not in partial.source
   # Tags from the token and the count together: 3 symbols (and <s>) × 5 counts reach more than 16 pairs.
@@ -143,27 +150,27 @@ def test_the_inline_classifier_decides_exactly_the_reachable_values_and_a_large_
   inline = program_code.build(big, cfg, TOKENS, x, lengths, exhaustive=True)
   both = program_code._load(inline.source, inline.tables, 'program.npz')
   assert inline.tables == {} and inline.entries > 4 and both.DECIDES == ('tokens', 'count_same_token')
-  # It decides every (token, count) pair the inputs reach, in fewer entries than listing each pair and its tag.
-  pairs = {(TOKENS[t], list(row[:n]).count(t)) for row, n in zip(x, lengths) for t in row[:n]}
-  assert all(both.decide(t, c) is not None for t, c in pairs) and inline.entries < 3 * len(pairs)
+  # It tests only values that the reached (token, count) pairs hold, in fewer entries than listing each pair.
+  pairs = {(t, list(row[:n]).count(t)) for row, n in zip(x, lengths) for t in row[:n]}
+  assert _tested(inline.decisions.tree) <= {(c, pair[c]) for pair in pairs for c in (0, 1)}
+  assert inline.entries < 3 * len(pairs)
   assert (both.predict_ids(x, lengths) == tags(cfg, big, x, lengths)).all()
 
 
 def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact(monkeypatch):
   """The classifier's tree: a branch whose tag is a token column's own value is one leaf that copies it, values
-  with equal subtrees share a branch, and on random tables every reached combination gets its tag."""
+  with equal subtrees share a branch, the branch of most values is the unwritten default, and on random tables
+  every reached combination gets its tag."""
   Leaf, Split = program_code.Leaf, program_code.Split
   keys = np.array([(t, c) for t in range(5) for c in range(4) if (t, c) != (4, 3)])  # (token, count); one unreached
   tags = np.where(keys[:, 1] >= 2, keys[:, 0], np.where(keys[:, 1] == 0, 9, 8))
   tree = program_code.decision_tree(keys, tags, [True, False])
-  assert tree == Split(1, (((0,), Leaf(tag=9)), ((1,), Leaf(tag=8)), ((2, 3), Leaf(copy=0))))
-  assert program_code.entries_of(tree) == 4 + 3 < 2 * len(keys)
+  assert tree == Split(1, (((0,), Leaf(tag=9)), ((1,), Leaf(tag=8))), Leaf(copy=0))
+  assert program_code.entries_of(tree) == 2 * 2 + 1
 
   def tag_of(node, row):
     while isinstance(node, Split):
-      node = next((child for values, child in node.branches if row[node.column] in values), None)
-      if node is None:
-        return None
+      node = next((child for values, child in node.branches if row[node.column] in values), node.default)
     return row[node.copy] if node.copy is not None else node.tag
 
   rng = np.random.default_rng(0)
@@ -172,8 +179,7 @@ def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact(monkeyp
     tags = (keys[:, 0] * (keys[:, 1] > 1) + rng.integers(0, 2, len(keys)) * (keys[:, 2] == 3)) % 4
     tree = program_code.decision_tree(keys, tags, [True, False, True])
     assert [tag_of(tree, row) for row in keys] == list(tags)
-    unreached = {tuple(r) for r in np.indices((4, 4, 4)).reshape(3, -1).T} - {tuple(r) for r in keys}
-    assert any(tag_of(tree, row) is None for row in unreached)
+    assert program_code.entries_of(tree) <= 2 * len(keys)
   # A search past its limit gives up (the classifier then stays a data file).
   monkeypatch.setattr(program_code, 'SEARCH_LIMIT', 3)
   assert program_code.decision_tree(keys, tags, [True, False, True]) is None

@@ -818,15 +818,15 @@ CLASSIFY_DECISIONS = '''
 
 def classify(variables):
     """The classifier: each position's tag is decide(its values of DECIDES), asked once per combination
-    the positions hold; -1 where it returns None."""
+    the positions hold."""
     combination = np.zeros(variables["tokens"].ids.shape, np.int64)
     for name in DECIDES:
         combination = combination * CARDINALITY + variables[name].ids
     _, first, where = np.unique(combination, return_index=True, return_inverse=True)
     tags = []
     for i in first:
-        tag = decide(*(variables[name].value(int(variables[name].ids.flat[i])) for name in DECIDES))
-        tags.append(-1 if tag is None else TOKENS.index(tag))
+        values = (variables[name].value(int(variables[name].ids.flat[i])) for name in DECIDES)
+        tags.append(TOKENS.index(decide(*values)))
     return np.array(tags)[where.reshape(-1)].reshape(combination.shape)
 '''
 
@@ -853,8 +853,6 @@ def predict_ids(ids, lengths=None):
     positions = np.broadcast_to(np.arange(n, dtype=np.int32), batch.shape)
     variables = run(Variable(batch.astype(np.int32), True), Variable(positions, False))
     tags = classify(variables)
-    if (tags[real] < 0).any():
-        raise ValueError("these tokens reach values no input of the task reaches; the program decides those only")
     return np.where(real, tags, 0).reshape(tok.shape)
 
 
@@ -978,18 +976,19 @@ class Leaf:
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-  """A test of the variable read in ``column``: each branch the values it takes there, in order, and what
-  decides among them."""
+  """Tests of the variable read in ``column``: each branch the values it takes there, in order, and what
+  decides among them; ``default`` decides for every other value (the branch of most values, so unwritten)."""
 
   column: int
   branches: tuple[tuple[tuple[int, ...], Leaf | Split], ...]
+  default: Leaf | Split
 
 
 def entries_of(node: Leaf | Split) -> int:
   """The values and tags a tree writes: one per leaf, one per value a branch tests."""
   if isinstance(node, Leaf):
     return 1
-  return sum(len(values) + entries_of(child) for values, child in node.branches)
+  return sum(len(values) + entries_of(child) for values, child in node.branches) + entries_of(node.default)
 
 
 @dataclasses.dataclass
@@ -1045,9 +1044,11 @@ def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool]) -> L
           if child not in shared:
             cost += size
           shared.setdefault(child, []).append(int(v))
-        cost += len(distinct)
+        default = max(reversed(list(shared)), key=lambda child: len(shared[child]))  # ties: the last values
+        cost += len(distinct) - len(shared[default])
         if found is None or cost < found[0]:
-          found = (cost, Split(c, tuple(sorted((tuple(vs), child) for child, vs in shared.items()))))
+          branches = tuple(sorted((tuple(vs), child) for child, vs in shared.items() if child != default))
+          found = (cost, Split(c, branches, default))
     memo[key] = found
     return found
 
@@ -1060,13 +1061,14 @@ def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool]) -> L
 def _columns_of(node: Leaf | Split) -> set[int]:
   if isinstance(node, Leaf):
     return set() if node.copy is None else {node.copy}
-  return {node.column}.union(*(_columns_of(child) for _, child in node.branches))
+  return {node.column}.union(*(_columns_of(child) for _, child in node.branches), _columns_of(node.default))
 
 
 def _renumbered(node: Leaf | Split, new: dict[int, int]) -> Leaf | Split:
   if isinstance(node, Leaf):
     return node if node.copy is None else Leaf(copy=new[node.copy])
-  return Split(new[node.column], tuple((values, _renumbered(child, new)) for values, child in node.branches))
+  return Split(new[node.column], tuple((values, _renumbered(child, new)) for values, child in node.branches),
+               _renumbered(node.default, new))
 
 
 def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
@@ -1119,30 +1121,27 @@ def _distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str]:
-  """``decide`` as the program writes it: the tree's tests as ``if``s over the variables'
-  values (tokens as strings), each branch naming every value it takes, so that a combination no input reaches
-  falls through them all to ``None``."""
+  """``decide`` as the program writes it: the tree's tests as ``if``s over the variables' values (tokens as
+  strings), each split's default after its tests."""
   reads = decisions.reads
-  lines = [f'def decide({", ".join(reads)}):',
-           '    """The tag of a position from its values of DECIDES, on every combination the task\'s inputs reach;',
-           '    None where a test lists no value it holds."""']
 
   def write(node, indent):
     if isinstance(node, Leaf):
       return [f'{indent}return {reads[node.copy] if node.copy is not None else repr(tokens[node.tag])}']
     name = reads[node.column]
     is_token = doms[name][1]
-    if all(isinstance(child, Leaf) and child.tag is not None and len(values) == 1
-           for values, child in node.branches) and len(node.branches) > 2:   # a lookup: one tag per value
+    if len(node.branches) > 1 and isinstance(node.default, Leaf) and node.default.copy is None and all(
+        isinstance(child, Leaf) and child.copy is None and len(values) == 1 for values, child in node.branches):
       items = [f'{_value(values[0], is_token, tokens)}: {tokens[child.tag]!r}' for values, child in node.branches]
-      return _wrapped_set('return ', items, f'.get({name})', indent)
+      return _wrapped_set('return ', items, f'.get({name}, {tokens[node.default.tag]!r})', indent)
     out = []
     for values, child in node.branches:
       out += [f'{indent}if {_test(name, values, is_token, tokens)}:', *write(child, indent + '    ')]
-    return out
+    return out + write(node.default, indent)
 
-  body = write(decisions.tree, '    ')
-  return lines + body + ([] if body[0].startswith('    return') else ['    return None'])
+  return [f'def decide({", ".join(reads)}):',
+          '    """The tag of a position from its values of DECIDES (exact on every combination the task\'s inputs',
+          '    reach)."""', *write(decisions.tree, '    ')]
 
 
 def _test(name: str, values: tuple[int, ...], is_token: bool, tokens: list[str]) -> str:
@@ -1287,6 +1286,7 @@ class CodeProgram:
   names: dict[str, str] = dataclasses.field(default_factory=dict)  # the model's name -> the code's, where they differ
   left: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # ``leftovers``: empty lists when simplified
   model_lines: int = 0  # the lines the model decides: ``run`` and the decisions (the rest is the same runtime)
+  decisions: Decisions | None = None  # the classifier in the code, where it is there
 
 
 def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool,
@@ -1367,7 +1367,8 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
     end -= 1
   run_lines = end - start
   decided = len(_decisions_source(decisions, doms, plan.tokens)) if decisions else 0
-  return CodeProgram(text, readout, entries, len(lines), exhaustive, notes, names, left, run_lines + decided)
+  return CodeProgram(text, readout, entries, len(lines), exhaustive, notes, names, left, run_lines + decided,
+                     decisions)
 
 
 def leftovers(plan: Plan, doms, live: set[str], run: tuple[dict, np.ndarray] | None = None) -> dict[str, list[str]]:

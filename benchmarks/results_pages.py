@@ -649,6 +649,8 @@ GENERATED = {
     'docs/results/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),
                                   ('readable-programs', 'transformer_program_readable', readable_programs_table),
                                   ('readable-sort-balanced', 'transformer_program_readable_sort_balanced',
+                                   readable_programs_table),
+                                  ('readable-decisions-hist', 'transformer_program_decisions_hist',
                                    readable_programs_table)),
                                  'data'),
     'docs/scaling.md': ((('vocab-projection', 'vocab_projection', vocab_projection_table),

@@ -745,7 +745,10 @@ def _mlp_sentence(m: Module, doms, tokens: list[str], most: int = 3) -> str:
   return f'`{m.name}` is ' + '; '.join(cases) + f'; else {common}.'
 
 
-RUNTIME = '''
+# The runtime a program carries, by function in the order written; a program carries only those its modules
+# call (``_runtime``).
+RUNTIME = {
+    'Variable': '''
 class Variable:
     """A categorical variable at every position: ids [batch, n]; a token-valued one reads as TOKENS[id]."""
 
@@ -755,17 +758,15 @@ class Variable:
     def value(self, i):
         if not self.is_token:
             return i
-        return TOKENS[i] if i < len(TOKENS) else None  # an id no token has: never an input
-
-
+        return TOKENS[i] if i < len(TOKENS) else None  # an id no token has: never an input''',
+    '_table': '''
 def _table(function, *variables):
     """function over every tuple of values of the variables, as an array indexed by their ids."""
     grids = np.meshgrid(*[np.arange(CARDINALITY)] * len(variables), indexing="ij")
     values = [function(*(v.value(int(i)) for v, i in zip(variables, ids)))
               for ids in zip(*(g.ravel() for g in grids))]
-    return np.array(values).reshape(grids[0].shape)
-
-
+    return np.array(values).reshape(grids[0].shape)''',
+    'select_closest': '''
 def select_closest(keys, queries, predicate):
     """The key each query reads: the closest one the predicate matches (itself last, the earlier one of two
     at the same distance), or position 0 where none matches."""
@@ -773,37 +774,32 @@ def select_closest(keys, queries, predicate):
     matches = _pairs(predicate, queries, keys)
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     rank = np.where(i == j, 1, MAX_LEN + 1 - np.abs(i - j))
-    return np.where(matches, rank, 0).argmax(-1)
-
-
+    return np.where(matches, rank, 0).argmax(-1)''',
+    '_pairs': '''
 def _pairs(predicate, queries, keys):
     """The predicate at every (query, key) pair the mask allows, [batch, query, key]."""{one_sided}
     pair = queries.ids[:, :, None] * CARDINALITY + keys.ids[:, None, :]
-    return _table(predicate, queries, keys).ravel()[pair] & ALLOWED
-
-
+    return _table(predicate, queries, keys).ravel()[pair] & ALLOWED''',
+    'select': '''
 def select(keys, queries, predicate):
     """Every key the predicate holds for, [batch, query, key]."""
-    return _pairs(predicate, queries, keys)
-
-
+    return _pairs(predicate, queries, keys)''',
+    'aggregate': '''
 def aggregate(pattern, values):
     """The value at the key each query reads."""
-    return Variable(np.take_along_axis(values.ids, pattern, axis=1), values.is_token)
-
-
+    return Variable(np.take_along_axis(values.ids, pattern, axis=1), values.is_token)''',
+    'aggregate_sum': '''
 def aggregate_sum(pattern, values=None):
     """How many keys each query selects; given a numerical variable, the sum of its values at those keys,
     at most CARDINALITY - 1 (the largest value a variable holds)."""
     total = pattern.sum(-1) if values is None else (pattern * values.ids[:, None, :]).sum(-1)
-    return Variable(np.minimum(total, CARDINALITY - 1), False)
-
-
+    return Variable(np.minimum(total, CARDINALITY - 1), False)''',
+    'apply': '''
 def apply(function, *variables):
     """An MLP at every position."""
     table = _table(function, *variables)
-    return Variable(table[tuple(v.ids for v in variables)], False)
-'''
+    return Variable(table[tuple(v.ids for v in variables)], False)''',
+}
 
 # The classifier, as a table read from the data file or, where the task's inputs reach few enough
 # combinations of its variables' values, as those decisions written in the code.
@@ -896,9 +892,23 @@ def _never(m: Module, doms) -> bool:
 
 
 def _runtime(plan: Plan, live: set[str], doms) -> str:
+  """The runtime functions the ``live`` modules call, and what those call."""
   heads = [m for m in plan.modules if m.name in live and m.kind != 'mlp']
   one_sided = any(_one_sided(m) is not None and not _never(m, doms) and not _every(m, doms) for m in heads)
-  return (RUNTIME.replace('{one_sided}', ONE_SIDED if one_sided else '')
+  used = {'Variable'}
+  for m in heads:
+    if m.kind == 'numerical':
+      used |= {'select', 'aggregate_sum'}
+    elif not _never(m, doms):   # a head matching every key reads through select_closest too (closest_other)
+      used |= {'select_closest', 'aggregate'}
+  if any(m.kind == 'mlp' for m in plan.modules if m.name in live):
+    used.add('apply')
+  if used & {'select', 'select_closest'}:
+    used.add('_pairs')
+  if used & {'_pairs', 'apply'}:
+    used.add('_table')
+  text = '\n\n\n'.join(RUNTIME[name].strip('\n') for name in RUNTIME if name in used)
+  return ('\n\n' + text.replace('{one_sided}', ONE_SIDED if one_sided else '') + '\n'
           + (AT_FIRST if any(_never(m, doms) for m in heads) else '')
           + (CLOSEST_OTHER if any(_every(m, doms) for m in heads) else ''))
 
@@ -994,7 +1004,7 @@ def entries_of(node: Leaf | Split) -> int:
 @dataclasses.dataclass
 class Decisions:
   """The classifier as decisions: the variables it reads, in the classifier's order, and a tree of tests on
-  their values that gives the tag of every combination the task's inputs reach (and of no other)."""
+  their values that gives the tag of every combination the task's inputs reach."""
 
   reads: list[str]
   tree: Leaf | Split

@@ -1013,7 +1013,7 @@ class Decisions:
 # The most subproblems ``decision_tree`` solves (each a set of columns left and the combinations agreeing on the
 # others): their number grows with 2^columns × combinations, and a classifier that large would not fit in
 # DECISION_LIMIT entries anyway.
-SEARCH_LIMIT = 200_000
+SEARCH_LIMIT = 20_000
 
 
 def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool]) -> Leaf | Split | None:

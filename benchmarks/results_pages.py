@@ -660,6 +660,7 @@ GENERATED = {
     'docs/training.md': ((('default-jobs', 'default_jobs', default_jobs_table), *QUICKSTART), 'results/data'),
     'docs/results/dual_stream.md': ((('dual-stream', 'dual_stream_text_cpu', dual_stream_table),), 'data'),
     'docs/results/circuits.md': ((('circuits', 'circuits', circuits_table),
+                                  ('circuits-dyck2', 'circuits_dyck2', circuits_table),
                                   ('circuits-symbolic', 'circuits_symbolic', circuits_table),
                                   ('edges-speed', 'edges_speed', edges_speed_table),
                                   ('head-sweep', 'head_sweep_text', head_sweep_table),

@@ -157,6 +157,54 @@ def test_the_inline_classifier_decides_exactly_the_reachable_values_and_a_large_
   assert (both.predict_ids(x, lengths) == tags(cfg, big, x, lengths)).all()
 
 
+def test_heads_exact_only_where_the_task_tags_lose_their_case_for_bos_and_merge():
+  """Two heads count the keys holding the query's token; at the query '<s>' one counts 'a' instead, the other
+  'b', and the classifier sums both counts' rows (the first's weighing more: at '<s>' both decide). On a task
+  that tags no '<s>' (``untagged``), what a head does at '<s>' reaches no tag: the two are one head,
+  ``k_token == q_token`` without a case for '<s>', and the tag a lookup of its count. Where '<s>' is tagged,
+  both stay."""
+  cfg = config(numerical_heads=2)
+  card = tp.cardinality(cfg)
+  params = jax.tree.map(jnp.zeros_like, init(cfg))
+  for name, counted in (('attn_0_0', 'a'), ('attn_0_1', 'b')):
+    predicate = np.where(np.eye(card) > 0, 1.0, -1.0)
+    predicate[BOS] = np.where(np.arange(card) == TOKENS.index(counted), 1.0, -1.0)
+    params[name] = dict(select_query=choose(2, 0), select_key=choose(2, 0), predicate=jnp.asarray(predicate))
+  readout = np.zeros((cfg.vocab_size, 5 * card + 1))   # tokens, positions, attn_0_0, attn_0_1, mlp_0_0
+  for n in range(1, 6):
+    readout[TOKENS.index(f'#{n}'), [2 * card + n, 3 * card + n]] = 2.0, 1.0
+  params['readout'] = jnp.asarray(readout)
+  x, lengths = every_input(5, cfg.max_len)
+  want = tags(cfg, params, x, lengths)
+  both = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  assert '(attn_0_0)' in both.source and '(attn_0_1)' in both.source and "q_token == '<s>'" in both.source
+  one = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True, untagged=(BOS,))
+  assert one.source.count('= aggregate_sum(') == 1 and "'<s>'" not in one.source.split('def run(')[1]
+  assert 'return k_token == q_token' in one.source and "UNTAGGED = ['<s>']" in one.source
+  assert "    return {1: '#1', 2: '#2', 3: '#3', 4: '#4'}.get(count_same_token, '#5')" in one.source
+  assert one.left == {'constant': [], 'never': [], 'duplicate': []}
+  got = program_code._load(one.source, one.tables, 'program.npz').predict_ids(x, lengths)
+  assert (got[x != BOS] == want[x != BOS]).all() and (got[x == BOS] == 0).all()
+  assert (want[x == BOS] != 0).any()  # the model tags '<s>'; the program does not
+
+
+def test_untagged_free_follows_reads_at_the_position_alone():
+  """A module is free where everything reading it reads it at its own position (a query, an MLP, the
+  classifier) and is free too; a key or a copied value is read at other positions."""
+  M = program_code.Module
+  truth = np.ones((4, 4), bool)
+  plan = program_code.Plan(
+      [M('a', 'numerical', ('tokens', 'tokens'), truth), M('b', 'categorical', ('tokens', 'a', 'tokens'),
+                                                               np.arange(4)),
+       M('c', 'numerical', ('b', 'tokens'), truth), M('d', 'mlp', ('c', 'c'), np.zeros((4, 4), int)),
+       M('e', 'categorical', ('d', 'd', 'd'), np.arange(4)), M('f', 'mlp', ('e', 'tokens'), np.zeros((4, 4), int))],
+      {}, [], 4, False, 4)
+  # a is b's key, d is e's key: neither is free, nor c, read by d, nor b, read by c. e and f are.
+  assert program_code.untagged_free(plan) == {'e', 'f'}
+  plan.modules[4].reads = ('d', 'tokens', 'tokens')   # e reads d as its query alone: all but a are free
+  assert program_code.untagged_free(plan) == {'b', 'c', 'd', 'e', 'f'}
+
+
 def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact(monkeypatch):
   """The classifier's tree: a branch whose tag is a token column's own value is one leaf that copies it, values
   with equal subtrees share a branch, the branch of most values is the unwritten default, and on random tables
@@ -270,6 +318,10 @@ def test_random_programs_decompile_exactly_on_every_short_input(seed, causal):
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   want = tags(cfg, params, x, lengths)
   assert (loaded.predict_ids(x, lengths) == want).all()
+  # Where the task tags no '<s>', the program is exact at every other position and tags '<s>' 0.
+  untagged = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True, untagged=(BOS,))
+  got = program_code._load(untagged.source, untagged.tables, 'program.npz').predict_ids(x, lengths)
+  assert (got[x != BOS] == want[x != BOS]).all() and (got[x == BOS] == 0).all()
   # Every prefix length of a row padded to the full width.
   assert (loaded.predict_ids(x[:50], np.minimum(lengths[:50], 3)) == tags(cfg, params, x[:50],
                                                                           np.minimum(lengths[:50], 3))).all()

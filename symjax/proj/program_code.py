@@ -44,6 +44,8 @@ class Module:
                             # variable it sums where it has one (model.numerical_values); mlp: (first, second)
   table: np.ndarray         # categorical: key value per query value [card]; numerical: [card, card] bool;
                             # mlp: value written per pair [card, card]
+  queried: tuple[int, ...] | None = None  # a head's query values its code must keep exact (``untagged_free``);
+                                          # None: every value its query's domain holds
 
 
 @dataclasses.dataclass
@@ -57,6 +59,7 @@ class Plan:
   causal: bool
   card: int
   aliases: dict[str, str] = dataclasses.field(default_factory=dict)  # a module's variable -> an equal earlier one
+  untagged: tuple[int, ...] = ()   # input tokens whose positions the task never tags: the program tags them 0
 
 
 def plan_of(params, cfg) -> Plan:
@@ -165,13 +168,13 @@ def simplify(plan: Plan, doms_of, merge: bool = True) -> tuple[Plan, list[str]]:
         changed = True
       elif m.kind != 'mlp' and m.reads[0] in constants:
         m.table = m.table[constants[m.reads[0]]][None].copy()
-        m.reads = (NOTHING, *m.reads[1:])
+        m.reads, m.queried = (NOTHING, *m.reads[1:]), None
         folded.add(m.name)
         changed = True
       elif m.kind != 'mlp' and m.reads[0] != NOTHING and m.reads[1] != NOTHING and _ignores_query(m, doms):
         # The same keys match whatever the query holds: a predicate of the key alone.
-        m.table = m.table[doms[m.reads[0]][0][0]][None].copy()
-        m.reads = (NOTHING, *m.reads[1:])
+        m.table = m.table[_query_domain(m, doms)[0][0]][None].copy()
+        m.reads, m.queried = (NOTHING, *m.reads[1:]), None
         folded.add(m.name)
         changed = True
       elif m.kind != 'mlp' and m.reads[1] in constants and m.reads[0] != NOTHING:
@@ -185,8 +188,10 @@ def simplify(plan: Plan, doms_of, merge: bool = True) -> tuple[Plan, list[str]]:
     seen: dict = {}
     for m in plan.modules if merge else ():
       # A head that matches no key holds its value's at position 0, whatever it compares.
+      # A head exact only at tagged positions (``Module.queried``) merges only into another such head, so that
+      # what reads the merged one at an untagged position reads it exact there too.
       signature = (('never', m.reads[2]) if _never(m, doms) else ('every', m.reads[2]) if _every(m, doms) else
-                   (m.kind, m.reads, _signature(m, doms)))
+                   (m.kind, m.reads, m.queried is not None, _signature(m, doms)))
       if signature in seen and m.name not in constants:
         earlier = seen[signature]
         plan.aliases[m.name] = earlier
@@ -213,13 +218,48 @@ def simplify(plan: Plan, doms_of, merge: bool = True) -> tuple[Plan, list[str]]:
   return plan, notes
 
 
+def untagged_free(plan: Plan) -> set[str]:
+  """The modules whose values at the positions the task never tags (``Plan.untagged``) reach no tag: everything
+  that reads one reads it at its own position (an MLP, a head's query, the classifier) and is such a module
+  too. A head among them needs its predicate exact only for the query values tagged positions hold."""
+  readers: dict[str, list[tuple[Module, int]]] = {}
+  for m in plan.modules:
+    for i, r in enumerate(m.reads):
+      readers.setdefault(r, []).append((m, i))
+  free: set[str] = set()
+  for m in reversed(plan.modules):
+    if all((r.kind == 'mlp' or i == 0) and r.name in free for r, i in readers.get(m.name, [])):
+      free.add(m.name)
+  return free
+
+
+def restrict_to_tagged(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, data_file: str
+                       ) -> tuple[Plan, list[str]]:
+  """The plan with each head of ``untagged_free`` exact only for the query values tagged positions hold
+  (``Module.queried``), and such modules merged where they equal an earlier variable, or a renaming of one, at
+  the tagged positions of ``inputs`` (the task's every input); then simplified again. A predicate that named
+  other keys for ``<s>`` alone, say, is then its rule."""
+  free = untagged_free(plan)
+  everything = set(_variables(plan))
+  values, real = _run(plan, doms_of(plan), everything, _readout(plan, everything), inputs, lengths, data_file)
+  tagged = real & ~np.isin(inputs, plan.untagged)
+  plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules])
+  for m in plan.modules:
+    if m.name in free and m.kind != 'mlp' and m.reads[0] in values:
+      m.queried = tuple(int(v) for v in np.unique(values[m.reads[0]].ids[tagged]))
+  plan, renamings = merge_renamings(plan, {n: v.ids[tagged] for n, v in values.items()}, free)
+  plan, again = simplify(plan, doms_of)
+  return plan, renamings + again
+
+
 def _ignores_query(m: Module, doms) -> bool:
   """Whether a head's predicate matches the same keys for every value its query takes (two values at least)."""
   truth = _truth(m, doms)
   return len(truth) > 1 and bool((truth == truth[:1]).all())
 
 
-def merge_renamings(plan: Plan, values: dict[str, np.ndarray]) -> tuple[Plan, list[str]]:
+def merge_renamings(plan: Plan, values: dict[str, np.ndarray], mergeable: set[str] | None = None
+                    ) -> tuple[Plan, list[str]]:
   """The plan with each module whose value is a renaming of an earlier variable's — one value for each of that
   variable's values and none shared, at every position of ``values`` (each variable's ids there; the task's
   every input) — merged into that variable: what reads it reads the earlier one through the renaming (its
@@ -227,14 +267,15 @@ def merge_renamings(plan: Plan, values: dict[str, np.ndarray]) -> tuple[Plan, li
 
   A module is merged only where every reader can be re-indexed: an MLP or a head reading it as a query, a
   counting head reading it as a key, a copying head reading it as a key where the earlier variable leaves a
-  value free for the keys no renamed value matches; not a head copying or summing it."""
+  value free for the keys no renamed value matches; not a head copying or summing it. ``mergeable``: the
+  modules that may be merged (every one by default)."""
   plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules],
                              readout=dict(plan.readout), aliases=dict(plan.aliases))
   earlier = ['tokens', 'positions']
   merged = []
   for b in [m for m in plan.modules]:
     found = None
-    for a in earlier:
+    for a in earlier if mergeable is None or b.name in mergeable else ():
       rename = _renaming(values[a], values[b.name], plan.card)
       if rename is not None:
         rewritten = _rewrite_readers(plan, b.name, a, rename, np.unique(values[a]))
@@ -296,6 +337,8 @@ def _rewrite_readers(plan: Plan, b: str, a: str, f: np.ndarray, domain: np.ndarr
         return None                           # copies or sums b: its own value would need renaming too
       if m.reads[0] == b:
         table[domain] = m.table[f[domain]]
+        if m.queried is not None:
+          m = dataclasses.replace(m, queried=tuple(int(v) for v in domain if int(f[v]) in m.queried))
       if m.reads[1] == b and m.kind == 'numerical':
         table[:, domain] = table[:, f[domain]]
       elif m.reads[1] == b:                   # a copying head: k == table[q] becomes k == f⁻¹(table[q])
@@ -467,9 +510,19 @@ def _free_rows(m: Module, doms) -> np.ndarray:
   return truth[:, 0] & (truth.sum(1) == 1)
 
 
+def _query_domain(m: Module, doms) -> tuple[tuple[int, ...], bool]:
+  """A head's query values its code must keep exact, and whether they are tokens: its query's domain, or the
+  part of it ``Module.queried`` names."""
+  values, is_token = doms[m.reads[0]]
+  if m.queried is not None and m.reads[0] != NOTHING:
+    kept = tuple(v for v in values if v in m.queried)
+    values = kept or values[:1]
+  return values, is_token
+
+
 def _truth(m: Module, doms) -> np.ndarray:
   """A head's predicate over its query's and key's domains, [query values, key values] bool."""
-  qd, kd = np.array(doms[m.reads[0]][0]), np.array(doms[m.reads[1]][0])
+  qd, kd = np.array(_query_domain(m, doms)[0]), np.array(doms[m.reads[1]][0])
   if m.kind == 'categorical':
     return m.table[qd][:, None] == kd[None, :]
   return m.table[np.ix_(qd, kd)]
@@ -488,7 +541,7 @@ class Rule:
 def _rule(m: Module, doms, most_extra: int = 2) -> Rule | None:
   """The rule (``Rule``) with the fewest exceptions, then extra keys, that the head's predicate follows for
   all but at most a quarter of its query values (one at least), or None."""
-  (qd, q_tok), (kd, k_tok) = doms[m.reads[0]], doms[m.reads[1]]
+  (qd, q_tok), (kd, k_tok) = _query_domain(m, doms), doms[m.reads[1]]
   truth = _truth(m, doms)
   if len(qd) < 3:
     return None
@@ -526,7 +579,7 @@ def _rule_text(rule: Rule, ka: str, qa: str, k_tok: bool, tokens: list[str]) -> 
 
 
 def _head_relation(m: Module, doms) -> str | None:
-  (qd, q_tok), (kd, k_tok) = doms[m.reads[0]], doms[m.reads[1]]
+  (qd, q_tok), (kd, k_tok) = _query_domain(m, doms), doms[m.reads[1]]
   return _relation(_truth(m, doms), qd, kd, not q_tok and not k_tok, q_tok == k_tok, _free_rows(m, doms))
 
 
@@ -538,7 +591,7 @@ def _comparison(ka: str, rel: str, qa: str) -> str:
 def _groups(m: Module, doms) -> list[tuple[tuple[int, ...], list[int]]]:
   """The query values grouped by the key values they match, in the order of their first query value; those that
   name position 0 alone (``_free_rows``) are left to match nothing, which reads the same key."""
-  qd, kd = doms[m.reads[0]][0], doms[m.reads[1]][0]
+  qd, kd = _query_domain(m, doms)[0], doms[m.reads[1]][0]
   groups: dict[tuple[int, ...], list[int]] = {}
   for i, (q, free) in enumerate(zip(_truth(m, doms), _free_rows(m, doms))):
     keys = tuple(kd[j] for j in np.nonzero(q)[0])
@@ -556,7 +609,7 @@ def _condition(m: Module, doms, tokens, ka: str) -> str:
   """A one-sided predicate (``_one_sided``) in its shortest form: ``True``, ``False``, ``k == v``, a range of
   numbers (``2 <= k <= 5``, ``k >= 3``), else ``k in {…}``."""
   side = _one_sided(m)
-  kd, k_tok = doms[m.reads[side]]
+  kd, k_tok = _query_domain(m, doms) if side == 0 else doms[m.reads[1]]
   truth = _truth(m, doms)
   row = truth[0] if side == 1 else truth[:, 0]
   keys = [v for v, hit in zip(kd, row) if hit]
@@ -583,7 +636,7 @@ def predicate_source(m: Module, doms, tokens) -> list[str]:
     ka = _arg(m.reads[side], 'qk'[side], True)
     return [f'    def predicate_{m.name}({ka}):',
             f'        return {_condition(m, doms, tokens, ka)}']
-  q_tok, k_tok = doms[m.reads[0]][1], doms[m.reads[1]][1]
+  q_tok, k_tok = _query_domain(m, doms)[1], doms[m.reads[1]][1]
   same = m.reads[0] == m.reads[1]
   qa, ka = _arg(m.reads[0], 'q', same), _arg(m.reads[1], 'k', same)
   head = f'    def predicate_{m.name}({qa}, {ka}):'
@@ -594,7 +647,7 @@ def predicate_source(m: Module, doms, tokens) -> list[str]:
     return [head, f'        return {_comparison(ka, rel, qa)}']
   rule = _rule(m, doms)
   if rule is not None:  # its exceptions as cases, then the rule
-    qd, kd, truth = doms[m.reads[0]][0], doms[m.reads[1]][0], _truth(m, doms)
+    qd, kd, truth = _query_domain(m, doms)[0], doms[m.reads[1]][0], _truth(m, doms)
     lines = [head]
     for n, i in enumerate(rule.exceptions):
       keys = [kd[j] for j in np.nonzero(truth[i])[0]]
@@ -692,7 +745,7 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
     where = f'where `{_comparison(ka, rel, qa)}`'
   elif rule is not None:
     q_tok, k_tok = doms[q][1], doms[k][1]
-    but = ', '.join(_value(doms[q][0][i], q_tok, tokens) for i in rule.exceptions)
+    but = ', '.join(_value(_query_domain(m, doms)[0][i], q_tok, tokens) for i in rule.exceptions)
     where = (f'where `{_rule_text(rule, ka, qa, k_tok, tokens)}`' +
              (f' (other keys for `{qa}` {but})' if rule.exceptions else ''))
   else:
@@ -766,24 +819,20 @@ def _table(function, *variables):
     values = [function(*(v.value(int(i)) for v, i in zip(variables, ids)))
               for ids in zip(*(g.ravel() for g in grids))]
     return np.array(values).reshape(grids[0].shape)''',
+    'select': '''
+def select(keys, queries, predicate):
+    """The predicate at every (query, key) pair the mask allows, [batch, query, key]."""{one_sided}
+    pair = queries.ids[:, :, None] * CARDINALITY + keys.ids[:, None, :]
+    return _table(predicate, queries, keys).ravel()[pair] & ALLOWED''',
     'select_closest': '''
 def select_closest(keys, queries, predicate):
     """The key each query reads: the closest one the predicate matches (itself last, the earlier one of two
     at the same distance), or position 0 where none matches."""
     n = (queries if keys is None else keys).ids.shape[1]
-    matches = _pairs(predicate, queries, keys)
+    matches = select(keys, queries, predicate)
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     rank = np.where(i == j, 1, MAX_LEN + 1 - np.abs(i - j))
     return np.where(matches, rank, 0).argmax(-1)''',
-    '_pairs': '''
-def _pairs(predicate, queries, keys):
-    """The predicate at every (query, key) pair the mask allows, [batch, query, key]."""{one_sided}
-    pair = queries.ids[:, :, None] * CARDINALITY + keys.ids[:, None, :]
-    return _table(predicate, queries, keys).ravel()[pair] & ALLOWED''',
-    'select': '''
-def select(keys, queries, predicate):
-    """Every key the predicate holds for, [batch, query, key]."""
-    return _pairs(predicate, queries, keys)''',
     'aggregate': '''
 def aggregate(pattern, values):
     """The value at the key each query reads."""
@@ -813,24 +862,21 @@ def classify(variables):
 CLASSIFY_DECISIONS = '''
 
 def classify(variables):
-    """The classifier: each position's tag is decide(its values of DECIDES), asked once per combination
-    the positions hold."""
+    """Each position's tag: decide(its values of DECIDES), asked once per combination the positions hold."""
     combination = np.zeros(variables["tokens"].ids.shape, np.int64)
     for name in DECIDES:
         combination = combination * CARDINALITY + variables[name].ids
     _, first, where = np.unique(combination, return_index=True, return_inverse=True)
-    tags = []
-    for i in first:
-        values = (variables[name].value(int(variables[name].ids.flat[i])) for name in DECIDES)
-        tags.append(TOKENS.index(decide(*values)))
-    return np.array(tags)[where.reshape(-1)].reshape(combination.shape)
+    values = [[variables[name].value(int(variables[name].ids.flat[i])) for name in DECIDES] for i in first]
+    return np.array([TOKENS.index(decide(*v)) for v in values])[where.reshape(-1)].reshape(combination.shape)
 '''
 
 ENTRY = '''
 
 def predict_ids(ids, lengths=None):
     """Tag ids for token ids: one sequence [n], or a batch [b, n] whose row r holds lengths[r] tokens
-    followed by padding (every row whole by default); padding is tagged 0."""
+    followed by padding (every row whole by default); padding, and the tokens of UNTAGGED (the task tags
+    none of them), are tagged 0."""
     global ALLOWED
     tok = np.asarray(ids, np.int64)
     if tok.ndim not in (1, 2):
@@ -849,7 +895,8 @@ def predict_ids(ids, lengths=None):
     positions = np.broadcast_to(np.arange(n, dtype=np.int32), batch.shape)
     variables = run(Variable(batch.astype(np.int32), True), Variable(positions, False))
     tags = classify(variables)
-    return np.where(real, tags, 0).reshape(tok.shape)
+    tagged = real & ~np.isin(batch, [TOKENS.index(t) for t in UNTAGGED])
+    return np.where(tagged, tags, 0).reshape(tok.shape)
 
 
 def predict(tokens):
@@ -903,9 +950,9 @@ def _runtime(plan: Plan, live: set[str], doms) -> str:
       used |= {'select_closest', 'aggregate'}
   if any(m.kind == 'mlp' for m in plan.modules if m.name in live):
     used.add('apply')
-  if used & {'select', 'select_closest'}:
-    used.add('_pairs')
-  if used & {'_pairs', 'apply'}:
+  if 'select_closest' in used:
+    used.add('select')
+  if used & {'select', 'apply'}:
     used.add('_table')
   text = '\n\n\n'.join(RUNTIME[name].strip('\n') for name in RUNTIME if name in used)
   return ('\n\n' + text.replace('{one_sided}', ONE_SIDED if one_sided else '') + '\n'
@@ -920,8 +967,8 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisi
   tokens = plan.tokens
   lines = [f'"""{header}"""', '']
   lines += (['import numpy as np', ''] if decisions else ['import os', '', 'import numpy as np', ''])
-  lines += [f'TOKENS = {tokens!r}', f'MAX_LEN = {plan.max_len}', f'CAUSAL = {plan.causal}',
-            f'CARDINALITY = {plan.card}']
+  lines += [f'TOKENS = {tokens!r}', f'UNTAGGED = {[tokens[t] for t in plan.untagged]!r}',
+            f'MAX_LEN = {plan.max_len}', f'CAUSAL = {plan.causal}', f'CARDINALITY = {plan.card}']
   if decisions:
     lines.append(f'DECIDES = {tuple(decisions.reads)!r}')
   else:
@@ -1090,7 +1137,8 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
   if not reads:
     return Decisions([], Leaf(tag=int(np.argmax(bias))))
   values, real = _run(plan, doms, live, _readout(plan, kept, bias), inputs, lengths, data_file)
-  held = np.stack([values[name].ids[real] for name in reads], -1).astype(np.int64)
+  tagged = real & ~np.isin(inputs, plan.untagged)
+  held = np.stack([values[name].ids[tagged] for name in reads], -1).astype(np.int64)
   reached = held[_distinct_rows(held)[0]]
   tags = _logits(plan, {name: reached[:, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)
   # The tag may be a function of fewer of the variables over the combinations reached: drop each one (the
@@ -1230,8 +1278,9 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
   names = _variables(plan)
   everything = set(names)
   values, real = _run(plan, doms, everything, _readout(plan, everything), inputs, lengths, data_file)
+  tagged = real & ~np.isin(inputs, plan.untagged)  # the program tags the other positions 0
   # Positions holding the same value of every variable score alike: each such tuple is scored once.
-  held = np.stack([values[name].ids[real] for name in names], -1).astype(np.int64)
+  held = np.stack([values[name].ids[tagged] for name in names], -1).astype(np.int64)
   distinct = held[_distinct_rows(held)[0]]
   ids = {name: distinct[:, i] for i, name in enumerate(names)}
   kept, bias = list(names), plan.readout['bias']
@@ -1300,11 +1349,12 @@ class CodeProgram:
 
 
 def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool,
-          origin: str = 'memory', data_file: str = 'program.npz') -> CodeProgram:
-  """The pruned program of a Transformer Program, pruned on ``inputs`` (token ids, each row ``lengths`` long)."""
+          origin: str = 'memory', data_file: str = 'program.npz', untagged: tuple[int, ...] = ()) -> CodeProgram:
+  """The pruned program of a Transformer Program, pruned on ``inputs`` (token ids, each row ``lengths`` long);
+  ``untagged``: the input tokens whose positions the task never tags (``untagged_tokens``)."""
   plan = plan_of(params, cfg)
   # The program reads inputs as long as those it is pruned and checked on (the model may take longer ones).
-  plan.tokens, plan.max_len = list(tokens), inputs.shape[1]
+  plan.tokens, plan.max_len, plan.untagged = list(tokens), inputs.shape[1], tuple(untagged)
   return code_of(plan, inputs, lengths, exhaustive, origin, data_file)
 
 
@@ -1324,6 +1374,9 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
     if renamings:
       plan, again = simplify(plan, doms_of)
       simplified += renamings + again
+    if plan.untagged:
+      plan, restricted = restrict_to_tagged(plan, doms_of, inputs, lengths, data_file)
+      simplified += restricted
   doms = doms_of(plan)
   _check_same(unsimplified, domains(unsimplified, input_tokens, first), plan, doms, inputs, lengths, data_file)
   kept, bias = prune(plan, doms, inputs, lengths, data_file)
@@ -1350,12 +1403,11 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
   needs = 'only NumPy' if decisions else f'only NumPy and the classifier in {data_file} beside it'
   header = (f'Program decompiled by symjax from the Transformer Program {origin}.\n\n'
-            f'predict(tokens) -> tags runs it; it needs {needs}.\n'
-            f'Variables are named by what they hold: tok_ a token, pos_ a position, count_ a count, mlp_ and\n'
-            f'cat_ an MLP\'s value; or by what their predicate shows (prev_token, first_token, length,\n'
-            f'count_same_token, count_<token>). Each module\'s comment says what it computes and names the\n'
-            f'model\'s head (attn_<layer>_<head>) or MLP (mlp_<layer>_<mlp>) it comes from. Heads, MLPs and\n'
-            f'classifier rows that change no prediction on {where} are left out.\n')
+            f'predict(tokens) -> tags runs it; it needs {needs}. Variables are named by what they\n'
+            f'hold (tok_, pos_, count_, mlp_, cat_) or mean (prev_token, length, count_same_token, ...);\n'
+            f'comments name the model\'s head or MLP. What changes no prediction on {where}\n'
+            f'is left out' + ('; the task tags no token of UNTAGGED, and the program tags them 0.\n'
+                              if plan.untagged else '.\n'))
   text = source(plan, live, doms, header, data_file, decisions, comments)
   readout = {} if decisions else _readout(plan, kept, bias)
   notes = list(sentences.values()) + simplified
@@ -1396,9 +1448,13 @@ def leftovers(plan: Plan, doms, live: set[str], run: tuple[dict, np.ndarray] | N
     seen.add(signature)
   if run is not None:
     values, real = run
+    # A module whose untagged positions reach no tag is a duplicate where it is one at the tagged positions.
+    tagged = real & ~np.isin(values['tokens'].ids, plan.untagged)
+    free = untagged_free(plan)
     earlier = ['tokens', 'positions']
     for m in modules:
-      if m.name not in duplicate and any(_renaming(values[e].ids[real], values[m.name].ids[real], plan.card)
+      at = tagged if m.name in free else real
+      if m.name not in duplicate and any(_renaming(values[e].ids[at], values[m.name].ids[at], plan.card)
                                          is not None for e in earlier):
         duplicate.append(m.name)
       earlier.append(m.name)
@@ -1464,4 +1520,14 @@ def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:
   lengths = (inputs != task.pad_id).sum(1)
   origin = f'in {loaded.workdir or "memory"} (step {loaded.step}, task {loaded.task})'
   return build(loaded.params, loaded.model_config, list(loaded.tokenizer.vocab.tokens), inputs, lengths,
-               exhaustive, origin, data_file)
+               exhaustive, origin, data_file, untagged_tokens(task))
+
+
+def untagged_tokens(task) -> tuple[int, ...]:
+  """The input tokens no position of the task's data tags (its target there is always PAD): ``<s>`` and
+  ``</s>`` of the RASP tasks; ``<s>`` and the numbers of induction."""
+  seen, tagged = set(), set()
+  for split, x in task.data.inputs.items():
+    seen |= set(np.unique(x).tolist())
+    tagged |= set(np.unique(x[task.data.targets[split] != task.pad_id]).tolist())
+  return tuple(sorted(seen - tagged - {task.pad_id}))

@@ -647,11 +647,11 @@ def test_variables_are_named_by_what_they_hold_and_each_module_says_what_it_comp
   assert program.left == {'constant': [], 'never': [], 'duplicate': []}
 
 
-def renamed_plan(copy_the_renaming: bool = False):
+def renamed_plan(reader: str | None = None):
   """The previous token (attn_0_0); an MLP that renames it one-to-one (mlp_0_0 = perm[attn_0_0]); a head counting
   the keys whose token the renaming maps back to it (so: the keys holding the previous token); the classifier
-  reads all three. With ``copy_the_renaming``, one more head copies the MLP's value, which the merge cannot
-  re-index."""
+  reads all three. ``reader``: one more head that copies the MLP's value from the next position ('copy'), or
+  sums it over every key ('sum', which no renaming of its inputs re-indexes)."""
   card = len(TOKENS)
   perm = np.roll(np.arange(card), 3)
   q, k = np.indices((card, card))
@@ -661,9 +661,12 @@ def renamed_plan(copy_the_renaming: bool = False):
       program_code.Module('mlp_0_0', 'mlp', ('attn_0_0', 'attn_0_0'), perm[q]),
       program_code.Module('attn_1_0', 'numerical', ('mlp_0_0', 'tokens'), k == np.argsort(perm)[q]),
   ]
-  if copy_the_renaming:
+  if reader == 'copy':
     modules.append(program_code.Module('attn_1_1', 'categorical', ('positions', 'positions', 'mlp_0_0'),
-                                       np.arange(card)))
+                                       np.minimum(np.arange(card) + 1, 5)))
+  elif reader == 'sum':
+    modules.append(program_code.Module('attn_1_1', 'numerical', ('positions', 'positions', 'mlp_0_0'),
+                                       np.ones((card, card), bool)))
   names = ['tokens', 'positions', *[m.name for m in modules]]
   rng = np.random.default_rng(1)
   readout = {n: rng.normal(size=(card, card)).astype(np.float32) for n in names}
@@ -671,22 +674,25 @@ def renamed_plan(copy_the_renaming: bool = False):
   return program_code.Plan(modules, readout, list(TOKENS), 6, False, card)
 
 
-@pytest.mark.parametrize('copy_the_renaming', [False, True])
-def test_a_variable_equal_to_an_earlier_one_up_to_a_renaming_is_merged_into_it(copy_the_renaming):
+@pytest.mark.parametrize('reader', [None, 'copy', 'sum'])
+def test_a_variable_equal_to_an_earlier_one_up_to_a_renaming_is_merged_into_it(reader):
+  """Merged where every reader can be re-indexed — a head copying the renamed variable copies the earlier one,
+  its own value renamed alike — and left (and found left) where a head sums it."""
   x, lengths = every_input(5, 6)
-  program = program_code.code_of(renamed_plan(copy_the_renaming), x, lengths, exhaustive=True)
+  program = program_code.code_of(renamed_plan(reader), x, lengths, exhaustive=True)
   text = program.source
   merged = any('mlp_0_0 = f(attn_0_0)' in note for note in program.notes)
-  assert merged != copy_the_renaming
-  # Where the merge cannot be made, the check finds the renaming left.
-  assert program.left['duplicate'] == (['mlp_0_0'] if copy_the_renaming else [])
-  if not copy_the_renaming:
+  assert merged == (reader != 'sum')
+  assert program.left['duplicate'] == (['mlp_0_0'] if reader == 'sum' else [])
+  if merged:
     # The MLP is gone; the count reads the previous token through the renaming: a comparison of tokens.
     assert 'def mlp_0_0' not in text and 'def predicate_count_1_0(prev_token, token):' in text
     assert 'return token == prev_token' in text and 'mlp_0_0=prev_token' in text.replace(' ', '')
   else:
     assert 'def mlp_0_0' in text
-  plan = renamed_plan(copy_the_renaming)
+  if reader == 'copy':   # it copies the previous token from the next position: a token, named as one
+    assert 'tok_1_1 = aggregate(tok_1_1_pattern, prev_token)' in text
+  plan = renamed_plan(reader)
   everything = set(program_code._variables(plan))
   doms = program_code.domains(plan, sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
   plain = program_code.source(plan, everything, doms, 'as the model', 'program.npz')

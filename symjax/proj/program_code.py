@@ -249,6 +249,14 @@ def restrict_to_tagged(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndar
       m.queried = tuple(int(v) for v in np.unique(values[m.reads[0]].ids[tagged]))
   plan, renamings = merge_renamings(plan, {n: v.ids[tagged] for n, v in values.items()}, free)
   plan, again = simplify(plan, doms_of)
+  # A head exact at tagged positions alone may now hold, at '<s>', a value no tagged position holds: a variable
+  # that differed from it only there can be a renaming of it at every position, as the code computes them.
+  everything = set(_variables(plan))
+  values, real = _run(plan, doms_of(plan), everything, _readout(plan, everything), inputs, lengths, data_file)
+  plan, everywhere = merge_renamings(plan, {n: v.ids[real] for n, v in values.items()})
+  if everywhere:
+    plan, more = simplify(plan, doms_of)
+    again += everywhere + more
   return plan, renamings + again
 
 
@@ -267,8 +275,9 @@ def merge_renamings(plan: Plan, values: dict[str, np.ndarray], mergeable: set[st
 
   A module is merged only where every reader can be re-indexed: an MLP or a head reading it as a query, a
   counting head reading it as a key, a copying head reading it as a key where the earlier variable leaves a
-  value free for the keys no renamed value matches; not a head copying or summing it. ``mergeable``: the
-  modules that may be merged (every one by default)."""
+  value free for the keys no renamed value matches, and a head copying it (which then copies the earlier
+  variable, its own value renamed alike, its readers re-indexed in turn); not a head summing it. ``mergeable``:
+  the modules that may be merged (every one by default)."""
   plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules],
                              readout=dict(plan.readout), aliases=dict(plan.aliases))
   earlier = ['tokens', 'positions']
@@ -285,19 +294,24 @@ def merge_renamings(plan: Plan, values: dict[str, np.ndarray], mergeable: set[st
     if found is None:
       earlier.append(b.name)
       continue
-    a, rewritten, rename = found
+    a, (rewritten, copies), rename = found
     domain = np.unique(values[a])
     plan.modules = [rewritten.get(m.name, m) for m in plan.modules if m.name != b.name]
-    rows = plan.readout[b.name].copy()
-    rows[domain] = plan.readout[b.name][rename[domain]]
-    plan.readout[b.name] = rows
+    # b's rows, and those of each head that copied b (now copying a, its value renamed alike), and of what was
+    # merged into those, are read at the renamed values.
+    inverse = np.arange(plan.card)
+    inverse[rename[domain]] = domain
+    for name in [b.name, *copies]:
+      for alias in [name, *(k for k, target in plan.aliases.items() if target == name and k != name)]:
+        rows = plan.readout[alias].copy()
+        rows[domain] = plan.readout[alias][rename[domain]]
+        plan.readout[alias] = rows
+      if name != b.name:
+        values[name] = inverse[values[name]]
     plan.aliases[b.name] = a
-    for alias, target in plan.aliases.items():  # an earlier merge into b is a merge into a, renamed alike
-      if target == b.name and alias != b.name:
+    for alias, target in plan.aliases.items():  # an earlier merge into b is a merge into a
+      if target == b.name:
         plan.aliases[alias] = a
-        alias_rows = plan.readout[alias].copy()
-        alias_rows[domain] = plan.readout[alias][rename[domain]]
-        plan.readout[alias] = alias_rows
     values[b.name] = values[a]
     merged.append(f'{b.name} = f({a})')
   notes = ['Equal to an earlier variable up to a renaming of its values, and merged into it: '
@@ -317,36 +331,55 @@ def _renaming(a: np.ndarray, b: np.ndarray, card: int) -> np.ndarray | None:
   return f
 
 
-def _rewrite_readers(plan: Plan, b: str, a: str, f: np.ndarray, domain: np.ndarray) -> dict[str, Module] | None:
-  """Every module reading ``b`` rewritten to read ``a``, whose value ``v`` stands for ``f[v]``; None where one
-  cannot be (see ``merge_renamings``)."""
-  out = {}
+def _rewrite_readers(plan: Plan, b: str, a: str, f: np.ndarray, domain: np.ndarray
+                     ) -> tuple[dict[str, Module], list[str]] | None:
+  """Every module reading ``b`` rewritten to read ``a``, whose value ``v`` stands for ``f[v]``, and the heads
+  that copied ``b``: each now copies ``a``, so its own value is renamed by ``f`` too, and what reads it is
+  rewritten alike; None where a module cannot be (see ``merge_renamings``)."""
+  out: dict[str, Module] = {}
+  copies: list[str] = []
   inverse = {int(f[v]): int(v) for v in domain}
   free = [v for v in range(plan.card) if v not in set(domain.tolist())]
-  for m in plan.modules:
-    if b not in m.reads:
-      continue
-    table = m.table.copy()
-    if m.kind == 'mlp':
-      if m.reads[0] == b:
-        table[domain] = m.table[f[domain]]
-      if m.reads[1] == b:
-        table[:, domain] = table[:, f[domain]]
-    else:
-      if len(m.reads) > 2 and m.reads[2] == b:
-        return None                           # copies or sums b: its own value would need renaming too
-      if m.reads[0] == b:
-        table[domain] = m.table[f[domain]]
-        if m.queried is not None:
-          m = dataclasses.replace(m, queried=tuple(int(v) for v in domain if int(f[v]) in m.queried))
-      if m.reads[1] == b and m.kind == 'numerical':
-        table[:, domain] = table[:, f[domain]]
-      elif m.reads[1] == b:                   # a copying head: k == table[q] becomes k == f⁻¹(table[q])
-        if not free and not all(int(t) in inverse for t in table):
-          return None
-        table = np.array([inverse.get(int(t), free[0] if free else 0) for t in table])
-    out[m.name] = dataclasses.replace(m, table=table, reads=tuple(a if r == b else r for r in m.reads))
-  return out
+  todo = [(b, a)]
+  while todo:
+    old, new = todo.pop()
+    for original in plan.modules:
+      m = out.get(original.name, original)
+      if old not in m.reads:
+        continue
+      rewritten = _rewrite_reader(m, old, new, f, domain, inverse, free)
+      if rewritten is None:
+        return None
+      out[m.name] = rewritten
+      if len(m.reads) > 2 and m.reads[2] == old:   # a copying head (a sum returned None above)
+        copies.append(m.name)
+        todo.append((m.name, m.name))
+  return out, copies
+
+
+def _rewrite_reader(m: Module, b: str, a: str, f: np.ndarray, domain: np.ndarray, inverse: dict[int, int],
+                    free: list[int]) -> Module | None:
+  """``m`` reading ``a`` where it read ``b`` (``_rewrite_readers``), or None where it sums ``b``."""
+  table = m.table.copy()
+  if m.kind == 'mlp':
+    if m.reads[0] == b:
+      table[domain] = m.table[f[domain]]
+    if m.reads[1] == b:
+      table[:, domain] = table[:, f[domain]]
+  else:
+    if len(m.reads) > 2 and m.reads[2] == b and m.kind != 'categorical':
+      return None                           # sums b: its own value would need more than a renaming
+    if m.reads[0] == b:
+      table[domain] = m.table[f[domain]]
+      if m.queried is not None:
+        m = dataclasses.replace(m, queried=tuple(int(v) for v in domain if int(f[v]) in m.queried))
+    if m.reads[1] == b and m.kind == 'numerical':
+      table[:, domain] = table[:, f[domain]]
+    elif m.reads[1] == b:                   # a copying head: k == table[q] becomes k == f⁻¹(table[q])
+      if not free and not all(int(t) in inverse for t in table):
+        return None
+      table = np.array([inverse.get(int(t), free[0] if free else 0) for t in table])
+  return dataclasses.replace(m, table=table, reads=tuple(a if r == b else r for r in m.reads))
 
 
 def _signature(m: Module, doms) -> bytes:

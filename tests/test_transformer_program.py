@@ -186,6 +186,12 @@ def test_heads_exact_only_where_the_task_tags_lose_their_case_for_bos_and_merge(
   got = program_code._load(one.source, one.tables, 'program.npz').predict_ids(x, lengths)
   assert (got[x != BOS] == want[x != BOS]).all() and (got[x == BOS] == 0).all()
   assert (want[x == BOS] != 0).any()  # the model tags '<s>'; the program does not
+  # On inputs that are not the task's every input, what holds on every input: a head reading the token as its
+  # query is exact on the tokens other than '<s>', and two equal there are one; the classifier stays a table.
+  partial = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=False, untagged=(BOS,))
+  assert partial.source.count('= aggregate_sum(') == 1 and 'count_same_token' in partial.tables
+  got = program_code._load(partial.source, partial.tables, 'program.npz').predict_ids(x, lengths)
+  assert (got[x != BOS] == want[x != BOS]).all()
 
 
 def test_untagged_free_follows_reads_at_the_position_alone():

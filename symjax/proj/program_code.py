@@ -233,13 +233,24 @@ def untagged_free(plan: Plan) -> set[str]:
   return free
 
 
-def restrict_to_tagged(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, data_file: str
-                       ) -> tuple[Plan, list[str]]:
+def restrict_to_tagged(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, data_file: str,
+                       exhaustive: bool = True) -> tuple[Plan, list[str]]:
   """The plan with each head of ``untagged_free`` exact only for the query values tagged positions hold
   (``Module.queried``), and such modules merged where they equal an earlier variable, or a renaming of one, at
   the tagged positions of ``inputs`` (the task's every input); then simplified again. A predicate that named
-  other keys for ``<s>`` alone, say, is then its rule."""
+  other keys for ``<s>`` alone, say, is then its rule.
+
+  Where ``inputs`` are not the task's every input (``exhaustive`` False), only what holds on every input is
+  used: a head whose query is the input token is exact for the tokens other than ``Plan.untagged``, and heads
+  equal on those merge; no renaming is looked for."""
   free = untagged_free(plan)
+  if not exhaustive:
+    plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules])
+    tagged_tokens = tuple(v for v in doms_of(plan)['tokens'][0] if v not in plan.untagged)
+    for m in plan.modules:
+      if m.name in free and m.kind != 'mlp' and m.reads[0] == 'tokens':
+        m.queried = tagged_tokens
+    return simplify(plan, doms_of)
   everything = set(_variables(plan))
   values, real = _run(plan, doms_of(plan), everything, _readout(plan, everything), inputs, lengths, data_file)
   tagged = real & ~np.isin(inputs, plan.untagged)
@@ -1407,9 +1418,9 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
     if renamings:
       plan, again = simplify(plan, doms_of)
       simplified += renamings + again
-    if plan.untagged:
-      plan, restricted = restrict_to_tagged(plan, doms_of, inputs, lengths, data_file)
-      simplified += restricted
+  if plan.untagged:
+    plan, restricted = restrict_to_tagged(plan, doms_of, inputs, lengths, data_file, exhaustive)
+    simplified += restricted
   doms = doms_of(plan)
   _check_same(unsimplified, domains(unsimplified, input_tokens, first), plan, doms, inputs, lengths, data_file)
   kept, bias = prune(plan, doms, inputs, lengths, data_file)

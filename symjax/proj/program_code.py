@@ -262,12 +262,20 @@ def restrict_to_tagged(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndar
   plan, again = simplify(plan, doms_of)
   # A head exact at tagged positions alone may now hold, at '<s>', a value no tagged position holds: a variable
   # that differed from it only there can be a renaming of it at every position, as the code computes them.
+  plan, everywhere = merge_renamings_everywhere(plan, doms_of, inputs, lengths, data_file)
+  return plan, renamings + again + everywhere
+
+
+def merge_renamings_everywhere(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, data_file: str
+                               ) -> tuple[Plan, list[str]]:
+  """``merge_renamings`` on every real position of ``inputs`` (the task's every input), as the plan's code
+  computes each variable there; then simplified again where something merged."""
   everything = set(_variables(plan))
   values, real = _run(plan, doms_of(plan), everything, _readout(plan, everything), inputs, lengths, data_file)
-  plan, everywhere = merge_renamings(plan, {n: v.ids[real] for n, v in values.items()})
-  if everywhere:
-    plan, more = simplify(plan, doms_of)
-    again += everywhere + more
+  plan, renamings = merge_renamings(plan, {n: v.ids[real] for n, v in values.items()})
+  if not renamings:
+    return plan, []
+  plan, again = simplify(plan, doms_of)
   return plan, renamings + again
 
 
@@ -1412,12 +1420,8 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   doms_of = lambda p: domains(p, input_tokens, first)
   plan, simplified = simplify(plan, doms_of)
   if exhaustive:  # a renaming found on the task's every input holds on every input
-    everything = set(_variables(plan))
-    values, real = _run(plan, doms_of(plan), everything, _readout(plan, everything), inputs, lengths, data_file)
-    plan, renamings = merge_renamings(plan, {n: v.ids[real] for n, v in values.items()})
-    if renamings:
-      plan, again = simplify(plan, doms_of)
-      simplified += renamings + again
+    plan, renamings = merge_renamings_everywhere(plan, doms_of, inputs, lengths, data_file)
+    simplified += renamings
   if plan.untagged:
     plan, restricted = restrict_to_tagged(plan, doms_of, inputs, lengths, data_file, exhaustive)
     simplified += restricted

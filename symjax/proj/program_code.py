@@ -218,6 +218,12 @@ def simplify(plan: Plan, doms_of, merge: bool = True) -> tuple[Plan, list[str]]:
   return plan, notes
 
 
+def tagged_positions(plan: Plan, ids: np.ndarray, real: np.ndarray) -> np.ndarray:
+  """The positions of token ``ids`` the program tags: the real ones that hold no token of ``Plan.untagged``
+  (the program tags the others 0, as the task does)."""
+  return real & ~np.isin(ids, plan.untagged)
+
+
 def untagged_free(plan: Plan) -> set[str]:
   """The modules whose values at the positions the task never tags (``Plan.untagged``) reach no tag: everything
   that reads one reads it at its own position (an MLP, a head's query, the classifier) and is such a module
@@ -253,7 +259,7 @@ def restrict_to_tagged(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndar
     return simplify(plan, doms_of)
   everything = set(_variables(plan))
   values, real = _run(plan, doms_of(plan), everything, _readout(plan, everything), inputs, lengths, data_file)
-  tagged = real & ~np.isin(inputs, plan.untagged)
+  tagged = tagged_positions(plan, inputs, real)
   plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules])
   for m in plan.modules:
     if m.name in free and m.kind != 'mlp' and m.reads[0] in values:
@@ -1183,13 +1189,14 @@ def _renumbered(node: Leaf | Split, new: dict[int, int]) -> Leaf | Split:
 def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
                  lengths: np.ndarray, data_file: str) -> Decisions | None:
   """The pruned classifier as a tree of decisions (``decision_tree``) over the combinations of its variables'
-  values that ``inputs`` reach (each tagged by the same float32 sums as the table), reading the fewest of those
-  variables that still decide it (dropped greedily), or None above ``DECISION_LIMIT`` entries."""
+  values that the tagged positions of ``inputs`` reach (each tagged by the same float32 sums as the table),
+  reading the fewest of those variables that still decide it (dropped greedily), or None above
+  ``DECISION_LIMIT`` entries."""
   reads = [n for n in _variables(plan) if n in kept]
   if not reads:
     return Decisions([], Leaf(tag=int(np.argmax(bias))))
   values, real = _run(plan, doms, live, _readout(plan, kept, bias), inputs, lengths, data_file)
-  tagged = real & ~np.isin(inputs, plan.untagged)
+  tagged = tagged_positions(plan, inputs, real)
   held = np.stack([values[name].ids[tagged] for name in reads], -1).astype(np.int64)
   reached = held[_distinct_rows(held)[0]]
   tags = _logits(plan, {name: reached[:, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)
@@ -1322,15 +1329,15 @@ def _logits(plan: Plan, ids: dict[str, np.ndarray], names: list[str], bias: np.n
 
 def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: str
           ) -> tuple[set[str], np.ndarray]:
-  """The classifier rows kept, and its bias: each variable's rows are left out when no prediction on ``inputs``
-  changes.
+  """The classifier rows kept, and its bias: each variable's rows are left out when no prediction at the tagged
+  positions of ``inputs`` (``tagged_positions``) changes.
 
   Each trial subtracts the variable's rows from the running scores; positions whose lead there is within
   rounding of a tie are rescored exactly as the program sums, and the final set is checked the same way."""
   names = _variables(plan)
   everything = set(names)
   values, real = _run(plan, doms, everything, _readout(plan, everything), inputs, lengths, data_file)
-  tagged = real & ~np.isin(inputs, plan.untagged)  # the program tags the other positions 0
+  tagged = tagged_positions(plan, inputs, real)
   # Positions holding the same value of every variable score alike: each such tuple is scored once.
   held = np.stack([values[name].ids[tagged] for name in names], -1).astype(np.int64)
   distinct = held[_distinct_rows(held)[0]]
@@ -1497,7 +1504,7 @@ def leftovers(plan: Plan, doms, live: set[str], run: tuple[dict, np.ndarray] | N
   if run is not None:
     values, real = run
     # A module whose untagged positions reach no tag is a duplicate where it is one at the tagged positions.
-    tagged = real & ~np.isin(values['tokens'].ids, plan.untagged)
+    tagged = tagged_positions(plan, values['tokens'].ids, real)
     free = untagged_free(plan)
     earlier = ['tokens', 'positions']
     for m in modules:

@@ -102,7 +102,7 @@ def test_decompiled_hand_built_program_is_known_code_and_pruned():
   # The classifier reads the count alone, whose reachable values are 1..5: a lookup of the tag of each count
   # in the code, and no data file.
   assert "DECIDES = ('count_same_token',)" in text
-  assert "    return {1: '#1', 2: '#2', 3: '#3', 4: '#4'}.get(count_same_token, '#5')" in text
+  assert "    return f'#{count_same_token}' if 1 <= count_same_token <= 4 else '#5'" in text
   assert program.tables == {} and program.entries == 4 * 2 + 1
   loaded = program_code._load(text, program.tables, 'program.npz')
   assert [loaded.decide(n) for n in range(1, 6)] == ['#1', '#2', '#3', '#4', '#5']
@@ -181,7 +181,7 @@ def test_heads_exact_only_where_the_task_tags_lose_their_case_for_bos_and_merge(
   one = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True, untagged=(BOS,))
   assert one.source.count('= aggregate_sum(') == 1 and "'<s>'" not in one.source.split('def run(')[1]
   assert 'return k_token == q_token' in one.source and "UNTAGGED = ['<s>']" in one.source
-  assert "    return {1: '#1', 2: '#2', 3: '#3', 4: '#4'}.get(count_same_token, '#5')" in one.source
+  assert "    return f'#{count_same_token}' if 1 <= count_same_token <= 4 else '#5'" in one.source
   assert one.left == {'constant': [], 'never': [], 'duplicate': []}
   got = program_code._load(one.source, one.tables, 'program.npz').predict_ids(x, lengths)
   assert (got[x != BOS] == want[x != BOS]).all() and (got[x == BOS] == 0).all()
@@ -192,6 +192,42 @@ def test_heads_exact_only_where_the_task_tags_lose_their_case_for_bos_and_merge(
   assert partial.source.count('= aggregate_sum(') == 1 and 'count_same_token' in partial.tables
   got = program_code._load(partial.source, partial.tables, 'program.npz').predict_ids(x, lengths)
   assert (got[x != BOS] == want[x != BOS]).all()
+
+
+@pytest.mark.parametrize('with_bos', ['every query', 'a and c'])
+def test_a_count_that_takes_in_bos_counts_without_it_and_the_decisions_read_it_so(with_bos):
+  """A head counts the keys holding the query's token and '<s>' too (for every query, or for 'a' and 'c'
+  alone); the classifier takes the '<s>' off again (for 'a' and 'c' by preferring the lower of the two tags a
+  count votes for). '<s>' is at position 0 of every input and nowhere else, so the program counts without it,
+  ``k_token == q_token``, and its decisions read that count: the tag is the count, with no case per token."""
+  cfg = config()
+  card = tp.cardinality(cfg)
+  params = hand_built(cfg)
+  predicate = np.where(np.eye(card) > 0, 1.0, -1.0)
+  with_it = SYMBOLS if with_bos == 'every query' else [TOKENS.index('a'), TOKENS.index('c')]
+  predicate[with_it, BOS] = 1.0
+  params['attn_0_1'] = {**params['attn_0_1'], 'predicate': jnp.asarray(predicate)}
+  readout = np.zeros((cfg.vocab_size, 5 * card + 1))   # tokens, positions, attn_0_0, attn_0_1, mlp_0_0
+  for n in range(1, 7):
+    for m in (n - 1, n):
+      if 1 <= m <= 5:
+        readout[TOKENS.index(f'#{m}'), 3 * card + n] = 10.0
+  for t in SYMBOLS:   # the lower of the two tags where the count took '<s>' in, else the higher
+    for m in range(1, 6):
+      readout[TOKENS.index(f'#{m}'), t] = 0.01 * m * (-1 if t in with_it else 1)
+  params['readout'] = jnp.asarray(readout)
+  x, lengths = every_input(5, cfg.max_len)
+  want = tags(cfg, params, x, lengths)
+  content = x != BOS
+  assert (want[content & (x != PAD)] == [TOKENS.index(f'#{list(r[:n]).count(t)}') for r, n in zip(x, lengths)
+                                        for t in r[1:n]]).all()   # the model tags the histogram
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True, untagged=(BOS,))
+  assert "'<s>'" not in program.source.split('def run(')[1].split('def decide(')[0]
+  assert 'return k_token == q_token' in program.source and program.decisions.reads == ['count_same_token']
+  assert "    return f'#{count_same_token}' if 1 <= count_same_token <= 4 else '#5'" in program.source
+  assert any("leaves out the key '<s>' holds" in note for note in program.notes)
+  got = program_code._load(program.source, program.tables, 'program.npz').predict_ids(x, lengths)
+  assert (got[content] == want[content]).all()
 
 
 def test_untagged_free_follows_reads_at_the_position_alone():
@@ -237,6 +273,17 @@ def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact(monkeyp
   # A search past its limit gives up (the classifier then stays a data file).
   monkeypatch.setattr(program_code, 'SEARCH_LIMIT', 3)
   assert program_code.decision_tree(keys, tags, [True, False, True]) is None
+
+
+def test_a_number_whose_tags_are_its_value_give_or_take_one_is_written_as_a_formula():
+  tok = ['<pad>', '#1', '#2', '#3', '#4', 'x', '#10']
+  assert program_code._formula('n', [(2, 1), (3, 2), (4, 3)], tok) == "f'#{n - 1}'"
+  assert program_code._formula('n', [(1, 1), (2, 2), (3, 3)], tok) == "f'#{n}'"
+  assert program_code._formula('n', [(1, 1), (2, 2)], tok) is None              # two values: a lookup reads as well
+  assert program_code._formula('n', [(1, 1), (2, 2), (3, 4)], tok) is None      # #4 for 3: no one constant
+  assert program_code._formula('n', [(1, 1), (2, 2), (3, 5)], tok) is None      # 'x' has no number
+  assert program_code._formula('n', [(1, 1), (2, 2), (10, 6)], tok) == "f'#{n}'"      # '#10' is 10
+  assert program_code._formula('n', [(1, 1), (2, 2), (9, 6)], tok) is None
 
 
 def test_positions_predicate_is_written_as_arithmetic():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tempfile
 import textwrap
 
@@ -1195,11 +1196,30 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
   reads = [n for n in _variables(plan) if n in kept]
   if not reads:
     return Decisions([], Leaf(tag=int(np.argmax(bias))))
+  held, tags, _ = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
+  return _decisions_over(reads, held, tags, doms)
+
+
+def _tagged_combinations(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
+                         lengths: np.ndarray, data_file: str) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+  """At every tagged position of ``inputs``: the values of the classifier's kept variables (``[positions,
+  variables]``, in ``_variables``' order), the tag the classifier gives them, and every live variable's value."""
+  reads = [n for n in _variables(plan) if n in kept]
   values, real = _run(plan, doms, live, _readout(plan, kept, bias), inputs, lengths, data_file)
   tagged = tagged_positions(plan, inputs, real)
   held = np.stack([values[name].ids[tagged] for name in reads], -1).astype(np.int64)
-  reached = held[_distinct_rows(held)[0]]
-  tags = _logits(plan, {name: reached[:, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)
+  first, group = _distinct_rows(held)
+  tags = _logits(plan, {name: held[first, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)[group]
+  return held, tags, {name: v.ids[tagged] for name, v in values.items()}
+
+
+def _decisions_over(reads: list[str], held: np.ndarray, tags: np.ndarray, doms) -> Decisions | None:
+  """The decisions that give ``tags`` from ``held`` (the values of ``reads`` at each position): None where the
+  values do not decide the tags, or above ``DECISION_LIMIT`` entries."""
+  first = _distinct_rows(held)[0]
+  reached, tags = held[first], tags[first]
+  if not _decides(reached, tags):
+    return None
   # The tag may be a function of fewer of the variables over the combinations reached: drop each one (the
   # last written first) whose values the others' already decide, so the decisions read only what decides.
   columns = list(range(len(reads)))
@@ -1214,6 +1234,59 @@ def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndar
     return None
   used = sorted(_columns_of(tree))   # the tree may test fewer variables than decide the flat table
   return Decisions([reads[columns[c]] for c in used], _renumbered(tree, {c: i for i, c in enumerate(used)}))
+
+
+def uncount_first(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, decisions: Decisions,
+                  inputs: np.ndarray, lengths: np.ndarray, data_file: str
+                  ) -> tuple[Plan, Decisions, list[str]]:
+  """The plan with each counting head that the decisions alone read leaving out the key at position 0 where
+  every input holds one token there and nowhere else (``<s>``), and the decisions found again over the counts
+  it then gives: where its predicate held at that key, the count is one less (``count_same_token`` instead of
+  ``k_token == q_token or k_token == '<s>'``). Kept only where the decisions still give every tagged position's
+  tag and write no more entries, with a shorter predicate where they write as many."""
+  real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
+  at_first = np.unique(inputs[lengths > 0, 0])
+  if len(at_first) != 1 or (inputs[:, 1:][real[:, 1:]] == at_first[0]).any():
+    return plan, decisions, []
+  first = int(at_first[0])
+  needed = _needs(plan, set(decisions.reads), doms)
+  read_by_modules = {r for m in plan.modules if m.name in needed for r in m.reads}
+  candidates = [m for m in plan.modules if m.kind == 'numerical' and len(m.reads) == 2 and m.reads[1] == 'tokens'
+                and m.name in decisions.reads and m.name not in read_by_modules
+                and not any(plan.aliases.get(r) == m.name for r in decisions.reads) and m.table[:, first].any()]
+  if not candidates:
+    return plan, decisions, []
+  reads = list(decisions.reads)
+  held, tags, values = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
+  held = held[:, [[n for n in _variables(plan) if n in kept].index(n) for n in reads]]
+  modules, notes = list(plan.modules), []
+  for m in candidates:
+    table = m.table.copy()
+    table[:, first] = False
+    query = values[m.reads[0]] if m.reads[0] in values else np.zeros(len(held), np.int64)
+    # Only the decisions read it, at tagged positions: its predicate needs to hold only for the queries there.
+    shorter = dataclasses.replace(m, table=table, queried=(
+        None if m.reads[0] == NOTHING else tuple(int(v) for v in np.unique(query))))
+    trial = held.copy()
+    trial[:, reads.index(m.name)] -= m.table[query, first]
+    found = _decisions_over(reads, trial, tags, doms)
+    def size(d: Decisions, module: Module) -> tuple[int, int, int]:
+      code = predicate_source(module, doms, plan.tokens)
+      return entries_of(d.tree), len(code), sum(map(len, code))
+    if found is None or size(found, shorter) >= size(decisions, m):
+      continue
+    modules[modules.index(m)] = shorter
+    held, decisions = trial, found
+    notes.append(f'`{m.name}` leaves out the key {plan.tokens[first]!r} holds, at position 0 of every input and '
+                 f'nowhere else: where its predicate held there it counts one less, and the decisions read it so.')
+  if not notes:
+    return plan, decisions, []
+  after = dataclasses.replace(plan, modules=modules)
+  program = _load(source(after, _needs(after, set(decisions.reads), doms), doms, 'checked', data_file, decisions),
+                  {}, data_file)
+  if not (program.predict_ids(inputs, lengths)[tagged_positions(plan, inputs, real)] == tags).all():
+    raise RuntimeError('leaving out the first key of a count changed a prediction on the input space')
+  return after, decisions, notes
 
 
 def _decides(values: np.ndarray, tags: np.ndarray) -> bool:
@@ -1247,18 +1320,45 @@ def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str
       return [f'{indent}return {reads[node.copy] if node.copy is not None else repr(tokens[node.tag])}']
     name = reads[node.column]
     is_token = doms[name][1]
-    if len(node.branches) > 1 and isinstance(node.default, Leaf) and node.default.copy is None and all(
-        isinstance(child, Leaf) and child.copy is None and len(values) == 1 for values, child in node.branches):
-      items = [f'{_value(values[0], is_token, tokens)}: {tokens[child.tag]!r}' for values, child in node.branches]
+    single = lambda values, child: len(values) == 1 and isinstance(child, Leaf) and child.copy is None
+    lookup = [(values[0], child.tag) for values, child in node.branches if single(values, child)]
+    formula = None if is_token else _formula(name, lookup, tokens)
+    if (not formula and len(lookup) == len(node.branches) > 1 and isinstance(node.default, Leaf)
+        and node.default.copy is None):
+      items = [f'{_value(v, is_token, tokens)}: {tokens[tag]!r}' for v, tag in lookup]
       return _wrapped_set('return ', items, f'.get({name}, {tokens[node.default.tag]!r})', indent)
     out = []
     for values, child in node.branches:
-      out += [f'{indent}if {_test(name, values, is_token, tokens)}:', *write(child, indent + '    ')]
+      if not (formula and single(values, child)):
+        out += [f'{indent}if {_test(name, values, is_token, tokens)}:', *write(child, indent + '    ')]
+    if formula:  # the tag is the number itself, give or take a constant: f'#{count}'
+      test = _test(name, tuple(v for v, _ in lookup), False, tokens)
+      line = f'{indent}return {formula} if {test} else {tokens[node.default.tag]!r}' if (
+          isinstance(node.default, Leaf) and node.default.copy is None) else ''
+      if not out and line and len(line) <= WIDTH:
+        return [line]
+      out += [f'{indent}if {test}:', f'{indent}    return {formula}']
     return out + write(node.default, indent)
 
   return [f'def decide({", ".join(reads)}):',
           '    """The tag of a position from its values of DECIDES (exact on every combination the task\'s inputs',
           '    reach)."""', *write(decisions.tree, '    ')]
+
+
+def _formula(name: str, lookup: list[tuple[int, int]], tokens: list[str]) -> str | None:
+  """The tags of a number's values as an f-string of it where there is one, over three values or more: each
+  tag the same text followed by the value plus one constant (``f'#{count}'``, ``f'#{count - 1}'``)."""
+  if len(lookup) < 3:
+    return None
+  split = [re.fullmatch(r'(.*?)(0|[1-9][0-9]*)', tokens[tag]) for _, tag in lookup]
+  if not all(split) or len({m.group(1) for m in split}) != 1:
+    return None
+  shifts = {int(m.group(2)) - v for (v, _), m in zip(lookup, split)}
+  if len(shifts) != 1:
+    return None
+  shift, text = shifts.pop(), split[0].group(1).replace('{', '{{').replace('}', '}}')
+  offset = f' + {shift}' if shift > 0 else f' - {-shift}' if shift < 0 else ''
+  return 'f' + repr(f'{text}{{{name}{offset}}}')
 
 
 def _test(name: str, values: tuple[int, ...], is_token: bool, tokens: list[str]) -> str:
@@ -1439,7 +1539,10 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a
   # combination the table would decide and the decisions do not.
   decisions = decisions_of(plan, doms, live, kept, bias, inputs, lengths, data_file) if exhaustive else None
-  if decisions:  # what the decisions read, and what that reads: the rest of the program is not needed
+  if decisions:
+    plan, decisions, uncounted = uncount_first(plan, doms, live, kept, bias, decisions, inputs, lengths, data_file)
+    simplified += uncounted
+    # What the decisions read, and what that reads: the rest of the program is not needed.
     live = _needs(plan, set(decisions.reads), doms)
   # From here on the variables have the code's names; each module's comment names the model's head or MLP.
   names = names_of(plan, doms)

@@ -1187,30 +1187,34 @@ def _renumbered(node: Leaf | Split, new: dict[int, int]) -> Leaf | Split:
                _renumbered(node.default, new))
 
 
-def decisions_of(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
-                 lengths: np.ndarray, data_file: str) -> Decisions | None:
+def decisions_of(plan: Plan, doms, kept: set[str], bias: np.ndarray,
+                 combinations: Combinations) -> Decisions | None:
   """The pruned classifier as a tree of decisions (``decision_tree``) over the combinations of its variables'
-  values that the tagged positions of ``inputs`` reach (each tagged by the same float32 sums as the table),
-  reading the fewest of those variables that still decide it (dropped greedily), or None above
-  ``DECISION_LIMIT`` entries."""
+  values that the tagged positions of the task's inputs reach (``_tagged_combinations``: each tagged by the
+  same float32 sums as the table), reading the fewest of those variables that still decide it (dropped
+  greedily), or None above ``DECISION_LIMIT`` entries."""
   reads = [n for n in _variables(plan) if n in kept]
   if not reads:
     return Decisions([], Leaf(tag=int(np.argmax(bias))))
-  held, tags, _ = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
+  held, tags = combinations[:2]
   return _decisions_over(reads, held, tags, doms)
 
 
+Combinations = tuple[np.ndarray, np.ndarray, dict, np.ndarray]
+
+
 def _tagged_combinations(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
-                         lengths: np.ndarray, data_file: str) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+                         lengths: np.ndarray, data_file: str) -> Combinations:
   """At every tagged position of ``inputs``: the values of the classifier's kept variables (``[positions,
-  variables]``, in ``_variables``' order), the tag the classifier gives them, and every live variable's value."""
+  variables]``, in ``_variables``' order) and the tag the classifier gives them; and every live variable
+  (``Variable``s at every position) with the tagged positions' mask."""
   reads = [n for n in _variables(plan) if n in kept]
   values, real = _run(plan, doms, live, _readout(plan, kept, bias), inputs, lengths, data_file)
   tagged = tagged_positions(plan, inputs, real)
   held = np.stack([values[name].ids[tagged] for name in reads], -1).astype(np.int64)
   first, group = _distinct_rows(held)
   tags = _logits(plan, {name: held[first, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)[group]
-  return held, tags, {name: v.ids[tagged] for name, v in values.items()}
+  return held, tags, values, tagged
 
 
 def _decisions_over(reads: list[str], held: np.ndarray, tags: np.ndarray, doms) -> Decisions | None:
@@ -1236,9 +1240,8 @@ def _decisions_over(reads: list[str], held: np.ndarray, tags: np.ndarray, doms) 
   return Decisions([reads[columns[c]] for c in used], _renumbered(tree, {c: i for i, c in enumerate(used)}))
 
 
-def uncount_first(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, decisions: Decisions,
-                  inputs: np.ndarray, lengths: np.ndarray, data_file: str
-                  ) -> tuple[Plan, Decisions, list[str]]:
+def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combinations: Combinations,
+                  inputs: np.ndarray, lengths: np.ndarray, data_file: str) -> tuple[Plan, Decisions, list[str]]:
   """The plan with each counting head that the decisions alone read leaving out the key at position 0 where
   every input holds one token there and nowhere else (``<s>``), and the decisions found again over the counts
   it then gives: where its predicate held at that key, the count is one less (``count_same_token`` instead of
@@ -1257,22 +1260,24 @@ def uncount_first(plan: Plan, doms, live: set[str], kept: set[str], bias: np.nda
   if not candidates:
     return plan, decisions, []
   reads = list(decisions.reads)
-  held, tags, values = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
+  held, tags, values, tagged = combinations
   held = held[:, [[n for n in _variables(plan) if n in kept].index(n) for n in reads]]
   modules, notes = list(plan.modules), []
+
+  def size(d: Decisions, module: Module) -> tuple[int, int, int]:
+    code = predicate_source(module, doms, plan.tokens)
+    return entries_of(d.tree), len(code), sum(map(len, code))
+
   for m in candidates:
     table = m.table.copy()
     table[:, first] = False
-    query = values[m.reads[0]] if m.reads[0] in values else np.zeros(len(held), np.int64)
+    query = values[m.reads[0]].ids[tagged] if m.reads[0] in values else np.zeros(len(held), np.int64)
     # Only the decisions read it, at tagged positions: its predicate needs to hold only for the queries there.
     shorter = dataclasses.replace(m, table=table, queried=(
         None if m.reads[0] == NOTHING else tuple(int(v) for v in np.unique(query))))
     trial = held.copy()
     trial[:, reads.index(m.name)] -= m.table[query, first]
     found = _decisions_over(reads, trial, tags, doms)
-    def size(d: Decisions, module: Module) -> tuple[int, int, int]:
-      code = predicate_source(module, doms, plan.tokens)
-      return entries_of(d.tree), len(code), sum(map(len, code))
     if found is None or size(found, shorter) >= size(decisions, m):
       continue
     modules[modules.index(m)] = shorter
@@ -1284,7 +1289,7 @@ def uncount_first(plan: Plan, doms, live: set[str], kept: set[str], bias: np.nda
   after = dataclasses.replace(plan, modules=modules)
   program = _load(source(after, _needs(after, set(decisions.reads), doms), doms, 'checked', data_file, decisions),
                   {}, data_file)
-  if not (program.predict_ids(inputs, lengths)[tagged_positions(plan, inputs, real)] == tags).all():
+  if not (program.predict_ids(inputs, lengths)[tagged] == tags).all():
     raise RuntimeError('leaving out the first key of a count changed a prediction on the input space')
   return after, decisions, notes
 
@@ -1538,9 +1543,13 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   live = _needs(plan, kept, doms)
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a
   # combination the table would decide and the decisions do not.
-  decisions = decisions_of(plan, doms, live, kept, bias, inputs, lengths, data_file) if exhaustive else None
+  decisions = None
+  if exhaustive:
+    combinations = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
+    decisions = decisions_of(plan, doms, kept, bias, combinations)
   if decisions:
-    plan, decisions, uncounted = uncount_first(plan, doms, live, kept, bias, decisions, inputs, lengths, data_file)
+    plan, decisions, uncounted = uncount_first(plan, doms, kept, decisions, combinations, inputs, lengths,
+                                               data_file)
     simplified += uncounted
     # What the decisions read, and what that reads: the rest of the program is not needed.
     live = _needs(plan, set(decisions.reads), doms)

@@ -1246,7 +1246,7 @@ def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combin
   every input holds one token there and nowhere else (``<s>``), and the decisions found again over the counts
   it then gives: where its predicate held at that key, the count is one less (``count_same_token`` instead of
   ``k_token == q_token or k_token == '<s>'``). Kept only where the decisions still give every tagged position's
-  tag and write no more entries, with a shorter predicate where they write as many."""
+  tag and write fewer entries, or as many with a shorter predicate; the program is then checked on every input."""
   real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
   at_first = np.unique(inputs[lengths > 0, 0])
   if len(at_first) != 1 or (inputs[:, 1:][real[:, 1:]] == at_first[0]).any():

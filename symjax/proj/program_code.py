@@ -1187,6 +1187,11 @@ def _renumbered(node: Leaf | Split, new: dict[int, int]) -> Leaf | Split:
                _renumbered(node.default, new))
 
 
+# What ``_tagged_combinations`` gives: the classifier's variables and tag at each tagged position, every live
+# variable, and the tagged positions' mask.
+Combinations = tuple[np.ndarray, np.ndarray, dict, np.ndarray]
+
+
 def decisions_of(plan: Plan, doms, kept: set[str], bias: np.ndarray,
                  combinations: Combinations) -> Decisions | None:
   """The pruned classifier as a tree of decisions (``decision_tree``) over the combinations of its variables'
@@ -1198,9 +1203,6 @@ def decisions_of(plan: Plan, doms, kept: set[str], bias: np.ndarray,
     return Decisions([], Leaf(tag=int(np.argmax(bias))))
   held, tags = combinations[:2]
   return _decisions_over(reads, held, tags, doms)
-
-
-Combinations = tuple[np.ndarray, np.ndarray, dict, np.ndarray]
 
 
 def _tagged_combinations(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
@@ -1547,11 +1549,12 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   if exhaustive:
     combinations = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
     decisions = decisions_of(plan, doms, kept, bias, combinations)
-  if decisions:
-    plan, decisions, uncounted = uncount_first(plan, doms, kept, decisions, combinations, inputs, lengths,
-                                               data_file)
-    simplified += uncounted
-    # What the decisions read, and what that reads: the rest of the program is not needed.
+    if decisions:
+      plan, decisions, uncounted = uncount_first(plan, doms, kept, decisions, combinations, inputs, lengths,
+                                                 data_file)
+      simplified += uncounted
+    del combinations  # every live variable at every position: not kept through the runs below
+  if decisions:  # what the decisions read, and what that reads: the rest of the program is not needed
     live = _needs(plan, set(decisions.reads), doms)
   # From here on the variables have the code's names; each module's comment names the model's head or MLP.
   names = names_of(plan, doms)

@@ -1188,8 +1188,8 @@ def _renumbered(node: Leaf | Split, new: dict[int, int]) -> Leaf | Split:
 
 
 # What ``_tagged_combinations`` gives: the classifier's variables and tag at each tagged position, every live
-# variable, and the tagged positions' mask.
-Combinations = tuple[np.ndarray, np.ndarray, dict, np.ndarray]
+# variable, the tagged positions' mask, and the first position of each distinct row of those variables.
+Combinations = tuple[np.ndarray, np.ndarray, dict, np.ndarray, np.ndarray]
 
 
 def decisions_of(plan: Plan, doms, kept: set[str], bias: np.ndarray,
@@ -1201,31 +1201,32 @@ def decisions_of(plan: Plan, doms, kept: set[str], bias: np.ndarray,
   reads = [n for n in _variables(plan) if n in kept]
   if not reads:
     return Decisions([], Leaf(tag=int(np.argmax(bias))))
-  held, tags = combinations[:2]
-  return _decisions_over(reads, held, tags, doms)
+  held, tags, _, _, first = combinations
+  return _decisions_over(reads, held[first], tags[first], doms)
 
 
 def _tagged_combinations(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
                          lengths: np.ndarray, data_file: str) -> Combinations:
   """At every tagged position of ``inputs``: the values of the classifier's kept variables (``[positions,
   variables]``, in ``_variables``' order) and the tag the classifier gives them; and every live variable
-  (``Variable``s at every position) with the tagged positions' mask."""
+  (``Variable``s at every position), the tagged positions' mask, and the first of each distinct row."""
   reads = [n for n in _variables(plan) if n in kept]
   values, real = _run(plan, doms, live, _readout(plan, kept, bias), inputs, lengths, data_file)
   tagged = tagged_positions(plan, inputs, real)
   held = np.stack([values[name].ids[tagged] for name in reads], -1).astype(np.int64)
   first, group = _distinct_rows(held)
   tags = _logits(plan, {name: held[first, i] for i, name in enumerate(reads)}, reads, bias).argmax(-1)[group]
-  return held, tags, values, tagged
+  return held, tags, values, tagged, first
 
 
 def _decisions_over(reads: list[str], held: np.ndarray, tags: np.ndarray, doms) -> Decisions | None:
-  """The decisions that give ``tags`` from ``held`` (the values of ``reads`` at each position): None where the
-  values do not decide the tags, or above ``DECISION_LIMIT`` entries."""
+  """The decisions that give ``tags`` from ``held`` (the values of ``reads`` at each position; one row of each
+  (values, tag) pair is enough): None where the values do not decide the tags, or above ``DECISION_LIMIT``
+  entries."""
+  if not _decides(held, tags):
+    return None
   first = _distinct_rows(held)[0]
   reached, tags = held[first], tags[first]
-  if not _decides(reached, tags):
-    return None
   # The tag may be a function of fewer of the variables over the combinations reached: drop each one (the
   # last written first) whose values the others' already decide, so the decisions read only what decides.
   columns = list(range(len(reads)))
@@ -1253,45 +1254,55 @@ def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combin
   at_first = np.unique(inputs[lengths > 0, 0])
   if len(at_first) != 1 or (inputs[:, 1:][real[:, 1:]] == at_first[0]).any():
     return plan, decisions, []
-  first = int(at_first[0])
+  bos = int(at_first[0])
   needed = _needs(plan, set(decisions.reads), doms)
   read_by_modules = {r for m in plan.modules if m.name in needed for r in m.reads}
   candidates = [m for m in plan.modules if m.kind == 'numerical' and len(m.reads) == 2 and m.reads[1] == 'tokens'
                 and m.name in decisions.reads and m.name not in read_by_modules
-                and not any(plan.aliases.get(r) == m.name for r in decisions.reads) and m.table[:, first].any()]
+                and not any(plan.aliases.get(r) == m.name for r in decisions.reads) and m.table[:, bos].any()]
   if not candidates:
     return plan, decisions, []
+  held, tags_at, values, tagged, _ = combinations
+  chosen = []   # those whose predicate selects <s> for a query that a tagged position holds
+  for m in candidates:
+    query = values[m.reads[0]].ids[tagged] if m.reads[0] in values else np.zeros(len(held), np.int64)
+    if m.table[np.unique(query), bos].any():
+      chosen.append((m, query))
+  if not chosen:
+    return plan, decisions, []
   reads = list(decisions.reads)
-  held, tags, values, tagged = combinations
   held = held[:, [[n for n in _variables(plan) if n in kept].index(n) for n in reads]]
+  # One row per distinct (values read, tag, queries of those chosen): all the trials below need.
+  first = _distinct_rows(np.column_stack([held, tags_at, *(q for _, q in chosen)]))[0]
+  held, tags = held[first], tags_at[first]
   modules, notes = list(plan.modules), []
 
   def size(d: Decisions, module: Module) -> tuple[int, int, int]:
     code = predicate_source(module, doms, plan.tokens)
     return entries_of(d.tree), len(code), sum(map(len, code))
 
-  for m in candidates:
+  for m, query in chosen:
+    query = query[first]
     table = m.table.copy()
-    table[:, first] = False
-    query = values[m.reads[0]].ids[tagged] if m.reads[0] in values else np.zeros(len(held), np.int64)
+    table[:, bos] = False
     # Only the decisions read it, at tagged positions: its predicate needs to hold only for the queries there.
     shorter = dataclasses.replace(m, table=table, queried=(
         None if m.reads[0] == NOTHING else tuple(int(v) for v in np.unique(query))))
     trial = held.copy()
-    trial[:, reads.index(m.name)] -= m.table[query, first]
+    trial[:, reads.index(m.name)] -= m.table[query, bos]
     found = _decisions_over(reads, trial, tags, doms)
     if found is None or size(found, shorter) >= size(decisions, m):
       continue
     modules[modules.index(m)] = shorter
     held, decisions = trial, found
-    notes.append(f'`{m.name}` leaves out the key {plan.tokens[first]!r} holds, at position 0 of every input and '
+    notes.append(f'`{m.name}` leaves out the key {plan.tokens[bos]!r} holds, at position 0 of every input and '
                  f'nowhere else: where its predicate held there it counts one less, and the decisions read it so.')
   if not notes:
     return plan, decisions, []
   after = dataclasses.replace(plan, modules=modules)
   program = _load(source(after, _needs(after, set(decisions.reads), doms), doms, 'checked', data_file, decisions),
                   {}, data_file)
-  if not (program.predict_ids(inputs, lengths)[tagged] == tags).all():
+  if not (program.predict_ids(inputs, lengths)[tagged] == tags_at).all():
     raise RuntimeError('leaving out the first key of a count changed a prediction on the input space')
   return after, decisions, notes
 

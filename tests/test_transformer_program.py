@@ -99,8 +99,8 @@ def test_decompiled_hand_built_program_is_known_code_and_pruned():
   assert '    # `count_same_token` (attn_0_1) counts the keys where `k_token == q_token`.' in text
   # Nothing the readout keeps reads head 0 or the MLP: both are dropped, and so are their classifier rows.
   assert '(attn_0_0)' not in text and '(mlp_0_0)' not in text and 'mlp_0_0 =' not in text
-  # The classifier reads the count alone, whose reachable values are 1..5: a lookup of the tag of each count
-  # in the code, and no data file.
+  # The classifier reads the count alone, whose reachable values are 1..5: in the code, the count as the tag
+  # (a formula), and no data file.
   assert "DECIDES = ('count_same_token',)" in text
   assert "    return f'#{count_same_token}' if 1 <= count_same_token <= 4 else '#5'" in text
   assert program.tables == {} and program.entries == 4 * 2 + 1

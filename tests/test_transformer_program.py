@@ -230,6 +230,22 @@ def test_a_count_that_takes_in_bos_counts_without_it_and_the_decisions_read_it_s
   assert (got[content] == want[content]).all()
 
 
+def test_a_classifier_that_reads_nothing_is_one_tag_in_the_code():
+  """No variable changes a tag (the readout is its bias alone): every tagged position gets that tag, from a
+  ``decide`` that reads nothing."""
+  cfg = config()
+  params = hand_built(cfg)
+  readout = np.zeros((cfg.vocab_size, 5 * tp.cardinality(cfg) + 1))
+  readout[TOKENS.index('#3'), -1] = 1.0
+  params['readout'] = jnp.asarray(readout)
+  x, lengths = every_input(3, cfg.max_len)
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True, untagged=(BOS,))
+  assert program.decisions.reads == [] and program.tables == {} and "DECIDES = ()" in program.source
+  got = program_code._load(program.source, program.tables, 'program.npz').predict_ids(x, lengths)
+  real = np.arange(x.shape[1])[None] < lengths[:, None]
+  assert (got[real & (x != BOS)] == TOKENS.index('#3')).all() and (got[~real | (x == BOS)] == 0).all()
+
+
 def test_untagged_free_follows_reads_at_the_position_alone():
   """A module is free where everything reading it reads it at its own position (a query, an MLP, the
   classifier) and is free too; a key or a copied value is read at other positions."""

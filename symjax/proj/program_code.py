@@ -1193,11 +1193,11 @@ Combinations = tuple[np.ndarray, np.ndarray, dict, np.ndarray, np.ndarray]
 
 
 def decisions_of(plan: Plan, doms, kept: set[str], bias: np.ndarray,
-                 combinations: Combinations) -> Decisions | None:
+                 combinations: Combinations | None) -> Decisions | None:
   """The pruned classifier as a tree of decisions (``decision_tree``) over the combinations of its variables'
   values that the tagged positions of the task's inputs reach (``_tagged_combinations``: each tagged by the
   same float32 sums as the table), reading the fewest of those variables that still decide it (dropped
-  greedily), or None above ``DECISION_LIMIT`` entries."""
+  greedily), or None above ``DECISION_LIMIT`` entries. ``combinations`` is not read where nothing is kept."""
   reads = [n for n in _variables(plan) if n in kept]
   if not reads:
     return Decisions([], Leaf(tag=int(np.argmax(bias))))
@@ -1557,7 +1557,9 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a
   # combination the table would decide and the decisions do not.
   decisions = None
-  if exhaustive:
+  if exhaustive and not kept:  # no variable changes a tag: the classifier is one tag
+    decisions = decisions_of(plan, doms, kept, bias, None)
+  elif exhaustive:
     combinations = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
     decisions = decisions_of(plan, doms, kept, bias, combinations)
     if decisions:

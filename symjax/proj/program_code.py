@@ -664,27 +664,46 @@ def _one_sided(m: Module) -> int | None:
   return 1 if m.reads[0] == NOTHING else 0 if m.reads[1] == NOTHING else None
 
 
+def _shortest(name: str, values, dom, is_token: bool, tokens: list[str]) -> str | None:
+  """``name`` takes one of ``values`` (of its domain ``dom``), written without a set where that is exact on the
+  domain: ``True``, ``False``, ``== v``, ``!= v`` (all values but one, of three or more), a range of numbers
+  (``k <= 5``, ``k >= 3``, ``2 <= k <= 5``: two values or more up to an end of the domain, three inside it);
+  else None, for ``in {…}``."""
+  values, dom = sorted(values), sorted(dom)
+  if not values or len(values) == len(dom):
+    return 'True' if values else 'False'
+  if len(values) == 1:
+    return f'{name} == {_value(values[0], is_token, tokens)}'
+  if len(dom) >= 3 and len(values) == len(dom) - 1:
+    return f'{name} != {_value(next(v for v in dom if v not in values), is_token, tokens)}'
+  if is_token or sum(values[0] <= v <= values[-1] for v in dom) != len(values):
+    return None
+  if values[0] == dom[0]:
+    return f'{name} <= {values[-1]}'
+  if values[-1] == dom[-1]:
+    return f'{name} >= {values[0]}'
+  return f'{values[0]} <= {name} <= {values[-1]}' if len(values) >= 3 else None
+
+
+def _member_lines(prefix: str, name: str, values, dom, is_token: bool, tokens: list[str], suffix: str,
+                  indent: str) -> list[str]:
+  """``prefix`` then the test that ``name`` takes one of ``values`` (``_shortest``, else a set), then
+  ``suffix``."""
+  short = _shortest(name, values, dom, is_token, tokens)
+  if short is not None:
+    return [f'{indent}{prefix}{short}{suffix}']
+  return _wrapped_set(f'{prefix}{name} in ', [_value(v, is_token, tokens) for v in sorted(values)], suffix, indent)
+
+
 def _condition(m: Module, doms, tokens, ka: str) -> str:
-  """A one-sided predicate (``_one_sided``) in its shortest form: ``True``, ``False``, ``k == v``, a range of
-  numbers (``2 <= k <= 5``, ``k >= 3``), else ``k in {…}``."""
+  """A one-sided predicate (``_one_sided``) in its shortest form (``_shortest``), else ``k in {…}``."""
   side = _one_sided(m)
   kd, k_tok = _query_domain(m, doms) if side == 0 else doms[m.reads[1]]
   truth = _truth(m, doms)
   row = truth[0] if side == 1 else truth[:, 0]
   keys = [v for v, hit in zip(kd, row) if hit]
-  if not keys or len(keys) == len(kd):
-    return 'True' if keys else 'False'
-  if len(keys) == 1:
-    return f'{ka} == {_value(keys[0], k_tok, tokens)}'
-  if not k_tok and keys == list(range(keys[0], keys[-1] + 1)):
-    inside = [v for v in kd if keys[0] <= v <= keys[-1]]
-    if len(inside) == len(keys):
-      if keys[0] <= kd[0]:
-        return f'{ka} <= {keys[-1]}'
-      if keys[-1] >= kd[-1]:
-        return f'{ka} >= {keys[0]}'
-      return f'{keys[0]} <= {ka} <= {keys[-1]}'
-  return f'{ka} in {{{", ".join(_value(v, k_tok, tokens) for v in keys)}}}'
+  return (_shortest(ka, keys, kd, k_tok, tokens)
+          or f'{ka} in {{{", ".join(_value(v, k_tok, tokens) for v in keys)}}}')
 
 
 def predicate_source(m: Module, doms, tokens) -> list[str]:
@@ -711,27 +730,65 @@ def predicate_source(m: Module, doms, tokens) -> list[str]:
     for n, i in enumerate(rule.exceptions):
       keys = [kd[j] for j in np.nonzero(truth[i])[0]]
       lines.append(f'        {"if" if n == 0 else "elif"} {qa} == {_value(qd[i], q_tok, tokens)}:')
-      if len(keys) <= 1:
-        lines.append(f'            return {ka} == {_value(keys[0], k_tok, tokens)}' if keys else
-                     '            return False')
-      else:
-        lines += _wrapped_set(f'return {ka} in ', [_value(v, k_tok, tokens) for v in keys], '', '            ')
+      lines += _member_lines('return ', ka, keys, kd, k_tok, tokens, '', '            ')
     return lines + [f'        return {_rule_text(rule, ka, qa, k_tok, tokens)}']
   lines = [head]
-  for n, (keys, qs) in enumerate(_groups(m, doms)):
-    word = 'if' if n == 0 else 'elif'
-    lines += _wrapped_set(f'{word} {qa} in ', [_value(v, q_tok, tokens) for v in qs], ':', '        ')
-    if len(keys) == 1:
-      lines.append(f'            return {ka} == {_value(keys[0], k_tok, tokens)}')
-    else:
-      lines += _wrapped_set(f'return {ka} in ', [_value(v, k_tok, tokens) for v in keys], '', '            ')
+  (qd, _), kd = _query_domain(m, doms), doms[m.reads[1]][0]
+  groups = _groups(m, doms)
+  if len(groups) == 1 and len(groups[0][1]) == len(qd):  # every query value matches the same keys
+    return lines + _member_lines('return ', ka, groups[0][0], kd, k_tok, tokens, '', '        ')
+  for n, (keys, qs) in enumerate(groups):
+    lines += _member_lines(f'{"if" if n == 0 else "elif"} ', qa, qs, qd, q_tok, tokens, ':', '        ')
+    lines += _member_lines('return ', ka, keys, kd, k_tok, tokens, '', '            ')
   lines.append('        return False')
   return lines
 
 
+def _returns(name: str, dom, is_token: bool, outs: np.ndarray, tokens: list[str], indent: str) -> list[str]:
+  """The code that returns ``outs[i]`` where ``name`` is ``dom[i]``: the value, where it is one; else tests of
+  ``name`` for each other value (``_member_lines``), the commonest value last, and ``v if test else d`` where
+  there are two values and that fits on a line."""
+  values, counts = np.unique(outs, return_counts=True)
+  default = int(values[np.argmax(counts)])
+  others = sorted((int(v) for v in values if v != default), key=lambda v: (-int((outs == v).sum()), v))
+  hits = {v: [dom[i] for i in np.nonzero(outs == v)[0]] for v in others}
+  if len(others) == 1:
+    hit = hits[others[0]]
+    test = (_shortest(name, hit, dom, is_token, tokens)
+            or f'{name} in {{{", ".join(_value(v, is_token, tokens) for v in hit)}}}')
+    line = f'{indent}return {others[0]} if {test} else {default}'
+    if len(line) <= WIDTH:
+      return [line]
+  lines = []
+  for n, v in enumerate(others):
+    lines += _member_lines(f'{"if" if n == 0 else "elif"} ', name, hits[v], dom, is_token, tokens, ':', indent)
+    lines.append(f'{indent}    return {v}')
+  return lines + [f'{indent}return {default}']
+
+
+def _by_rows(outer: str, od, o_tok: bool, inner: str, idom, i_tok: bool, table: np.ndarray, tokens: list[str]
+             ) -> list[str]:
+  """A table [outer values, inner values] as cases of ``outer`` (values with equal rows tested together), each
+  returning by ``inner`` (``_returns``); the case of most outer values last, as the ``else``."""
+  groups: dict[bytes, list[int]] = {}
+  for i, row in enumerate(table):
+    groups.setdefault(row.tobytes(), []).append(i)
+  rows = list(groups.values())
+  last = max(rows, key=len)
+  lines = []
+  for n, rows_of in enumerate(r for r in rows if r is not last):
+    values = [od[i] for i in rows_of]
+    lines += _member_lines(f'{"if" if n == 0 else "elif"} ', outer, values, od, o_tok, tokens, ':', '        ')
+    lines += _returns(inner, idom, i_tok, table[rows_of[0]], tokens, '            ')
+  rest = _returns(inner, idom, i_tok, table[last[0]], tokens, '            ')
+  if len(rest) == 1:
+    return lines + [rest[0][4:]]
+  return lines + ['        else:'] + rest
+
+
 def mlp_source(m: Module, doms, tokens) -> tuple[list[str], int | None]:
-  """An MLP as if/elif over its inputs' values, grouped by the value written, the commonest last; and which
-  input alone it reads (None: both)."""
+  """An MLP as a function of its inputs' values (``_returns``; with two inputs, by cases of one of them,
+  ``_by_rows``: the one that takes fewer lines); and which input alone it reads (None: both)."""
   (ad, a_tok), (bd, b_tok) = doms[m.reads[0]], doms[m.reads[1]]
   table = m.table[np.ix_(np.array(ad), np.array(bd))]
   if m.reads[0] == m.reads[1]:                   # one variable read twice: the diagonal
@@ -745,24 +802,11 @@ def mlp_source(m: Module, doms, tokens) -> tuple[list[str], int | None]:
   if one_input is not None:
     dom, tok = (ad, a_tok) if one_input == 0 else (bd, b_tok)
     arg = _arg(m.reads[one_input], '', False)
-    keys = [_value(v, tok, tokens) for v in dom]
-    lines = [f'    def {m.name}({arg}):', f'        key = {arg}']
-  else:
-    arg = [_arg(r, '', False) for r in m.reads]
-    outs = table.reshape(-1)
-    keys = [f'({_value(a, a_tok, tokens)}, {_value(b, b_tok, tokens)})' for a in ad for b in bd]
-    lines = [f'    def {m.name}({arg[0]}, {arg[1]}):', f'        key = ({arg[0]}, {arg[1]})']
-  values, counts = np.unique(outs, return_counts=True)
-  default = int(values[np.argmax(counts)])
-  if len(values) == 1:                           # a constant: no key to look at
-    lines = lines[:1]
-  order = sorted((v for v in values if v != default), key=lambda v: -int((outs == v).sum()))
-  for n, v in enumerate(order):
-    word = 'if' if n == 0 else 'elif'
-    lines += _wrapped_set(f'{word} key in ', [keys[i] for i in np.nonzero(outs == v)[0]], ':', '        ')
-    lines.append(f'            return {int(v)}')
-  lines.append(f'        return {default}')
-  return lines, one_input
+    return [f'    def {m.name}({arg}):', *_returns(arg, dom, tok, outs, tokens, '        ')], one_input
+  a, b = (_arg(r, '', False) for r in m.reads)
+  body = min(_by_rows(a, ad, a_tok, b, bd, b_tok, table, tokens),
+             _by_rows(b, bd, b_tok, a, ad, a_tok, table.T, tokens), key=len)
+  return [f'    def {m.name}({a}, {b}):', *body], None
 
 
 def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:

@@ -648,6 +648,54 @@ def test_the_simplifier_folds_constants_merges_duplicates_and_keeps_every_tag():
   assert (loaded.predict_ids(x, lengths) == want).all()
 
 
+def unreached_plan() -> program_code.Plan:
+  """A causal plan whose tables hold other values on pairs no input reaches: a head counts the keys at position
+  2 or later (at the query '<s>', which only position 0 holds and which sees position 0 alone, it names
+  positions 2 and 4 too), and an MLP is 1 where the token is 'a', else 0, over the token and that count (7 where
+  '<s>' meets a count above 0, 3 at the counts 5 and 6, which inputs of 6 tokens never reach). The classifier
+  reads both."""
+  card, a = len(TOKENS), TOKENS.index('a')
+  q, k = np.indices((card, card))
+  counts = k >= 2
+  counts[BOS] = np.isin(np.arange(card), [2, 4])
+  table = (q == a).astype(int)
+  table[BOS, 1:] = 7
+  table[:, 5:7] = 3
+  modules = [program_code.Module('attn_0_0', 'numerical', ('tokens', 'positions'), counts),
+             program_code.Module('mlp_0_0', 'mlp', ('tokens', 'attn_0_0'), table)]
+  names = ['tokens', 'positions', 'attn_0_0', 'mlp_0_0']
+  readout = {n: np.zeros((card, card), np.float32) for n in names}
+  readout['mlp_0_0'][1, TOKENS.index('#5')] = 10.0
+  for n in range(5):
+    readout['attn_0_0'][n, TOKENS.index(f'#{n + 1}')] = 1.0
+  readout['bias'] = np.zeros(card, np.float32)
+  return program_code.Plan(modules, readout, list(TOKENS), 6, True, card)
+
+
+def test_pairs_no_input_reaches_are_written_in_the_shortest_way_and_every_tag_stays():
+  """Written over every input, the pairs no input reaches take the values that write least: the count is
+  ``k_position >= 2`` with no case for '<s>' (a predicate of the key alone), and the MLP reads the token alone.
+  Over inputs that are not the task's every input, the tables stay the model's. Both tag every input as the
+  plan does."""
+  x, lengths = every_input(5, 6)
+  plan = unreached_plan()
+  doms = program_code.domains(plan, sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
+  everything = set(program_code._variables(plan))
+  plain = program_code.source(plan, everything, doms, 'as the model wrote it', 'program.npz')
+  want = program_code._load(plain, program_code._readout(plan, everything), 'program.npz').predict_ids(x, lengths)
+  assert len(np.unique(want)) > 3
+  program = program_code.code_of(plan, x, lengths, exhaustive=True)
+  text = program.source.split('def run(')[1].split('def decide(')[0]
+  assert "'<s>'" not in text and ' 7' not in text and ' 3' not in text
+  assert 'return k_position >= 2' in text and '(k_position):' in text
+  assert 'def mlp_0_0(token):' in text and "return 1 if token == 'a' else 0" in text
+  assert any('written anew' in note for note in program.notes)
+  kept = program_code.code_of(unreached_plan(), x, lengths, exhaustive=False)
+  assert "'<s>'" in kept.source.split('def run(')[1] and not any('written anew' in n for n in kept.notes)
+  for p in (program, kept):
+    assert (program_code._load(p.source, p.tables, 'program.npz').predict_ids(x, lengths) == want).all()
+
+
 def test_decisions_read_only_the_variables_that_decide_the_tag():
   """Over the combinations reached, a variable whose values the others already decide is dropped: here the
   tag is the count, whatever the token, so the decisions read the count alone."""

@@ -511,6 +511,153 @@ def renamed(plan: Plan, names: dict[str, str]) -> Plan:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Cells no input reaches: a predicate's (query, key) pairs, an MLP's pairs of inputs.
+# ---------------------------------------------------------------------------------------------------------
+def reached_cells(m: Module, values: dict, real: np.ndarray, causal: bool, card: int, chunk: int = 8192
+                  ) -> np.ndarray:
+  """[card, card] bool: the pairs of values a module reads somewhere on the inputs ``values`` were run on
+  (``Variable``s, [inputs, positions]; ``real``: which positions are): an MLP's two inputs at one real position;
+  a head's query at a real position with its key at a key that position may read (``NOTHING`` reads as 0)."""
+  ids = lambda name: (np.zeros(real.shape, np.int64) if name == NOTHING else values[name].ids.astype(np.int64))
+  a, b = ids(m.reads[0]), ids(m.reads[1])
+  if m.kind == 'mlp':
+    return np.bincount((a * card + b)[real], minlength=card * card).reshape(card, card) > 0
+  n = real.shape[1]
+  order = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+  seen = np.zeros(card * card, bool)
+  for start in range(0, len(a), chunk):  # [chunk, query, key] pairs at a time
+    r = real[start:start + chunk]
+    pairs = r[:, :, None] & r[:, None, :] & order
+    codes = a[start:start + chunk, :, None] * card + b[start:start + chunk, None, :]
+    seen |= np.bincount(codes[pairs], minlength=card * card) > 0
+  return seen.reshape(card, card)
+
+
+def _rows_filled(table: np.ndarray, reached: np.ndarray, fill_row, wild=None) -> np.ndarray:
+  """``table`` [rows, columns] with its unreached cells chosen so that rows fall into few groups of equal rows:
+  a row joins the first group that agrees with it on every cell both reach (first fit), each group's unreached
+  cells are chosen by ``fill_row(values, defined)``, and rows reaching nothing are ``wild`` where given, else
+  join the largest group (or keep their values where there is none)."""
+  groups: list[tuple[np.ndarray, np.ndarray, list[int]]] = []
+  unreached = []
+  for r, (row, mask) in enumerate(zip(table, reached)):
+    if not mask.any():
+      unreached.append(r)
+      continue
+    for values, defined, members in groups:
+      both = defined & mask
+      if (values[both] == row[both]).all():
+        values[mask] = row[mask]
+        defined |= mask
+        members.append(r)
+        break
+    else:
+      groups.append((row.copy(), mask.copy(), [r]))
+  out = table.copy()
+  for values, defined, members in groups:
+    out[members] = fill_row(values, defined)
+  if unreached and wild is not None:
+    out[unreached] = wild
+  elif unreached and groups:
+    out[unreached] = out[max(groups, key=lambda g: len(g[2]))[2][0]]
+  return out
+
+
+def _commonest_fill(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
+  """An MLP row's unreached cells: the commonest value its reached cells hold."""
+  if not defined.any():
+    return values
+  kinds, counts = np.unique(values[defined], return_counts=True)
+  return np.where(defined, values, kinds[np.argmax(counts)])
+
+
+def _keys_fill(dom, is_token: bool, tokens: list[str]):
+  """A predicate row's unreached cells, chosen so that its test of the key is shortest (``_shortest``): none
+  matching, all matching, or the widest range its unmatched reached keys allow."""
+  def fill(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
+    hit, miss = values & defined, ~values & defined
+    options = [hit, ~miss]
+    if hit.any() and not is_token:
+      inside = np.nonzero(hit)[0]
+      lo, hi = inside[0], inside[-1]
+      if not miss[lo:hi + 1].any():
+        while lo > 0 and not miss[lo - 1]:
+          lo -= 1
+        while hi < len(values) - 1 and not miss[hi + 1]:
+          hi += 1
+        options.append((np.arange(len(values)) >= lo) & (np.arange(len(values)) <= hi))
+    text = lambda row: (_shortest('k', [v for v, h in zip(dom, row) if h], dom, is_token, tokens)
+                        or '{' + ', '.join(_value(v, is_token, tokens) for v, h in zip(dom, row) if h) + '}')
+    return min(options, key=lambda row: len(text(row)))
+  return fill
+
+
+def fill_unreached(plan: Plan, doms, live: set[str], values: dict, real: np.ndarray) -> tuple[Plan, list[str]]:
+  """The plan with each live head's predicate and each live MLP's table chosen anew on the cells no input reaches
+  (``reached_cells`` on ``values``, every variable on the task's every input), where that writes fewer lines: a
+  comparison of key and query that holds on every reached cell; a numerical head's or an MLP's rows grouped and
+  filled (``_rows_filled``), an MLP's by either input; a categorical head naming no key for a query value whose
+  key no input reaches. Every variable keeps its value at every real position of those inputs."""
+  plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules])
+  tokens, changed = plan.tokens, []
+  for m in plan.modules:
+    if m.name not in live or _never(m, doms) or _every(m, doms):
+      continue
+    reached = reached_cells(m, values, real, plan.causal, plan.card)
+    if m.kind == 'categorical':
+      (qd, q_tok), (kd, k_tok) = _query_domain(m, doms), doms[m.reads[1]]
+      cells, q = np.array(qd), np.array(qd)
+      table, hit = m.table[cells], reached[np.ix_(q, np.array(kd))]
+      truth = table[:, None] == np.array(kd)[None, :]
+      # A query value whose key is never reached matches no key on any input: it may name no key (-1).
+      options = [np.where((truth & hit).any(1), table, -1)]
+      shifts = [0] if q_tok == k_tok else []
+      shifts += [d for d in range(-len(kd), len(kd) + 1) if d] if not q_tok and not k_tok else []
+      for d in shifts:
+        option = np.where(np.isin(q + d, kd), q + d, -1)
+        if ((option[:, None] == np.array(kd)[None, :]) == truth)[hit].all():
+          options.append(option)
+      write = lambda t: predicate_source(dataclasses.replace(m, table=_placed(m.table, cells, t)), doms, tokens)
+    elif m.kind == 'mlp':
+      (ad, _), (bd, _) = doms[m.reads[0]], doms[m.reads[1]]
+      if m.reads[0] == m.reads[1]:
+        continue
+      cells = np.ix_(np.array(ad), np.array(bd))
+      table, hit = m.table[cells], reached[cells]
+      options = [_rows_filled(table, hit, _commonest_fill), _rows_filled(table.T, hit.T, _commonest_fill).T]
+      write = lambda t: mlp_source(dataclasses.replace(m, table=_placed(m.table, cells, t)), doms, tokens)[0]
+    else:
+      (qd, q_tok), (kd, k_tok) = _query_domain(m, doms), doms[m.reads[1]]
+      cells = np.ix_(np.array(qd), np.array(kd))
+      table, hit = m.table[cells].astype(bool), reached[cells]
+      q, k = np.array(qd)[:, None], np.array(kd)[None, :]
+      options = [op(k, q) for symbol, op in RELATIONS if (symbol in ('==', '!=') and q_tok == k_tok)
+                 or (not q_tok and not k_tok)]
+      if not q_tok and not k_tok:
+        options += [k == q + d for d in range(-len(kd), len(kd) + 1) if d]
+      options = [o for o in options if (o == table)[hit].all()]
+      fill = _keys_fill(kd, k_tok, tokens)
+      options += [_rows_filled(table, hit, fill, wild=False), _rows_filled(table, hit, fill)]
+      write = lambda t: predicate_source(dataclasses.replace(m, table=_placed(m.table, cells, t)), doms, tokens)
+    best, lines = table, len(write(table))
+    for option in options:
+      if len(write(option)) < lines:
+        best, lines = option, len(write(option))
+    if best is not table:
+      m.table = _placed(m.table, cells, best)
+      changed.append(m.name)
+  notes = ([f'{len(changed)} modules written anew on the pairs of values no input reaches, in fewer lines: '
+            f'{", ".join(changed)}.'] if changed else [])
+  return plan, notes
+
+
+def _placed(table: np.ndarray, cells, part: np.ndarray) -> np.ndarray:
+  out = table.copy()
+  out[cells] = part
+  return out
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Writing the code.
 # ---------------------------------------------------------------------------------------------------------
 def _value(v: int, is_token: bool, tokens: list[str]) -> str:
@@ -1613,6 +1760,18 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
     del combinations  # every live variable at every position: not kept through the runs below
   if decisions:  # what the decisions read, and what that reads: the rest of the program is not needed
     live = _needs(plan, set(decisions.reads), doms)
+  if exhaustive:  # pairs of values no input reaches may be written either way: the shorter is written
+    readout = _readout(plan, kept, bias)
+    values, real = _run(plan, doms, live, readout, inputs, lengths, data_file)
+    filled, notes = fill_unreached(plan, doms, live, values, real)
+    if notes:  # a predicate may now ignore its query, an MLP one input: folded as the simplifier folds them
+      filled, folded = simplify(filled, doms_of, merge=False)
+      after = _run(filled, doms_of(filled), live, readout, inputs, lengths, data_file)[0]
+      if any((after[n].ids[real] != values[n].ids[real]).any() for n in live if n in values):
+        raise RuntimeError('writing unreached pairs anew changed a variable on the input space')
+      plan, doms, simplified = filled, doms_of(filled), simplified + notes + folded
+      live = _needs(plan, set(decisions.reads) if decisions else kept, doms)
+    del values
   # From here on the variables have the code's names; each module's comment names the model's head or MLP.
   names = names_of(plan, doms)
   r = lambda v: names.get(v, v)

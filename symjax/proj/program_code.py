@@ -592,59 +592,70 @@ def _keys_fill(dom, is_token: bool, tokens: list[str]):
   return fill
 
 
+def _cells(m: Module, doms) -> tuple:
+  """The part of a module's table its code writes: the rows of its query's (first input's) domain, and the
+  columns of its key's (second input's); a categorical head's table is one key value per query value."""
+  if m.kind == 'categorical':
+    return np.array(_query_domain(m, doms)[0])
+  first = _query_domain(m, doms)[0] if m.kind == 'numerical' else doms[m.reads[0]][0]
+  return np.ix_(np.array(first), np.array(doms[m.reads[1]][0]))
+
+
+def _written(m: Module, doms, tokens: list[str], part: np.ndarray) -> list[str]:
+  """The code of ``m`` with ``part`` in place of the cells its code writes (``_cells``)."""
+  moved = dataclasses.replace(m, table=_placed(m.table, _cells(m, doms), part))
+  return mlp_source(moved, doms, tokens)[0] if m.kind == 'mlp' else predicate_source(moved, doms, tokens)
+
+
+def _fillings(m: Module, doms, reached: np.ndarray, tokens: list[str]) -> list[np.ndarray]:
+  """Other values of the cells a module's code writes, equal to its own on every reached cell (``reached``
+  [card, card]): a comparison of key and query; a numerical head's or an MLP's rows grouped and filled
+  (``_rows_filled``), an MLP's by either input; a categorical head naming no key (-1) for a query value whose
+  key no input holds where that value does."""
+  table = m.table[_cells(m, doms)]
+  if m.kind == 'mlp':
+    hit = reached[_cells(m, doms)]
+    return [_rows_filled(table, hit, _commonest_fill), _rows_filled(table.T, hit.T, _commonest_fill).T]
+  (qd, q_tok), (kd, k_tok) = _query_domain(m, doms), doms[m.reads[1]]
+  q, k = np.array(qd)[:, None], np.array(kd)[None, :]
+  hit = reached[np.ix_(q[:, 0], k[0])]
+  truth = _truth(m, doms)
+  numbers = not q_tok and not k_tok
+  shifts = ([0] if q_tok == k_tok else []) + ([d for d in range(-len(kd), len(kd) + 1) if d] if numbers else [])
+  if m.kind == 'categorical':
+    options = [np.where((truth & hit).any(1), table, -1)]
+    for d in shifts:
+      option = np.where(np.isin(q[:, 0] + d, kd), q[:, 0] + d, -1)
+      options.append(option)
+    return [o for o in options if ((o[:, None] == k) == truth)[hit].all()]
+  options = [op(k, q) for symbol, op in RELATIONS if (symbol in ('==', '!=') and q_tok == k_tok) or numbers]
+  options += [k == q + d for d in shifts if d]
+  fill = _keys_fill(kd, k_tok, tokens)
+  options += [_rows_filled(truth, hit, fill, wild=False), _rows_filled(truth, hit, fill)]
+  return [o for o in options if (o == truth)[hit].all()]
+
+
 def fill_unreached(plan: Plan, doms, live: set[str], values: dict, real: np.ndarray) -> tuple[Plan, list[str]]:
-  """The plan with each live head's predicate and each live MLP's table chosen anew on the cells no input reaches
-  (``reached_cells`` on ``values``, every variable on the task's every input), where that writes fewer lines: a
-  comparison of key and query that holds on every reached cell; a numerical head's or an MLP's rows grouped and
-  filled (``_rows_filled``), an MLP's by either input; a categorical head naming no key for a query value whose
-  key no input reaches. Every variable keeps its value at every real position of those inputs."""
+  """The plan with each live head's predicate and each live MLP's table chosen anew on the cells no input
+  reaches (``reached_cells`` on ``values``, every variable on the task's every input) where another filling
+  (``_fillings``) writes fewer lines. Every variable keeps its value at every real position of those inputs."""
   plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules])
   tokens, changed = plan.tokens, []
   for m in plan.modules:
-    if m.name not in live or _never(m, doms) or _every(m, doms):
+    if (m.name not in live or _never(m, doms) or _every(m, doms) or m.reads[0] == m.reads[1] == NOTHING
+        or (m.kind == 'mlp' and m.reads[0] == m.reads[1])):
       continue
-    reached = reached_cells(m, values, real, plan.causal, plan.card)
-    if m.kind == 'categorical':
-      (qd, q_tok), (kd, k_tok) = _query_domain(m, doms), doms[m.reads[1]]
-      cells, q = np.array(qd), np.array(qd)
-      table, hit = m.table[cells], reached[np.ix_(q, np.array(kd))]
-      truth = table[:, None] == np.array(kd)[None, :]
-      # A query value whose key is never reached matches no key on any input: it may name no key (-1).
-      options = [np.where((truth & hit).any(1), table, -1)]
-      shifts = [0] if q_tok == k_tok else []
-      shifts += [d for d in range(-len(kd), len(kd) + 1) if d] if not q_tok and not k_tok else []
-      for d in shifts:
-        option = np.where(np.isin(q + d, kd), q + d, -1)
-        if ((option[:, None] == np.array(kd)[None, :]) == truth)[hit].all():
-          options.append(option)
-      write = lambda t: predicate_source(dataclasses.replace(m, table=_placed(m.table, cells, t)), doms, tokens)
-    elif m.kind == 'mlp':
-      (ad, _), (bd, _) = doms[m.reads[0]], doms[m.reads[1]]
-      if m.reads[0] == m.reads[1]:
-        continue
-      cells = np.ix_(np.array(ad), np.array(bd))
-      table, hit = m.table[cells], reached[cells]
-      options = [_rows_filled(table, hit, _commonest_fill), _rows_filled(table.T, hit.T, _commonest_fill).T]
-      write = lambda t: mlp_source(dataclasses.replace(m, table=_placed(m.table, cells, t)), doms, tokens)[0]
-    else:
-      (qd, q_tok), (kd, k_tok) = _query_domain(m, doms), doms[m.reads[1]]
-      cells = np.ix_(np.array(qd), np.array(kd))
-      table, hit = m.table[cells].astype(bool), reached[cells]
-      q, k = np.array(qd)[:, None], np.array(kd)[None, :]
-      options = [op(k, q) for symbol, op in RELATIONS if (symbol in ('==', '!=') and q_tok == k_tok)
-                 or (not q_tok and not k_tok)]
-      if not q_tok and not k_tok:
-        options += [k == q + d for d in range(-len(kd), len(kd) + 1) if d]
-      options = [o for o in options if (o == table)[hit].all()]
-      fill = _keys_fill(kd, k_tok, tokens)
-      options += [_rows_filled(table, hit, fill, wild=False), _rows_filled(table, hit, fill)]
-      write = lambda t: predicate_source(dataclasses.replace(m, table=_placed(m.table, cells, t)), doms, tokens)
-    best, lines = table, len(write(table))
-    for option in options:
-      if len(write(option)) < lines:
-        best, lines = option, len(write(option))
+    table = m.table[_cells(m, doms)]
+    lines = len(_written(m, doms, tokens, table))
+    if lines <= 2:  # a definition and one return: nothing shorter to find
+      continue
+    best = table
+    for option in _fillings(m, doms, reached_cells(m, values, real, plan.causal, plan.card), tokens):
+      written = len(_written(m, doms, tokens, option))
+      if written < lines:
+        best, lines = option, written
     if best is not table:
-      m.table = _placed(m.table, cells, best)
+      m.table = _placed(m.table, _cells(m, doms), best)
       changed.append(m.name)
   notes = ([f'{len(changed)} modules written anew on the pairs of values no input reaches, in fewer lines: '
             f'{", ".join(changed)}.'] if changed else [])
@@ -1747,7 +1758,7 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   live = _needs(plan, kept, doms)
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a
   # combination the table would decide and the decisions do not.
-  decisions = None
+  decisions, values = None, None
   if exhaustive and not kept:  # no variable changes a tag: the classifier is one tag
     decisions = decisions_of(plan, doms, kept, bias, None)
   elif exhaustive:
@@ -1757,12 +1768,14 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
       plan, decisions, uncounted = uncount_first(plan, doms, kept, decisions, combinations, inputs, lengths,
                                                  data_file)
       simplified += uncounted
-    del combinations  # every live variable at every position: not kept through the runs below
+    values = None if decisions and uncounted else combinations[2]  # every live variable, where still the plan's
+    del combinations
   if decisions:  # what the decisions read, and what that reads: the rest of the program is not needed
     live = _needs(plan, set(decisions.reads), doms)
   if exhaustive:  # pairs of values no input reaches may be written either way: the shorter is written
     readout = _readout(plan, kept, bias)
-    values, real = _run(plan, doms, live, readout, inputs, lengths, data_file)
+    if values is None:
+      values = _run(plan, doms, live, readout, inputs, lengths, data_file)[0]
     filled, notes = fill_unreached(plan, doms, live, values, real)
     if notes:  # a predicate may now ignore its query, an MLP one input: folded as the simplifier folds them
       filled, folded = simplify(filled, doms_of, merge=False)

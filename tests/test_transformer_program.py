@@ -696,6 +696,33 @@ def test_pairs_no_input_reaches_are_written_in_the_shortest_way_and_every_tag_st
     assert (program_code._load(p.source, p.tables, 'program.npz').predict_ids(x, lengths) == want).all()
 
 
+def test_a_head_exact_only_where_tagged_may_fold_after_its_unreached_pairs_are_written():
+  """On inputs of at most 3 tokens no key sits at position 4 or 5. A count of the keys at positions 0 and 2
+  takes in position 4 too for 'a', position 5 for 'b', so only once those pairs are written anew do its
+  tagged queries agree and the head reads its key alone; at the untagged '<s>', a case of its own that counted
+  nothing, the count then changes, which no tag reads. The program tags every position as the plan does."""
+  card = len(TOKENS)
+  k = np.indices((card, card))[1]
+  counts = (k == 0) | (k == 2)
+  counts[TOKENS.index('a'), 4] = counts[TOKENS.index('b'), 5] = True
+  counts[BOS] = False
+  names = ['tokens', 'positions', 'attn_0_0']
+  readout = {n: np.zeros((card, card), np.float32) for n in names}
+  for n in range(5):
+    readout['attn_0_0'][n, TOKENS.index(f'#{n + 1}')] = 1.0
+  readout['bias'] = np.zeros(card, np.float32)
+  plan = program_code.Plan([program_code.Module('attn_0_0', 'numerical', ('tokens', 'positions'), counts)],
+                           readout, list(TOKENS), 6, True, card, untagged=(BOS,))
+  x, lengths = every_input(3, 6)
+  doms = program_code.domains(plan, sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
+  plain = program_code.source(plan, set(names), doms, 'as the model wrote it', 'program.npz')
+  want = program_code._load(plain, program_code._readout(plan, set(names)), 'program.npz').predict_ids(x, lengths)
+  program = program_code.code_of(plan, x, lengths, exhaustive=True)
+  assert 'def predicate_count_0_0(k_position):\n        return k_position in {0, 2}' in program.source
+  got = program_code._load(program.source, program.tables, 'program.npz').predict_ids(x, lengths)
+  assert (got == want).all() and len(np.unique(want[(x != BOS) & (x != PAD)])) == 2
+
+
 def test_decisions_read_only_the_variables_that_decide_the_tag():
   """Over the combinations reached, a variable whose values the others already decide is dropped: here the
   tag is the count, whatever the token, so the decisions read the count alone."""

@@ -31,11 +31,13 @@ def _git(*args: str) -> str:
 
 
 def commit() -> str:
-  """The checked-out commit, ``+changes`` when the working tree differs from it; 'unknown' outside git."""
+  """The checked-out commit, ``+changes`` when the working tree differs from it outside ``benchmarks/results``
+  (a suite rewrites its own result file there as it goes); 'unknown' outside git."""
   sha = _git('rev-parse', 'HEAD')
   if not sha:
     return 'unknown'
-  return sha + ('+changes' if _git('status', '--porcelain', '--untracked-files=no') else '')
+  changed = _git('status', '--porcelain', '--untracked-files=no', '--', ':(top)', ':(top,exclude)benchmarks/results')
+  return sha + ('+changes' if changed else '')
 
 
 @functools.lru_cache(maxsize=1)

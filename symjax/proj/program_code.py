@@ -946,7 +946,8 @@ def _by_rows(outer: str, od, o_tok: bool, inner: str, idom, i_tok: bool, table: 
 
 def mlp_source(m: Module, doms, tokens) -> tuple[list[str], int | None]:
   """An MLP as a function of its inputs' values (``_returns``; with two inputs, by cases of one of them,
-  ``_by_rows``: the one that takes fewer lines); and which input alone it reads (None: both)."""
+  ``_by_rows``, or by the pairs returning each value, ``_by_pairs``: whichever takes fewest lines); and which
+  input alone it reads (None: both)."""
   (ad, a_tok), (bd, b_tok) = doms[m.reads[0]], doms[m.reads[1]]
   table = m.table[np.ix_(np.array(ad), np.array(bd))]
   if m.reads[0] == m.reads[1]:                   # one variable read twice: the diagonal
@@ -962,9 +963,25 @@ def mlp_source(m: Module, doms, tokens) -> tuple[list[str], int | None]:
     arg = _arg(m.reads[one_input], '', False)
     return [f'    def {m.name}({arg}):', *_returns(arg, dom, tok, outs, tokens, '        ')], one_input
   a, b = (_arg(r, '', False) for r in m.reads)
-  body = min(_by_rows(a, ad, a_tok, b, bd, b_tok, table, tokens),
+  body = min(_by_pairs(a, ad, a_tok, b, bd, b_tok, table, tokens),
+             _by_rows(a, ad, a_tok, b, bd, b_tok, table, tokens),
              _by_rows(b, bd, b_tok, a, ad, a_tok, table.T, tokens), key=len)
   return [f'    def {m.name}({a}, {b}):', *body], None
+
+
+def _by_pairs(a: str, ad, a_tok: bool, b: str, bd, b_tok: bool, table: np.ndarray, tokens: list[str]) -> list[str]:
+  """A table [a values, b values] as the pairs returning each value other than the commonest, one set of pairs a
+  value (shorter than cases of either input where few pairs return other values)."""
+  values, counts = np.unique(table, return_counts=True)
+  default = int(values[np.argmax(counts)])
+  others = sorted((int(v) for v in values if v != default), key=lambda v: (-int((table == v).sum()), v))
+  lines = [f'        key = ({a}, {b})']
+  for n, v in enumerate(others):
+    pairs = [f'({_value(ad[i], a_tok, tokens)}, {_value(bd[j], b_tok, tokens)})'
+             for i, j in zip(*np.nonzero(table == v))]
+    lines += _wrapped_set(f'{"if" if n == 0 else "elif"} key in ', pairs, ':', '        ')
+    lines.append(f'            return {v}')
+  return lines + [f'        return {default}']
 
 
 def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:

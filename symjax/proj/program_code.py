@@ -971,7 +971,7 @@ def mlp_source(m: Module, doms, tokens) -> tuple[list[str], int | None]:
 
 def _by_pairs(a: str, ad, a_tok: bool, b: str, bd, b_tok: bool, table: np.ndarray, tokens: list[str]) -> list[str]:
   """A table [a values, b values] as the pairs returning each value other than the commonest, one set of pairs a
-  value (shorter than cases of either input where few pairs return other values)."""
+  value (shorter than cases of either input where each value's pairs fit on a line, as in a small table)."""
   values, counts = np.unique(table, return_counts=True)
   default = int(values[np.argmax(counts)])
   others = sorted((int(v) for v in values if v != default), key=lambda v: (-int((table == v).sum()), v))

@@ -1754,6 +1754,44 @@ def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarra
   return code_of(plan, inputs, lengths, exhaustive, origin, data_file)
 
 
+def _decided(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
+             lengths: np.ndarray, data_file: str) -> tuple[Plan, Decisions | None, dict | None, list[str]]:
+  """On the task's every input: the classifier as decisions (``decisions_of``, None above their limit), with a
+  count that takes in ``<s>`` counted without it (``uncount_first``); the plan, every live variable at every
+  position where the run behind the decisions still holds the plan's (else None), and the notes."""
+  if not kept:  # no variable changes a tag: the classifier is one tag
+    return plan, decisions_of(plan, doms, kept, bias, None), None, []
+  combinations = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
+  decisions = decisions_of(plan, doms, kept, bias, combinations)
+  if not decisions:
+    return plan, None, combinations[2], []
+  plan, decisions, uncounted = uncount_first(plan, doms, kept, decisions, combinations, inputs, lengths, data_file)
+  return plan, decisions, None if uncounted else combinations[2], uncounted
+
+
+def _unreached_filled(plan: Plan, doms_of, live: set[str], readout: dict[str, np.ndarray], values: dict | None,
+                      inputs: np.ndarray, lengths: np.ndarray, data_file: str) -> tuple[Plan, list[str]]:
+  """``fill_unreached`` on the task's every input (``values``: every live variable there, or None to run the
+  program for them), folded as the simplifier folds (a predicate may now ignore its query), and checked: every
+  live variable keeps its value at every real position, or at every tagged one for a module whose value
+  elsewhere reaches no tag (a head exact only for the query values tagged positions hold may fold to other
+  values there). The notes are empty where nothing was written anew."""
+  doms = doms_of(plan)
+  if values is None:
+    values = _run(plan, doms, live, readout, inputs, lengths, data_file)[0]
+  real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
+  filled, notes = fill_unreached(plan, doms, live, values, real)
+  if not notes:
+    return plan, []
+  filled, folded = simplify(filled, doms_of, merge=False)
+  after = _run(filled, doms_of(filled), live, readout, inputs, lengths, data_file)[0]
+  free, tagged = untagged_free(plan), tagged_positions(plan, inputs, real)
+  where = lambda n: tagged if n in free else real
+  if any((after[n].ids[where(n)] != values[n].ids[where(n)]).any() for n in live if n in values):
+    raise RuntimeError('writing unreached pairs anew changed a variable on the input space')
+  return filled, notes + folded
+
+
 def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool, origin: str = 'memory',
             data_file: str = 'program.npz') -> CodeProgram:
   """The code of ``plan``: simplified (``simplify``), checked to tag ``inputs`` as the plan does, and pruned."""
@@ -1776,34 +1814,16 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a
   # combination the table would decide and the decisions do not.
   decisions, values = None, None
-  if exhaustive and not kept:  # no variable changes a tag: the classifier is one tag
-    decisions = decisions_of(plan, doms, kept, bias, None)
-  elif exhaustive:
-    combinations = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
-    decisions = decisions_of(plan, doms, kept, bias, combinations)
-    if decisions:
-      plan, decisions, uncounted = uncount_first(plan, doms, kept, decisions, combinations, inputs, lengths,
-                                                 data_file)
-      simplified += uncounted
-    values = None if decisions and uncounted else combinations[2]  # every live variable, where still the plan's
-    del combinations
+  if exhaustive:
+    plan, decisions, values, decided = _decided(plan, doms, live, kept, bias, inputs, lengths, data_file)
+    simplified += decided
   if decisions:  # what the decisions read, and what that reads: the rest of the program is not needed
     live = _needs(plan, set(decisions.reads), doms)
   if exhaustive:  # pairs of values no input reaches may be written either way: the shorter is written
-    readout = _readout(plan, kept, bias)
-    if values is None:
-      values = _run(plan, doms, live, readout, inputs, lengths, data_file)[0]
-    filled, notes = fill_unreached(plan, doms, live, values, real)
-    if notes:  # a predicate may now ignore its query, an MLP one input: folded as the simplifier folds them
-      filled, folded = simplify(filled, doms_of, merge=False)
-      after = _run(filled, doms_of(filled), live, readout, inputs, lengths, data_file)[0]
-      # A module whose value at untagged positions reaches no tag (a head exact only for the query values tagged
-      # positions hold) may fold to other values there.
-      free, tagged = untagged_free(plan), tagged_positions(plan, inputs, real)
-      where = lambda n: tagged if n in free else real
-      if any((after[n].ids[where(n)] != values[n].ids[where(n)]).any() for n in live if n in values):
-        raise RuntimeError('writing unreached pairs anew changed a variable on the input space')
-      plan, doms, simplified = filled, doms_of(filled), simplified + notes + folded
+    plan, filled = _unreached_filled(plan, doms_of, live, _readout(plan, kept, bias), values, inputs, lengths,
+                                     data_file)
+    if filled:
+      doms, simplified = doms_of(plan), simplified + filled
       live = _needs(plan, set(decisions.reads) if decisions else kept, doms)
     del values
   # From here on the variables have the code's names; each module's comment names the model's head or MLP.

@@ -291,6 +291,34 @@ def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact(monkeyp
   assert program_code.decision_tree(keys, tags, [True, False, True]) is None
 
 
+def test_decide_folds_its_last_test_into_a_return_and_an_inner_test_meeting_the_default():
+  """``if t: return a`` then ``return b`` is ``return a if t else b``; a branch whose one inner test fails to
+  the same default as its own is one ``if v and w``; on every combination the text decides as the tree."""
+  Leaf, Split = program_code.Leaf, program_code.Split
+  tok = ['<pad>', '<s>', 'a', 'b', '#1', '#2', '#3', '#4', '#5', '#6']
+  # count 1..5: '#count'; count 6: '#5' at 'b', else '#6'; any other count: '#6'.
+  tree = Split(1, (((6,), Split(0, (((3,), Leaf(tag=8)),), Leaf(tag=9))),
+                   *(((c,), Leaf(tag=3 + c)) for c in range(1, 6))), Leaf(tag=9))
+  doms = {'token': ((2, 3), True), 'count': (tuple(range(8)), False)}
+  lines = program_code._decisions_source(program_code.Decisions(['token', 'count'], tree), doms, tok)
+  assert lines[-3:] == ["    if count == 6 and token == 'b':", "        return '#5'",
+                       "    return f'#{count}' if 1 <= count <= 5 else '#6'"]
+  # The inner default differs from the outer one: the branch stays nested, and its last test folds.
+  other = Split(1, (((6,), Split(0, (((3,), Leaf(tag=8)),), Leaf(tag=7))),), Leaf(tag=9))
+  assert program_code._decisions_source(program_code.Decisions(['token', 'count'], other), doms, tok)[-3:] == [
+      '    if count == 6:', "        return '#5' if token == 'b' else '#4'", "    return '#6'"]
+  for written, node in ((lines, tree), (program_code._decisions_source(
+      program_code.Decisions(['token', 'count'], other), doms, tok), other)):
+    decide = {}
+    exec('\n'.join(written), decide)
+    for t, c in itertools.product((2, 3), range(8)):
+      leaf = node
+      while isinstance(leaf, Split):
+        row = (t, c)
+        leaf = next((child for values, child in leaf.branches if row[leaf.column] in values), leaf.default)
+      assert decide['decide'](tok[t], c) == tok[leaf.tag]
+
+
 def test_a_number_whose_tags_are_its_value_give_or_take_one_is_written_as_a_formula():
   tok = ['<pad>', '#1', '#2', '#3', '#4', 'x', '#10']
   assert program_code._formula('n', [(2, 1), (3, 2), (4, 3)], tok) == "f'#{n - 1}'"

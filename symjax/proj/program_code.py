@@ -1566,8 +1566,16 @@ def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str
       return _wrapped_set('return ', items, f'.get({name}, {tokens[node.default.tag]!r})', indent)
     out = []
     for values, child in node.branches:
-      if not (formula and single(values, child)):
-        out += [f'{indent}if {_test(name, values, is_token, tokens)}:', *write(child, indent + '    ')]
+      if formula and single(values, child):
+        continue
+      test = _test(name, values, is_token, tokens)
+      if (isinstance(child, Split) and len(child.branches) == 1 and isinstance(child.branches[0][1], Leaf)
+          and child.default == node.default):  # where the inner test fails, these values meet the default
+        inner, leaf = child.branches[0]
+        column = reads[child.column]
+        test += f' and {_test(column, inner, doms[column][1], tokens)}'
+        child = leaf
+      out += [f'{indent}if {test}:', *write(child, indent + '    ')]
     if formula:  # the tag is the number itself, give or take a constant: f'#{count}'
       test = _test(name, tuple(v for v, _ in lookup), False, tokens)
       line = f'{indent}return {formula} if {test} else {tokens[node.default.tag]!r}' if (
@@ -1575,11 +1583,22 @@ def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str
       if not out and line and len(line) <= WIDTH:
         return [line]
       out += [f'{indent}if {test}:', f'{indent}    return {formula}']
-    return out + write(node.default, indent)
+    return _folded(out + write(node.default, indent), indent)
 
   return [f'def decide({", ".join(reads)}):',
           '    """The tag of a position from its values of DECIDES (exact on every combination the task\'s inputs',
           '    reach)."""', *write(decisions.tree, '    ')]
+
+
+def _folded(lines: list[str], indent: str) -> list[str]:
+  """``if test: return a`` then ``return b`` as ``return a if test else b``, where that fits on a line."""
+  if len(lines) < 3 or not lines[-3].startswith(f'{indent}if ') or not lines[-1].startswith(f'{indent}return '):
+    return lines
+  body = lines[-2][len(indent):]
+  if not body.startswith('    return ') or ' if ' in body:
+    return lines
+  line = f'{indent}return {body[11:]} if {lines[-3][len(indent) + 3:-1]} else {lines[-1][len(indent) + 7:]}'
+  return lines if len(line) > WIDTH else lines[:-3] + [line]
 
 
 def _formula(name: str, lookup: list[tuple[int, int]], tokens: list[str]) -> str | None:

@@ -95,7 +95,7 @@ def test_decompiled_hand_built_program_is_known_code_and_pruned():
   assert 'return k_token == q_token' in text                  # head 1's predicate, as a comparison
   # Head 1 counts the keys holding the query's token: its name says so, and its comment names the head.
   assert program.names['attn_0_1'] == 'count_same_token'
-  assert 'count_same_token = aggregate_sum(count_same_token_pattern)' in text
+  assert 'count_same_token = aggregate_sum(select(tokens, tokens, predicate_count_same_token))' in text
   assert '    # `count_same_token` (attn_0_1) counts the keys where `k_token == q_token`.' in text
   # Nothing the readout keeps reads head 0 or the MLP: both are dropped, and so are their classifier rows.
   assert '(attn_0_0)' not in text and '(mlp_0_0)' not in text and 'mlp_0_0 =' not in text
@@ -378,7 +378,7 @@ def test_reverse_for_every_length_is_a_counting_head_and_a_head_that_reads_its_c
   # Counts 0 and 1 name position 0, the key a query without a match reads: the predicate is one comparison.
   assert program.names['attn_0_1'] == 'count_0_1' and program.names['attn_1_0'] == 'tok_1_0'
   assert 'return position == count_0_1 - 1' in program.source
-  assert 'tok_1_0 = aggregate(tok_1_0_pattern, tokens)' in program.source
+  assert 'tok_1_0 = aggregate(select_closest(positions, count_0_1, predicate_tok_1_0), tokens)' in program.source
   run = program.source[program.source.index('def run('):]
   assert run.count(' = aggregate') == 2 and 'mlp_' not in run                # the unused modules: dropped
   loaded = program_code._load(program.source, program.tables, 'program.npz')
@@ -450,7 +450,8 @@ def test_a_numerical_head_sums_a_lower_count_and_saturates_as_its_code_says():
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
   assert program.names['attn_0_1'] == 'count_same_token' and program.names['attn_1_1'] == 'count_1_1'
   assert 'count_1_1 = aggregate_sum(count_1_1_pattern, count_same_token)' in program.source
-  assert 'count_same_token = aggregate_sum(count_same_token_pattern)' in program.source   # it sums ones: a count
+  # It sums ones: a count.
+  assert 'count_same_token = aggregate_sum(select(tokens, tokens, predicate_count_same_token))' in program.source
   assert '`count_1_1` (attn_1_1) sums the `count_same_token` of every key' in ' '.join(program.notes)
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths) == want).all()
@@ -667,7 +668,7 @@ def test_the_simplifier_folds_constants_merges_duplicates_and_keeps_every_tag():
   simple, _ = program_code.simplify(x_plan, doms_of)
   full = program_code.source(simple, set(program_code._variables(simple)), doms_of(simple), 'all', 'program.npz')
   assert "def predicate_attn_1_4(q_token):" in full and "return q_token == 'b'" in full
-  assert 'attn_1_4_pattern = select_closest(None, tokens, predicate_attn_1_4)' in full
+  assert 'attn_1_4 = aggregate(select_closest(None, tokens, predicate_attn_1_4), positions)' in full
   assert 'attn_1_5 = at_first(attn_1_0)' in full
   want = np.zeros_like(x)
   for r, (row, n) in enumerate(zip(x, lengths)):
@@ -788,7 +789,7 @@ def named_plan():
 def test_variables_are_named_by_what_they_hold_and_each_module_says_what_it_computes():
   x, lengths = every_input(5, 6)
   program = program_code.code_of(named_plan(), x, lengths, exhaustive=True)
-  assert program.source.startswith('"""Program decompiled by symjax from the Transformer Program memory.')
+  assert program.source.startswith('"""Decompiled by symjax from the Transformer Program memory.')
   assert program.names == {'attn_0_0': 'next_token', 'attn_0_1': 'length', 'attn_0_2': 'count_a',
                            'attn_0_3': 'first_token', 'attn_0_4': 'count_0_4'}
   text = program.source

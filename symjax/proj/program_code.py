@@ -33,6 +33,7 @@ from symjax.proj import decompile as tables_decompile
 from symjax.system.errors import InputError
 
 WIDTH = 88  # the generated code's line width, as black formats the published programs
+HEADER_WIDTH = 104  # the docstrings' width, as the runtime's (RUNTIME)
 
 
 @dataclasses.dataclass
@@ -1086,10 +1087,8 @@ class Variable:
     def __init__(self, ids, is_token):
         self.ids, self.is_token = ids, is_token
 
-    def value(self, i):
-        if not self.is_token:
-            return i
-        return TOKENS[i] if i < len(TOKENS) else None  # an id no token has: never an input''',
+    def value(self, i):  # an id no token has is never an input: None
+        return (TOKENS[i] if i < len(TOKENS) else None) if self.is_token else i''',
     '_table': '''
 def _table(function, *variables):
     """function over every tuple of values of the variables, as an array indexed by their ids."""
@@ -1117,8 +1116,7 @@ def aggregate(pattern, values):
     return Variable(np.take_along_axis(values.ids, pattern, axis=1), values.is_token)''',
     'aggregate_sum': '''
 def aggregate_sum(pattern, values=None):
-    """How many keys each query selects; given a numerical variable, the sum of its values at those keys,
-    at most CARDINALITY - 1 (the largest value a variable holds)."""
+    """How many keys each query selects, or the sum of a numerical variable there; CARDINALITY - 1 at most."""
     total = pattern.sum(-1) if values is None else (pattern * values.ids[:, None, :]).sum(-1)
     return Variable(np.minimum(total, CARDINALITY - 1), False)''',
     'apply': '''
@@ -1152,15 +1150,12 @@ def classify(variables):
 ENTRY = '''
 
 def predict_ids(ids, lengths=None):
-    """Tag ids for token ids: one sequence [n], or a batch [b, n] whose row r holds lengths[r] tokens
-    followed by padding (every row whole by default); padding, and the tokens of UNTAGGED (the task tags
-    none of them), are tagged 0."""
+    """Tag ids for token ids [n], or [b, n] whose row r is lengths[r] tokens (all by default), then padding;
+    padding and the tokens of UNTAGGED (the task tags none of them) are tagged 0."""
     global ALLOWED
     tok = np.asarray(ids, np.int64)
-    if tok.ndim not in (1, 2):
-        raise ValueError(f"ids must be one sequence [n] or a batch [b, n], got shape {tok.shape}")
-    if tok.shape[-1] > MAX_LEN:
-        raise ValueError(f"{tok.shape[-1]} tokens; the program reads at most {MAX_LEN}")
+    if tok.ndim not in (1, 2) or tok.shape[-1] > MAX_LEN:
+        raise ValueError(f"ids must be one sequence [n] or a batch [b, n] of n <= {MAX_LEN}, got shape {tok.shape}")
     if not tok.size:
         return tok
     batch = tok.reshape(-1, tok.shape[-1])
@@ -1170,9 +1165,8 @@ def predict_ids(ids, lengths=None):
         raise ValueError(f"lengths must be one count in 0..{n} per sequence ({len(batch)}), got {lengths}")
     real = np.arange(n)[None, :] < lengths[:, None]
     ALLOWED = real[:, None, :] & (np.tril(np.ones((n, n), bool)) if CAUSAL else True)
-    positions = np.broadcast_to(np.arange(n, dtype=np.int32), batch.shape)
-    variables = run(Variable(batch.astype(np.int32), True), Variable(positions, False))
-    tags = classify(variables)
+    positions = Variable(np.broadcast_to(np.arange(n, dtype=np.int32), batch.shape), False)
+    tags = classify(run(Variable(batch.astype(np.int32), True), positions))
     tagged = real & ~np.isin(batch, [TOKENS.index(t) for t in UNTAGGED])
     return np.where(tagged, tags, 0).reshape(tok.shape)
 
@@ -1269,16 +1263,7 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisi
     elif _never(m, doms):
       lines.append(f'    {m.name} = at_first({m.reads[2]})  # its predicate matches no key')
     else:
-      lines += predicate_source(m, doms, tokens)
-      select = 'select_closest' if m.kind == 'categorical' else 'select'
-      query, key = ('None' if r == NOTHING else r for r in m.reads[:2])
-      lines.append(f'    {m.name}_pattern = {select}({key}, {query}, predicate_{m.name})')
-      if m.kind == 'categorical':
-        lines.append(f'    {m.name} = aggregate({m.name}_pattern, {m.reads[2]})')
-      elif len(m.reads) > 2 and m.reads[2] != 'ones':
-        lines.append(f'    {m.name} = aggregate_sum({m.name}_pattern, {m.reads[2]})')
-      else:
-        lines.append(f'    {m.name} = aggregate_sum({m.name}_pattern)')
+      lines += predicate_source(m, doms, tokens) + _head_lines(m)
     lines.append('')
   kept = [n for n in _variables(plan) if n in live]
   lines += _wrapped_set('return dict(', [f'{n}={plan.aliases.get(n, n)}' for n in kept], ')', '    ')
@@ -1287,6 +1272,24 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisi
     lines += ['', '', *_decisions_source(decisions, doms, tokens), '']
   text = '\n'.join(lines) + ENTRY
   return text.replace('dict({\n', 'dict(\n').replace('\n    })', '\n    )')
+
+
+def _head_lines(m: Module) -> list[str]:
+  """A head as RASP writes it, ``aggregate(select(keys, queries, predicate), values)`` on one line where that
+  fits, else its pattern first."""
+  select = 'select_closest' if m.kind == 'categorical' else 'select'
+  query, key = ('None' if r == NOTHING else r for r in m.reads[:2])
+  pattern = f'{select}({key}, {query}, predicate_{m.name})'
+  if m.kind == 'categorical':
+    aggregate = 'aggregate({}, ' + f'{m.reads[2]})'
+  elif len(m.reads) > 2 and m.reads[2] != 'ones':
+    aggregate = 'aggregate_sum({}, ' + f'{m.reads[2]})'
+  else:
+    aggregate = 'aggregate_sum({})'
+  line = f'    {m.name} = ' + aggregate.format(pattern)
+  if len(line) <= WIDTH:
+    return [line]
+  return [f'    {m.name}_pattern = {pattern}', f'    {m.name} = ' + aggregate.format(f'{m.name}_pattern')]
 
 
 def _comment(text: str) -> list[str]:
@@ -1586,8 +1589,8 @@ def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str
     return _folded(out + write(node.default, indent), indent)
 
   return [f'def decide({", ".join(reads)}):',
-          '    """The tag of a position from its values of DECIDES (exact on every combination the task\'s inputs',
-          '    reach)."""', *write(decisions.tree, '    ')]
+          '    """A position\'s tag from its values of DECIDES, exact where the task\'s inputs reach."""',
+          *write(decisions.tree, '    ')]
 
 
 def _folded(lines: list[str], indent: str) -> list[str]:
@@ -1861,12 +1864,11 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   comments = {m.name: named(m.name, describe(m, doms, plan.tokens, most=2)) for m in plan.modules if m.name in live}
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
   needs = 'only NumPy' if decisions else f'only NumPy and the classifier in {data_file} beside it'
-  header = (f'Program decompiled by symjax from the Transformer Program {origin}.\n\n'
-            f'predict(tokens) -> tags runs it; it needs {needs}. Variables are named by what they\n'
-            f'hold (tok_, pos_, count_, mlp_, cat_) or mean (prev_token, length, count_same_token, ...);\n'
-            f'comments name the model\'s head or MLP. What changes no prediction on {where}\n'
-            f'is left out' + ('; the task tags no token of UNTAGGED, and the program tags them 0.\n'
-                              if plan.untagged else '.\n'))
+  header = textwrap.fill(
+      f'Decompiled by symjax from the Transformer Program {origin}. predict(tokens) -> tags runs it; it '
+      f'needs {needs}. Variables are named by what they hold (tok_, pos_, count_, mlp_, cat_) or mean '
+      f'(prev_token, length, ...); comments name the model\'s head or MLP. What changes no prediction on {where} '
+      'is left out.', HEADER_WIDTH, break_on_hyphens=False, break_long_words=False)
   text = source(plan, live, doms, header, data_file, decisions, comments)
   readout = {} if decisions else _readout(plan, kept, bias)
   notes = list(sentences.values()) + simplified

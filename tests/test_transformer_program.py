@@ -246,6 +246,21 @@ def test_a_classifier_that_reads_nothing_is_one_tag_in_the_code():
   assert (got[real & (x != BOS)] == TOKENS.index('#3')).all() and (got[~real | (x == BOS)] == 0).all()
 
 
+def test_a_program_refuses_a_wrong_shape_a_too_long_input_and_wrong_lengths_in_one_line():
+  cfg = config()
+  x, lengths = every_input(1, cfg.max_len)
+  program = program_code.build(hand_built(cfg), cfg, TOKENS, x, lengths, exhaustive=True, untagged=(BOS,))
+  module = program_code._load(program.source, program.tables, 'program.npz')
+  shape = r'ids must be one sequence \[n\] or a batch \[b, n\] of n <= 6, got shape '
+  with pytest.raises(ValueError, match=shape + r'\(1, 1, 3\)$'):
+    module.predict_ids(np.ones((1, 1, 3), int))
+  with pytest.raises(ValueError, match=shape + r'\(7,\)$'):
+    module.predict_ids(np.ones(7, int))
+  with pytest.raises(ValueError, match=r'lengths must be one count in 0\.\.6 per sequence \(2\), got \[3 7\]$'):
+    module.predict_ids(x[:2], [3, 7])
+  assert module.predict_ids(np.zeros((0, 6), int)).shape == (0, 6)
+
+
 def test_untagged_free_follows_reads_at_the_position_alone():
   """A module is free where everything reading it reads it at its own position (a query, an MLP, the
   classifier) and is free too; a key or a copied value is read at other positions."""

@@ -308,7 +308,8 @@ def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact(monkeyp
 
 def test_decide_folds_its_last_test_into_a_return_and_an_inner_test_meeting_the_default():
   """``if t: return a`` then ``return b`` is ``return a if t else b``; a branch whose one inner test fails to
-  the same default as its own is one ``if v and w``; on every combination the text decides as the tree."""
+  the same default as its own is one ``if v and w``; a test is its shortest on the domain; on every
+  combination the text decides as the tree."""
   Leaf, Split = program_code.Leaf, program_code.Split
   tok = ['<pad>', '<s>', 'a', 'b', '#1', '#2', '#3', '#4', '#5', '#6']
   # count 1..5: '#count'; count 6: '#5' at 'b', else '#6'; any other count: '#6'.
@@ -322,6 +323,10 @@ def test_decide_folds_its_last_test_into_a_return_and_an_inner_test_meeting_the_
   other = Split(1, (((6,), Split(0, (((3,), Leaf(tag=8)),), Leaf(tag=7))),), Leaf(tag=9))
   assert program_code._decisions_source(program_code.Decisions(['token', 'count'], other), doms, tok)[-3:] == [
       '    if count == 6:', "        return '#5' if token == 'b' else '#4'", "    return '#6'"]
+  # A test takes its shortest form on the variable's domain: counts 5 to 7 of 0..7 are `count >= 5`.
+  upper = Split(1, (((5, 6, 7), Leaf(tag=9)),), Leaf(tag=4))
+  assert program_code._decisions_source(program_code.Decisions(['token', 'count'], upper), doms, tok)[-1] == (
+      "    return '#6' if count >= 5 else '#1'")
   for written, node in ((lines, tree), (program_code._decisions_source(
       program_code.Decisions(['token', 'count'], other), doms, tok), other)):
     decide = {}

@@ -1571,16 +1571,16 @@ def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str
     for values, child in node.branches:
       if formula and single(values, child):
         continue
-      test = _test(name, values, is_token, tokens)
+      test = _test(name, values, doms[name][0], is_token, tokens)
       if (isinstance(child, Split) and len(child.branches) == 1 and isinstance(child.branches[0][1], Leaf)
           and child.default == node.default):  # where the inner test fails, these values meet the default
         inner, leaf = child.branches[0]
         column = reads[child.column]
-        test += f' and {_test(column, inner, doms[column][1], tokens)}'
+        test += f' and {_test(column, inner, *doms[column], tokens)}'
         child = leaf
       out += [f'{indent}if {test}:', *write(child, indent + '    ')]
     if formula:  # the tag is the number itself, give or take a constant: f'#{count}'
-      test = _test(name, tuple(v for v, _ in lookup), False, tokens)
+      test = _test(name, tuple(v for v, _ in lookup), doms[name][0], False, tokens)
       line = f'{indent}return {formula} if {test} else {tokens[node.default.tag]!r}' if (
           isinstance(node.default, Leaf) and node.default.copy is None) else ''
       if not out and line and len(line) <= WIDTH:
@@ -1620,13 +1620,11 @@ def _formula(name: str, lookup: list[tuple[int, int]], tokens: list[str]) -> str
   return 'f' + repr(f'{text}{{{name}{offset}}}')
 
 
-def _test(name: str, values: tuple[int, ...], is_token: bool, tokens: list[str]) -> str:
-  """``name`` takes one of ``values``: ``==`` one, a range of three or more numbers, else ``in`` a tuple."""
-  if len(values) == 1:
-    return f'{name} == {_value(values[0], is_token, tokens)}'
-  if not is_token and len(values) > 2 and values[-1] - values[0] == len(values) - 1:
-    return f'{values[0]} <= {name} <= {values[-1]}'
-  return f'{name} in ({", ".join(_value(v, is_token, tokens) for v in values)})'
+def _test(name: str, values: tuple[int, ...], dom, is_token: bool, tokens: list[str]) -> str:
+  """``name`` takes one of ``values``, in the shortest form exact on its domain ``dom`` (``_shortest``), else
+  ``in`` a set."""
+  short = _shortest(name, values, dom, is_token, tokens)
+  return short or f'{name} in {{{", ".join(_value(v, is_token, tokens) for v in sorted(values))}}}'
 
 
 def _variables(plan: Plan) -> list[str]:

@@ -327,6 +327,10 @@ def test_decide_folds_its_last_test_into_a_return_and_an_inner_test_meeting_the_
   upper = Split(1, (((5, 6, 7), Leaf(tag=9)),), Leaf(tag=4))
   assert program_code._decisions_source(program_code.Decisions(['token', 'count'], upper), doms, tok)[-1] == (
       "    return '#6' if count >= 5 else '#1'")
+  # A default that is itself a conditional stays after the test: one conditional a line.
+  chained = Split(1, (((4, 6), Leaf(tag=4)),), Split(0, (((3,), Leaf(tag=4)),), Leaf(tag=5)))
+  assert program_code._decisions_source(program_code.Decisions(['token', 'count'], chained), doms, tok)[-3:] == [
+      '    if count in {4, 6}:', "        return '#1'", "    return '#1' if token == 'b' else '#2'"]
   for written, node in ((lines, tree), (program_code._decisions_source(
       program_code.Decisions(['token', 'count'], other), doms, tok), other)):
     decide = {}

@@ -1598,7 +1598,7 @@ def _folded(lines: list[str], indent: str) -> list[str]:
   if len(lines) < 3 or not lines[-3].startswith(f'{indent}if ') or not lines[-1].startswith(f'{indent}return '):
     return lines
   body = lines[-2][len(indent):]
-  if not body.startswith('    return ') or ' if ' in body:
+  if not body.startswith('    return ') or ' if ' in body or ' if ' in lines[-1]:  # one conditional a line
     return lines
   line = f'{indent}return {body[11:]} if {lines[-3][len(indent) + 3:-1]} else {lines[-1][len(indent) + 7:]}'
   return lines if len(line) > WIDTH else lines[:-3] + [line]

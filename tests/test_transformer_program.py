@@ -306,6 +306,50 @@ def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact(monkeyp
   assert program_code.decision_tree(keys, tags, [True, False, True]) is None
 
 
+def _predicate(module, doms):
+  """The written predicate of ``module`` as a Python function, and its text."""
+  lines = program_code.predicate_source(module, doms, TOKENS)
+  namespace = {}
+  exec('\n'.join(line[4:] for line in lines), namespace)
+  return namespace[f'predicate_{module.name}'], lines
+
+
+def test_predicates_read_a_reflection_a_lookup_and_a_last_case_without_its_test():
+  card = 10
+  positions = tuple(range(8))
+  doms = {'positions': (positions, False), 'tokens': ((1, 2, 3, 4), True)}
+  # k == 7 - q: reverse's pattern; q = 7 names position 0 alone, which matching nothing also reads.
+  reflect = program_code.Module('attn_0_0', 'categorical', ('positions', 'positions', 'tokens'),
+                                np.array([7 - q if q < 8 else 0 for q in range(card)]))
+  _, text = _predicate(reflect, doms)
+  assert text[-1] == '        return k_position == 7 - q_position'
+  # One key a query, no arithmetic: a lookup (filled over two lines here), exact over every pair of the domains.
+  keys = [3, 5, 1, 6, 2, 7, 4, 1]
+  lookup = program_code.Module('attn_0_1', 'categorical', ('positions', 'positions', 'tokens'),
+                               np.array(keys + [0, 0]))
+  function, text = _predicate(lookup, doms)
+  assert len(text) == 3 and text[1].startswith('        return k_position == {0: 3,') and (
+      text[2].endswith('}.get(q_position)'))
+  assert all(function(q, k) == (keys[q] == k) for q in positions for k in positions)
+  # Key sets per query covering every query value: the last case is the fall-through, with no `return False`.
+  table = np.zeros((card, card), bool)
+  for q in positions:
+    table[q, [2, 3] if q < 3 else [1] if q < 6 else [1, 3, 4]] = True
+  count = program_code.Module('attn_0_2', 'numerical', ('positions', 'tokens'), table)
+  function, text = _predicate(count, doms)
+  assert 'return False' not in '\n'.join(text) and text[-1].startswith('        return token')
+  assert all(function(q, TOKENS[t]) == table[q, t] for q in positions for t in (1, 2, 3, 4))
+
+
+def test_a_long_set_fills_its_lines_aligned_with_its_first_item():
+  items = [f"'{TOKENS[i % 10]}{i}'" for i in range(40)]
+  lines = program_code._wrapped_set('if token in ', items, ':', '        ')
+  assert 1 < len(lines) < 8 and all(len(line) <= program_code.WIDTH for line in lines)
+  column = len('        if token in {')
+  assert all(line[:column].isspace() and not line[column].isspace() for line in lines[1:])
+  assert eval(' '.join(line.strip() for line in lines)[len('if token in '):-1]) == set(eval(f"[{', '.join(items)}]"))
+
+
 def test_decide_folds_its_last_test_into_a_return_and_an_inner_test_meeting_the_default():
   """``if t: return a`` then ``return b`` is ``return a if t else b``; a branch whose one inner test fails to
   the same default as its own is one ``if v and w``; a test is its shortest on the domain; on every
@@ -817,9 +861,12 @@ def test_variables_are_named_by_what_they_hold_and_each_module_says_what_it_comp
   assert program.names == {'attn_0_0': 'next_token', 'attn_0_1': 'length', 'attn_0_2': 'count_a',
                            'attn_0_3': 'first_token', 'attn_0_4': 'count_0_4'}
   text = program.source
-  # Each module has a comment saying what it computes, naming the model's head it comes from.
-  assert ('    # `next_token` (attn_0_0) copies the `tokens` of the closest key where\n'
-          '    # `k_position == q_position + 1` (position 0 where there is none).') in text
+  # Each module has a one-line comment saying what it computes, naming the model's head it comes from: briefer
+  # where the docs' sentence would wrap (position 0 where none matches is the runtime's, the cases counted).
+  assert "    # `next_token` (attn_0_0) copies `tokens` where `k_position == q_position + 1`.\n" in text
+  assert '    # `count_0_4` (attn_0_4) counts the keys by `tokens` of query and key (3 cases).\n' in text
+  assert all(len(line) <= program_code.WIDTH for line in text[text.index('def run('):text.index('def predict_ids(')]
+             .splitlines())
   assert '    # `length` (attn_0_1) counts every key: the length' in text
   assert '    # `count_a` (attn_0_2) counts the keys where `k_token == \'a\'`.' in text
   assert '    # `mlp_0_0` is 0 where `count_a` is 0; 1 where `count_a` is 1; else 2.' in text

@@ -677,11 +677,21 @@ def _value(v: int, is_token: bool, tokens: list[str]) -> str:
 
 
 def _wrapped_set(prefix: str, items: list[str], suffix: str, indent: str) -> list[str]:
-  """``prefix{items}suffix`` on one line when it fits, else one item per line (black's layout)."""
-  one = f'{indent}{prefix}{{{", ".join(items)}}}{suffix}'
+  """``prefix{items}suffix`` (``_filled``)."""
+  return _filled(f'{indent}{prefix}{{', items, f'}}{suffix}')
+
+
+def _filled(opening: str, items: list[str], closing: str) -> list[str]:
+  """``opening``, the items, then ``closing``: on one line when that fits, else filled into lines, each
+  continuation aligned with the first item (one item a line would make a long set, or the variables ``run``
+  returns, the bulk of a program)."""
+  one = f'{opening}{", ".join(items)}{closing}'
   if len(one) <= WIDTH:
     return [one]
-  return [f'{indent}{prefix}{{'] + [f'{indent}    {it},' for it in items] + [f'{indent}}}{suffix}']
+  text = ', '.join(it.replace(' ', '\0') for it in items) + closing.replace(' ', '\0')
+  lines = textwrap.wrap(text, WIDTH, initial_indent=opening.replace(' ', '\0'), subsequent_indent=' ' * len(opening),
+                        break_long_words=False, break_on_hyphens=False)
+  return [line.replace('\0', ' ') for line in lines]
 
 
 def _arg(var: str, role: str, same: bool) -> str:
@@ -715,6 +725,9 @@ def _relation(truth: np.ndarray, qd, kd, both_numbers: bool, same_kind: bool, fr
     for shift in range(-len(kd), len(kd) + 1):
       if shift and agrees(k == q + shift):
         return f'== {"+" if shift > 0 else "-"} {abs(shift)}'
+    for total in range(1, 2 * max(max(kd), max(qd)) + 1):  # a reflection: position c - q, as reverse reads
+      if agrees(k == total - q):
+        return f'{total} -'
   return None
 
 
@@ -769,6 +782,7 @@ def _rule(m: Module, doms, most_extra: int = 2) -> Rule | None:
                 if (symbol in ('==', '!=') and q_tok == k_tok) or both_numbers]
   if both_numbers:
     candidates += [(f'== {"+" if d > 0 else "-"} {abs(d)}', k == q + d) for d in range(-len(kd), len(kd) + 1) if d]
+    candidates += [(f'{c} -', k == c - q) for c in range(1, 2 * max(max(kd), max(qd)) + 1)]
   best, allowed = None, max(1, len(qd) // 4)
   for symbol, base in candidates:
     whole = ~(base & ~truth).any(1)                    # rows where every key the comparison names matches
@@ -802,8 +816,11 @@ def _head_relation(m: Module, doms) -> str | None:
 
 
 def _comparison(ka: str, rel: str, qa: str) -> str:
-  """The code of a relation ``_relation`` found: ``k == q - 1`` for a shift, ``k < q`` otherwise."""
-  return f'{ka} == {qa} {rel[3:]}' if rel.startswith('== ') else f'{ka} {rel} {qa}'
+  """The code of a relation ``_relation`` found: ``k == q - 1`` for a shift, ``k == 7 - q`` for a reflection,
+  ``k < q`` otherwise."""
+  if rel.startswith('== '):
+    return f'{ka} == {qa} {rel[3:]}'
+  return f'{ka} == {rel} {qa}' if rel.endswith(' -') else f'{ka} {rel} {qa}'
 
 
 def _groups(m: Module, doms) -> list[tuple[tuple[int, ...], list[int]]]:
@@ -894,13 +911,21 @@ def predicate_source(m: Module, doms, tokens) -> list[str]:
   lines = [head]
   (qd, _), kd = _query_domain(m, doms), doms[m.reads[1]][0]
   groups = _groups(m, doms)
-  if len(groups) == 1 and len(groups[0][1]) == len(qd):  # every query value matches the same keys
-    return lines + _member_lines('return ', ka, groups[0][0], kd, k_tok, tokens, '', '        ')
-  for n, (keys, qs) in enumerate(groups):
+  covered = sum(len(qs) for _, qs in groups) == len(qd)
+  if len(groups) >= 3 and all(len(keys) == 1 for keys, _ in groups):  # one key a query: a lookup
+    pairs = sorted((q, keys[0]) for keys, qs in groups for q in qs)
+    # .get: the predicate is also evaluated at ids outside the query's domain, which match nothing.
+    lookup = _filled(f'        return {ka} == {{', [f'{_value(q, q_tok, tokens)}: {_value(k, k_tok, tokens)}'
+                                                     for q, k in pairs], f'}}.get({qa})')
+    if len(lookup) <= 3:
+      return [head, *lookup]
+  # Where every query value matches some key, the last case needs no test: the query values left reach it.
+  for n, (keys, qs) in enumerate(groups[:-1] if covered else groups):
     lines += _member_lines(f'{"if" if n == 0 else "elif"} ', qa, qs, qd, q_tok, tokens, ':', '        ')
     lines += _member_lines('return ', ka, keys, kd, k_tok, tokens, '', '            ')
-  lines.append('        return False')
-  return lines
+  if covered:
+    return lines + _member_lines('return ', ka, groups[-1][0], kd, k_tok, tokens, '', '        ')
+  return lines + ['        return False']
 
 
 def _returns(name: str, dom, is_token: bool, outs: np.ndarray, tokens: list[str], indent: str) -> list[str]:
@@ -985,11 +1010,15 @@ def _by_pairs(a: str, ad, a_tok: bool, b: str, bd, b_tok: bool, table: np.ndarra
   return lines + [f'        return {default}']
 
 
-def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
+def describe(m: Module, doms, tokens: list[str], most: int = 6, brief: int = 0) -> str:
   """One sentence saying what a head or MLP does, for the docs beside its code (a predicate's cases spelled
-  out when there are at most ``most``)."""
+  out when there are at most ``most``); ``brief`` (1) without what the code's runtime says of every head (a
+  head matching no key reads position 0), a predicate's cases only counted, an MLP's table only named; (2)
+  and a rule with exceptions only counted as cases too."""
   if m.kind == 'mlp':
-    return _mlp_sentence(m, doms, tokens)
+    return _mlp_sentence(m, doms, tokens, brief=brief)
+  if brief:
+    most = 0
   q, k = m.reads[:2]
   if m.kind == 'categorical' and not _truth(m, doms).any():
     return f'`{m.name}` matches no key, so every position holds the `{m.reads[2]}` of position 0.'
@@ -1004,8 +1033,7 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
               'position, the earlier of two; elsewhere position 0\'s.'))
     if m.kind == 'numerical':
       return f'`{m.name}` counts the keys where `{condition}`.'
-    return (f'`{m.name}` copies the `{m.reads[2]}` of the closest key where `{condition}` (position 0 where there '
-            f'is none).')
+    return f'`{m.name}` copies the `{m.reads[2]}` of the closest key where `{condition}`' + _at_first(brief)
   rel = 'True' if _truth(m, doms).all() else _head_relation(m, doms)
   same = q == k
   qa, ka = _arg(q, 'q', same), _arg(k, 'k', same)
@@ -1019,7 +1047,7 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
     return (f'`{m.name}` counts every key: the length (up to the position, causal).' if m.kind == 'numerical' else
             f'`{m.name}`: every key matches, so every position copies the `{m.reads[2]}` of its closest other '
             f'position, the earlier of two.')
-  rule = _rule(m, doms) if rel is None else None
+  rule = _rule(m, doms) if rel is None and brief < 2 else None
   if rel is not None:
     where = f'where `{_comparison(ka, rel, qa)}`'
   elif rule is not None:
@@ -1030,7 +1058,10 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
   else:
     groups, (q_tok, k_tok) = _groups(m, doms), (doms[q][1], doms[k][1])
     text = lambda values, tok: ', '.join(_value(v, tok, tokens) for v in values)
-    if len(groups) > most:
+    if brief:
+      where = f'by `{q}` of query and key' if q == k else f'by `{q}` and `{k}`'
+      where += f' ({len(groups)} cases)'
+    elif len(groups) > most:
       where = f'whose `{k}` its predicate lists for the query\'s `{q}` ({len(groups)} cases)'
     else:
       key_text = lambda keys: text(keys, k_tok) if len(keys) == 1 else '{' + text(keys, k_tok) + '}'
@@ -1040,7 +1071,13 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6) -> str:
     if sums:
       return f'`{m.name}` sums the `{m.reads[2]}` of the keys {where}.'
     return f'`{m.name}` counts the keys {where}.'
-  return f'`{m.name}` copies the `{m.reads[2]}` of the closest key {where} (position 0 where there is none).'
+  if brief:
+    return f'`{m.name}` copies `{m.reads[2]}` {where}.'
+  return f'`{m.name}` copies the `{m.reads[2]}` of the closest key {where}' + _at_first(brief)
+
+
+def _at_first(brief: int) -> str:
+  return '.' if brief else ' (position 0 where there is none).'
 
 
 def _values_text(values: list[int], is_token: bool, tokens: list[str]) -> str:
@@ -1052,9 +1089,10 @@ def _values_text(values: list[int], is_token: bool, tokens: list[str]) -> str:
   return '{' + ', '.join(_value(v, is_token, tokens) for v in values) + '}'
 
 
-def _mlp_sentence(m: Module, doms, tokens: list[str], most: int = 3) -> str:
+def _mlp_sentence(m: Module, doms, tokens: list[str], most: int = 3, brief: int = 0) -> str:
   """What an MLP returns, by the values of the input it reads where it reads one and returns at most ``most``
-  values; else how many cases of its table return something other than its commonest value."""
+  values; else how many cases of its table return something other than its commonest value (``brief``: which
+  that is)."""
   (ad, a_tok), (bd, b_tok) = doms[m.reads[0]], doms[m.reads[1]]
   table = m.table[np.ix_(np.array(ad), np.array(bd))]
   one = (0 if m.reads[0] == m.reads[1] or (table == table[:, :1]).all() else
@@ -1062,6 +1100,8 @@ def _mlp_sentence(m: Module, doms, tokens: list[str], most: int = 3) -> str:
   if one is None:
     values, counts = np.unique(table, return_counts=True)
     common = int(values[np.argmax(counts)])
+    if brief:
+      return f'`{m.name}` is a table over `{m.reads[0]}` and `{m.reads[1]}`, mostly {common}.'
     return (f'`{m.name}` is a table over `{m.reads[0]}` and `{m.reads[1]}`: {int(table.size - counts.max())} of '
             f'its {table.size} cases return a value other than {common}, which the rest return.')
   dom, tok = (ad, a_tok) if one == 0 else (bd, b_tok)
@@ -1266,12 +1306,10 @@ def source(plan: Plan, live: set[str], doms, header: str, data_file: str, decisi
       lines += predicate_source(m, doms, tokens) + _head_lines(m)
     lines.append('')
   kept = [n for n in _variables(plan) if n in live]
-  lines += _wrapped_set('return dict(', [f'{n}={plan.aliases.get(n, n)}' for n in kept], ')', '    ')
-  lines[-1] = lines[-1].replace('dict({', 'dict(').replace('})', ')')
+  lines += _filled('    return dict(', [f'{n}={plan.aliases.get(n, n)}' for n in kept], ')')
   if decisions:
     lines += ['', '', *_decisions_source(decisions, doms, tokens), '']
-  text = '\n'.join(lines) + ENTRY
-  return text.replace('dict({\n', 'dict(\n').replace('\n    })', '\n    )')
+  return '\n'.join(lines) + ENTRY
 
 
 def _head_lines(m: Module) -> list[str]:
@@ -1290,6 +1328,11 @@ def _head_lines(m: Module) -> list[str]:
   if len(line) <= WIDTH:
     return [line]
   return [f'    {m.name}_pattern = {pattern}', f'    {m.name} = ' + aggregate.format(f'{m.name}_pattern')]
+
+
+def _one_line(texts: list[str]) -> str:
+  """The first of ``texts`` that fits on one comment line in ``run``, else the shortest."""
+  return next((t for t in texts if len(_comment(t)) == 1), min(texts, key=len))
 
 
 def _comment(text: str) -> list[str]:
@@ -1854,12 +1897,13 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   if decisions:
     decisions = Decisions([r(v) for v in decisions.reads], decisions.tree)
   origin_of = {v: k for k, v in names.items()}
-  # A module's sentence names the model's head or MLP it comes from; the comment above its code sums up the
-  # cases that code lists where there are more than two.
+  # A module's sentence names the model's head or MLP it comes from; the comment above its code is one line where
+  # a brief sentence fits (``describe``'s ``brief``).
   named = lambda name, text: (text.replace(f'`{name}`', f'`{name}` ({origin_of[name]})', 1) if name in origin_of
                               else text)
   sentences = {m.name: named(m.name, describe(m, doms, plan.tokens)) for m in plan.modules if m.name in live}
-  comments = {m.name: named(m.name, describe(m, doms, plan.tokens, most=2)) for m in plan.modules if m.name in live}
+  comments = {m.name: _one_line([named(m.name, describe(m, doms, plan.tokens, most=2, brief=b)) for b in range(3)])
+              for m in plan.modules if m.name in live}
   where = ('every input of the task' if exhaustive else 'the inputs of the train and validation splits')
   needs = 'only NumPy' if decisions else f'only NumPy and the classifier in {data_file} beside it'
   header = textwrap.fill(

@@ -339,6 +339,12 @@ def test_predicates_read_a_reflection_a_lookup_and_a_last_case_without_its_test(
   function, text = _predicate(count, doms)
   assert 'return False' not in '\n'.join(text) and text[-1].startswith('        return token')
   assert all(function(q, TOKENS[t]) == table[q, t] for q in positions for t in (1, 2, 3, 4))
+  # One case, and nothing for the other query values: both tests on one line.
+  table[:] = False
+  table[2:5, 2] = True
+  function, text = _predicate(count, doms)
+  assert text[1:] == ["        return 2 <= position <= 4 and token == 'a'"]
+  assert all(function(q, TOKENS[t]) == table[q, t] for q in positions for t in (1, 2, 3, 4))
 
 
 def test_a_long_set_fills_its_lines_aligned_with_its_first_item():

@@ -919,6 +919,12 @@ def predicate_source(m: Module, doms, tokens) -> list[str]:
                                                      for q, k in pairs], f'}}.get({qa})')
     if len(lookup) <= 3:
       return [head, *lookup]
+  if len(groups) == 1 and not covered:  # one case: its two tests on one line, where that fits
+    (keys, qs), = groups
+    tests = [_shortest(qa, qs, qd, q_tok, tokens), _shortest(ka, keys, kd, k_tok, tokens)]
+    line = f'        return {tests[0]}' + ('' if tests[1] == 'True' else f' and {tests[1]}')
+    if None not in tests and len(line) <= WIDTH:
+      return [head, line]
   # Where every query value matches some key, the last case needs no test: the query values left reach it.
   for n, (keys, qs) in enumerate(groups[:-1] if covered else groups):
     lines += _member_lines(f'{"if" if n == 0 else "elif"} ', qa, qs, qd, q_tok, tokens, ':', '        ')
@@ -953,7 +959,7 @@ def _returns(name: str, dom, is_token: bool, outs: np.ndarray, tokens: list[str]
 def _by_rows(outer: str, od, o_tok: bool, inner: str, idom, i_tok: bool, table: np.ndarray, tokens: list[str]
              ) -> list[str]:
   """A table [outer values, inner values] as cases of ``outer`` (values with equal rows tested together), each
-  returning by ``inner`` (``_returns``); the case of most outer values last, as the ``else``."""
+  returning by ``inner`` (``_returns``); the case of most outer values last, untested."""
   groups: dict[bytes, list[int]] = {}
   for i, row in enumerate(table):
     groups.setdefault(row.tobytes(), []).append(i)
@@ -964,10 +970,8 @@ def _by_rows(outer: str, od, o_tok: bool, inner: str, idom, i_tok: bool, table: 
     values = [od[i] for i in rows_of]
     lines += _member_lines(f'{"if" if n == 0 else "elif"} ', outer, values, od, o_tok, tokens, ':', '        ')
     lines += _returns(inner, idom, i_tok, table[rows_of[0]], tokens, '            ')
-  rest = _returns(inner, idom, i_tok, table[last[0]], tokens, '            ')
-  if len(rest) == 1:
-    return lines + [rest[0][4:]]
-  return lines + ['        else:'] + rest
+  # Every case above returns: the rest falls through to the last case's returns, with no else.
+  return lines + _returns(inner, idom, i_tok, table[last[0]], tokens, '        ')
 
 
 def mlp_source(m: Module, doms, tokens) -> tuple[list[str], int | None]:
@@ -1005,7 +1009,10 @@ def _by_pairs(a: str, ad, a_tok: bool, b: str, bd, b_tok: bool, table: np.ndarra
   for n, v in enumerate(others):
     pairs = [f'({_value(ad[i], a_tok, tokens)}, {_value(bd[j], b_tok, tokens)})'
              for i, j in zip(*np.nonzero(table == v))]
-    lines += _wrapped_set(f'{"if" if n == 0 else "elif"} key in ', pairs, ':', '        ')
+    if len(pairs) == 1:
+      lines.append(f'        {"if" if n == 0 else "elif"} key == {pairs[0]}:')
+    else:
+      lines += _wrapped_set(f'{"if" if n == 0 else "elif"} key in ', pairs, ':', '        ')
     lines.append(f'            return {v}')
   return lines + [f'        return {default}']
 
@@ -1060,7 +1067,7 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6, brief: int = 0) 
     text = lambda values, tok: ', '.join(_value(v, tok, tokens) for v in values)
     if brief:
       where = f'by `{q}` of query and key' if q == k else f'by `{q}` and `{k}`'
-      where += f' ({len(groups)} cases)'
+      where += f' ({len(groups)} case{"s" if len(groups) > 1 else ""})'
     elif len(groups) > most:
       where = f'whose `{k}` its predicate lists for the query\'s `{q}` ({len(groups)} cases)'
     else:

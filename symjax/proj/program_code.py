@@ -1021,7 +1021,7 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6, brief: int = 0) 
   """One sentence saying what a head or MLP does, for the docs beside its code (a predicate's cases spelled
   out when there are at most ``most``); ``brief`` (1) without what the code's runtime says of every head (a
   head matching no key reads position 0), a predicate's cases only counted, an MLP's table only named; (2)
-  and a rule with exceptions only counted as cases too."""
+  and a rule with exceptions counted as cases too (one without stays: it is the predicate)."""
   if m.kind == 'mlp':
     return _mlp_sentence(m, doms, tokens, brief=brief)
   if brief:
@@ -1054,7 +1054,9 @@ def describe(m: Module, doms, tokens: list[str], most: int = 6, brief: int = 0) 
     return (f'`{m.name}` counts every key: the length (up to the position, causal).' if m.kind == 'numerical' else
             f'`{m.name}`: every key matches, so every position copies the `{m.reads[2]}` of its closest other '
             f'position, the earlier of two.')
-  rule = _rule(m, doms) if rel is None and brief < 2 else None
+  rule = _rule(m, doms) if rel is None else None
+  if rule is not None and rule.exceptions and brief >= 2:
+    rule = None  # its exceptions are the code's cases, counted below
   if rel is not None:
     where = f'where `{_comparison(ka, rel, qa)}`'
   elif rule is not None:
@@ -1338,8 +1340,8 @@ def _head_lines(m: Module) -> list[str]:
 
 
 def _one_line(texts: list[str]) -> str:
-  """The first of ``texts`` that fits on one comment line in ``run``, else the shortest."""
-  return next((t for t in texts if len(_comment(t)) == 1), min(texts, key=len))
+  """The first of ``texts`` that fits on one comment line in ``run``, else the last (the briefest)."""
+  return next((t for t in texts if len(_comment(t)) == 1), texts[-1])
 
 
 def _comment(text: str) -> list[str]:

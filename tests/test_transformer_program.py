@@ -826,6 +826,65 @@ def test_a_head_exact_only_where_tagged_may_fold_after_its_unreached_pairs_are_w
   assert (got == want).all() and len(np.unique(want[(x != BOS) & (x != PAD)])) == 2
 
 
+def test_a_predicate_is_written_anew_wherever_no_variable_changes():
+  """Pairs every input reaches may still be written either way where no variable changes. A count of the keys at
+  positions {1, 2, 3} for '<s>', 'b' and 'c' and {0, 2, 3} for 'a' counts as many on every input (positions 0
+  and 1 are always there): one predicate of the key alone, where the model's needs a case for 'a'. The program
+  tags every input as the plan does."""
+  card = len(TOKENS)
+  counts = np.zeros((card, card), bool)
+  counts[:, 1:4] = True
+  counts[TOKENS.index('a')] = np.isin(np.arange(card), [0, 2, 3])
+  names = ['tokens', 'positions', 'attn_0_0']
+  readout = {n: np.zeros((card, card), np.float32) for n in names}
+  for n in range(1, 6):
+    readout['attn_0_0'][n, TOKENS.index(f'#{n}')] = 1.0
+  readout['bias'] = np.zeros(card, np.float32)
+  plan = program_code.Plan([program_code.Module('attn_0_0', 'numerical', ('tokens', 'positions'), counts)],
+                           readout, list(TOKENS), 6, False, card)
+  x, lengths = every_input(5, 6)
+  doms = program_code.domains(plan, sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
+  plain = program_code.source(plan, set(names), doms, 'as the model wrote it', 'program.npz')
+  assert "if token != 'a':" in plain
+  want = program_code._load(plain, program_code._readout(plan, set(names)), 'program.npz').predict_ids(x, lengths)
+  assert len(np.unique(want)) == 4   # padding's 0, and counts 1 to 3 by the input's length
+  program = program_code.code_of(plan, x, lengths, exhaustive=True)
+  text = program.source.split('def run(')[1]
+  assert 'def predicate_count_0_0(k_position):' in text and "'a'" not in text
+  assert any('no variable changes' in note for note in program.notes)
+  got = program_code._load(program.source, program.tables, 'program.npz').predict_ids(x, lengths)
+  assert (got == want).all()
+
+
+def test_kept_rows_says_which_rows_read_the_same_values_on_every_input():
+  """A head reading the next position's token, on inputs whose positions 1 and 2 hold the same token: query
+  position 0 may name key 2 instead of 1, or none at the last position, where it reads position 0 either way;
+  naming key 3 reads another token. A count changes where the keys counted differ in number on some input."""
+  card = len(TOKENS)
+  x = np.array([[BOS, a, a, b, c, PAD][:n] + [PAD] * (6 - n) for a, b, c in itertools.product(SYMBOLS, repeat=3)
+                for n in (3, 5)])
+  lengths = (x != PAD).sum(1)
+  real = np.arange(6)[None, :] < lengths[:, None]
+  nxt = np.minimum(np.arange(card) + 1, card - 1)
+  head = program_code.Module('attn_0_0', 'categorical', ('positions', 'positions', 'tokens'), nxt)
+  plan = program_code.Plan([head], {}, list(TOKENS), 6, False, card)
+  doms = program_code.domains(plan, sorted(set(x[real].tolist())), {'tokens': (BOS,)})
+  positions = np.broadcast_to(np.arange(6), x.shape)
+  read = np.where(positions + 1 < lengths[:, None], np.take_along_axis(x, np.minimum(positions + 1, 5), 1), BOS)
+  holds = lambda a: type('V', (), {'ids': a})()
+  values = {'tokens': holds(x), 'positions': holds(positions), 'attn_0_0': holds(read)}
+  kept = program_code.kept_rows(head, doms, values, real, False, card)
+  assert kept(nxt[:6]).all()
+  assert list(kept(np.array([2, 2, 3, 4, 5, 6]))) == [True] * 6
+  assert list(kept(np.array([3, 2, 3, 4, -1, -1]))) == [False, True, True, True, True, True]
+  count = program_code.Module('attn_0_1', 'numerical', ('positions', 'positions'), np.ones((card, card), bool))
+  counted = holds(np.broadcast_to(lengths[:, None], x.shape))
+  kept = program_code.kept_rows(count, doms, {**values, 'attn_0_1': counted}, real, False, card)
+  fewer = np.ones((6, 6), bool)
+  fewer[1, 4] = fewer[2, 0] = False
+  assert list(kept(fewer)) == [True, False, False, True, True, True]
+
+
 def test_decisions_read_only_the_variables_that_decide_the_tag():
   """Over the combinations reached, a variable whose values the others already decide is dropped: here the
   tag is the count, whatever the token, so the decisions read the count alone."""

@@ -534,6 +534,53 @@ def reached_cells(m: Module, values: dict, real: np.ndarray, causal: bool, card:
   return seen.reshape(card, card)
 
 
+def kept_rows(m: Module, doms, values: dict, real: np.ndarray, causal: bool, card: int, chunk: int = 4096):
+  """For a head: a function of other values of the cells its code writes (``_cells``) that says, per value of
+  its query's domain, whether that value's row keeps the head's variable at every real position of the inputs
+  ``values`` were run on (``Variable``s, [inputs, positions]) whose query holds it. A row is more than its
+  reached cells: a key that is never the closest match may match or not, as may one a closer match always
+  hides; a counting head's row may change wherever every input counts the same number of keys (as a count
+  over positions does below the shortest input's length)."""
+  constant = {NOTHING: 0, 'ones': 1}
+  ids = lambda name: (np.full(real.shape, constant[name], np.int64) if name in constant
+                      else values[name].ids.astype(np.int64))
+  (qd, _), kd = _query_domain(m, doms), np.array(doms[m.reads[1]][0])
+  index = np.full(card, len(qd), np.int64)
+  index[np.array(qd)] = np.arange(len(qd))
+  q = np.where(real, index[ids(m.reads[0])], len(qd))        # the row each real query reads; len(qd): none
+  k = ids(m.reads[1])
+  n = real.shape[1]
+  order = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+  if m.kind == 'numerical':
+    weight = real * (ids(m.reads[2]) if len(m.reads) > 2 else 1)
+    counts = np.einsum('ij,bjc->bic', order.astype(np.int64), (k[:, :, None] == kd) * weight[:, :, None])
+    rows = [np.unique(counts[q == r], axis=0) for r in range(len(qd))]   # [keys counted by value] per query
+
+    def kept(part: np.ndarray) -> np.ndarray:
+      now = m.table[_cells(m, doms)]
+      return np.array([(np.minimum(c @ part[r], card - 1) == np.minimum(c @ now[r], card - 1)).all()
+                       for r, c in enumerate(rows)])
+    return kept
+  # A categorical head: the value each query reads if its row named key value c, for every c and none (-1).
+  held, out = ids(m.reads[2]), ids(m.name)
+  i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+  rank = np.where(i == j, 1, n + 1 - np.abs(i - j)) * order
+  ok = np.ones((len(qd), len(kd) + 1), bool)
+  for start in range(0, len(k), chunk):
+    b = slice(start, start + chunk)
+    allowed = real[b, None, :] & (rank > 0)
+    for c, value in enumerate([*kd, -1]):
+      score = np.where(allowed & (k[b, None, :] == value), rank, 0)
+      read = np.take_along_axis(held[b], score.argmax(-1), axis=1)       # argmax 0 where none: position 0
+      wrong = np.bincount(q[b][read != out[b]], minlength=len(qd) + 1)[:len(qd)]
+      ok[:, c] &= wrong == 0
+  column = {int(v): c for c, v in enumerate([*kd, -1])}
+
+  def kept(part: np.ndarray) -> np.ndarray:
+    return np.array([ok[r, column.get(int(v), -1)] for r, v in enumerate(part)])  # a value no key holds: none
+  return kept
+
+
 def _rows_filled(table: np.ndarray, reached: np.ndarray, fill_row, wild=None) -> np.ndarray:
   """``table`` [rows, columns] with its unreached cells chosen so that rows fall into few groups of equal rows:
   a row joins the first group that agrees with it on every cell both reach (first fit), each group's unreached
@@ -608,11 +655,13 @@ def _written(m: Module, doms, tokens: list[str], part: np.ndarray) -> list[str]:
   return mlp_source(moved, doms, tokens)[0] if m.kind == 'mlp' else predicate_source(moved, doms, tokens)
 
 
-def _fillings(m: Module, doms, reached: np.ndarray, tokens: list[str]) -> list[np.ndarray]:
+def _fillings(m: Module, doms, reached: np.ndarray, tokens: list[str], kept=None) -> list[np.ndarray]:
   """Other values of the cells a module's code writes, equal to its own on every reached cell (``reached``
   [card, card]): a comparison of key and query; a numerical head's or an MLP's rows grouped and filled
   (``_rows_filled``), an MLP's by either input; a categorical head naming no key (-1) for a query value whose
-  key no input holds where that value does."""
+  key no input holds where that value does. Given ``kept`` (``kept_rows``), a head's rows may change wherever
+  that keeps its variable: each comparison (or key, for a categorical head) is also taken on just the rows it
+  keeps, and a counting head's other rows grouped (``_rows_merged``)."""
   table = m.table[_cells(m, doms)]
   if m.kind == 'mlp':
     hit = reached[_cells(m, doms)]
@@ -623,23 +672,59 @@ def _fillings(m: Module, doms, reached: np.ndarray, tokens: list[str]) -> list[n
   truth = _truth(m, doms)
   numbers = not q_tok and not k_tok
   shifts = ([0] if q_tok == k_tok else []) + ([d for d in range(-len(kd), len(kd) + 1) if d] if numbers else [])
+  reflections = range(1, 2 * max(max(kd), max(qd)) + 1) if numbers else ()
   if m.kind == 'categorical':
     options = [np.where((truth & hit).any(1), table, -1)]
     for d in shifts:
       option = np.where(np.isin(q[:, 0] + d, kd), q[:, 0] + d, -1)
       options.append(option)
-    return [o for o in options if ((o[:, None] == k) == truth)[hit].all()]
+    if kept is None:
+      return [o for o in options if ((o[:, None] == k) == truth)[hit].all()]
+    options += [np.where(np.isin(c - q[:, 0], kd), c - q[:, 0], -1) for c in reflections]
+    options += [np.full(len(qd), v) for v in [*kd, -1]]
+    alone = np.where(kept(np.full(len(qd), -1)), -1, table)  # rows that may name no key, naming none
+    for option in options[:]:
+      rows = kept(option)
+      options += [np.where(rows, option, table), np.where(rows, option, alone)] if rows.sum() >= 2 else []
+    return [o for o in options if kept(o).all()]
   options = [op(k, q) for symbol, op in RELATIONS if (symbol in ('==', '!=') and q_tok == k_tok) or numbers]
   options += [k == q + d for d in shifts if d]
   fill = _keys_fill(kd, k_tok, tokens)
   options += [_rows_filled(truth, hit, fill, wild=False), _rows_filled(truth, hit, fill)]
-  return [o for o in options if (o == truth)[hit].all()]
+  if kept is None:
+    return [o for o in options if (o == truth)[hit].all()]
+  options += [k == c - q for c in reflections]
+  options.append(_rows_merged(truth, np.ones(len(qd), bool), kept))
+  for option in options[:-1]:
+    rows = kept(option)
+    if rows.sum() >= 2:
+      options.append(_rows_merged(np.where(rows[:, None], option, truth), ~rows, kept))
+  return [o for o in options if kept(o).all()]
+
+
+def _rows_merged(table: np.ndarray, movable: np.ndarray, kept) -> np.ndarray:
+  """``table`` [query values, key values] with each ``movable`` row, in order, replaced by the first of the rows
+  taken so far (matching every key, matching none, then the rows met) that keeps the head's variable there
+  (``kept``, ``kept_rows``): the rows fall into few groups, each a case of the code."""
+  out = table.copy()
+  taken = [np.ones(table.shape[1], bool), np.zeros(table.shape[1], bool)]
+  for r in np.nonzero(movable)[0]:
+    for row in taken:
+      trial = out.copy()
+      trial[r] = row
+      if kept(trial)[r]:
+        out[r] = row
+        break
+    else:
+      taken.append(out[r].copy())
+  return out
 
 
 def fill_unreached(plan: Plan, doms, live: set[str], values: dict, real: np.ndarray) -> tuple[Plan, list[str]]:
   """The plan with each live head's predicate and each live MLP's table chosen anew on the cells no input
-  reaches (``reached_cells`` on ``values``, every variable on the task's every input) where another filling
-  (``_fillings``) writes fewer lines. Every variable keeps its value at every real position of those inputs."""
+  reaches (``reached_cells`` on ``values``, every variable on the task's every input), and a head's also on the
+  cells whose change keeps its variable on every input (``kept_rows``), where another filling (``_fillings``)
+  writes fewer lines. Every variable keeps its value at every real position of those inputs."""
   plan = dataclasses.replace(plan, modules=[dataclasses.replace(m) for m in plan.modules])
   tokens, changed = plan.tokens, []
   for m in plan.modules:
@@ -651,14 +736,15 @@ def fill_unreached(plan: Plan, doms, live: set[str], values: dict, real: np.ndar
     if lines <= 2:  # a definition and one return: nothing shorter to find
       continue
     best = table
-    for option in _fillings(m, doms, reached_cells(m, values, real, plan.causal, plan.card), tokens):
+    kept = None if m.kind == 'mlp' else kept_rows(m, doms, values, real, plan.causal, plan.card)
+    for option in _fillings(m, doms, reached_cells(m, values, real, plan.causal, plan.card), tokens, kept):
       written = len(_written(m, doms, tokens, option))
       if written < lines:
         best, lines = option, written
     if best is not table:
       m.table = _placed(m.table, _cells(m, doms), best)
       changed.append(m.name)
-  notes = ([f'{len(changed)} modules written anew on the pairs of values no input reaches, in fewer lines: '
+  notes = ([f'{len(changed)} modules written anew, in fewer lines, where no input reaches or no variable changes: '
             f'{", ".join(changed)}.'] if changed else [])
   return plan, notes
 

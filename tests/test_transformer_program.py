@@ -1,5 +1,6 @@
 """The Transformer Program kind and its decompiled code: variable selection, predicates, pruning, exactness."""
 
+import dataclasses
 import itertools
 
 import jax
@@ -883,6 +884,37 @@ def test_kept_rows_says_which_rows_read_the_same_values_on_every_input():
   fewer = np.ones((6, 6), bool)
   fewer[1, 4] = fewer[2, 0] = False
   assert list(kept(fewer)) == [True, False, False, True, True, True]
+
+
+def test_a_table_is_loosened_where_no_tag_changes_on_any_input():
+  """An MLP returns 1 for 'a', 3 for a 'b' that occurs twice or more, else 0; the classifier tags 'a' '#5' and
+  every other position with its token's count, reading 3 as it reads 0. On the task's every input the case for
+  'b' changes no tag, so the code leaves it out (the MLP's 3 becomes 0); over other inputs it stays. Both tag
+  every input as the plan does."""
+  card, a, b = len(TOKENS), TOKENS.index('a'), TOKENS.index('b')
+  q, c = np.indices((card, card))
+  table = np.where(q == a, 1, np.where((q == b) & (c >= 2), 3, 0))
+  modules = [program_code.Module('attn_0_0', 'numerical', ('tokens', 'tokens'), np.eye(card, dtype=bool)),
+             program_code.Module('mlp_0_0', 'mlp', ('tokens', 'attn_0_0'), table)]
+  names = ['tokens', 'positions', 'attn_0_0', 'mlp_0_0']
+  readout = {n: np.zeros((card, card), np.float32) for n in names}
+  for n in range(1, 6):
+    readout['attn_0_0'][n, TOKENS.index(f'#{n}')] = 1.0
+  readout['mlp_0_0'][1, TOKENS.index('#5')] = 10.0
+  readout['bias'] = np.zeros(card, np.float32)
+  plan = lambda: program_code.Plan([dataclasses.replace(m) for m in modules], readout, list(TOKENS), 6, False, card)
+  x, lengths = every_input(5, 6)
+  doms = program_code.domains(plan(), sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
+  plain = program_code.source(plan(), set(names), doms, 'as the model wrote it', 'program.npz')
+  assert 'else 3' in plain
+  want = program_code._load(plain, program_code._readout(plan(), set(names)), 'program.npz').predict_ids(x, lengths)
+  program = program_code.code_of(plan(), x, lengths, exhaustive=True)
+  assert "return 1 if token == 'a' else 0" in program.source and ' 3' not in program.source.split('def run(')[1]
+  assert any('mlp_0_0' in note and 'loosened' in note for note in program.notes)
+  kept = program_code.code_of(plan(), x, lengths, exhaustive=False)
+  assert 'else 3' in kept.source and not any('loosened' in note for note in kept.notes)
+  for p in (program, kept):
+    assert (program_code._load(p.source, p.tables, 'program.npz').predict_ids(x, lengths) == want).all()
 
 
 def test_decisions_read_only_the_variables_that_decide_the_tag():

@@ -26,6 +26,7 @@ import os
 import re
 import tempfile
 import textwrap
+import types
 
 import numpy as np
 
@@ -579,6 +580,186 @@ def kept_rows(m: Module, doms, values: dict, real: np.ndarray, causal: bool, car
   def kept(part: np.ndarray) -> np.ndarray:
     return np.array([ok[r, column.get(int(v), -1)] for r, v in enumerate(part)])  # a value no key holds: none
   return kept
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loosening: a module's table changed wherever no tag changes.
+# ---------------------------------------------------------------------------------------------------------
+class _Tags:
+  """Every variable of a plan on the task's every input, computed from its tables as its code computes them at
+  real positions, and whether a change of one module keeps every tag (``keeps``): the modules downstream of it
+  are recomputed on the inputs where it changes, and the classifier's scores moved by the rows of the variables
+  that changed, a tag kept only with a lead above rounding where something moved."""
+
+  def __init__(self, plan: Plan, inputs: np.ndarray, lengths: np.ndarray):
+    self.plan, n = plan, inputs.shape[1]
+    self.real = np.arange(n)[None, :] < lengths[:, None]
+    self.tagged = tagged_positions(plan, inputs, self.real)
+    order = np.tril(np.ones((n, n), bool)) if plan.causal else np.ones((n, n), bool)
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    self.rank = np.where(i == j, 1, n + 1 - np.abs(i - j)) * order        # 0 where the mask hides the key
+    start = {'tokens': inputs.astype(np.int64), 'positions': np.broadcast_to(np.arange(n), inputs.shape),
+             'ones': np.ones(inputs.shape, np.int64), NOTHING: np.zeros(inputs.shape, np.int64)}
+    self.values = self._computed(plan.modules, start, slice(None))
+    self.logits = plan.readout['bias'] + sum(plan.readout[v][self._of(self.values, v)] for v in _variables(plan))
+    self.want = self.logits.argmax(-1)
+
+  def _of(self, values: dict, name: str) -> np.ndarray:
+    return values[self.plan.aliases.get(name, name)]
+
+  def _computed(self, modules, values: dict, rows) -> dict:
+    """The variables ``modules`` write, added to ``values`` (on the inputs ``rows``)."""
+    values = dict(values)
+    allowed = self.real[rows][:, None, :] & (self.rank > 0)
+    for m in modules:
+      a, b = (self._of(values, r) for r in m.reads[:2])
+      if m.kind == 'mlp':
+        values[m.name] = m.table[a, b]
+        continue
+      match = (m.table[a][:, :, None] == b[:, None, :] if m.kind == 'categorical'
+               else m.table[a[:, :, None], b[:, None, :]]) & allowed
+      if m.kind == 'categorical':  # the closest match, or position 0
+        values[m.name] = np.take_along_axis(self._of(values, m.reads[2]), np.where(match, self.rank, 0).argmax(-1), 1)
+      else:
+        weight = self._of(values, m.reads[2])[:, None, :] if len(m.reads) > 2 else 1
+        values[m.name] = np.minimum((match * weight).sum(-1), self.plan.card - 1)
+    return values
+
+  def downstream(self, m: Module) -> list[Module]:
+    """``m`` and every module that reads what it writes, directly or not, in the plan's order."""
+    changed, out = {m.name}, []
+    for other in self.plan.modules:
+      if other is m or any(self.plan.aliases.get(r, r) in changed for r in other.reads):
+        changed.add(other.name)
+        out.append(other)
+    return out
+
+  def keeps(self, modules: list[Module], rows: np.ndarray) -> bool:
+    """Whether the plan, as it now is, changes the changed module's variable (``modules``: ``downstream``, that
+    module first) on some of the inputs ``rows`` and tags them as before, recomputed where that variable
+    changes."""
+    rows = np.nonzero(rows)[0]
+    own = modules[0].name
+    rows = rows[(self._computed(modules[:1], {r: self.values[r][rows] for r in modules[0].reads}, rows)[own]
+                 != self.values[own][rows]).any(1)] if len(rows) else rows
+    if not len(rows):  # the same values: a change of how the code is written, which ``fill_unreached`` weighs
+      return False
+    names = {m.name for m in modules}
+    needed = names | {self.plan.aliases.get(r, r) for m in modules for r in m.reads}
+    before = {k: self.values[k][rows] for k in needed}
+    after = self._computed(modules, before, rows)
+    changed = [v for v in _variables(self.plan) if self.plan.aliases.get(v, v) in names]
+    moved = np.zeros(before[own].shape, bool)
+    for v in changed:
+      moved |= self._of(after, v) != self._of(before, v)
+    b, p = np.nonzero(moved)
+    logits = self.logits[rows[b], p]
+    for v in changed:
+      logits = logits + self.plan.readout[v][self._of(after, v)[b, p]] - self.plan.readout[v][self._of(before, v)[b, p]]
+    want, tagged = self.want[rows[b], p], self.tagged[rows[b], p]
+    top = logits[np.arange(len(want)), want]
+    rival = np.where(np.arange(logits.shape[-1]) == want[:, None], -np.inf, logits).max(-1)
+    if not (top - rival > 1e-4 * (1 + np.abs(top)))[tagged].all():
+      return False
+    self.pending = rows, {n: after[n] for n in names}, (rows[b], p, logits)
+    return True
+
+  def accept(self) -> None:
+    """Takes the change ``keeps`` just found to keep every tag as the new start."""
+    rows, changed, (b, p, logits) = self.pending
+    for name, value in changed.items():
+      self.values[name][rows] = value
+    self.logits[b, p] = logits
+
+
+def _loosened_module(m: Module, doms, tags: _Tags) -> int:
+  """Changes ``m``'s table in place, one step at a time, each kept where every tag stays (``_Tags.keeps``): an
+  MLP's cells returning one value, then each cell alone, return its commonest value; a head's row for a query
+  value matches no key, else (a counting head) every key or another query value's keys. A step is taken only
+  where its code is shorter: fewer lines, or as many in fewer characters. The steps kept."""
+  modules, values, kept = tags.downstream(m), tags.values, 0
+  held = {k: types.SimpleNamespace(ids=tags._of(values, k)) for k in m.reads if k != NOTHING}
+  reached = reached_cells(m, held, tags.real, tags.plan.causal, tags.plan.card)
+
+  def write() -> tuple[int, int]:
+    """The code's lines, then its characters, with the cells no input reaches written the shortest way."""
+    part = m.table[_cells(m, doms)]
+    codes = [_written(m, doms, tags.plan.tokens, o) for o in [part, *_fillings(m, doms, reached, tags.plan.tokens)]]
+    return min((len(code), sum(len(line.strip()) for line in code)) for code in codes)
+  lines = [write()]
+
+  def tried(table: np.ndarray, rows: np.ndarray) -> bool:
+    """Takes ``table`` where it keeps every tag and writes shorter code."""
+    old, m.table = m.table, table
+    written = write()
+    if written < lines[0] and tags.keeps(modules, rows):
+      tags.accept()
+      lines[0] = written
+      return True
+    m.table = old
+    return False
+
+  a, b = (tags._of(values, r) for r in m.reads[:2])
+  real = tags.real
+  if m.kind == 'mlp':
+    ad, bd = (np.array(doms[r][0]) for r in m.reads[:2])
+    cells = m.table[np.ix_(ad, bd)]
+    kinds, counts = np.unique(cells, return_counts=True)
+    usual = kinds[np.argmax(counts)]
+    for v in kinds[np.argsort(counts)]:
+      if v == usual:
+        continue
+      group = np.argwhere(m.table == v)
+      where = lambda cells: (np.isin(a * tags.plan.card + b, cells[:, 0] * tags.plan.card + cells[:, 1])
+                             & real).any(1)
+      steps = [group] + ([g[None] for g in group] if len(group) <= 16 else [])
+      for step in steps:
+        table = m.table.copy()
+        table[step[:, 0], step[:, 1]] = usual
+        done = tried(table, where(step))
+        kept += done
+        if done and step is group:
+          break
+    return kept
+  qd = _query_domain(m, doms)[0]
+  for q in qd:
+    rows = ((a == q) & real).any(1)
+    if m.kind == 'categorical':
+      options = [-1]
+    else:
+      others = np.unique(m.table[[o for o in qd if o != q]], axis=0)
+      options = [np.zeros(tags.plan.card, bool), np.ones(tags.plan.card, bool), *others]
+    for option in options:
+      if m.kind == 'categorical' and m.table[q] == option or m.kind == 'numerical' and (m.table[q] == option).all():
+        break
+      table = m.table.copy()
+      table[q] = option
+      if tried(table, rows):
+        kept += 1
+        break
+  return kept
+
+
+def loosen(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, data_file: str
+           ) -> tuple[Plan, list[str]]:
+  """The plan with each module's table changed wherever that keeps every tag on ``inputs`` (the task's every
+  input; ``_loosened_module``), the last module first, then simplified again (what now matches no key or reads
+  a constant folds, what is now equal merges). A variable may then differ from the model's where no tag reads
+  it. Checked as the code tags: where that would change a tag, the plan is kept as it was."""
+  before = plan
+  plan = dataclasses.replace(plan, modules=[dataclasses.replace(m, table=m.table.copy()) for m in plan.modules],
+                             aliases=dict(plan.aliases))
+  doms, tags = doms_of(plan), _Tags(plan, inputs, lengths)
+  changed = [m.name for m in reversed(plan.modules) if _loosened_module(m, doms, tags)]
+  if not changed:
+    return before, []
+  plan, again = simplify(plan, doms_of)
+  try:
+    _check_same(before, doms_of(before), plan, doms_of(plan), inputs, lengths, data_file)
+  except RuntimeError:
+    return before, []
+  return plan, [f'{len(changed)} modules loosened where no tag changes on any input (a variable may then differ '
+                f'from the model\'s where no tag reads it): {", ".join(sorted(changed))}.'] + again
 
 
 def _rows_filled(table: np.ndarray, reached: np.ndarray, fill_row, wild=None) -> np.ndarray:
@@ -1967,6 +2148,9 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
     simplified += restricted
   doms = doms_of(plan)
   _check_same(unsimplified, domains(unsimplified, input_tokens, first), plan, doms, inputs, lengths, data_file)
+  if exhaustive:  # what no tag reads may change: the shorter tables are written
+    plan, loosened = loosen(plan, doms_of, inputs, lengths, data_file)
+    doms, simplified = doms_of(plan), simplified + loosened
   kept, bias = prune(plan, doms, inputs, lengths, data_file)
   live = _needs(plan, kept, doms)
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a

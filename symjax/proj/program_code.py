@@ -555,7 +555,7 @@ def kept_rows(m: Module, doms, values: dict, real: np.ndarray, causal: bool, car
   if m.kind == 'numerical':
     weight = real * (ids(m.reads[2]) if len(m.reads) > 2 else 1)
     counts = np.einsum('ij,bjc->bic', order.astype(np.int64), (k[:, :, None] == kd) * weight[:, :, None])
-    rows = [np.unique(counts[q == r], axis=0) for r in range(len(qd))]   # [keys counted by value] per query
+    rows = _distinct_rows_by(counts.reshape(-1, len(kd)), q.reshape(-1), len(qd))  # keys counted, by value
 
     def kept(part: np.ndarray) -> np.ndarray:
       now = m.table[_cells(m, doms)]
@@ -582,6 +582,17 @@ def kept_rows(m: Module, doms, values: dict, real: np.ndarray, causal: bool, car
   return kept
 
 
+def _distinct_rows_by(rows: np.ndarray, group: np.ndarray, groups: int) -> list[np.ndarray]:
+  """The distinct rows of ``rows`` [n, c] (non-negative integers) in each group 0..groups-1 (``group`` [n];
+  others ignored): each row read as one number where that fits in 64 bits (far faster than comparing rows)."""
+  base, width = int(rows.max(initial=0)) + 1, rows.shape[1]
+  if base ** width >= 2 ** 63:
+    return [np.unique(rows[group == g], axis=0) for g in range(groups)]
+  digits = base ** np.arange(width, dtype=np.int64)
+  code = rows.astype(np.int64) @ digits
+  return [(np.unique(code[group == g])[:, None] // digits) % base for g in range(groups)]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Loosening: a module's table changed wherever no tag changes.
 # ---------------------------------------------------------------------------------------------------------
@@ -603,6 +614,7 @@ class _Tags:
     self.values = self._computed(plan.modules, start, slice(None))
     self.logits = plan.readout['bias'] + sum(plan.readout[v][self._of(self.values, v)] for v in _variables(plan))
     self.want = self.logits.argmax(-1)
+    self.shuffled = np.random.default_rng(0).permutation(len(inputs))  # each input's place in the order tried
 
   def _of(self, values: dict, name: str) -> np.ndarray:
     return values[self.plan.aliases.get(name, name)]
@@ -634,42 +646,47 @@ class _Tags:
         out.append(other)
     return out
 
-  def keeps(self, modules: list[Module], rows: np.ndarray) -> bool:
+  def keeps(self, modules: list[Module], rows: np.ndarray, chunk: int = 8192) -> bool:
     """Whether the plan, as it now is, changes the changed module's variable (``modules``: ``downstream``, that
     module first) on some of the inputs ``rows`` and tags them as before, recomputed where that variable
-    changes."""
-    rows = np.nonzero(rows)[0]
-    own = modules[0].name
-    rows = rows[(self._computed(modules[:1], {r: self.values[r][rows] for r in modules[0].reads}, rows)[own]
-                 != self.values[own][rows]).any(1)] if len(rows) else rows
-    if not len(rows):  # the same values: a change of how the code is written, which ``fill_unreached`` weighs
-      return False
+    changes; a chunk of inputs at a time, in a fixed shuffled order, stopping at the first tag that changes."""
+    own, rows = modules[0].name, np.nonzero(rows)[0]
+    rows = rows[np.argsort(self.shuffled[rows], kind='stable')]
     names = {m.name for m in modules}
     needed = names | {self.plan.aliases.get(r, r) for m in modules for r in m.reads}
-    before = {k: self.values[k][rows] for k in needed}
-    after = self._computed(modules, before, rows)
     changed = [v for v in _variables(self.plan) if self.plan.aliases.get(v, v) in names]
-    moved = np.zeros(before[own].shape, bool)
-    for v in changed:
-      moved |= self._of(after, v) != self._of(before, v)
-    b, p = np.nonzero(moved)
-    logits = self.logits[rows[b], p]
-    for v in changed:
-      logits = logits + self.plan.readout[v][self._of(after, v)[b, p]] - self.plan.readout[v][self._of(before, v)[b, p]]
-    want, tagged = self.want[rows[b], p], self.tagged[rows[b], p]
-    top = logits[np.arange(len(want)), want]
-    rival = np.where(np.arange(logits.shape[-1]) == want[:, None], -np.inf, logits).max(-1)
-    if not (top - rival > 1e-4 * (1 + np.abs(top)))[tagged].all():
-      return False
-    self.pending = rows, {n: after[n] for n in names}, (rows[b], p, logits)
-    return True
+    self.pending = []
+    for start in range(0, len(rows), chunk):
+      part = rows[start:start + chunk]
+      part = part[(self._computed(modules[:1], {r: self.values[r][part] for r in modules[0].reads}, part)[own]
+                   != self.values[own][part]).any(1)]
+      if not len(part):
+        continue
+      before = {k: self.values[k][part] for k in needed}
+      after = self._computed(modules, before, part)
+      moved = np.zeros(before[own].shape, bool)
+      for v in changed:
+        moved |= self._of(after, v) != self._of(before, v)
+      b, p = np.nonzero(moved)
+      logits = self.logits[part[b], p]
+      for v in changed:
+        rows_of = self.plan.readout[v]
+        logits = logits + rows_of[self._of(after, v)[b, p]] - rows_of[self._of(before, v)[b, p]]
+      want, tagged = self.want[part[b], p], self.tagged[part[b], p]
+      top = logits[np.arange(len(want)), want]
+      rival = np.where(np.arange(logits.shape[-1]) == want[:, None], -np.inf, logits).max(-1)
+      if not (top - rival > 1e-4 * (1 + np.abs(top)))[tagged].all():
+        return False
+      self.pending.append((part, {n: after[n] for n in names}, (part[b], p, logits)))
+    # No input whose variable changes: a change of how the code is written, which ``fill_unreached`` weighs.
+    return bool(self.pending)
 
   def accept(self) -> None:
     """Takes the change ``keeps`` just found to keep every tag as the new start."""
-    rows, changed, (b, p, logits) = self.pending
-    for name, value in changed.items():
-      self.values[name][rows] = value
-    self.logits[b, p] = logits
+    for rows, changed, (b, p, logits) in self.pending:
+      for name, value in changed.items():
+        self.values[name][rows] = value
+      self.logits[b, p] = logits
 
 
 def _loosened_module(m: Module, doms, tags: _Tags) -> int:
@@ -728,7 +745,8 @@ def _loosened_module(m: Module, doms, tags: _Tags) -> int:
       options = [-1]
     else:
       others = np.unique(m.table[[o for o in qd if o != q]], axis=0)
-      options = [np.zeros(tags.plan.card, bool), np.ones(tags.plan.card, bool), *others]
+      width = m.table.shape[1]  # 1 where the key was a constant (``NOTHING``)
+      options = [np.zeros(width, bool), np.ones(width, bool), *others]
     for option in options:
       if m.kind == 'categorical' and m.table[q] == option or m.kind == 'numerical' and (m.table[q] == option).all():
         break
@@ -2131,26 +2149,35 @@ def _unreached_filled(plan: Plan, doms_of, live: set[str], readout: dict[str, np
   return filled, notes + folded
 
 
+def _simplified(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool, data_file: str
+                ) -> tuple[Plan, list[str]]:
+  """``plan`` simplified (``simplify``; on the task's every input, renamings merged too), heads exact only where
+  the task tags (``restrict_to_tagged``), checked to tag ``inputs`` as the plan does; then, on the task's every
+  input, loosened where no tag changes (``loosen``). The notes of each pass."""
+  unsimplified = plan
+  plan, notes = simplify(plan, doms_of)
+  if exhaustive:  # a renaming found on the task's every input holds on every input
+    plan, renamings = merge_renamings_everywhere(plan, doms_of, inputs, lengths, data_file)
+    notes += renamings
+  if plan.untagged:
+    plan, restricted = restrict_to_tagged(plan, doms_of, inputs, lengths, data_file, exhaustive)
+    notes += restricted
+  _check_same(unsimplified, doms_of(unsimplified), plan, doms_of(plan), inputs, lengths, data_file)
+  if exhaustive:  # what no tag reads may change: the shorter tables are written
+    plan, loosened = loosen(plan, doms_of, inputs, lengths, data_file)
+    notes += loosened
+  return plan, notes
+
+
 def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool, origin: str = 'memory',
             data_file: str = 'program.npz') -> CodeProgram:
   """The code of ``plan``: simplified (``simplify``), checked to tag ``inputs`` as the plan does, and pruned."""
   real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
   input_tokens = [int(t) for t in np.unique(inputs[real])]
   first = {'tokens': tuple(int(t) for t in np.unique(inputs[lengths > 0, 0]))}  # what position 0 holds
-  unsimplified = plan
   doms_of = lambda p: domains(p, input_tokens, first)
-  plan, simplified = simplify(plan, doms_of)
-  if exhaustive:  # a renaming found on the task's every input holds on every input
-    plan, renamings = merge_renamings_everywhere(plan, doms_of, inputs, lengths, data_file)
-    simplified += renamings
-  if plan.untagged:
-    plan, restricted = restrict_to_tagged(plan, doms_of, inputs, lengths, data_file, exhaustive)
-    simplified += restricted
+  plan, simplified = _simplified(plan, doms_of, inputs, lengths, exhaustive, data_file)
   doms = doms_of(plan)
-  _check_same(unsimplified, domains(unsimplified, input_tokens, first), plan, doms, inputs, lengths, data_file)
-  if exhaustive:  # what no tag reads may change: the shorter tables are written
-    plan, loosened = loosen(plan, doms_of, inputs, lengths, data_file)
-    doms, simplified = doms_of(plan), simplified + loosened
   kept, bias = prune(plan, doms, inputs, lengths, data_file)
   live = _needs(plan, kept, doms)
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a

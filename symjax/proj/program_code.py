@@ -762,8 +762,9 @@ def loosen(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, data_fi
            ) -> tuple[Plan, list[str]]:
   """The plan with each module's table changed wherever that keeps every tag on ``inputs`` (the task's every
   input; ``_loosened_module``), the last module first, then simplified again (what now matches no key or reads
-  a constant folds, what is now equal merges). A variable may then differ from the model's where no tag reads
-  it. Checked as the code tags: where that would change a tag, the plan is kept as it was."""
+  a constant folds; what is now equal to an earlier variable, or a renaming of one, merges). A variable may
+  then differ from the model's where no tag reads it. Checked as the code tags: where that would change a
+  tag, the plan is kept as it was."""
   before = plan
   plan = dataclasses.replace(plan, modules=[dataclasses.replace(m, table=m.table.copy()) for m in plan.modules],
                              aliases=dict(plan.aliases))
@@ -772,6 +773,8 @@ def loosen(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, data_fi
   if not changed:
     return before, []
   plan, again = simplify(plan, doms_of)
+  plan, renamings = merge_renamings_everywhere(plan, doms_of, inputs, lengths, data_file)  # now a renaming
+  again += renamings
   try:
     _check_same(before, doms_of(before), plan, doms_of(plan), inputs, lengths, data_file)
   except RuntimeError:
@@ -2140,7 +2143,7 @@ def _unreached_filled(plan: Plan, doms_of, live: set[str], readout: dict[str, np
   filled, notes = fill_unreached(plan, doms, live, values, real)
   if not notes:
     return plan, []
-  filled, folded = simplify(filled, doms_of, merge=False)
+  filled, folded = simplify(filled, doms_of)  # a head that now matches no key may equal an earlier one
   after = _run(filled, doms_of(filled), live, readout, inputs, lengths, data_file)[0]
   free, tagged = untagged_free(plan), tagged_positions(plan, inputs, real)
   where = lambda n: tagged if n in free else real

@@ -2132,10 +2132,10 @@ def _decided(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray,
 def _unreached_filled(plan: Plan, doms_of, live: set[str], readout: dict[str, np.ndarray], values: dict | None,
                       inputs: np.ndarray, lengths: np.ndarray, data_file: str) -> tuple[Plan, list[str]]:
   """``fill_unreached`` on the task's every input (``values``: every live variable there, or None to run the
-  program for them), folded as the simplifier folds (a predicate may now ignore its query), and checked: every
-  live variable keeps its value at every real position, or at every tagged one for a module whose value
-  elsewhere reaches no tag (a head exact only for the query values tagged positions hold may fold to other
-  values there). The notes are empty where nothing was written anew."""
+  program for them), simplified again (a predicate may now ignore its query, a head equal an earlier one), and
+  checked: every live variable keeps its value at every real position, or at every tagged one for a module
+  whose value elsewhere reaches no tag (a head exact only for the query values tagged positions hold may fold
+  to other values there). The notes are empty where nothing was written anew."""
   doms = doms_of(plan)
   if values is None:
     values = _run(plan, doms, live, readout, inputs, lengths, data_file)[0]

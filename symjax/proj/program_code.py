@@ -557,11 +557,17 @@ def kept_rows(m: Module, doms, values: dict, real: np.ndarray, causal: bool, car
     counts = np.einsum('ij,bjc->bic', order.astype(np.int64), (k[:, :, None] == kd) * weight[:, :, None])
     rows = _distinct_rows_by(counts.reshape(-1, len(kd)), q.reshape(-1), len(qd))  # keys counted, by value
 
-    def kept(part: np.ndarray) -> np.ndarray:
-      now = m.table[_cells(m, doms)]
-      return np.array([(np.minimum(c @ part[r], card - 1) == np.minimum(c @ now[r], card - 1)).all()
-                       for r, c in enumerate(rows)])
-    return kept
+    now = m.table[_cells(m, doms)]
+    counted = [np.minimum(c @ now[r], card - 1) for r, c in enumerate(rows)]
+    known: dict[tuple[int, bytes], bool] = {}  # the fillings tried share most rows: each row is counted once
+
+    def row_kept(r: int, row: np.ndarray) -> bool:
+      key = (r, row.tobytes())
+      if key not in known:
+        known[key] = bool((np.minimum(rows[r] @ row, card - 1) == counted[r]).all())
+      return known[key]
+
+    return lambda part: np.array([row_kept(r, part[r]) for r in range(len(rows))])
   # A categorical head: the value each query reads if its row named key value c, for every c and none (-1).
   held, out = ids(m.reads[2]), ids(m.name)
   i, j = np.arange(n)[:, None], np.arange(n)[None, :]
@@ -646,18 +652,22 @@ class _Tags:
         out.append(other)
     return out
 
-  def keeps(self, modules: list[Module], rows: np.ndarray, chunk: int = 8192) -> bool:
+  def keeps(self, modules: list[Module], rows: np.ndarray, first: int = 256, chunk: int = 8192) -> bool:
     """Whether the plan, as it now is, changes the changed module's variable (``modules``: ``downstream``, that
     module first) on some of the inputs ``rows`` and tags them as before, recomputed where that variable
-    changes; a chunk of inputs at a time, in a fixed shuffled order, stopping at the first tag that changes."""
+    changes; a chunk of inputs at a time, in a fixed shuffled order, stopping at the first tag that changes.
+    Most steps tried change a tag on one of the first inputs, so the chunks grow from ``first`` inputs to
+    ``chunk``: a step turned down costs a few hundred inputs, not thousands."""
     own, rows = modules[0].name, np.nonzero(rows)[0]
     rows = rows[np.argsort(self.shuffled[rows], kind='stable')]
     names = {m.name for m in modules}
     needed = names | {self.plan.aliases.get(r, r) for m in modules for r in m.reads}
     changed = [v for v in _variables(self.plan) if self.plan.aliases.get(v, v) in names]
     self.pending = []
-    for start in range(0, len(rows), chunk):
-      part = rows[start:start + chunk]
+    start, size = 0, first
+    while start < len(rows):
+      part = rows[start:start + size]
+      start, size = start + size, min(4 * size, chunk)
       part = part[(self._computed(modules[:1], {r: self.values[r][part] for r in modules[0].reads}, part)[own]
                    != self.values[own][part]).any(1)]
       if not len(part):
@@ -1077,8 +1087,7 @@ def _rule(m: Module, doms, most_extra: int = 2) -> Rule | None:
     extra = truth & ~base
     if not whole.any():
       continue
-    patterns, count = np.unique(extra[whole], axis=0, return_counts=True)
-    pattern = patterns[np.argmax(count)]
+    pattern = _commonest_row(extra[whole])
     fits = whole & (extra == pattern).all(1)
     exceptions = np.nonzero(~fits)[0]
     if pattern.sum() > most_extra or len(exceptions) > allowed or fits.sum() < 2:
@@ -1087,6 +1096,18 @@ def _rule(m: Module, doms, most_extra: int = 2) -> Rule | None:
     if best is None or (len(rule.exceptions), len(rule.extra)) < (len(best.exceptions), len(best.extra)):
       best = rule
   return best
+
+
+def _commonest_row(rows: np.ndarray) -> np.ndarray:
+  """The row of ``rows`` [n, c] (bool) most often there, the first in order of the rows where several are: each
+  row read as one number, its first column the highest bit (``_rule`` asks this of dozens of comparisons per
+  head, and ``np.unique(axis=0)`` costs far more per call)."""
+  if rows.shape[1] > 62:
+    patterns, count = np.unique(rows, axis=0, return_counts=True)
+    return patterns[np.argmax(count)]
+  codes = rows.astype(np.int64) @ (1 << np.arange(rows.shape[1] - 1, -1, -1, dtype=np.int64))
+  values, count = np.unique(codes, return_counts=True)
+  return rows[np.argmax(codes == values[np.argmax(count)])]
 
 
 def _rule_text(rule: Rule, ka: str, qa: str, k_tok: bool, tokens: list[str]) -> str:

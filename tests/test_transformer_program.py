@@ -857,6 +857,19 @@ def test_a_predicate_is_written_anew_wherever_no_variable_changes():
   assert (got == want).all()
 
 
+def test_the_commonest_row_is_the_first_of_the_rows_seen_most_often():
+  # _rule's choice of extra keys: the same row as sorting the rows and counting them (np.unique over rows),
+  # ties broken by the first row in that order, whatever the width.
+  rng = np.random.default_rng(0)
+  for shape in [(12, 3), (40, 5), (7, 17), (30, 64)]:
+    for _ in range(20):
+      distinct = rng.random((3, shape[1])) < 0.3
+      rows = distinct[rng.permutation(np.arange(shape[0]) % 3)]    # as many of each, or one more: ties
+      rows[rng.random(shape[0]) < 0.2] ^= True
+      patterns, count = np.unique(rows, axis=0, return_counts=True)
+      np.testing.assert_array_equal(program_code._commonest_row(rows), patterns[np.argmax(count)])
+
+
 def test_kept_rows_says_which_rows_read_the_same_values_on_every_input():
   """A head reading the next position's token, on inputs whose positions 1 and 2 hold the same token: query
   position 0 may name key 2 instead of 1, or none at the last position, where it reads position 0 either way;

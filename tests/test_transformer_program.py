@@ -930,6 +930,36 @@ def test_a_table_is_loosened_where_no_tag_changes_on_any_input():
     assert (program_code._load(p.source, p.tables, 'program.npz').predict_ids(x, lengths) == want).all()
 
 
+def test_a_cell_takes_its_rows_value_where_the_mlps_commonest_would_change_a_tag():
+  """An MLP returns 1 for 'a' (4 where three 'a's are counted), 2 for 'b', else 0; the classifier reads 1 and 4
+  alike ('#5'), 2 as '#4', 0 as nothing. The commonest value, 0, would change the tag of those 'a's; the
+  value of the rest of their row, 1, changes none, so the code returns 1 for every 'a'."""
+  card, a, b = len(TOKENS), TOKENS.index('a'), TOKENS.index('b')
+  q, c = np.indices((card, card))
+  table = np.where(q == a, np.where(c == 3, 4, 1), np.where(q == b, 2, 0))
+  modules = [program_code.Module('attn_0_0', 'numerical', ('tokens', 'tokens'), np.eye(card, dtype=bool)),
+             program_code.Module('mlp_0_0', 'mlp', ('tokens', 'attn_0_0'), table)]
+  names = ['tokens', 'positions', 'attn_0_0', 'mlp_0_0']
+  readout = {n: np.zeros((card, card), np.float32) for n in names}
+  for n in range(1, 6):
+    readout['attn_0_0'][n, TOKENS.index(f'#{n}')] = 1.0
+  readout['mlp_0_0'][[1, 4], TOKENS.index('#5')] = 10.0
+  readout['mlp_0_0'][2, TOKENS.index('#4')] = 10.0
+  readout['bias'] = np.zeros(card, np.float32)
+  plan = lambda: program_code.Plan([dataclasses.replace(m) for m in modules], readout, list(TOKENS), 6, False, card)
+  x, lengths = every_input(5, 6)
+  doms = program_code.domains(plan(), sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
+  plain = program_code.source(plan(), set(names), doms, 'as the model wrote it', 'program.npz')
+  want = program_code._load(plain, program_code._readout(plan(), set(names)), 'program.npz').predict_ids(x, lengths)
+  program = program_code.code_of(plan(), x, lengths, exhaustive=True)
+  run = program.source.split('def run(')[1]
+  assert 'return 4' not in run and 'else 4' not in run and '4 if' not in run, run
+  kept = program_code.code_of(plan(), x, lengths, exhaustive=False)
+  assert '4' in kept.source.split('def mlp_0_0')[1].split('mlp_0_0 = ')[0]
+  for p in (program, kept):
+    assert (program_code._load(p.source, p.tables, 'program.npz').predict_ids(x, lengths) == want).all()
+
+
 def test_decisions_read_only_the_variables_that_decide_the_tag():
   """Over the combinations reached, a variable whose values the others already decide is dropped: here the
   tag is the count, whatever the token, so the decisions read the count alone."""

@@ -213,7 +213,7 @@ def simplify(plan: Plan, doms_of, merge: bool = True) -> tuple[Plan, list[str]]:
       break
   notes = []
   if folded:
-    notes.append(f'{len(folded)} modules read a constant, or a query their predicate ignores, now folded in: '
+    notes.append('Modules folded in, as each reads a constant or a query its predicate ignores: '
                  f'{", ".join(sorted(folded))}.')
   if merged:
     notes.append('Equal to an earlier module, and merged into it: '
@@ -701,8 +701,8 @@ class _Tags:
 
 def _loosened_module(m: Module, doms, tags: _Tags) -> int:
   """Changes ``m``'s table in place, one step at a time, each kept where every tag stays (``_Tags.keeps``): an
-  MLP's cells returning one value, then each cell alone, return its commonest value; a head's row for a query
-  value matches no key, else (a counting head) every key or another query value's keys. A step is taken only
+  MLP's as ``_loosened_mlp`` says; a head's row for a query value matches no key, else (a counting head) every
+  key or another query value's keys. A step is taken only
   where its code is shorter: fewer lines, or as many in fewer characters. The steps kept."""
   modules, values, kept = tags.downstream(m), tags.values, 0
   held = {k: types.SimpleNamespace(ids=tags._of(values, k)) for k in m.reads if k != NOTHING}
@@ -729,25 +729,7 @@ def _loosened_module(m: Module, doms, tags: _Tags) -> int:
   a, b = (tags._of(values, r) for r in m.reads[:2])
   real = tags.real
   if m.kind == 'mlp':
-    ad, bd = (np.array(doms[r][0]) for r in m.reads[:2])
-    cells = m.table[np.ix_(ad, bd)]
-    kinds, counts = np.unique(cells, return_counts=True)
-    usual = kinds[np.argmax(counts)]
-    for v in kinds[np.argsort(counts)]:
-      if v == usual:
-        continue
-      group = np.argwhere(m.table == v)
-      where = lambda cells: (np.isin(a * tags.plan.card + b, cells[:, 0] * tags.plan.card + cells[:, 1])
-                             & real).any(1)
-      steps = [group] + ([g[None] for g in group] if len(group) <= 16 else [])
-      for step in steps:
-        table = m.table.copy()
-        table[step[:, 0], step[:, 1]] = usual
-        done = tried(table, where(step))
-        kept += done
-        if done and step is group:
-          break
-    return kept
+    return _loosened_mlp(m, doms, tags, tried)
   qd = _query_domain(m, doms)[0]
   for q in qd:
     rows = ((a == q) & real).any(1)
@@ -765,6 +747,44 @@ def _loosened_module(m: Module, doms, tags: _Tags) -> int:
       if tried(table, rows):
         kept += 1
         break
+  return kept
+
+
+def _loosened_mlp(m: Module, doms, tags: _Tags, tried) -> int:
+  """``_loosened_module`` for an MLP (``tried(table, rows)``: takes a table where it is kept): the cells
+  returning one value, then each alone, return the MLP's commonest value; then, row by row and column by
+  column, the cells returning another value than their row's (column's) commonest return that one, so that
+  the MLP reads as a lookup per row or column. The steps kept."""
+  a, b = (tags._of(tags.values, r) for r in m.reads[:2])
+  card, kept = tags.plan.card, 0
+  where = lambda cells: (np.isin(a * card + b, cells[:, 0] * card + cells[:, 1]) & tags.real).any(1)
+
+  def steps_to(group: np.ndarray, value: int, alone: int) -> int:
+    """``group``'s cells return ``value``, all at once, else (up to ``alone`` cells) one at a time."""
+    done = 0
+    for step in [group] + ([g[None] for g in group] if len(group) <= alone else []):
+      table = m.table.copy()
+      table[step[:, 0], step[:, 1]] = value
+      done += tried(table, where(step))
+      if done and step is group:
+        break
+    return done
+
+  ad, bd = (np.array(doms[r][0]) for r in m.reads[:2])
+  kinds, counts = np.unique(m.table[np.ix_(ad, bd)], return_counts=True)
+  usual = kinds[np.argmax(counts)]
+  for v in kinds[np.argsort(counts)]:
+    if v != usual:
+      kept += steps_to(np.argwhere(m.table == v), usual, 16)
+  for axis, (outer, inner) in enumerate([(ad, bd), (bd, ad)]):
+    for x in outer:
+      line = m.table[x, inner] if axis == 0 else m.table[inner, x]
+      kinds, counts = np.unique(line, return_counts=True)
+      common = kinds[np.argmax(counts)]
+      for v in kinds[np.argsort(counts)]:
+        if v != common:
+          others = inner[line == v]
+          kept += steps_to(np.stack([np.full(len(others), x), others], -1)[:, ::1 if axis == 0 else -1], common, 4)
   return kept
 
 
@@ -789,8 +809,8 @@ def loosen(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, data_fi
     _check_same(before, doms_of(before), plan, doms_of(plan), inputs, lengths, data_file)
   except RuntimeError:
     return before, []
-  return plan, [f'{len(changed)} modules loosened where no tag changes on any input (a variable may then differ '
-                f'from the model\'s where no tag reads it): {", ".join(sorted(changed))}.'] + again
+  return plan, ['Modules loosened where no tag changes on any input (a variable may then differ from the model\'s '
+                f'where no tag reads it): {", ".join(sorted(changed))}.'] + again
 
 
 def _rows_filled(table: np.ndarray, reached: np.ndarray, fill_row, wild=None) -> np.ndarray:
@@ -956,7 +976,7 @@ def fill_unreached(plan: Plan, doms, live: set[str], values: dict, real: np.ndar
     if best is not table:
       m.table = _placed(m.table, _cells(m, doms), best)
       changed.append(m.name)
-  notes = ([f'{len(changed)} modules written anew, in fewer lines, where no input reaches or no variable changes: '
+  notes = (['Modules written anew, in fewer lines, where no input reaches or no variable changes: '
             f'{", ".join(changed)}.'] if changed else [])
   return plan, notes
 

@@ -899,6 +899,20 @@ def test_kept_rows_says_which_rows_read_the_same_values_on_every_input():
   assert list(kept(fewer)) == [True, False, False, True, True, True]
 
 
+def count_then_mlp(table: np.ndarray):
+  """A counting head (same token) then an MLP over the token and that count (``table``); the classifier tags
+  a count n '#n' (the MLP's rows, zero here, and the bias are the caller's): modules, names, readout."""
+  card = len(TOKENS)
+  modules = [program_code.Module('attn_0_0', 'numerical', ('tokens', 'tokens'), np.eye(card, dtype=bool)),
+             program_code.Module('mlp_0_0', 'mlp', ('tokens', 'attn_0_0'), table)]
+  names = ['tokens', 'positions', 'attn_0_0', 'mlp_0_0']
+  readout = {n: np.zeros((card, card), np.float32) for n in names}
+  for n in range(1, 6):
+    readout['attn_0_0'][n, TOKENS.index(f'#{n}')] = 1.0
+  readout['bias'] = np.zeros(card, np.float32)
+  return modules, names, readout
+
+
 def test_a_table_is_loosened_where_no_tag_changes_on_any_input():
   """An MLP returns 1 for 'a', 3 for a 'b' that occurs twice or more, else 0; the classifier tags 'a' '#5' and
   every other position with its token's count, reading 3 as it reads 0. On the task's every input the case for
@@ -907,14 +921,8 @@ def test_a_table_is_loosened_where_no_tag_changes_on_any_input():
   card, a, b = len(TOKENS), TOKENS.index('a'), TOKENS.index('b')
   q, c = np.indices((card, card))
   table = np.where(q == a, 1, np.where((q == b) & (c >= 2), 3, 0))
-  modules = [program_code.Module('attn_0_0', 'numerical', ('tokens', 'tokens'), np.eye(card, dtype=bool)),
-             program_code.Module('mlp_0_0', 'mlp', ('tokens', 'attn_0_0'), table)]
-  names = ['tokens', 'positions', 'attn_0_0', 'mlp_0_0']
-  readout = {n: np.zeros((card, card), np.float32) for n in names}
-  for n in range(1, 6):
-    readout['attn_0_0'][n, TOKENS.index(f'#{n}')] = 1.0
+  modules, names, readout = count_then_mlp(table)
   readout['mlp_0_0'][1, TOKENS.index('#5')] = 10.0
-  readout['bias'] = np.zeros(card, np.float32)
   plan = lambda: program_code.Plan([dataclasses.replace(m) for m in modules], readout, list(TOKENS), 6, False, card)
   x, lengths = every_input(5, 6)
   doms = program_code.domains(plan(), sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
@@ -937,15 +945,9 @@ def test_a_cell_takes_its_rows_value_where_the_mlps_commonest_would_change_a_tag
   card, a, b = len(TOKENS), TOKENS.index('a'), TOKENS.index('b')
   q, c = np.indices((card, card))
   table = np.where(q == a, np.where(c == 3, 4, 1), np.where(q == b, 2, 0))
-  modules = [program_code.Module('attn_0_0', 'numerical', ('tokens', 'tokens'), np.eye(card, dtype=bool)),
-             program_code.Module('mlp_0_0', 'mlp', ('tokens', 'attn_0_0'), table)]
-  names = ['tokens', 'positions', 'attn_0_0', 'mlp_0_0']
-  readout = {n: np.zeros((card, card), np.float32) for n in names}
-  for n in range(1, 6):
-    readout['attn_0_0'][n, TOKENS.index(f'#{n}')] = 1.0
+  modules, names, readout = count_then_mlp(table)
   readout['mlp_0_0'][[1, 4], TOKENS.index('#5')] = 10.0
   readout['mlp_0_0'][2, TOKENS.index('#4')] = 10.0
-  readout['bias'] = np.zeros(card, np.float32)
   plan = lambda: program_code.Plan([dataclasses.replace(m) for m in modules], readout, list(TOKENS), 6, False, card)
   x, lengths = every_input(5, 6)
   doms = program_code.domains(plan(), sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})

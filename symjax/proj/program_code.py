@@ -702,8 +702,8 @@ class _Tags:
 def _loosened_module(m: Module, doms, tags: _Tags) -> int:
   """Changes ``m``'s table in place, one step at a time, each kept where every tag stays (``_Tags.keeps``): an
   MLP's as ``_loosened_mlp`` says; a head's row for a query value matches no key, else (a counting head) every
-  key or another query value's keys. A step is taken only
-  where its code is shorter: fewer lines, or as many in fewer characters. The steps kept."""
+  key or another query value's keys. A step is taken only where its code is shorter: fewer lines, or as many
+  in fewer characters. The steps kept."""
   modules, values, kept = tags.downstream(m), tags.values, 0
   held = {k: types.SimpleNamespace(ids=tags._of(values, k)) for k in m.reads if k != NOTHING}
   reached = reached_cells(m, held, tags.real, tags.plan.causal, tags.plan.card)

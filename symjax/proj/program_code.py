@@ -555,7 +555,10 @@ def kept_rows(m: Module, doms, values: dict, real: np.ndarray, causal: bool, car
   if m.kind == 'numerical':
     weight = real * (ids(m.reads[2]) if len(m.reads) > 2 else 1)
     counts = np.einsum('ij,bjc->bic', order.astype(np.int64), (k[:, :, None] == kd) * weight[:, :, None])
-    rows = _distinct_rows_by(counts.reshape(-1, len(kd)), q.reshape(-1), len(qd))  # keys counted, by value
+    # The distinct rows of keys counted, per query value (one sort of all rows with their query value first).
+    flat, query = counts.reshape(-1, len(kd)), q.reshape(-1)
+    first = _distinct_rows(np.column_stack([query, flat]))[0]
+    rows = [flat[first[query[first] == r]] for r in range(len(qd))]
 
     now = m.table[_cells(m, doms)]
     counted = [np.minimum(c @ now[r], card - 1) for r, c in enumerate(rows)]
@@ -586,17 +589,6 @@ def kept_rows(m: Module, doms, values: dict, real: np.ndarray, causal: bool, car
   def kept(part: np.ndarray) -> np.ndarray:
     return np.array([ok[r, column.get(int(v), -1)] for r, v in enumerate(part)])  # a value no key holds: none
   return kept
-
-
-def _distinct_rows_by(rows: np.ndarray, group: np.ndarray, groups: int) -> list[np.ndarray]:
-  """The distinct rows of ``rows`` [n, c] (non-negative integers) in each group 0..groups-1 (``group`` [n];
-  others ignored): each row read as one number where that fits in 64 bits (far faster than comparing rows)."""
-  base, width = int(rows.max(initial=0)) + 1, rows.shape[1]
-  if base ** width >= 2 ** 63:
-    return [np.unique(rows[group == g], axis=0) for g in range(groups)]
-  digits = base ** np.arange(width, dtype=np.int64)
-  code = rows.astype(np.int64) @ digits
-  return [(np.unique(code[group == g])[:, None] // digits) % base for g in range(groups)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1119,15 +1111,10 @@ def _rule(m: Module, doms, most_extra: int = 2) -> Rule | None:
 
 
 def _commonest_row(rows: np.ndarray) -> np.ndarray:
-  """The row of ``rows`` [n, c] (bool) most often there, the first in order of the rows where several are: each
-  row read as one number, its first column the highest bit (``_rule`` asks this of dozens of comparisons per
-  head, and ``np.unique(axis=0)`` costs far more per call)."""
-  if rows.shape[1] > 62:
-    patterns, count = np.unique(rows, axis=0, return_counts=True)
-    return patterns[np.argmax(count)]
-  codes = rows.astype(np.int64) @ (1 << np.arange(rows.shape[1] - 1, -1, -1, dtype=np.int64))
-  values, count = np.unique(codes, return_counts=True)
-  return rows[np.argmax(codes == values[np.argmax(count)])]
+  """The row of ``rows`` [n, c] (bool) most often there, the first in order of the rows where several are (as
+  ``np.unique(axis=0)`` orders them, which ``_rule`` would otherwise call dozens of times per head)."""
+  first, group = _distinct_rows(rows)
+  return rows[first[np.argmax(np.bincount(group))]]
 
 
 def _rule_text(rule: Rule, ka: str, qa: str, k_tok: bool, tokens: list[str]) -> str:

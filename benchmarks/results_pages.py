@@ -390,6 +390,27 @@ def readable_programs_table(data: dict, json_name: str, pages: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def program_form_table(data: dict, json_name: str, pages: str) -> str:
+  """Per RASP task: how near the program-trained Symbolic Transformer's program comes to a Transformer Program
+  (``benchmarks.analysis.program_form``), beside the Transformer Program kind's lines on the same task."""
+  with open(os.path.join(RESULTS, 'transformer_program_counts.json')) as f:
+    kind = json.load(f)['summary']
+  ms = lambda st, f='{:.1f}': f"{f.format(st['mean'])} ± {f.format(st['ci95'])}"
+  lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; mean ± 95% interval over runs "
+           f"([per run]({pages}/{json_name}.md)), on {data['sample']:,} inputs drawn from each task's every input.",
+           '', '| task | runs | lines | table entries | heads a predicate reproduces | tokens the commonest predicate '
+           'writes (%) | FFN channels two variables determine | variables the tags need | Transformer Program '
+           'kind: lines |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
+  for task, st in data['summary'].items():
+    runs = sum(1 for r in data['per_run'].values() if r['task'] == task)
+    other = kind.get(f'{task}/transformer_program')
+    lines.append(f"| {task} | {runs} | {ms(st['lines'], '{:.0f}')} | {st['table_entries']['mean']:,.0f} | "
+                 f"{st['heads_exact']['mean']:.0f} of {st['heads']['mean']:.0f} | {ms(st['share'])} | "
+                 f"{st['ffns_within_two']['mean']:.1f} of {st['ffns']['mean']:.0f} | {ms(st['readout_needs'])} | "
+                 f"{ms(other['lines'], '{:.0f}') if other else '—'} |")
+  return '\n'.join(lines) + '\n'
+
+
 def transformer_program_example(data: dict, json_name: str, pages: str) -> str:
   """A whole decompiled program with one sentence per module, as "Learning Transformer Programs" shows its."""
   out = [f"The {data['task']} program of seed {data['seed']} (best on validation among the seeds): "
@@ -663,6 +684,7 @@ GENERATED = {
                                   ('readable-double-hist-small', 'transformer_program_double_hist_small',
                                    readable_programs_table)),
                                  'data'),
+    'docs/results/symbolic_programs.md': ((('program-form', 'symbolic_program_form', program_form_table),), 'data'),
     'docs/scaling.md': ((('vocab-projection', 'vocab_projection', vocab_projection_table),
                          ('train-step', 'train_step', train_step_table)), 'results/data'),
     'docs/reading.md': ((('tl-idioms', 'vs_transformer_lens_cpu_amd_2026_12_01_run2', idioms_table),

@@ -51,7 +51,7 @@ def measured(workdir: str, sample: int) -> tuple[str, dict]:
       'share': 100 * float(np.mean([h['share'] for h in heads])), 'ffns': len(ffns),
       'ffns_constant': sum(f['values'] == 1 for f in ffns), 'ffns_within_two': sum(f['pair'] is not None for f in ffns),
       'readout_needs': len(form['readout']['needs']), 'lines': program.lines, 'table_entries': program.entries,
-      'sample': len(inputs), 'modules': form}
+      'sample': len(inputs), 'step': loaded.step, 'modules': form}
 
 
 def main(_):

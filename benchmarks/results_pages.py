@@ -398,14 +398,15 @@ def program_form_table(data: dict, json_name: str, pages: str) -> str:
   ms = lambda st, f='{:.1f}': f"{f.format(st['mean'])} ± {f.format(st['ci95'])}"
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; mean ± 95% interval over runs "
            f"([per run]({pages}/{json_name}.md)), on {data['sample']:,} inputs drawn from each task's every input.",
-           '', '| task | runs | lines | table entries | heads a predicate reproduces | tokens the commonest predicate '
+           '', '| task | runs | lines | table entries | heads a predicate reproduces (all runs) | tokens the commonest predicate '
            'writes (%) | FFN channels two variables determine | variables the tags need | Transformer Program '
            'kind: lines |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
   for task, st in data['summary'].items():
-    runs = sum(1 for r in data['per_run'].values() if r['task'] == task)
+    runs = [r for r in data['per_run'].values() if r['task'] == task]
     other = kind.get(f'{task}/transformer_program')
-    lines.append(f"| {task} | {runs} | {ms(st['lines'], '{:.0f}')} | {st['table_entries']['mean']:,.0f} | "
-                 f"{st['heads_exact']['mean']:.0f} of {st['heads']['mean']:.0f} | {ms(st['share'])} | "
+    exact, heads = sum(r['heads_exact'] for r in runs), sum(r['heads'] for r in runs)
+    lines.append(f"| {task} | {len(runs)} | {ms(st['lines'], '{:.0f}')} | {st['table_entries']['mean']:,.0f} | "
+                 f"{exact} of {heads} | {ms(st['share'])} | "
                  f"{st['ffns_within_two']['mean']:.1f} of {st['ffns']['mean']:.0f} | {ms(st['readout_needs'])} | "
                  f"{ms(other['lines'], '{:.0f}') if other else '—'} |")
   return '\n'.join(lines) + '\n'

@@ -398,9 +398,10 @@ def program_form_table(data: dict, json_name: str, pages: str) -> str:
   ms = lambda st, f='{:.1f}': f"{f.format(st['mean'])} ± {f.format(st['ci95'])}"
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; mean ± 95% interval over runs "
            f"([per run]({pages}/{json_name}.md)), on {data['sample']:,} inputs drawn from each task's every input.",
-           '', '| task | runs | lines | table entries | heads a predicate reproduces (all runs) | tokens the commonest predicate '
-           'writes (%) | FFN channels two variables determine | variables the tags need | Transformer Program '
-           'kind: lines |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
+           '', '| task | runs | lines | table entries | heads a predicate reproduces (all runs) '
+           '| tokens the commonest predicate writes (%) | FFN channels two variables determine '
+           '| variables the tags need | Transformer Program kind: lines |',
+           '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
   for task, st in data['summary'].items():
     runs = [r for r in data['per_run'].values() if r['task'] == task]
     other = kind.get(f'{task}/transformer_program')

@@ -58,7 +58,7 @@ def test_sweeps_measure_the_logit_difference_recovered(kind):
   assert by_position.values.shape == (model.config.num_layers, clean.shape[1])
   # The last block's state at the last position decides the last logits: patched, all is recovered, up to
   # float32 rounding of the logit difference (1e-5) over the move it is divided by.
-  assert by_position.values[-1, -1] == pytest.approx(1.0, abs=1e-5 / moved.max())
+  assert by_position.values[-1, -1] == pytest.approx(1.0, abs=1e-5 / float(moved.max()))
   # Before the corrupted token nothing differs between the runs, so patching there recovers nothing.
   np.testing.assert_allclose(by_position.values[:, :2], 0.0, atol=1e-4)
   by_head = patching.sweep_heads(model, params, clean, corrupt, **target)

@@ -159,6 +159,24 @@ def test_splits_longer_than_the_model_reads_are_left_out_of_the_final_evaluation
   assert 'length_12, length_16 (sequences of 12, 16 tokens; model.max_len = 8)' in capsys.readouterr().out
 
 
+def test_a_task_built_again_in_a_process_shares_its_data_read_only_and_its_splits_are_its_own(monkeypatch):
+  """The second build of a task with the same arguments generates nothing and holds the same arrays, which
+  nothing can write into; a split one task adds is not another's. Other arguments generate their own data."""
+  first = rasp.RaspTask('sort', data_seed=5)
+  monkeypatch.setattr(rasp, '_generate', lambda *a: pytest.fail('generated a second time'))
+  again = rasp.RaspTask('sort', data_seed=5)
+  assert all(again.data.inputs[k] is first.data.inputs[k] for k in first.data.inputs)
+  with pytest.raises(ValueError, match='read-only'):
+    again.data.inputs['train'][0, 0] = 0
+  again.data.inputs['mine'] = again.data.inputs['test']
+  assert 'mine' not in first.data.inputs and 'mine' not in rasp.RaspTask('sort', data_seed=5).data.inputs
+  with pytest.raises(pytest.fail.Exception, match='generated a second time'):
+    rasp.RaspTask('sort', data_seed=6)
+  monkeypatch.undo()
+  other = rasp.RaspTask('sort', data_seed=6)
+  assert not np.array_equal(other.data.inputs['test'], first.data.inputs['test'])
+
+
 def test_length_balance_draws_each_length_by_its_weight_and_the_same_rows_on_a_resume():
   task = rasp.RaspTask('reverse')
   lengths = (task.data.inputs['train'] != task.pad_id).sum(1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -126,6 +126,26 @@ class SequenceDataset:
   targets: dict[str, np.ndarray]
   extras: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
   extra_fill: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+# Generating a task's sequences runs in Python, one to three seconds a task; a process that builds the same task
+# again (a run and then its loads, a notebook, a sweep, the tests) generates them once. The arrays are shared and
+# read-only (writing into one raises); the dictionaries are each task's own.
+_GENERATED: dict[tuple, SequenceDataset] = {}
+
+
+def generated_once(key: tuple, build: Callable[[], SequenceDataset]) -> SequenceDataset:
+  """``build()``'s dataset, built once per process for each ``key`` (the task and every argument its data
+  depends on)."""
+  if key not in _GENERATED:
+    data = build()
+    for arrays in (data.inputs, data.targets, *data.extras.values()):
+      for x in arrays.values():
+        x.flags.writeable = False
+    _GENERATED[key] = data
+  data = _GENERATED[key]
+  return SequenceDataset(dict(data.inputs), dict(data.targets), {k: dict(v) for k, v in data.extras.items()},
+                         dict(data.extra_fill))
 
 
 def split_distinct(inputs: np.ndarray, targets: np.ndarray, rng: np.random.Generator,

@@ -84,6 +84,18 @@ def all_inputs(v: base.Vocab) -> np.ndarray:
   return np.array([[ids[t] for t in row] for row in rows], dtype=np.int32)
 
 
+def _generate(v: base.Vocab, data_seed: int, num_sequences: int) -> base.SequenceDataset:
+  """``num_sequences`` distinct sequences drawn from ``data_seed``, split."""
+  rng = base.rng_for(data_seed, 'induction')
+  seen: set[tuple[str, ...]] = set()
+  while len(seen) < num_sequences:
+    seen.add(tuple(sample_sequence(rng)))
+  sequences = sorted(seen)
+  inputs = np.stack([v.encode(s) for s in sequences])
+  targets = np.stack([v.encode(tag_sequence(list(s))) for s in sequences])
+  return base.split_distinct(inputs, targets, rng)
+
+
 class InductionTask(base.FixedSetTask):
   name = 'induction'
   causal = True
@@ -92,14 +104,8 @@ class InductionTask(base.FixedSetTask):
   def __init__(self, data_seed: int = 0, num_sequences: int = NUM_SEQUENCES):
     self.vocab = vocab()
     self.pad_id = self.vocab.id(base.PAD)
-    rng = base.rng_for(data_seed, 'induction')
-    seen: set[tuple[str, ...]] = set()
-    while len(seen) < num_sequences:  # 20,000 distinct sequences
-      seen.add(tuple(sample_sequence(rng)))
-    sequences = sorted(seen)
-    inputs = np.stack([self.vocab.encode(s) for s in sequences])
-    targets = np.stack([self.vocab.encode(tag_sequence(list(s))) for s in sequences])
-    self.data = base.split_distinct(inputs, targets, rng)
+    self.data = base.generated_once(('induction', data_seed, num_sequences),
+                                    lambda: _generate(self.vocab, data_seed, num_sequences))
 
   def input_space(self, limit: int = 1_000_000) -> tuple[np.ndarray, bool]:
     """The inputs a decompiled program is pruned on: all of them (``all_inputs``), exhaustive."""

@@ -191,6 +191,26 @@ def all_inputs(task: str, max_len: int, vocab_size: int, v: base.Vocab) -> np.nd
   return np.concatenate(rows)
 
 
+def _generate(name: str, v: base.Vocab, data_seed: int, seq_len: int, vocab_size: int, num_sequences: int
+              ) -> base.SequenceDataset:
+  """Task ``name``'s ``num_sequences`` distinct sequences drawn from ``data_seed``, split; for a task whose
+  attention is bidirectional, also 2,000 longer ones of each of ``GENERALISATION_LENGTHS`` (``length_<n>``),
+  none with a content the others hold."""
+  rng = base.rng_for(data_seed, 'rasp', name)
+  contents = distinct_contents(name, rng, seq_len, vocab_size, num_sequences)
+  arrays = [encode(name, list(c), seq_len, v) for c in contents]
+  data = base.split_distinct(np.stack([a for a, _ in arrays]), np.stack([b for _, b in arrays]), rng)
+  if not name.startswith('dyck'):
+    train = set(contents)
+    for length in GENERALISATION_LENGTHS:
+      longer = [c for c in distinct_contents(name, base.rng_for(data_seed, 'rasp', name, length), length,
+                                             vocab_size, 2_000 + len(train)) if c not in train][:2_000]
+      arrays = [encode(name, list(c), length, v) for c in longer]
+      data.inputs[f'length_{length}'] = np.stack([a for a, _ in arrays])
+      data.targets[f'length_{length}'] = np.stack([b for _, b in arrays])
+  return data
+
+
 class RaspTask(base.FixedSetTask):
   """One RASP task; ``split`` ``length_12`` / ``length_16`` exist for the length-generalisation tasks."""
 
@@ -204,21 +224,10 @@ class RaspTask(base.FixedSetTask):
     longest = self.seq_len if self.causal else max(GENERALISATION_LENGTHS)
     self.vocab = vocab(name, vocab_size, longest)
     self.pad_id = self.vocab.id(base.PAD)
-    rng = base.rng_for(data_seed, 'rasp', name)
-    contents = distinct_contents(name, rng, self.seq_len, vocab_size, num_sequences)
-    arrays = [encode(name, list(c), self.seq_len, self.vocab) for c in contents]
-    self.data = base.split_distinct(np.stack([a for a, _ in arrays]), np.stack([b for _, b in arrays]), rng)
-    self.eval_splits = ()
-    if not self.causal:
-      train = set(contents)
-      for length in GENERALISATION_LENGTHS:
-        longer = [c for c in distinct_contents(name, base.rng_for(data_seed, 'rasp', name, length), length,
-                                               vocab_size, 2_000 + len(train)) if c not in train][:2_000]
-        arrays = [encode(name, list(c), length, self.vocab) for c in longer]
-        split = f'length_{length}'
-        self.data.inputs[split] = np.stack([a for a, _ in arrays])
-        self.data.targets[split] = np.stack([b for _, b in arrays])
-      self.eval_splits = tuple(f'length_{n}' for n in GENERALISATION_LENGTHS)
+    self.data = base.generated_once(
+        ('rasp', name, data_seed, self.seq_len, vocab_size, num_sequences),
+        lambda: _generate(name, self.vocab, data_seed, self.seq_len, vocab_size, num_sequences))
+    self.eval_splits = () if self.causal else tuple(f'length_{n}' for n in GENERALISATION_LENGTHS)
 
   def uniform_length_batches(self, count: int = 2_000, batch_size: int = 500, seed: int = 0
                              ) -> list[dict[str, np.ndarray]]:

@@ -28,7 +28,7 @@ def rel_err(a, b):
 
 def env_with_devices(n):
   env = dict(os.environ)
-  env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={n}'
+  env['XLA_FLAGS'] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
   env['JAX_PLATFORMS'] = 'cpu'
   return env
 

@@ -7,6 +7,7 @@ from symjax.system import host
 
 # Tests import the NumPy transcription of the paper as a plain module.
 sys.path.insert(0, os.path.dirname(__file__))
+from helpers import OPT_LEVEL_0  # noqa: E402  (tests/ is on the path from here)
 
 # The tests compile thousands of small programs and run most of them a few times, so on a machine whose JAX
 # compilation cache is empty (a fresh CI machine) compiling is most of their time. At LLVM's lowest
@@ -14,9 +15,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 # the suite, which checks values and not speed, runs in 23 min against 31
 # (benchmarks/results/test_suite_cold_cache.json). Set before the backend starts, and inherited by the
 # commands the tests run; a level in the user's own XLA_FLAGS wins.
-OPT_LEVEL_FLAG = '--xla_backend_optimization_level'
-if OPT_LEVEL_FLAG not in os.environ.get('XLA_FLAGS', ''):
-  os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {OPT_LEVEL_FLAG}=0".strip()
+if OPT_LEVEL_0.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
+  os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {OPT_LEVEL_0}".strip()
 
 # The same XLA:CPU and allocator settings as the trainer (before the first computation starts the backend).
 host.prepare()

@@ -33,6 +33,7 @@ def compilations():
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPT_LEVEL_0 = '--xla_backend_optimization_level=0'  # the suite's compile level (conftest.py says why)
 SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare.txt')
 TOTAL_STEPS = 40
 EPS = 1e-5

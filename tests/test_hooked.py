@@ -1,12 +1,15 @@
 """The model object: TransformerLens's calls on texts, id sequences and padded batches, each the same as the
 functional call it wraps."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
-from helpers import compilations, randomize, shapes_of, small
+from helpers import OPT_LEVEL_0, REPO, compilations, randomize, shapes_of, small
 
-import symjax.configs as configs
 from symjax import interpret
 from symjax.interpret import HookedModel, circuits, hooks
 from symjax.model import Transformer
@@ -279,10 +282,13 @@ def test_the_detectors_find_the_previous_token_and_induction_heads_of_the_defaul
   finder names."""
   import symjax
   from symjax import tasks
-  from symjax.train import trainer
-  config = configs.from_file('symbolic')
-  config.stop_at_accuracy, config.progress_bar = 1.0, False
-  trainer.train_and_evaluate(config, str(tmp_path / 'run'))
+  # The main job, trained for hundreds of steps: at XLA's default optimisation level, where the steps run
+  # twice as fast as at the level the suite compiles at (tests/conftest.py).
+  env = dict(os.environ, XLA_FLAGS=os.environ.get('XLA_FLAGS', '').replace(OPT_LEVEL_0, ''))
+  proc = subprocess.run([sys.executable, '-m', 'symjax.main', '--config=configs/symbolic.py',
+                         '--config.stop_at_accuracy=1.0', '--config.progress_bar=false',
+                         f'--workdir={tmp_path / "run"}'], env=env, cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-3000:]
   run = symjax.load(str(tmp_path / 'run'))
   batch = next(tasks.get_task(run.config).eval_batches('test', 64, run.config.data_seed))
   _, cache = HookedModel(run).run_with_cache(batch['inputs'], key_mask=batch['key_mask'])

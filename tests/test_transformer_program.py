@@ -1087,6 +1087,38 @@ def test_a_variable_equal_to_an_earlier_one_up_to_a_renaming_is_merged_into_it(r
   assert (got == want).all() and len(np.unique(want)) > 2
 
 
+def test_a_renaming_at_the_tagged_positions_alone_merges_where_untagged_ones_reach_no_tag():
+  """An MLP renames the previous token one-to-one at every tagged position and writes a value of its own at
+  '<s>', which the task never tags and which nothing but the classifier (at its own position) reads: on such a
+  task it is the previous token (``merge_renamings_everywhere``, as ``loosen`` calls it once a loosened table
+  makes one), and the program tags every tagged position as before; where '<s>' is tagged, it stays."""
+  card = len(TOKENS)
+  perm = np.roll(np.arange(card), 3)
+  prev, tok = np.indices((card, card))
+  a = TOKENS.index('a')
+  mlp = np.where(tok == BOS, perm[a], perm[prev])  # at '<s>' (previous token '<s>') as for 'a': no renaming there
+  modules = [program_code.Module('attn_0_0', 'categorical', ('positions', 'positions', 'tokens'),
+                                 np.maximum(np.arange(card) - 1, 0)),
+             program_code.Module('mlp_0_0', 'mlp', ('attn_0_0', 'tokens'), mlp)]
+  rng = np.random.default_rng(2)
+  readout = {n: rng.normal(size=(card, card)).astype(np.float32) for n in ('tokens', 'positions', 'attn_0_0',
+                                                                           'mlp_0_0')}
+  readout['bias'] = np.zeros(card, np.float32)
+  x, lengths = every_input(4, 6)
+  doms_of = lambda p: program_code.domains(p, sorted(set(x[x != PAD].tolist())), {'tokens': (BOS,)})
+  for untagged in ((), (BOS,)):
+    plan = program_code.Plan(modules, readout, list(TOKENS), 6, False, card, untagged=untagged)
+    merged, notes = program_code.merge_renamings_everywhere(plan, doms_of, x, lengths, 'program.npz')
+    assert [m.name for m in merged.modules] == (['attn_0_0'] if untagged else ['attn_0_0', 'mlp_0_0'])
+    assert any('mlp_0_0 = f(attn_0_0)' in n for n in notes) == bool(untagged)
+  everything = set(program_code._variables(plan))
+  run = lambda p: program_code._load(program_code.source(p, set(program_code._variables(p)), doms_of(p), 'x',
+                                                         'program.npz'), program_code._readout(p, everything),
+                                     'program.npz').predict_ids(x, lengths)
+  want, got = run(plan), run(merged)
+  assert (got[x != BOS] == want[x != BOS]).all() and len(np.unique(want[x != BOS])) > 2
+
+
 def test_a_renaming_is_one_to_one_over_the_values_taken():
   assert list(program_code._renaming(np.array([1, 2, 1, 3]), np.array([4, 0, 4, 5]), 6)[[1, 2, 3]]) == [4, 0, 5]
   assert program_code._renaming(np.array([1, 2, 1]), np.array([4, 0, 5]), 6) is None    # 1 goes to two values

@@ -278,14 +278,27 @@ def restrict_to_tagged(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndar
 def merge_renamings_everywhere(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, data_file: str
                                ) -> tuple[Plan, list[str]]:
   """``merge_renamings`` on every real position of ``inputs`` (the task's every input), as the plan's code
-  computes each variable there; then simplified again where something merged."""
-  everything = set(_variables(plan))
-  values, real = _run(plan, doms_of(plan), everything, _readout(plan, everything), inputs, lengths, data_file)
+  computes each variable there, then, for the modules whose values at untagged positions reach no tag
+  (``untagged_free``), on the tagged positions alone (``leftovers`` counts either as a duplicate); simplified
+  again where something merged."""
+  def run(plan):
+    everything = set(_variables(plan))
+    return _run(plan, doms_of(plan), everything, _readout(plan, everything), inputs, lengths, data_file)
+
+  values, real = run(plan)
   plan, renamings = merge_renamings(plan, {n: v.ids[real] for n, v in values.items()})
-  if not renamings:
-    return plan, []
-  plan, again = simplify(plan, doms_of)
-  return plan, renamings + again
+  if renamings:
+    plan, again = simplify(plan, doms_of)
+    renamings += again
+    values, real = run(plan)  # merging renamed what copied a merged variable
+  if plan.untagged:
+    # A renaming at the tagged positions only, found once a head or MLP was loosened (``loosen``).
+    tagged = tagged_positions(plan, inputs, real)
+    plan, at_tagged = merge_renamings(plan, {n: v.ids[tagged] for n, v in values.items()}, untagged_free(plan))
+    if at_tagged:
+      plan, again = simplify(plan, doms_of)
+      renamings += at_tagged + again
+  return plan, renamings
 
 
 def _ignores_query(m: Module, doms) -> bool:

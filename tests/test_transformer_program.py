@@ -136,7 +136,8 @@ def test_the_inline_classifier_decides_exactly_the_reachable_values_and_a_large_
   assert {v for _, v in tested} <= reached and len(tested) == len(reached) - 1   # the fifth: the default
   card = tp.cardinality(cfg)
   partial = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=False)
-  assert set(partial.tables) == {'bias', 'count_same_token'} and 'def decide' not in partial.source
+  assert set(partial.tables) == {'bias', 'tags', 'count_same_token', 'count_same_token.values'}
+  assert 'def decide' not in partial.source and len(partial.tables['tags']) == cfg.vocab_size  # every tag kept
   # Tags from the token and the count together: 3 symbols (and <s>) × 5 counts reach more than 16 pairs.
   readout = np.asarray(params['readout']).copy()
   readout[:, 0:card] = np.random.default_rng(0).normal(size=(readout.shape[0], card))
@@ -148,6 +149,13 @@ def test_the_inline_classifier_decides_exactly_the_reachable_values_and_a_large_
   finally:
     program_code.DECISION_LIMIT = old
   assert 'tokens' in table.tables and 'def decide' not in table.source
+  # The data file holds a row per value each variable can hold, over the tags some position of an input gets.
+  want = tags(cfg, big, x, lengths)
+  assert list(table.tables['tokens.values']) == [BOS, *SYMBOLS]
+  assert list(table.tables['tags']) == sorted(set(want[x != PAD].tolist()))
+  assert table.tables['tokens'].shape == (len(SYMBOLS) + 1, len(table.tables['tags']))
+  assert table.entries == sum(v.size for v in table.tables.values()) < (2 * card + 1) * cfg.vocab_size
+  assert (program_code._load(table.source, table.tables, 'program.npz').predict_ids(x, lengths) == want).all()
   inline = program_code.build(big, cfg, TOKENS, x, lengths, exhaustive=True)
   both = program_code._load(inline.source, inline.tables, 'program.npz')
   assert inline.tables == {} and inline.entries > 4 and both.DECIDES == ('tokens', 'count_same_token')

@@ -1509,9 +1509,10 @@ def apply(function, *variables):
 CLASSIFY_TABLE = '''
 
 def classify(variables):
-    """The classifier: a row of READOUT per variable's value, summed; the tag is the highest."""
-    logits = READOUT["bias"] + sum(READOUT[name][v.ids] for name, v in variables.items() if name in READOUT)
-    return logits.argmax(-1)
+    """The classifier: a row per variable's value (READOUT[name + ".values"] lists them), summed."""
+    row = lambda name, ids: np.searchsorted(READOUT[name + ".values"][:-1], ids)  # [:-1]: padding's too
+    logits = READOUT["bias"] + sum(READOUT[n][row(n, v.ids)] for n, v in variables.items() if n in READOUT)
+    return READOUT["tags"][logits.argmax(-1)]
 '''
 CLASSIFY_DECISIONS = '''
 
@@ -2033,14 +2034,50 @@ def _needs(plan: Plan, kept_readout: set[str], doms) -> set[str]:
 
 
 def _load(text: str, readout: dict[str, np.ndarray], data_file: str):
-  """Imports a program text from a temporary folder with its readout beside it; the program reads its readout
-  when imported, so the folder is removed then."""
+  """Imports a program text from a temporary folder with its readout beside it (``_indexed``: a row per value
+  it may hold, or ``_reached``'s data file); the program reads its readout when imported, so the folder is
+  removed then."""
   with tempfile.TemporaryDirectory(prefix='symjax_program_') as folder:
     path = os.path.join(folder, 'program.py')
     with open(path, 'w') as f:
       f.write(text)
-    np.savez(os.path.join(folder, data_file), **readout)
+    np.savez(os.path.join(folder, data_file), **_indexed(readout))
     return tables_decompile.load_program(path)
+
+
+def _indexed(readout: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """A readout of a row per value a variable may hold (the model's: ``plan.readout``) as the data file holds
+  one (``CLASSIFY_TABLE``): every value listed, every tag; a data file's (or none) as it is."""
+  if not readout or 'tags' in readout:  # decisions in the code, or a data file
+    return readout
+  out = {'tags': np.arange(len(readout['bias']))}
+  for name, rows in readout.items():
+    out[name] = rows
+    if name != 'bias':
+      out[f'{name}.values'] = np.arange(len(rows))
+  return out
+
+
+def _reached(plan: Plan, doms, readout: dict[str, np.ndarray], text: str, inputs: np.ndarray,
+             lengths: np.ndarray, exhaustive: bool, data_file: str) -> dict[str, np.ndarray]:
+  """The data file of a classifier ``readout`` (a row per value): each variable's rows for the values its
+  domain holds only, and, where ``inputs`` are the task's every input, the tags it gives a tagged position
+  only (a tag that is never the highest changes no argmax where it is left out). Checked: ``text`` tags every
+  input as with ``readout``."""
+  full = _indexed(readout)
+  want = _load(text, full, data_file).predict_ids(inputs, lengths)
+  real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
+  tags = np.unique(want[tagged_positions(plan, inputs, real)]) if exhaustive else full['tags']
+  if not len(tags):  # no position is tagged: any one tag
+    tags = full['tags'][:1]
+  out = {'bias': readout['bias'][tags], 'tags': tags}
+  for name, rows in readout.items():
+    if name != 'bias':
+      values = np.array(sorted(doms[plan.aliases.get(name, name)][0]), np.int64)
+      out[name], out[f'{name}.values'] = rows[np.ix_(values, tags)], values
+  if ((_load(text, out, data_file).predict_ids(inputs, lengths) != want) & real).any():
+    raise RuntimeError("the classifier's reached rows and tags changed a tag")
+  return out
 
 
 def _run(plan: Plan, doms, live: set[str], readout: dict[str, np.ndarray], inputs: np.ndarray, lengths: np.ndarray,
@@ -2262,7 +2299,8 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
       f'(prev_token, length, ...); comments name the model\'s head or MLP. What changes no prediction on {where} '
       'is left out.', HEADER_WIDTH, break_on_hyphens=False, break_long_words=False)
   text = source(plan, live, doms, header, data_file, decisions, comments)
-  readout = {} if decisions else _readout(plan, kept, bias)
+  readout = {} if decisions else _reached(plan, doms, _readout(plan, kept, bias), text, inputs, lengths,
+                                          exhaustive, data_file)
   notes = list(sentences.values()) + simplified
   if decisions:
     entries = entries_of(decisions.tree)
@@ -2270,8 +2308,9 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
                  + (', '.join(f'`{n}`' for n in decisions.reads) or 'nothing') + ': every combination of them '
                  'the task\'s inputs reach, and no other.')
   else:
-    notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in readout if n != 'bias')
-                 + ' and predicts the highest-scoring tag.')
+    variables = [n for n in readout if n not in ('bias', 'tags') and not n.endswith('.values')]
+    notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in variables)
+                 + f" that the variable can hold, and predicts the highest-scoring of {len(readout['tags'])} tags.")
     entries = int(sum(v.size for v in readout.values()))
   left = leftovers(plan, doms, live, _run(plan, doms, live, readout or _readout(plan, kept, bias), inputs, lengths,
                                           data_file) if exhaustive else None)

@@ -675,6 +675,8 @@ GENERATED = {
                                         ('readable-dyck2', 'transformer_program_readable_dyck2',
                                          readable_programs_table),
                                         ('readable-untagged', 'transformer_program_untagged',
+                                         readable_programs_table),
+                                        ('readable-reverse-small', 'transformer_program_reverse_small',
                                          readable_programs_table)),
                                        'data'),
     'docs/results/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),

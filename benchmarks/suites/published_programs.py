@@ -5,13 +5,15 @@ with the published one on the same inputs.
   git clone https://github.com/princeton-nlp/TransformerPrograms   # read at run time, never imported by symjax
   pip install -e '.[bench]'                                        # pandas: the programs read their classifiers
   python -m benchmarks.suites.published_programs --programs=TransformerPrograms
-      [--tasks=reverse,...] [--jobs=2] [--json=benchmarks/results/published_programs.json]
+      [--tasks=reverse,...] [--jobs=2] [--split=test] [--json=benchmarks/results/published_programs.json]
 
 Each task's program (``programs/rasp/<task>/<task>.py`` and its classifier CSV) tags every sequence of the test
 split that ``--config=rasp:task=<task>,model=program`` trains and scores on (its data seed), one sequence at a
 time as the published code runs; the score is token accuracy over the tagged positions, as the training command
 reports it, and by position in the sequence. Tags are compared as text, with symjax's count tags (``#2``)
-read as the published ones (``2``).
+read as the published ones (``2``). ``--split=uniform`` scores the 2,000 inputs of uniformly drawn length that
+``symjax.decompile`` scores a program on (``RaspTask.uniform_length_batches``), beside the test split (the
+Dyck tasks have none), and adds the accuracy by input length (tagged positions per sequence).
 """
 
 from __future__ import annotations
@@ -33,19 +35,22 @@ from symjax.tasks import rasp
 _PROGRAMS = flags.DEFINE_string('programs', None, 'A checkout of princeton-nlp/TransformerPrograms.', required=True)
 _TASKS = flags.DEFINE_list('tasks', list(rasp.TASKS), 'RASP tasks.')
 _JOBS = flags.DEFINE_integer('jobs', 1, 'Tasks scored at once.', lower_bound=1)
+_SPLIT = flags.DEFINE_enum('split', 'test', ['test', 'uniform'],
+                           'The test split, or the inputs of uniformly drawn length (with the test split).')
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/published_programs.json', 'Where to write the results.')
-_SPLIT = 'test'
 
 
-def split_tokens(task_name: str) -> list[tuple[list[str], list[str], list[bool]]]:
-  """(input tokens, target tags, tagged) of every sequence of the split the program recipe scores on."""
+def split_tokens(task_name: str, split: str = 'test') -> list[tuple[list[str], list[str], list[bool]]]:
+  """(input tokens, target tags, tagged) of every sequence of the split the program recipe scores on
+  (``uniform``: the inputs of uniformly drawn length ``symjax.decompile`` scores)."""
   from symjax import tasks
   from symjax.configs import rasp as recipe
   config = recipe.get_config(f'task={task_name},model=program')
   task = tasks.get_task(config)
   words = list(task.vocab.tokens)
   rows = []
-  for batch in task.eval_batches(_SPLIT, 500, config.data_seed):
+  batches = task.uniform_length_batches() if split == 'uniform' else task.eval_batches(split, 500, config.data_seed)
+  for batch in batches:
     for x, y, w, mask in zip(batch['inputs'], batch['targets'], batch['weights'], batch['key_mask']):
       n = int(mask.sum())
       if n:  # the last batch's filler rows are not sequences of the split
@@ -53,9 +58,12 @@ def split_tokens(task_name: str) -> list[tuple[list[str], list[str], list[bool]]
   return rows
 
 
-def score(programs: str, task_name: str) -> dict:
-  """The published program of ``task_name`` over the split: token accuracy (%), positions, sequences, seconds."""
-  rows = split_tokens(task_name)
+def score(programs: str, task_name: str, split: str = 'test') -> dict:
+  """The published program of ``task_name`` over ``split``: token accuracy (%), positions, sequences, seconds,
+  and by position (and, on ``uniform``, by input length: its tagged positions)."""
+  rows = split_tokens(task_name, split)
+  if not rows:
+    return {}
   path = os.path.join(programs, 'programs', 'rasp', task_name, f'{task_name}.py')
   if not os.path.isfile(path):
     raise FileNotFoundError(f'no published program at {path}: --programs names a TransformerPrograms checkout')
@@ -68,39 +76,64 @@ def score(programs: str, task_name: str) -> dict:
       spec.loader.exec_module(module)
     start = time.perf_counter()
     right, total = collections.Counter(), collections.Counter()   # by position
+    right_by_length, by_length = collections.Counter(), collections.Counter()
     for tokens, tags, tagged in rows:
+      length = sum(tagged)
       for i, (got, want, counted) in enumerate(zip(module.run(tokens), tags, tagged)):
         if counted:
+          hit = str(got) == want.removeprefix('#')
           total[i] += 1
-          right[i] += str(got) == want.removeprefix('#')
+          right[i] += hit
+          by_length[length] += 1
+          right_by_length[length] += hit
     seconds = time.perf_counter() - start
   finally:
     os.chdir(here)
-  return {'accuracy': 100.0 * sum(right.values()) / sum(total.values()), 'positions': sum(total.values()),
-          'sequences': len(rows), 'seconds': seconds,
-          'accuracy_by_position': {str(i): 100.0 * right[i] / total[i] for i in sorted(total)}}
+  found = {'accuracy': 100.0 * sum(right.values()) / sum(total.values()), 'positions': sum(total.values()),
+           'sequences': len(rows), 'seconds': seconds,
+           'accuracy_by_position': {str(i): 100.0 * right[i] / total[i] for i in sorted(total)}}
+  if split == 'uniform':
+    found['accuracy_by_length'] = {str(n): 100.0 * right_by_length[n] / by_length[n] for n in sorted(by_length)}
+  return found
 
 
 def main(argv):
   del argv
   programs = os.path.abspath(_PROGRAMS.value)
+  splits = ['test'] + (['uniform'] if _SPLIT.value == 'uniform' else [])
   with concurrent.futures.ProcessPoolExecutor(_JOBS.value) as pool:
-    futures = {t: pool.submit(score, programs, t) for t in _TASKS.value}
-    scores = {t: f.result() for t, f in futures.items()}
+    futures = {(t, split): pool.submit(score, programs, t, split) for t in _TASKS.value for split in splits}
+    scores = {key: f.result() for key, f in futures.items()}
   try:
     commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=programs, capture_output=True, text=True,
                             check=True).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
     commit = 'unknown (not a git checkout)'
-  print(f'{"task":12s} {"published":>9s} {"on this split":>13s} {"positions":>9s}')
-  for t, s in scores.items():
-    print(f'{t:12s} {rasp.PUBLISHED[t]:9.2f} {s["accuracy"]:13.2f} {s["positions"]:9d}')
+  test = {t: scores[t, 'test'] for t in _TASKS.value}
+  if _SPLIT.value == 'test':
+    print(f'{"task":12s} {"published":>9s} {"on this split":>13s} {"positions":>9s}')
+    for t, s in test.items():
+      print(f'{t:12s} {rasp.PUBLISHED[t]:9.2f} {s["accuracy"]:13.2f} {s["positions"]:9d}')
+    result_files.write(_JSON.value, {
+        'what': ("the published Transformer Programs (princeton-nlp/TransformerPrograms, programs/rasp/<task>) on "
+                 "the test split symjax's program recipe scores on: token accuracy (%) over the tagged positions, "
+                 "beside the accuracy that paper reports on its own data (Table 1)"),
+        'programs_commit': commit, 'split': 'test',
+        'published_accuracy': {t: rasp.PUBLISHED[t] for t in test}, 'on_this_split': test})
+    return
+  uniform = {t: scores[t, 'uniform'] for t in _TASKS.value if scores[t, 'uniform']}
+  print(f'{"task":12s} {"test split":>10s} {"uniform lengths":>15s} {"uniform - test":>14s}')
+  for t, s in uniform.items():
+    print(f'{t:12s} {test[t]["accuracy"]:10.2f} {s["accuracy"]:15.2f} {s["accuracy"] - test[t]["accuracy"]:14.2f}')
   result_files.write(_JSON.value, {
-      'what': ("the published Transformer Programs (princeton-nlp/TransformerPrograms, programs/rasp/<task>) on the "
-               "test split symjax's program recipe scores on: token accuracy (%) over the tagged positions, beside "
-               "the accuracy that paper reports on its own data (Table 1)"),
-      'programs_commit': commit, 'split': _SPLIT,
-      'published_accuracy': {t: rasp.PUBLISHED[t] for t in scores}, 'on_this_split': scores})
+      'what': ("the published Transformer Programs (princeton-nlp/TransformerPrograms, programs/rasp/<task>) on "
+               "the 2,000 inputs of uniformly drawn length symjax.decompile scores a program on, and on the test "
+               "split symjax's program recipe scores on: token accuracy (%) over the tagged positions, one "
+               "published program per task (no seeds, so no interval)"),
+      'programs_commit': commit, 'split': 'uniform', 'intervals': 'none: one published program per task',
+      'published_accuracy': {t: rasp.PUBLISHED[t] for t in uniform},
+      'on_this_split': {t: test[t] for t in uniform}, 'on_uniform_lengths': uniform,
+      'uniform_minus_test': {t: uniform[t]['accuracy'] - test[t]['accuracy'] for t in uniform}})
 
 
 if __name__ == '__main__':

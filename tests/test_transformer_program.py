@@ -1004,9 +1004,39 @@ def named_plan():
   return program_code.Plan(modules, readout, list(TOKENS), 6, False, card)
 
 
+def test_a_classifier_fit_anew_over_fewer_variables_tags_every_input_alike_without_their_heads(monkeypatch):
+  """The model's classifier tags each position with its token, but only with a head's help: its row for 'c'
+  scores 'b' higher, and the length head adds the same 0.8 to 'c' at every length. Pruning keeps that head (its
+  rows change tags); the tokens alone tag every input alike with other rows, so the fit anew leaves it out.
+  The classifier stays a table here (no decisions), as where the tags need more than decisions may write."""
+  monkeypatch.setattr(program_code, 'DECISION_LIMIT', 0)
+  card = len(TOKENS)
+  b, c = TOKENS.index('b'), TOKENS.index('c')
+  length = program_code.Module('attn_0_0', 'numerical', ('tokens', 'positions'), np.ones((card, card), bool))
+  token_rows = np.eye(card, dtype=np.float32)
+  token_rows[c, b] = 1.5
+  length_rows = np.zeros((card, card), np.float32)
+  length_rows[:, c] = 0.8
+  plan = program_code.Plan([length], {'tokens': token_rows, 'positions': np.zeros((card, card), np.float32),
+                                      'attn_0_0': length_rows, 'bias': np.zeros(card, np.float32)},
+                           list(TOKENS), 6, False, card)
+  x, lengths = every_input(5, 6)
+  real = np.arange(6)[None, :] < lengths[:, None]
+  model = program_code.code_of(plan, x, lengths, exhaustive=True, fit_classifier=False)
+  fit = program_code.code_of(plan, x, lengths, exhaustive=True)
+  assert 'length = aggregate_sum(' in model.source and 'length = ' not in fit.source
+  for program in (model, fit):
+    got = program_code._load(program.source, program.tables, 'program.npz').predict_ids(x, lengths)
+    assert (got == np.where(real, x, 0)).all()
+  assert all(v.dtype == np.int64 for v in fit.tables.values())
+  assert fit.entries < model.entries and fit.lines < model.lines
+  assert any('fit anew over 1 of its 2 variables' in note and '`length`' not in note for note in fit.notes)
+
+
 def test_variables_are_named_by_what_they_hold_and_each_module_says_what_it_computes():
   x, lengths = every_input(5, 6)
-  program = program_code.code_of(named_plan(), x, lengths, exhaustive=True)
+  # The classifier as built (fit_classifier=False): it reads every module, whose names and comments are tested.
+  program = program_code.code_of(named_plan(), x, lengths, exhaustive=True, fit_classifier=False)
   assert program.source.startswith('"""Decompiled by symjax from the Transformer Program memory.')
   assert program.names == {'attn_0_0': 'next_token', 'attn_0_1': 'length', 'attn_0_2': 'count_a',
                            'attn_0_3': 'first_token', 'attn_0_4': 'count_0_4'}
@@ -1073,7 +1103,8 @@ def test_a_variable_equal_to_an_earlier_one_up_to_a_renaming_is_merged_into_it(r
   """Merged where every reader can be re-indexed — a head copying the renamed variable copies the earlier one,
   its own value renamed alike — and left (and found left) where a head sums it."""
   x, lengths = every_input(5, 6)
-  program = program_code.code_of(renamed_plan(reader), x, lengths, exhaustive=True)
+  # The classifier as built: a fit anew could leave out the variable whose merge is tested.
+  program = program_code.code_of(renamed_plan(reader), x, lengths, exhaustive=True, fit_classifier=False)
   text = program.source
   merged = any('mlp_0_0 = f(attn_0_0)' in note for note in program.notes)
   assert merged == (reader != 'sum')

@@ -16,7 +16,9 @@ and tables are written over those domains only.
 Pruning: a variable whose readout term can be left out without changing any prediction on the task's whole
 input space (``RaspTask.input_space``; the train and validation inputs where the space is too large to
 enumerate) is left out; a head or MLP whose variable nothing then reads is dropped. The fidelity of the pruned
-program is measured afterwards, as for every program (``symjax.proj.decompile.evaluate``).
+program is measured afterwards, as for every program (``symjax.proj.decompile.evaluate``). On the task's every
+input the classifier is then fit anew over as few variables as tag every input alike (``refit``), and what only
+the others read is dropped too.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ import types
 
 import numpy as np
 
+from symjax.proj import classifier_fit
 from symjax.proj import decompile as tables_decompile
+from symjax.proj.classifier_fit import decides as _decides
+from symjax.proj.classifier_fit import distinct_rows as _distinct_rows
 from symjax.system.errors import InputError
 
 WIDTH = 88  # the generated code's line width, as black formats the published programs
@@ -1911,27 +1916,6 @@ def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combin
   return after, decisions, notes
 
 
-def _decides(values: np.ndarray, tags: np.ndarray) -> bool:
-  """Whether the rows of ``values`` ``[combinations, variables]`` determine ``tags``: no two equal rows with
-  different tags."""
-  if not values.shape[1]:
-    return bool((tags == tags[0]).all())
-  group = _distinct_rows(values)[1]
-  first = np.zeros(group.max() + 1 if len(group) else 0, np.int64)
-  first[group] = tags
-  return bool((first[group] == tags).all())
-
-
-def _distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """The first row of each distinct row of ``values`` ``[rows, columns]`` (ints ≥ 0), and each row's group id
-  (equal exactly for equal rows). A row is sorted as one byte string: the positions of a task's every input
-  run to millions of rows, which ``np.unique(axis=0)`` sorts many times slower."""
-  small = np.ascontiguousarray(values.astype(np.min_scalar_type(max(int(values.max(initial=0)), 1))))
-  rows = small.view(np.dtype((np.void, small.shape[1] * small.itemsize)))[:, 0]
-  _, first, group = np.unique(rows, return_index=True, return_inverse=True)
-  return first, group.reshape(-1)
-
-
 def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str]:
   """``decide`` as the program writes it: the tree's tests as ``if``s over the variables' values (tokens as
   strings), each split's default after its tests."""
@@ -2149,6 +2133,39 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
   return set(kept), bias
 
 
+def refit(plan: Plan, doms, kept: set[str], bias: np.ndarray, inputs: np.ndarray, lengths: np.ndarray,
+          data_file: str) -> tuple[Plan, set[str], np.ndarray, list[str]]:
+  """The classifier fit anew over fewer of the ``kept`` variables (``classifier_fit.sparsest``): the same tag at
+  every tagged position of ``inputs`` (the task's every input), from integer rows; what only the variables left
+  out read then leaves the program. The last written is tried first, as ``prune`` does. The plan, the variables
+  kept, the bias and a note; the plan as it was where none can go."""
+  reads = [n for n in _variables(plan) if n in kept]
+  if len(reads) < 2:
+    return plan, kept, bias, []
+  values, real = _run(plan, doms, _needs(plan, kept, doms), _readout(plan, kept, bias), inputs, lengths, data_file)
+  held = np.stack([values[n].ids[tagged_positions(plan, inputs, real)] for n in reads], -1).astype(np.int64)
+  del values
+  held = held[_distinct_rows(held)[0]]
+  tags = _logits(plan, {n: held[:, i] for i, n in enumerate(reads)}, reads, bias).argmax(-1)
+  fit = classifier_fit.sparsest(held, tags, len(bias), order=list(reversed(range(len(reads)))))
+  if fit is None:
+    return plan, kept, bias, []
+  # Every variable left out adds nothing: the plan's classifier is the new one, for the passes after this one.
+  readout = {n: np.zeros((plan.card, len(bias)), np.int64) for n in plan.readout}
+  readout['bias'] = fit.bias
+  for c in fit.columns:
+    readout[reads[c]][fit.values[c]] = fit.rows[c]
+  after = dataclasses.replace(plan, readout=readout)
+  names = [reads[c] for c in fit.columns]
+  if not (_logits(after, {n: held[:, reads.index(n)] for n in names}, names, fit.bias).argmax(-1) == tags).all():
+    raise RuntimeError('fitting the classifier anew changed a prediction on the input space')
+  dropped = [n for n in reads if n not in names]
+  note = (f'The classifier is fit anew over {len(names)} of its {len(reads)} variables, with integer rows: the '
+          'same tag at every tagged position of every input of the task (a linear program). Left out: '
+          + ', '.join(f'`{n}`' for n in dropped) + '.')
+  return after, set(names), fit.bias, [note]
+
+
 def _check_same(before: Plan, before_doms, after: Plan, after_doms, inputs: np.ndarray, lengths: np.ndarray,
                 data_file: str) -> None:
   """RuntimeError unless the simplified plan's program tags every input as the plan it came from."""
@@ -2251,8 +2268,10 @@ def _simplified(plan: Plan, doms_of, inputs: np.ndarray, lengths: np.ndarray, ex
 
 
 def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool, origin: str = 'memory',
-            data_file: str = 'program.npz') -> CodeProgram:
-  """The code of ``plan``: simplified (``simplify``), checked to tag ``inputs`` as the plan does, and pruned."""
+            data_file: str = 'program.npz', fit_classifier: bool = True) -> CodeProgram:
+  """The code of ``plan``: simplified (``simplify``), checked to tag ``inputs`` as the plan does, and pruned;
+  on the task's every input, its classifier fit anew over fewer variables (``refit``) unless ``fit_classifier``
+  is False (the model's classifier, pruned only)."""
   real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
   input_tokens = [int(t) for t in np.unique(inputs[real])]
   first = {'tokens': tuple(int(t) for t in np.unique(inputs[lengths > 0, 0]))}  # what position 0 holds
@@ -2260,6 +2279,13 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   plan, simplified = _simplified(plan, doms_of, inputs, lengths, exhaustive, data_file)
   doms = doms_of(plan)
   kept, bias = prune(plan, doms, inputs, lengths, data_file)
+  # A classifier over fewer variables may tag every input alike: what only the rest read then goes.
+  if exhaustive and fit_classifier:
+    plan, kept, bias, refitted = refit(plan, doms, kept, bias, inputs, lengths, data_file)
+    simplified += refitted
+    if refitted:  # fewer variables reach a tag: more of each module is free
+      plan, loosened = loosen(plan, doms_of, inputs, lengths, data_file)
+      doms, simplified = doms_of(plan), simplified + loosened
   live = _needs(plan, kept, doms)
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a
   # combination the table would decide and the decisions do not.

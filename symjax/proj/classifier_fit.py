@@ -1,0 +1,137 @@
+"""A Transformer Program's classifier fit anew over fewer of its variables, exact on the combinations given.
+
+"Learning Transformer Programs" (§3.4) reads each position's tag off a linear classifier over every variable of
+the program: one row of scores per value of each variable, summed, and the highest-scoring tag wins. Its model
+learns that classifier by gradient descent, and spreads it over every variable it can. Over the finite set of
+combinations the task's inputs reach, a classifier of the same form over far fewer variables may give exactly the
+same tags; then every head and MLP that only the dropped variables read leaves the program.
+
+Whether one exists over a set of variables is a linear feasibility problem (``separable``): a score per (variable
+value, tag) and per tag (the bias) such that at every combination the tag it has beats every other tag by a
+margin of 1. ``sparsest`` drops variables greedily, each one whose removal leaves the problem feasible, and
+returns integer scores: exact in any arithmetic, so the program ties nowhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from scipy import optimize, sparse
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+  """The classifier over ``columns`` (of the combinations' columns): ``rows[c]`` ``[values, tags]`` the integer
+  scores of column ``c``'s values, in the order of ``values[c]`` (the values reached); ``bias`` ``[tags]``."""
+
+  columns: tuple[int, ...]
+  values: dict[int, np.ndarray]
+  rows: dict[int, np.ndarray]
+  bias: np.ndarray
+
+
+def distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """The first row of each distinct row of ``values`` ``[rows, columns]`` (ints ≥ 0), and each row's group id
+  (equal exactly for equal rows). A row is sorted as one byte string: the positions of a task's every input
+  run to millions of rows, which ``np.unique(axis=0)`` sorts many times slower."""
+  small = np.ascontiguousarray(values.astype(np.min_scalar_type(max(int(values.max(initial=0)), 1))))
+  rows = small.view(np.dtype((np.void, small.shape[1] * small.itemsize)))[:, 0]
+  _, first, group = np.unique(rows, return_index=True, return_inverse=True)
+  return first, group.reshape(-1)
+
+
+def decides(values: np.ndarray, tags: np.ndarray) -> bool:
+  """Whether the rows of ``values`` ``[combinations, variables]`` determine ``tags``: no two equal rows with
+  different tags (a classifier of any form needs it)."""
+  if not values.shape[1]:
+    return bool((tags == tags[0]).all())
+  group = distinct_rows(values)[1]
+  first = np.zeros(group.max() + 1 if len(group) else 0, np.int64)
+  first[group] = tags
+  return bool((first[group] == tags).all())
+
+
+def separable(held: np.ndarray, tags: np.ndarray, n_tags: int) -> Fit | None:
+  """Integer scores over every column of ``held`` ``[rows, columns]`` (ids ≥ 0) and a bias, under which each row's
+  tag in ``tags`` (ids < ``n_tags``) scores at least 1 above every other tag; None where none exist.
+
+  The linear program (HiGHS) finds real scores with that margin; scaled by one more than the number of terms a
+  score sums and rounded, they keep a margin of at least 1 (each term moves by at most ½). A tag no row has
+  scores below every reachable score through its bias alone."""
+  if not decides(held, tags):
+    return None
+  rows = distinct_rows(np.column_stack([held, tags]))[0]
+  held, tags = held[rows], tags[rows]
+  reached, tag_index = np.unique(tags, return_inverse=True)
+  nt = len(reached)
+  values, features, base = [], [], 0
+  for c in range(held.shape[1]):
+    v, inverse = np.unique(held[:, c], return_inverse=True)
+    values.append(v)
+    features.append(base + inverse)
+    base += len(v)
+  features = np.column_stack(features + [np.full(len(held), base)])   # [rows, terms]: the last is the bias
+  terms = features.shape[1]
+  others = [(np.nonzero(tag_index != t)[0], t) for t in range(nt)]
+  who = np.concatenate([i for i, _ in others])
+  against = np.concatenate([np.full(len(i), t) for i, t in others])
+  n = len(who)
+  if not n:  # one tag everywhere: every score 0, the other tags below it
+    return _integer(np.zeros((base + 1, 1)), values, tag_index, features, reached, n_tags, 1)
+  # Row k: Σ_terms (score[f, other] − score[f, own]) ≤ −1, scores flattened as feature · nt + tag.
+  cols = np.concatenate([features[who] * nt + tag_index[who, None], features[who] * nt + against[:, None]], 1)
+  data = np.concatenate([-np.ones((n, terms)), np.ones((n, terms))], 1)
+  a = sparse.csr_matrix((data.ravel(), (np.repeat(np.arange(n), 2 * terms), cols.ravel())),
+                        shape=(n, (base + 1) * nt))
+  found = optimize.linprog(np.zeros((base + 1) * nt), A_ub=a, b_ub=-np.ones(n), bounds=(None, None),
+                           method='highs')
+  if found.status != 0:   # infeasible, or not solved: the variable stays
+    return None
+  return _integer(found.x.reshape(base + 1, nt), values, tag_index, features, reached, n_tags, terms + 1)
+
+
+def _integer(scores: np.ndarray, values: list[np.ndarray], tag_index: np.ndarray, features: np.ndarray,
+             reached: np.ndarray, n_tags: int, scale: int) -> Fit | None:
+  """The real ``scores`` ``[features, reached tags]`` scaled and rounded, checked exactly, spread over every tag."""
+  whole = np.rint(scores * scale).astype(np.int64)
+  total = whole[features].sum(1)   # [rows, reached tags]
+  own = total[np.arange(len(total)), tag_index]
+  rival = np.where(np.arange(len(reached))[None] == tag_index[:, None], np.iinfo(np.int64).min, total).max(1)
+  if len(reached) > 1 and not (own > rival).all():   # a solver's tolerance the rounding did not absorb
+    return None
+  full = np.zeros((len(whole), n_tags), np.int64)
+  full[:, reached] = whole
+  unreached = np.setdiff1d(np.arange(n_tags), reached)
+  full[-1, unreached] = -np.abs(whole).sum() - 1   # below every score a row can reach
+  offsets = np.cumsum([0] + [len(v) for v in values])
+  return Fit(tuple(range(len(values))), dict(enumerate(values)),
+             {c: full[offsets[c]:offsets[c + 1]] for c in range(len(values))}, full[-1])
+
+
+def sparsest(held: np.ndarray, tags: np.ndarray, n_tags: int, order: list[int]) -> Fit | None:
+  """The classifier over the fewest columns of ``held`` that ``separable`` finds, dropping the columns of ``order``
+  one at a time, each where the rest stay separable; None where not one can go (the classifier stays as it
+  was). ``columns`` and the keys of ``values`` and ``rows`` index ``held``'s columns.
+
+  A block of ``order`` is tried at once first, then each half where it cannot go: whatever can be left out with
+  more columns out can be left out with fewer, so this drops what one at a time would, in far fewer programs
+  (and those over few columns are the fast ones)."""
+  kept, best = list(range(held.shape[1])), None
+
+  def drop(block: list[int]) -> None:
+    nonlocal kept, best
+    trial = [k for k in kept if k not in block]
+    # Rows that agree on every trial column but differ in tag settle it without a program.
+    fit = separable(held[:, trial], tags, n_tags) if decides(held[:, trial], tags) else None
+    if fit is not None:
+      kept, best = trial, fit
+    elif len(block) > 1:
+      drop(block[:len(block) // 2])
+      drop(block[len(block) // 2:])
+
+  drop(list(order))
+  if best is None:
+    return None
+  return Fit(tuple(kept), {kept[i]: v for i, v in best.values.items()},
+             {kept[i]: r for i, r in best.rows.items()}, best.bias)

@@ -1,0 +1,81 @@
+"""The classifier fit anew (symjax.proj.classifier_fit): exact integer scores, and the fewest variables it needs."""
+
+import itertools
+
+import numpy as np
+
+from symjax.proj import classifier_fit
+
+
+def scores(fit: classifier_fit.Fit, held: np.ndarray) -> np.ndarray:
+  """The fit's score of every tag at each row of ``held``, summed as the written classifier sums its rows."""
+  total = np.broadcast_to(fit.bias, (len(held), len(fit.bias))).copy()
+  for c in fit.columns:
+    total += fit.rows[c][np.searchsorted(fit.values[c], held[:, c])]
+  return total
+
+
+def every_combination(*sizes: int) -> np.ndarray:
+  return np.array(list(itertools.product(*[range(n) for n in sizes])), np.int64)
+
+
+def test_an_additive_tagging_is_fit_with_integer_scores_that_win_by_at_least_one():
+  rng = np.random.default_rng(0)
+  held = every_combination(4, 5, 3)
+  weights = [rng.normal(size=(n, 6)) for n in (4, 5, 3)]
+  tags = sum(w[held[:, c]] for c, w in enumerate(weights)).argmax(-1)
+  fit = classifier_fit.separable(held, tags, 6)
+  assert fit is not None and fit.columns == (0, 1, 2) and fit.bias.dtype == np.int64
+  got = scores(fit, held)
+  own = got[np.arange(len(held)), tags]
+  got[np.arange(len(held)), tags] = np.iinfo(np.int64).min
+  assert (own - got.max(1) >= 1).all()
+
+
+def test_a_tag_no_row_has_never_wins():
+  held = every_combination(3, 3)
+  tags = np.where(held[:, 0] + held[:, 1] >= 2, 1, 3)   # tags 0 and 2 of 4 are never the answer
+  fit = classifier_fit.separable(held, tags, 4)
+  assert fit is not None
+  assert (scores(fit, held).argmax(-1) == tags).all()
+
+
+def test_exclusive_or_is_no_sum_of_rows_but_its_own_column_is():
+  held = every_combination(2, 2)
+  xor = held[:, 0] ^ held[:, 1]
+  assert classifier_fit.separable(held, xor, 2) is None      # decided by both, separable by neither
+  assert classifier_fit.separable(held[:, :1], xor, 2) is None  # not even decided
+  with_xor = np.column_stack([held, xor])
+  fit = classifier_fit.sparsest(with_xor, xor, 2, order=[0, 1, 2])
+  assert fit.columns == (2,) and (scores(fit, with_xor).argmax(-1) == xor).all()
+
+
+def one_at_a_time(held: np.ndarray, tags: np.ndarray, n_tags: int, order: list[int]) -> tuple[int, ...]:
+  """The greedy the blocks of ``sparsest`` shortcut: each column of ``order`` left out where the rest still fit."""
+  kept = list(range(held.shape[1]))
+  for c in order:
+    trial = [k for k in kept if k != c]
+    if classifier_fit.separable(held[:, trial], tags, n_tags) is not None:
+      kept = trial
+  return tuple(kept)
+
+
+def test_the_blocks_leave_out_what_one_at_a_time_would():
+  rng = np.random.default_rng(1)
+  for trial in range(4):
+    held = rng.integers(0, 4, size=(300, 7))
+    held[:, 5] = held[:, 1]                   # a copy of a deciding column
+    held[:, 6] = (held[:, 0] + held[:, 2]) % 4   # decides with column 0 what column 2 does
+    weights = [rng.normal(size=(4, 5)) for _ in range(3)]
+    tags = (weights[0][held[:, 0]] + weights[1][held[:, 1]] + weights[2][held[:, 2]]).argmax(-1)
+    order = list(rng.permutation(7))
+    fit = classifier_fit.sparsest(held, tags, 5, order)
+    assert fit.columns == one_at_a_time(held, tags, 5, order)
+    assert len(fit.columns) < 7 and (scores(fit, held).argmax(-1) == tags).all()
+    assert 3 not in fit.columns and 4 not in fit.columns   # the noise goes
+
+
+def test_nothing_to_leave_out_keeps_the_classifier_as_it_was():
+  held = every_combination(2, 2)
+  tags = held[:, 0] * 2 + held[:, 1]   # four tags, each needing both columns
+  assert classifier_fit.sparsest(held, tags, 4, order=[1, 0]) is None

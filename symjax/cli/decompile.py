@@ -29,6 +29,9 @@ def define_flags() -> None:
   flags.DEFINE_string('which', 'best', "Which checkpoint to decompile: 'best', 'latest' or a step number.")
   flags.DEFINE_string('split', 'test', 'The split fidelity and accuracy are measured on.')
   flags.DEFINE_string('json', '', 'Also write the measurements to this JSON file.')
+  flags.DEFINE_bool('fit_classifier', True, "Transformer Programs on an enumerable task: fit the classifier anew "
+                    "over fewer variables, exact on every input (shorter programs; minutes of linear programs on "
+                    "large classifiers). False keeps the model's classifier, pruned.")
 
 
 def main():
@@ -47,7 +50,7 @@ def main():
     data_file = os.path.basename(decompile.data_path(path))
     if loaded.model_config.kind == 'program':
       from symjax.proj import program_code
-      program = program_code.decompile(loaded, data_file)
+      program = program_code.decompile(loaded, data_file, f.fit_classifier)
     else:
       program = decompile.decompile(loaded, data_file)
     decompile_seconds = time.perf_counter() - start

@@ -2200,13 +2200,15 @@ class CodeProgram:
 
 
 def build(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.ndarray, exhaustive: bool,
-          origin: str = 'memory', data_file: str = 'program.npz', untagged: tuple[int, ...] = ()) -> CodeProgram:
+          origin: str = 'memory', data_file: str = 'program.npz', untagged: tuple[int, ...] = (),
+          fit_classifier: bool = True) -> CodeProgram:
   """The pruned program of a Transformer Program, pruned on ``inputs`` (token ids, each row ``lengths`` long);
-  ``untagged``: the input tokens whose positions the task never tags (``untagged_tokens``)."""
+  ``untagged``: the input tokens whose positions the task never tags (``untagged_tokens``); ``fit_classifier``
+  as ``code_of`` takes it."""
   plan = plan_of(params, cfg)
   # The program reads inputs as long as those it is pruned and checked on (the model may take longer ones).
   plan.tokens, plan.max_len, plan.untagged = list(tokens), inputs.shape[1], tuple(untagged)
-  return code_of(plan, inputs, lengths, exhaustive, origin, data_file)
+  return code_of(plan, inputs, lengths, exhaustive, origin, data_file, fit_classifier)
 
 
 def _decided(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
@@ -2427,8 +2429,9 @@ def true_edges(params, cfg, tokens: list[str], inputs: np.ndarray, lengths: np.n
                 for v, m, role in reads)
 
 
-def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:
-  """The program of a loaded run of kind 'program' on a task with an input space (``input_space``)."""
+def decompile(loaded, data_file: str = 'program.npz', fit_classifier: bool = True) -> CodeProgram:
+  """The program of a loaded run of kind 'program' on a task with an input space (``input_space``);
+  ``fit_classifier`` as ``code_of`` takes it."""
   from symjax import tasks
   task = tasks.get_task(loaded.config)
   if not hasattr(task, 'input_space'):
@@ -2438,7 +2441,7 @@ def decompile(loaded, data_file: str = 'program.npz') -> CodeProgram:
   lengths = (inputs != task.pad_id).sum(1)
   origin = f'in {loaded.workdir or "memory"} (step {loaded.step}, task {loaded.task})'
   return build(loaded.params, loaded.model_config, list(loaded.tokenizer.vocab.tokens), inputs, lengths,
-               exhaustive, origin, data_file, untagged_tokens(task))
+               exhaustive, origin, data_file, untagged_tokens(task), fit_classifier)
 
 
 def untagged_tokens(task) -> tuple[int, ...]:

@@ -110,30 +110,30 @@ def main(argv):
   except (OSError, subprocess.CalledProcessError):
     commit = 'unknown (not a git checkout)'
   test = {t: scores[t, 'test'] for t in _TASKS.value}
+  uniform = {t: scores[t, 'uniform'] for t in _TASKS.value if scores.get((t, 'uniform'))}
+  about = ("the published Transformer Programs (princeton-nlp/TransformerPrograms, programs/rasp/<task>) on {}: "
+           "token accuracy (%) over the tagged positions, ")
   if _SPLIT.value == 'test':
-    print(f'{"task":12s} {"published":>9s} {"on this split":>13s} {"positions":>9s}')
-    for t, s in test.items():
-      print(f'{t:12s} {rasp.PUBLISHED[t]:9.2f} {s["accuracy"]:13.2f} {s["positions"]:9d}')
-    result_files.write(_JSON.value, {
-        'what': ("the published Transformer Programs (princeton-nlp/TransformerPrograms, programs/rasp/<task>) on "
-                 "the test split symjax's program recipe scores on: token accuracy (%) over the tagged positions, "
-                 "beside the accuracy that paper reports on its own data (Table 1)"),
-        'programs_commit': commit, 'split': 'test',
-        'published_accuracy': {t: rasp.PUBLISHED[t] for t in test}, 'on_this_split': test})
-    return
-  uniform = {t: scores[t, 'uniform'] for t in _TASKS.value if scores[t, 'uniform']}
-  print(f'{"task":12s} {"test split":>10s} {"uniform lengths":>15s} {"uniform - test":>14s}')
-  for t, s in uniform.items():
-    print(f'{t:12s} {test[t]["accuracy"]:10.2f} {s["accuracy"]:15.2f} {s["accuracy"] - test[t]["accuracy"]:14.2f}')
-  result_files.write(_JSON.value, {
-      'what': ("the published Transformer Programs (princeton-nlp/TransformerPrograms, programs/rasp/<task>) on "
-               "the 2,000 inputs of uniformly drawn length symjax.decompile scores a program on, and on the test "
-               "split symjax's program recipe scores on: token accuracy (%) over the tagged positions, one "
-               "published program per task (no seeds, so no interval)"),
-      'programs_commit': commit, 'split': 'uniform', 'intervals': 'none: one published program per task',
-      'published_accuracy': {t: rasp.PUBLISHED[t] for t in uniform},
-      'on_this_split': {t: test[t] for t in uniform}, 'on_uniform_lengths': uniform,
-      'uniform_minus_test': {t: uniform[t]['accuracy'] - test[t]['accuracy'] for t in uniform}})
+    header = ('task', 'published', 'on this split', 'positions')
+    rows = [(t, rasp.PUBLISHED[t], s['accuracy'], s['positions']) for t, s in test.items()]
+    record = {'what': about.format("the test split symjax's program recipe scores on")
+                      + 'beside the accuracy that paper reports on its own data (Table 1)',
+              'programs_commit': commit, 'split': 'test',
+              'published_accuracy': {t: rasp.PUBLISHED[t] for t in test}, 'on_this_split': test}
+  else:
+    header = ('task', 'test split', 'uniform lengths', 'uniform - test')
+    rows = [(t, test[t]['accuracy'], s['accuracy'], s['accuracy'] - test[t]['accuracy']) for t, s in uniform.items()]
+    record = {'what': about.format('the 2,000 inputs of uniformly drawn length symjax.decompile scores a program '
+                                   "on, and on the test split symjax's program recipe scores on")
+                      + 'one published program per task (no seeds, so no interval)',
+              'programs_commit': commit, 'split': 'uniform', 'intervals': 'none: one published program per task',
+              'published_accuracy': {t: rasp.PUBLISHED[t] for t in uniform},
+              'on_this_split': {t: test[t] for t in uniform}, 'on_uniform_lengths': uniform,
+              'uniform_minus_test': {t: row[3] for t, row in zip(uniform, rows)}}
+  print(f'{header[0]:12s} ' + ' '.join(f'{h:>15s}' for h in header[1:]))
+  for task, *values in rows:
+    print(f'{task:12s} ' + ' '.join(f'{v:15.2f}' if isinstance(v, float) else f'{v:15d}' for v in values))
+  result_files.write(_JSON.value, record)
 
 
 if __name__ == '__main__':

@@ -2133,12 +2133,14 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
   return set(kept), bias
 
 
-def refit(plan: Plan, doms, kept: set[str], bias: np.ndarray, inputs: np.ndarray, lengths: np.ndarray,
+def refit(plan: Plan, doms_of, kept: set[str], bias: np.ndarray, inputs: np.ndarray, lengths: np.ndarray,
           data_file: str) -> tuple[Plan, set[str], np.ndarray, list[str]]:
   """The classifier fit anew over fewer of the ``kept`` variables (``classifier_fit.sparsest``): the same tag at
   every tagged position of ``inputs`` (the task's every input), from integer rows; what only the variables left
-  out read then leaves the program. The last written is tried first, as ``prune`` does. The plan, the variables
-  kept, the bias and a note; the plan as it was where none can go."""
+  out read then leaves the program, and the modules are loosened again (``loosen``: fewer variables reach a tag,
+  so more of each module is free). The last written is tried first, as ``prune`` does. The plan, the variables
+  kept, the bias and the notes; the plan as it was where none can go."""
+  doms = doms_of(plan)
   reads = [n for n in _variables(plan) if n in kept]
   if len(reads) < 2:
     return plan, kept, bias, []
@@ -2163,7 +2165,8 @@ def refit(plan: Plan, doms, kept: set[str], bias: np.ndarray, inputs: np.ndarray
   note = (f'The classifier is fit anew over {len(names)} of its {len(reads)} variables, with integer rows: the '
           'same tag at every tagged position of every input of the task (a linear program). Left out: '
           + ', '.join(f'`{n}`' for n in dropped) + '.')
-  return after, set(names), fit.bias, [note]
+  after, loosened = loosen(after, doms_of, inputs, lengths, data_file)
+  return after, set(names), fit.bias, [note, *loosened]
 
 
 def _check_same(before: Plan, before_doms, after: Plan, after_doms, inputs: np.ndarray, lengths: np.ndarray,
@@ -2281,13 +2284,9 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   plan, simplified = _simplified(plan, doms_of, inputs, lengths, exhaustive, data_file)
   doms = doms_of(plan)
   kept, bias = prune(plan, doms, inputs, lengths, data_file)
-  # A classifier over fewer variables may tag every input alike: what only the rest read then goes.
-  if exhaustive and fit_classifier:
-    plan, kept, bias, refitted = refit(plan, doms, kept, bias, inputs, lengths, data_file)
-    simplified += refitted
-    if refitted:  # fewer variables reach a tag: more of each module is free
-      plan, loosened = loosen(plan, doms_of, inputs, lengths, data_file)
-      doms, simplified = doms_of(plan), simplified + loosened
+  if exhaustive and fit_classifier:  # a classifier over fewer variables may tag every input alike
+    plan, kept, bias, refitted = refit(plan, doms_of, kept, bias, inputs, lengths, data_file)
+    doms, simplified = doms_of(plan), simplified + refitted
   live = _needs(plan, kept, doms)
   # Decisions in the code only where the inputs are the task's every input: no other input can reach a
   # combination the table would decide and the decisions do not.

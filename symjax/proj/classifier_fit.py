@@ -122,8 +122,7 @@ def sparsest(held: np.ndarray, tags: np.ndarray, n_tags: int, order: list[int]) 
   def drop(block: list[int]) -> None:
     nonlocal kept, best
     trial = [k for k in kept if k not in block]
-    # Rows that agree on every trial column but differ in tag settle it without a program.
-    fit = separable(held[:, trial], tags, n_tags) if decides(held[:, trial], tags) else None
+    fit = separable(held[:, trial], tags, n_tags)   # rows that do not decide the tags settle it without a program
     if fit is not None:
       kept, best = trial, fit
     elif len(block) > 1:

@@ -677,6 +677,8 @@ GENERATED = {
                                         ('readable-untagged', 'transformer_program_untagged',
                                          readable_programs_table),
                                         ('readable-reverse-small', 'transformer_program_reverse_small',
+                                         readable_programs_table),
+                                        ('readable-counts-refit', 'transformer_program_counts_refit',
                                          readable_programs_table)),
                                        'data'),
     'docs/results/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),

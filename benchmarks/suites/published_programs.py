@@ -13,7 +13,9 @@ time as the published code runs; the score is token accuracy over the tagged pos
 reports it, and by position in the sequence. Tags are compared as text, with symjax's count tags (``#2``)
 read as the published ones (``2``). ``--split=uniform`` scores the 2,000 inputs of uniformly drawn length that
 ``symjax.decompile`` scores a program on (``RaspTask.uniform_length_batches``), beside the test split (the
-Dyck tasks have none), and adds the accuracy by input length (tagged positions per sequence).
+Dyck tasks have none), and adds the accuracy by input length (tagged positions per sequence). ``--split=generator``
+(Dyck tasks only) scores 2,000 distinct inputs drawn as that paper's own code draws them (``generator_tokens``),
+beside the test split: whether a gap to the published figure is in symjax's data.
 """
 
 from __future__ import annotations
@@ -27,16 +29,19 @@ import os
 import subprocess
 import time
 
+import numpy as np
 from absl import app, flags
 
 from benchmarks.lib import results as result_files
 from symjax.tasks import rasp
+from symjax.tasks.base import BOS, PAD
 
 _PROGRAMS = flags.DEFINE_string('programs', None, 'A checkout of princeton-nlp/TransformerPrograms.', required=True)
 _TASKS = flags.DEFINE_list('tasks', list(rasp.TASKS), 'RASP tasks.')
 _JOBS = flags.DEFINE_integer('jobs', 1, 'Tasks scored at once.', lower_bound=1)
-_SPLIT = flags.DEFINE_enum('split', 'test', ['test', 'uniform'],
-                           'The test split, or the inputs of uniformly drawn length (with the test split).')
+_SPLIT = flags.DEFINE_enum('split', 'test', ['test', 'uniform', 'generator'],
+                           'The test split, or (with it) the inputs of uniformly drawn length, or (Dyck tasks) '
+                           "inputs drawn by that paper's own generator.")
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/published_programs.json', 'Where to write the results.')
 
 
@@ -58,10 +63,38 @@ def split_tokens(task_name: str, split: str = 'test') -> list[tuple[list[str], l
   return rows
 
 
+def generator_tokens(task_name: str, count: int = 2_000, seed: int = 0
+                     ) -> list[tuple[list[str], list[str], list[bool]]]:
+  """``count`` distinct Dyck inputs drawn as that paper's code draws them (``make_dyck_pft`` in its
+  ``src/utils/data_utils.py``, with the ``min_length=1, max_length=16`` its ``run.py`` passes), as
+  ``split_tokens`` gives them: with probability 1/2, k ~ U{0..8} pairs, each appended or wrapped around the rest
+  with probability 1/2, padded with uniformly drawn brackets or cut to 15; else 15 uniformly drawn brackets.
+  That code draws from NumPy's legacy generator, so this does too (``RandomState``, seeded as it seeds)."""
+  if not task_name.startswith('dyck'):
+    raise ValueError(f'--split=generator is for the Dyck tasks (dyck1, dyck2), got {task_name!r}')
+  pairs = [p for p in rasp.BRACKETS[task_name]]
+  symbols = [c for p in pairs for c in p]
+  rng, seen, rows = np.random.RandomState(seed), set(), []
+  while len(rows) < count:
+    if rng.randint(2):
+      s: list[str] = []
+      for _ in range(rng.randint(0, 8 + 1)):
+        left, right = pairs[rng.randint(0, len(pairs))]
+        s = s + [left, right] if rng.randint(0, 2) == 0 else [left, *s, right]
+      s = s[:15] + (rng.choice(symbols, size=15 - len(s)).tolist() if len(s) < 15 else [])
+    else:
+      s = rng.choice(symbols, size=15).tolist()
+    if tuple(s) not in seen:
+      seen.add(tuple(s))
+      tags = rasp.dyck_tags(s, rasp.BRACKETS[task_name])
+      rows.append(([BOS, *s], [PAD, *tags], [False] + [True] * len(s)))
+  return rows
+
+
 def score(programs: str, task_name: str, split: str = 'test') -> dict:
   """The published program of ``task_name`` over ``split``: token accuracy (%), positions, sequences, seconds,
   and by position (and, on ``uniform``, by input length: its tagged positions)."""
-  rows = split_tokens(task_name, split)
+  rows = generator_tokens(task_name) if split == 'generator' else split_tokens(task_name, split)
   if not rows:
     return {}
   path = os.path.join(programs, 'programs', 'rasp', task_name, f'{task_name}.py')
@@ -100,7 +133,10 @@ def score(programs: str, task_name: str, split: str = 'test') -> dict:
 def main(argv):
   del argv
   programs = os.path.abspath(_PROGRAMS.value)
-  splits = ['test'] + (['uniform'] if _SPLIT.value == 'uniform' else [])
+  if _SPLIT.value == 'generator' and not all(t.startswith('dyck') for t in _TASKS.value):
+    raise app.UsageError('--split=generator is for the Dyck tasks (dyck1, dyck2), got '
+                         f'--tasks={",".join(_TASKS.value)}')
+  splits = ['test'] + ([_SPLIT.value] if _SPLIT.value != 'test' else [])
   with concurrent.futures.ProcessPoolExecutor(_JOBS.value) as pool:
     futures = {(t, split): pool.submit(score, programs, t, split) for t in _TASKS.value for split in splits}
     scores = {key: f.result() for key, f in futures.items()}
@@ -120,6 +156,17 @@ def main(argv):
                       + 'beside the accuracy that paper reports on its own data (Table 1)',
               'programs_commit': commit, 'split': 'test',
               'published_accuracy': {t: rasp.PUBLISHED[t] for t in test}, 'on_this_split': test}
+  elif _SPLIT.value == 'generator':
+    generated = {t: scores[t, 'generator'] for t in _TASKS.value}
+    header = ('task', 'published', 'on this split', "paper's generator")
+    rows = [(t, rasp.PUBLISHED[t], test[t]['accuracy'], s['accuracy']) for t, s in generated.items()]
+    record = {'what': about.format("2,000 distinct inputs drawn by that paper's own generator (make_dyck_pft, "
+                                   "min_length=1, max_length=16, NumPy's legacy generator seeded 0), and on the "
+                                   "test split symjax's program recipe scores on, ")
+                      + 'one published program per task (no seeds, so no interval)',
+              'programs_commit': commit, 'split': 'generator', 'intervals': 'none: one published program per task',
+              'published_accuracy': {t: rasp.PUBLISHED[t] for t in generated},
+              'on_this_split': test, 'on_generator': generated}
   else:
     header = ('task', 'test split', 'uniform lengths', 'uniform - test')
     rows = [(t, test[t]['accuracy'], s['accuracy'], s['accuracy'] - test[t]['accuracy']) for t, s in uniform.items()]

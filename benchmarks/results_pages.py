@@ -679,6 +679,8 @@ GENERATED = {
                                         ('readable-reverse-small', 'transformer_program_reverse_small',
                                          readable_programs_table),
                                         ('readable-counts-refit', 'transformer_program_counts_refit',
+                                         readable_programs_table),
+                                        ('readable-counts-dyck1', 'transformer_program_counts_dyck1',
                                          readable_programs_table)),
                                        'data'),
     'docs/results/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),

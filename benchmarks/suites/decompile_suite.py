@@ -53,6 +53,9 @@ _STEPS = cli.steps(0, "Train each run this many steps instead of the recipe's bu
                       "accuracies are not results.")
 _OVERRIDES = flags.DEFINE_list('overrides', [], 'key=value, ...: config fields set on every run trained (e.g. '
                                 'length_balance=1.0), written into its command.')
+_KEEP_DECOMPILED = flags.DEFINE_bool('keep_decompiled', False, "Keep a run's program where its folder already "
+                                      'holds one (program/measured.json): a suite resumed after a kill. Without it '
+                                      'every run is decompiled anew.')
 _ADD_VALIDATION = flags.DEFINE_bool('add_validation', False, 'Only add the validation accuracy of each run\'s '
                                     'decompiled checkpoint to the result files (RESULTS) that lack it, from the run '
                                     'folders their commands name; their other fields are kept as measured.')
@@ -144,9 +147,10 @@ def one(task: str, mode: str, seed: int) -> tuple[dict, list[str]]:
   output = os.path.join(workdir, 'program', 'program.py')
   decompile = [sys.executable, '-m', 'symjax.decompile', f'--workdir={workdir}', f'--output={output}',
                f'--json={measured}']
-  proc = subprocess.run(decompile, capture_output=True, text=True)
-  if proc.returncode:
-    raise RuntimeError(f'decompiling {workdir} failed: {proc.stderr[-1500:]}')
+  if not (_KEEP_DECOMPILED.value and os.path.exists(measured)):
+    proc = subprocess.run(decompile, capture_output=True, text=True)
+    if proc.returncode:
+      raise RuntimeError(f'decompiling {workdir} failed: {proc.stderr[-1500:]}')
   with open(measured) as f:
     row = json.load(f)
   row['validation_accuracy'] = validation_at(workdir)

@@ -72,7 +72,7 @@ def generator_tokens(task_name: str, count: int = 2_000, seed: int = 0
   That code draws from NumPy's legacy generator, so this does too (``RandomState``, seeded as it seeds)."""
   if not task_name.startswith('dyck'):
     raise ValueError(f'--split=generator is for the Dyck tasks (dyck1, dyck2), got {task_name!r}')
-  pairs = [p for p in rasp.BRACKETS[task_name]]
+  pairs = list(rasp.BRACKETS[task_name])
   symbols = [c for p in pairs for c in p]
   rng, seen, rows = np.random.RandomState(seed), set(), []
   while len(rows) < count:

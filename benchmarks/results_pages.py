@@ -681,6 +681,8 @@ GENERATED = {
                                         ('readable-counts-refit', 'transformer_program_counts_refit',
                                          readable_programs_table),
                                         ('readable-counts-dyck1', 'transformer_program_counts_dyck1',
+                                         readable_programs_table),
+                                        ('readable-double-hist-balanced', 'transformer_program_double_hist_balanced',
                                          readable_programs_table)),
                                        'data'),
     'docs/results/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),

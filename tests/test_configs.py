@@ -58,6 +58,8 @@ def _with(**kw):
     (_with(length_balance=1.5), r'config.length_balance must be in \[0, 1\] \(0 walks shuffled epochs'),
     (_with(task='text', text_path=__file__, length_balance=0.5),
      r"config.length_balance is for tasks of fixed sequences .* task 'text' trains on windows of one length"),
+    (_with(readout_sparsity=1e-3), r"config.readout_sparsity must be >= 0, and > 0 only with model.kind = program .* "
+                                   r"got 0.001 with model.kind = 'symbolic'"),
     (_with(distributed_num_processes=0), r'config.distributed.num_processes must be an integer >= 1, got 0'),
     (_with(data_seed=-1), r'config.data_seed must be an integer >= 0, got -1'),
     (_with(sharding_rules=(('vocab', 'vocab'), ('mlp', 'model'))),

@@ -240,6 +240,14 @@ class ProgramMLP(nn.Module):
     return noise.choose(mlp_logits(p, x))
 
 
+def readout_group_norm(table: Array, card: int) -> Array:
+  """Σ_v ‖W_v‖₂ over the readout ``table`` [vocab, variables · card + 1]: W_v the columns that variable v's
+  one-hot reads (the bias column left out). A group lasso on it drives whole variables out of the classifier
+  (``config.readout_sparsity``); the 1e-12 keeps its gradient finite at W_v = 0."""
+  blocks = table[:, :-1].reshape(table.shape[0], -1, card)
+  return jnp.sqrt(jnp.square(blocks).sum((0, 2)) + 1e-12).sum()
+
+
 class TransformerProgram(nn.Module):
   """A Transformer Program over token ids; returns logits ``[batch, time, vocab]`` (float32). Same interface as
   ``Transformer``; with ``return_hidden`` it returns (every variable's one-hot and a 1, the readout table)."""

@@ -99,6 +99,9 @@ def default_config(kind: str = 'symbolic', shape: dict | None = None) -> ml_coll
   # With model.hard (program training): the first soft_steps train the soft model (the paper's mixtures and
   # attention), the rest the hard one; evaluation and checkpoints always score the hard model (the program).
   c.soft_steps = 0
+  # Program training (model.kind 'program'): > 0 adds this weight times Σ_v ‖W_v‖₂ to the loss, W_v the readout
+  # rows of variable v (a group lasso), so the classifier leans on few variables and its decisions fit in code.
+  c.readout_sparsity = 0.0
   # --- Evaluation, logging and checkpoints ------------------------------------------------------------
   c.log_every_steps = 50       # train metrics to metrics.jsonl and TensorBoard
   c.eval_every_steps = 500     # validation metrics; a checkpoint is saved at each evaluation
@@ -220,6 +223,11 @@ def validate(config: ml_collections.ConfigDict) -> RunSpec:
     if not 0 < config.soft_steps < config.total_steps:
       raise InputError(f'config.soft_steps must be in [0, config.total_steps = {config.total_steps}), got '
                        f'{config.soft_steps!r}')
+  if config.get('readout_sparsity', 0.0):
+    if config.model.kind != 'program' or config.readout_sparsity < 0:
+      raise InputError(f'config.readout_sparsity must be >= 0, and > 0 only with model.kind = program (its '
+                       f'readout reads one variable per block); got {config.readout_sparsity!r} with model.kind = '
+                       f'{config.model.kind!r}')
   if not 0 <= config.stop_at_accuracy <= 1:
     raise InputError(f'config.stop_at_accuracy must be in [0, 1] (0 disables early stopping), got '
                      f'{config.stop_at_accuracy!r}')

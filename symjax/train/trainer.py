@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from symjax import model as model_lib
 from symjax import tasks
-from symjax.model import ModelConfig, Transformer
+from symjax.model import ModelConfig, Transformer, transformer_program
 from symjax.model.program import GUMBEL_RNG
 from symjax.model.transformer import PLS
 from symjax.ops import readout as readout_ops
@@ -48,17 +48,20 @@ class StepOptions:
   """What the step functions read from the run config and the task, built once: the readout ('direct' or
   'streamed'), the k of the top-k accuracies, the number of steps (over which program training's noise
   anneals) and whether attention reads the batches' ``key_mask`` (not for a task whose inputs are never
-  padding: an all-true mask changes no weight, and a fused kernel would add it as a bias)."""
+  padding: an all-true mask changes no weight, and a fused kernel would add it as a bias), and the weight of
+  program training's group lasso on the readout (``config.readout_sparsity``)."""
 
   readout: str = 'direct'
   top_ks: tuple[int, ...] = (3,)
   total_steps: int = 1
   key_mask: bool = True
+  readout_sparsity: float = 0.0
 
   @classmethod
   def of(cls, config: ml_collections.ConfigDict, task: tasks.Task | None = None) -> 'StepOptions':
     return cls(config.readout, tuple(config.top_ks), config.total_steps,
-               key_mask=True if task is None else task.pads_inputs)
+               key_mask=True if task is None else task.pads_inputs,
+               readout_sparsity=config.get('readout_sparsity', 0.0))
 
 
 def token_stats(model: Transformer, params, batch, readout: str, key_mask: bool = True, **apply_kw
@@ -147,6 +150,11 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
         layer_loss = hidden_stats(model, state[PLS][f'decoded_{l}'][0], table, batch, options.readout)[0]
         layer_ce = jnp.sum(layer_loss * batch['weights']) / jnp.maximum(sums['weight'], 1.0)
         total, extra[f'pls/layer_{l}'] = total + w * layer_ce, layer_ce
+      extra['objective'] = total
+    if options.readout_sparsity:  # the group lasso of program training (config.readout_sparsity)
+      extra['readout_norm'] = transformer_program.readout_group_norm(
+          params['readout'], transformer_program.cardinality(model.config))
+      total = total + options.readout_sparsity * extra['readout_norm']
       extra['objective'] = total
     if objective is None:
       return total, (ce, sums, extra)

@@ -683,6 +683,8 @@ GENERATED = {
                                         ('readable-counts-dyck1', 'transformer_program_counts_dyck1',
                                          readable_programs_table),
                                         ('readable-double-hist-balanced', 'transformer_program_double_hist_balanced',
+                                         readable_programs_table),
+                                        ('readable-readout-sparsity', 'transformer_program_readout_sparsity',
                                          readable_programs_table)),
                                        'data'),
     'docs/results/programs.md': ((('transformer-program', 'transformer_program', transformer_program_table),

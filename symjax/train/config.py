@@ -191,6 +191,22 @@ def check_finite(config: ml_collections.ConfigDict, prefix: str = 'config') -> N
       raise InputError(f'{prefix}.{name} must be a finite number, got {value!r}')
 
 
+def _check_program_training(config: ml_collections.ConfigDict) -> None:
+  """The fields only program training reads: ``soft_steps`` and ``readout_sparsity``."""
+  if config.get('soft_steps', 0):
+    if not config.model.get('hard', False):
+      raise InputError(f'config.soft_steps = {config.soft_steps} is for program training: set '
+                       f'config.model.hard = True too, or soft_steps = 0')
+    if not 0 < config.soft_steps < config.total_steps:
+      raise InputError(f'config.soft_steps must be in [0, config.total_steps = {config.total_steps}), got '
+                       f'{config.soft_steps!r}')
+  if config.get('readout_sparsity', 0.0):
+    if config.model.kind != 'program' or config.readout_sparsity < 0:
+      raise InputError(f'config.readout_sparsity must be >= 0, and > 0 only with model.kind = program (its '
+                       f'readout reads one variable per block); got {config.readout_sparsity!r} with model.kind = '
+                       f'{config.model.kind!r}')
+
+
 def validate(config: ml_collections.ConfigDict) -> RunSpec:
   """Checks every field once at start (the error names the field and what is allowed); the run spec parsed
   from them."""
@@ -216,18 +232,7 @@ def validate(config: ml_collections.ConfigDict) -> RunSpec:
   if not 0 <= config.get('length_balance', 0.0) <= 1:
     raise InputError(f'config.length_balance must be in [0, 1] (0 walks shuffled epochs, 1 weighs every length '
                      f'alike), got {config.length_balance!r}')
-  if config.get('soft_steps', 0):
-    if not config.model.get('hard', False):
-      raise InputError(f'config.soft_steps = {config.soft_steps} is for program training: set '
-                       f'config.model.hard = True too, or soft_steps = 0')
-    if not 0 < config.soft_steps < config.total_steps:
-      raise InputError(f'config.soft_steps must be in [0, config.total_steps = {config.total_steps}), got '
-                       f'{config.soft_steps!r}')
-  if config.get('readout_sparsity', 0.0):
-    if config.model.kind != 'program' or config.readout_sparsity < 0:
-      raise InputError(f'config.readout_sparsity must be >= 0, and > 0 only with model.kind = program (its '
-                       f'readout reads one variable per block); got {config.readout_sparsity!r} with model.kind = '
-                       f'{config.model.kind!r}')
+  _check_program_training(config)
   if not 0 <= config.stop_at_accuracy <= 1:
     raise InputError(f'config.stop_at_accuracy must be in [0, 1] (0 disables early stopping), got '
                      f'{config.stop_at_accuracy!r}')

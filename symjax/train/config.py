@@ -100,7 +100,8 @@ def default_config(kind: str = 'symbolic', shape: dict | None = None) -> ml_coll
   # attention), the rest the hard one; evaluation and checkpoints always score the hard model (the program).
   c.soft_steps = 0
   # Program training (model.kind 'program'): > 0 adds this weight times Σ_v ‖W_v‖₂ to the loss, W_v the readout
-  # rows of variable v (a group lasso), so the classifier leans on few variables and its decisions fit in code.
+  # rows of variable v: a group lasso, to push whole variables out of the classifier. No recipe sets it: at
+  # 0.001 sort and dyck1 lost accuracy (docs/results/programs_steps.md).
   c.readout_sparsity = 0.0
   # --- Evaluation, logging and checkpoints ------------------------------------------------------------
   c.log_every_steps = 50       # train metrics to metrics.jsonl and TensorBoard

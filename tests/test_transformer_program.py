@@ -101,11 +101,11 @@ def test_decompiled_hand_built_program_is_known_code_and_pruned():
   assert '    # `count_same_token` (attn_0_1) counts the keys where `k_token == q_token`.' in text
   # Nothing the readout keeps reads head 0 or the MLP: both are dropped, and so are their classifier rows.
   assert '(attn_0_0)' not in text and '(mlp_0_0)' not in text and 'mlp_0_0 =' not in text
-  # The classifier reads the count alone, whose reachable values are 1..5: in the code, the count as the tag
-  # (a formula), and no data file.
+  # The classifier reads the count alone, whose reachable values are 1..5, each naming its tag: in the code,
+  # the count as the tag (one leaf), and no data file.
   assert "DECIDES = ('count_same_token',)" in text
-  assert "    return f'#{count_same_token}' if 1 <= count_same_token <= 4 else '#5'" in text
-  assert program.tables == {} and program.entries == 4 * 2 + 1
+  assert "    return f'#{count_same_token}'\n" in text
+  assert program.tables == {} and program.entries == 1
   loaded = program_code._load(text, program.tables, 'program.npz')
   assert [loaded.decide(n) for n in range(1, 6)] == ['#1', '#2', '#3', '#4', '#5']
   assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
@@ -130,11 +130,13 @@ def test_the_inline_classifier_decides_exactly_the_reachable_values_and_a_large_
   params = hand_built(cfg)
   x, lengths = every_input(5, cfg.max_len)
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
-  # Reachable counts by brute force: how often each position's token occurs in its sequence. The decisions
-  # test only values among them.
+  # Reachable counts by brute force: how often each position's token occurs in its sequence. Each names its
+  # tag, so the decisions are one leaf that returns the tag the count names.
   reached = {list(row[:n]).count(t) for row, n in zip(x, lengths) for t in row[:n]}
-  tested = _tested(program.decisions.tree)
-  assert {v for _, v in tested} <= reached and len(tested) == len(reached) - 1   # the fifth: the default
+  assert program.decisions.tree == program_code.Leaf(copy=0) and program.decisions.numbered == {
+      'count_same_token': ('#', 0)}
+  decide = program_code._load(program.source, program.tables, 'program.npz').decide
+  assert {decide(count) for count in reached} == {f'#{count}' for count in reached}
   card = tp.cardinality(cfg)
   partial = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=False)
   assert set(partial.tables) == {'bias', 'tags', 'count_same_token', 'count_same_token.values'}
@@ -191,7 +193,7 @@ def test_heads_exact_only_where_the_task_tags_lose_their_case_for_bos_and_merge(
   one = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True, untagged=(BOS,))
   assert one.source.count('= aggregate_sum(') == 1 and "'<s>'" not in one.source.split('def run(')[1]
   assert 'return k_token == q_token' in one.source and "UNTAGGED = ['<s>']" in one.source
-  assert "    return f'#{count_same_token}' if 1 <= count_same_token <= 4 else '#5'" in one.source
+  assert "    return f'#{count_same_token}'\n" in one.source
   assert one.left == {'constant': [], 'never': [], 'duplicate': []}
   got = program_code._load(one.source, one.tables, 'program.npz').predict_ids(x, lengths)
   assert (got[x != BOS] == want[x != BOS]).all() and (got[x == BOS] == 0).all()
@@ -234,7 +236,7 @@ def test_a_count_that_takes_in_bos_counts_without_it_and_the_decisions_read_it_s
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True, untagged=(BOS,))
   assert "'<s>'" not in program.source.split('def run(')[1].split('def decide(')[0]
   assert 'return k_token == q_token' in program.source and program.decisions.reads == ['count_same_token']
-  assert "    return f'#{count_same_token}' if 1 <= count_same_token <= 4 else '#5'" in program.source
+  assert "    return f'#{count_same_token}'\n" in program.source
   assert any("leaves out the key '<s>' holds" in note for note in program.notes)
   got = program_code._load(program.source, program.tables, 'program.npz').predict_ids(x, lengths)
   assert (got[content] == want[content]).all()
@@ -314,6 +316,46 @@ def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact(monkeyp
   # A search past its limit gives up (the classifier then stays a data file).
   monkeypatch.setattr(program_code, 'SEARCH_LIMIT', 3)
   assert program_code.decision_tree(keys, tags, [True, False, True]) is None
+
+
+def test_copied_decisions_test_a_position_and_copy_the_head_or_count_that_holds_the_tag():
+  """Two heads each copy the right token on some positions, and at one position the tag is a count's number:
+  the decisions test the position and return the head, or the count's tag (``f'#{count + 1}'``), that holds the
+  tag, exactly on every row; a constant tag is one leaf; and tags that no two tested variables and no copy
+  decide give none."""
+  Leaf, Split, M = program_code.Leaf, program_code.Split, program_code.Module
+  rng = np.random.default_rng(0)
+  n = 400
+  position, a, count, b = (rng.integers(0, 8, n), rng.choice(SYMBOLS, n), rng.integers(0, 5, n),
+                           rng.choice(SYMBOLS, n))
+  held = np.stack([position, a, count, b], -1)
+  hash_of = lambda k: TOKENS.index(f'#{k}')
+  tags = np.select([position < 3, position == 6, position == 7], [a, [hash_of(c + 1) for c in count], BOS], b)
+  doms = {'positions': (tuple(range(8)), False), 'tok_0_0': (tuple(SYMBOLS), True),
+          'count_0_1': (tuple(range(5)), False), 'tok_1_0': (tuple(SYMBOLS), True)}
+  names = list(doms)
+  plan = program_code.Plan([M('count_0_1', 'numerical', ('tokens', 'tokens'), np.ones((10, 10), bool))], {},
+                           TOKENS, 8, False, 10)
+  found = program_code.copied_decisions(plan, names, held, tags, doms)
+  assert found.reads == names and found.numbered == {'count_0_1': ('#', 1)}
+  assert found.tree == Split(0, (((0, 1, 2), Leaf(copy=1)), ((6,), Leaf(copy=2)), ((7,), Leaf(tag=BOS))),
+                             Leaf(copy=3))
+  assert program_code.entries_of(found.tree) == 5 + 4
+
+  def tag_of(node, row):
+    while isinstance(node, Split):
+      node = next((child for values, child in node.branches if row[node.column] in values), node.default)
+    if node.copy is None:
+      return node.tag
+    return hash_of(row[node.copy] + 1) if found.reads[node.copy] == 'count_0_1' else row[node.copy]
+
+  assert [tag_of(found.tree, row) for row in held] == list(tags)
+  source = program_code._decisions_source(found, doms, TOKENS)
+  assert "        return f'#{count_0_1 + 1}'" in source and source[-1] == (
+      "    return '<s>' if positions == 7 else tok_1_0")
+  # A tag that depends on what no token holds and no pair of tests decides: no decisions.
+  noise = np.where(rng.random(n) < 0.5, a, b) + 10 * (position % 2)
+  assert program_code.copied_decisions(plan, names, held, noise, doms) is None
 
 
 def _predicate(module, doms):

@@ -23,7 +23,9 @@ the others read is dropped too.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import os
 import re
 import tempfile
@@ -1522,13 +1524,15 @@ def classify(variables):
 CLASSIFY_DECISIONS = '''
 
 def classify(variables):
-    """Each position's tag: decide(its values of DECIDES), asked once per combination the positions hold."""
+    """Each position's tag: decide(its values of DECIDES), asked once per combination the positions hold; 0 where
+    it names no token (a count's tag at a position the task does not tag, say)."""
     combination = np.zeros(variables["tokens"].ids.shape, np.int64)
     for name in DECIDES:
         combination = combination * CARDINALITY + variables[name].ids
     _, first, where = np.unique(combination, return_index=True, return_inverse=True)
     values = [[variables[name].value(int(variables[name].ids.flat[i])) for name in DECIDES] for i in first]
-    return np.array([TOKENS.index(decide(*v)) for v in values])[where.reshape(-1)].reshape(combination.shape)
+    ids = {token: i for i, token in enumerate(TOKENS)}
+    return np.array([ids.get(decide(*v), 0) for v in values])[where.reshape(-1)].reshape(combination.shape)
 '''
 
 ENTRY = '''
@@ -1719,10 +1723,12 @@ def entries_of(node: Leaf | Split) -> int:
 @dataclasses.dataclass
 class Decisions:
   """The classifier as decisions: the variables it reads, in the classifier's order, and a tree of tests on
-  their values that gives the tag of every combination the task's inputs reach."""
+  their values that gives the tag of every combination the task's inputs reach. A leaf that copies a number
+  returns the tag its value names: ``numbered[name] = (text, shift)`` writes ``f'{text}{name + shift}'``."""
 
   reads: list[str]
   tree: Leaf | Split
+  numbered: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
 
 
 # The most subproblems ``decision_tree`` solves (each a set of columns left and the combinations agreeing on the
@@ -1731,47 +1737,59 @@ class Decisions:
 SEARCH_LIMIT = 20_000
 
 
-def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool]) -> Leaf | Split | None:
+def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool | np.ndarray],
+                  tested: list[bool] | None = None) -> Leaf | Split | None:
   """The tree of fewest entries (``entries_of``) that tags each row of ``keys`` ``[combinations, columns]`` (the
-  distinct combinations reached) with ``tags``: a leaf where one tag, or one token-valued column's value
-  (``copyable``), is the tag of every row; else a test of the column whose branches write least, values whose
-  subtrees are equal sharing a branch. Every order of the columns is searched, each subproblem once; None past
-  ``SEARCH_LIMIT`` subproblems."""
-  memo: dict[tuple[tuple[int, ...], bytes], tuple[int, Leaf | Split]] = {}
+  distinct combinations reached) with ``tags``: a leaf where one tag, or one copyable column's value, is the
+  tag of every row (``copyable[c]``: True for a token-valued column, whose value is a tag; an array for a number,
+  the tag each value names, −1 for none); else a test of the column whose branches write least, values whose
+  subtrees are equal sharing a branch. Only the columns ``tested`` marks (all by default) are tested. Every
+  order of the columns is searched, each subproblem once; None past ``SEARCH_LIMIT`` subproblems, or where no
+  tree over the tested columns tags every row."""
+  memo: dict[tuple[tuple[int, ...], bytes], tuple[float, Leaf | Split | None]] = {}
+  tested = [True] * keys.shape[1] if tested is None else tested
 
   class TooLarge(Exception):
     pass
 
-  def best(rows: np.ndarray, columns: tuple[int, ...]) -> tuple[int, Leaf | Split]:
+  def best(rows: np.ndarray, columns: tuple[int, ...]) -> tuple[float, Leaf | Split | None]:
     key = (columns, rows.tobytes())
     if key in memo:
       return memo[key]
     if len(memo) >= SEARCH_LIMIT:
       raise TooLarge
     t = tags[rows]
-    copies = [c for c in columns if copyable[c] and (keys[rows, c] == t).all()]
+    copies = [c for c in columns if _copies(copyable[c], keys[rows, c], t)]
     if (t == t[0]).all():
       found = (1, Leaf(tag=int(t[0])))
     elif copies:
       found = (1, Leaf(copy=copies[0]))
     else:
-      found = None
+      found = (np.inf, None)   # where no test of the columns left decides the rows
       for c in columns:
         values = keys[rows, c]
         distinct = np.unique(values)
-        if len(distinct) < 2:
+        if not tested[c] or len(distinct) < 2:
           continue
         rest = tuple(x for x in columns if x != c)
+        children = [(rows[values == v], *best(rows[values == v], rest)) for v in distinct]
+        if any(child is None for _, _, child in children):
+          continue
+        # One tag that a copy gives too is that copy, so that the values share one branch: a copy of the column
+        # tested (``return f'#{count}'`` for each count naming its tag), or one a sibling returns.
+        copied = sorted({child.copy for _, _, child in children if isinstance(child, Leaf) and child.copy is not None}
+                        | ({c} if _copyable_column(copyable[c]) else set()))
         shared: dict[Leaf | Split, list[int]] = {}
         cost = 0
-        for v in distinct:
-          size, child = best(rows[values == v], rest)
+        for v, (at, size, child) in zip(distinct, children):
+          if isinstance(child, Leaf) and child.copy is None:
+            child = next((Leaf(copy=x) for x in copied if _copies(copyable[x], keys[at, x], tags[at])), child)
           if child not in shared:
             cost += size
           shared.setdefault(child, []).append(int(v))
         default = max(reversed(list(shared)), key=lambda child: len(shared[child]))  # ties: the last values
         cost += len(distinct) - len(shared[default])
-        if found is None or cost < found[0]:
+        if cost < found[0]:
           branches = tuple(sorted((tuple(vs), child) for child, vs in shared.items() if child != default))
           found = (cost, Split(c, branches, default))
     memo[key] = found
@@ -1781,6 +1799,33 @@ def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool]) -> L
     return best(np.arange(len(keys)), tuple(range(keys.shape[1])))[1]
   except TooLarge:
     return None
+
+
+def _copyable_column(copyable: bool | np.ndarray) -> bool:
+  return isinstance(copyable, np.ndarray) or bool(copyable)
+
+
+def _copies(copyable: bool | np.ndarray, values: np.ndarray, tags: np.ndarray) -> bool:
+  """Whether a column's ``values`` are, or (an array) name, ``tags``."""
+  if isinstance(copyable, np.ndarray):
+    return bool((copyable[values] == tags).all())
+  return bool(copyable) and bool((values == tags).all())
+
+
+def numbered_tags(values: np.ndarray, tags: np.ndarray, tokens: list[str]) -> tuple[np.ndarray, str, int] | None:
+  """The tags a number's ``values`` name where the tags are numbered (``'#3'``): the text and the shift most of
+  its rows agree on (``f'#{count + 1}'``), and the tag id each value names (−1 for no tag); None where no row's
+  tag is its value give or take that shift."""
+  split = [re.fullmatch(r'(.*?)(0|[1-9][0-9]*)', token) for token in tokens]
+  numbered = np.array([m is not None for m in split] + [False])[np.minimum(tags, len(tokens))]
+  if not numbered.any():
+    return None
+  pairs = collections.Counter((split[t].group(1), int(split[t].group(2)) - int(v))
+                              for v, t in zip(values[numbered], tags[numbered]))
+  (text, shift), _ = pairs.most_common(1)[0]
+  index = {m.group(0): t for t, m in enumerate(split) if m}
+  names = np.array([index.get(f'{text}{v + shift}', -1) for v in range(int(values.max()) + 1)])
+  return (names, text, shift) if (names[values] == tags).any() else None
 
 
 def _columns_of(node: Leaf | Split) -> set[int]:
@@ -1811,7 +1856,7 @@ def decisions_of(plan: Plan, doms, kept: set[str], bias: np.ndarray,
   if not reads:
     return Decisions([], Leaf(tag=int(np.argmax(bias))))
   held, tags, _, _, first = combinations
-  return _decisions_over(reads, held[first], tags[first], doms)
+  return _decisions_over(plan, reads, held[first], tags[first], doms)
 
 
 def _tagged_combinations(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray, inputs: np.ndarray,
@@ -1828,7 +1873,23 @@ def _tagged_combinations(plan: Plan, doms, live: set[str], kept: set[str], bias:
   return held, tags, values, tagged, first
 
 
-def _decisions_over(reads: list[str], held: np.ndarray, tags: np.ndarray, doms) -> Decisions | None:
+def _copyable(plan: Plan, names: list[str], held: np.ndarray, tags: np.ndarray, doms
+              ) -> tuple[list[bool | np.ndarray], dict[str, tuple[str, int]]]:
+  """What a leaf of the decisions may return of each of ``names`` (``decision_tree``'s ``copyable``): a token
+  variable's value; the tag a count or a position names, where the tags are numbered (``numbered_tags``); and
+  the text and shift of each such number."""
+  counts = {m.name for m in plan.modules if m.kind == 'numerical'} | {'positions'}
+  counts |= {alias for alias, name in plan.aliases.items() if name in counts}
+  copyable, numbered = [], {}
+  for c, name in enumerate(names):
+    found = None if doms[name][1] or name not in counts else numbered_tags(held[:, c], tags, plan.tokens)
+    copyable.append(found[0] if found else bool(doms[name][1]))
+    if found:
+      numbered[name] = found[1:]
+  return copyable, numbered
+
+
+def _decisions_over(plan: Plan, reads: list[str], held: np.ndarray, tags: np.ndarray, doms) -> Decisions | None:
   """The decisions that give ``tags`` from ``held`` (the values of ``reads`` at each position; one row of each
   (values, tag) pair is enough): None where the values do not decide the tags, or above ``DECISION_LIMIT``
   entries."""
@@ -1845,11 +1906,68 @@ def _decisions_over(reads: list[str], held: np.ndarray, tags: np.ndarray, doms) 
       columns = rest
   keys = reached[:, columns]
   first = _distinct_rows(keys)[0] if columns else np.arange(1)
-  tree = decision_tree(keys[first], tags[first], [doms[reads[c]][1] for c in columns])
+  copyable, numbered = _copyable(plan, [reads[c] for c in columns], keys[first], tags[first], doms)
+  tree = decision_tree(keys[first], tags[first], copyable)
   if tree is None or entries_of(tree) > DECISION_LIMIT:
     return None
-  used = sorted(_columns_of(tree))   # the tree may test fewer variables than decide the flat table
-  return Decisions([reads[columns[c]] for c in used], _renumbered(tree, {c: i for i, c in enumerate(used)}))
+  return _decisions_of_tree([reads[c] for c in columns], tree, numbered)
+
+
+def _decisions_of_tree(names: list[str], tree: Leaf | Split, numbered: dict[str, tuple[str, int]]) -> Decisions:
+  """The decisions of a tree over the columns ``names``, reading only those it tests or copies, in their order."""
+  used = sorted(_columns_of(tree))
+  reads = [names[c] for c in used]
+  return Decisions(reads, _renumbered(tree, {c: i for i, c in enumerate(used)}),
+                   {n: numbered[n] for n in reads if n in numbered and _copied(tree, reads.index(n))})
+
+
+def _copied(node: Leaf | Split, column: int) -> bool:
+  if isinstance(node, Leaf):
+    return node.copy == column
+  return any(_copied(child, column) for _, child in node.branches) or _copied(node.default, column)
+
+
+# The most variables ``copied_decisions`` tests: their every pair is searched, each a tree of its own.
+COPY_TESTS = 2
+
+
+def copied_decisions(plan: Plan, names: list[str], held: np.ndarray, tags: np.ndarray, doms) -> Decisions | None:
+  """The tags as decisions that test at most ``COPY_TESTS`` of the variables ``names`` and return a token
+  variable's value (``return tok_1_0``), the tag a count names (``return f'#{count_0_1}'``) or a tag: the tree
+  of fewest entries over every such choice of tested variables, any of ``names`` copied (``held``: their values
+  at each tagged position). None where none tags every row, or above ``DECISION_LIMIT`` entries.
+
+  The classifier's own variables may not decide in few entries where the tag is what one head copies at some
+  positions and another head at others: the decision is then which variable to return, by a position or a
+  count, and the variables it returns need not be among the classifier's."""
+  rows = _distinct_rows(np.column_stack([held, tags]))[0]
+  held, tags = held[rows], tags[rows]
+  copyable, numbered = _copyable(plan, names, held, tags, doms)
+  # The variables a leaf may return: those whose value is, or names, the tag somewhere.
+  copies = [c for c, copy in enumerate(copyable) if isinstance(copy, np.ndarray) and (copy[held[:, c]] == tags).any()
+            or copy is True and (held[:, c] == tags).any()]
+  found = None
+  for k in range(COPY_TESTS + 1):
+    for tested in itertools.combinations(range(len(names)), k):
+      columns = list(tested) + [c for c in copies if c not in tested]
+      if not columns:
+        continue
+      keys = held[:, columns]
+      first = _distinct_rows(keys)[0]
+      if not _decides(keys, tags):
+        continue
+      tree = decision_tree(keys[first], tags[first], [copyable[c] for c in columns],
+                           [i < k for i in range(len(columns))])
+      if tree is None or entries_of(tree) > DECISION_LIMIT:
+        continue
+      if found is None or entries_of(tree) < entries_of(found[1]):   # ties: fewer tests
+        found = (columns, tree)
+  if found is None:
+    return None
+  columns, tree = found
+  order = sorted(range(len(columns)), key=lambda i: columns[i])   # the variables in the program's order
+  tree = _renumbered(tree, {i: order.index(i) for i in range(len(columns))})
+  return _decisions_of_tree([names[columns[i]] for i in order], tree, numbered)
 
 
 def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combinations: Combinations,
@@ -1899,7 +2017,7 @@ def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combin
         None if m.reads[0] == NOTHING else tuple(int(v) for v in np.unique(query))))
     trial = held.copy()
     trial[:, reads.index(m.name)] -= m.table[query, bos]
-    found = _decisions_over(reads, trial, tags, doms)
+    found = _decisions_over(plan, reads, trial, tags, doms)
     if found is None or size(found, shorter) >= size(decisions, m):
       continue
     modules[modules.index(m)] = shorter
@@ -1923,7 +2041,14 @@ def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str
 
   def write(node, indent):
     if isinstance(node, Leaf):
-      return [f'{indent}return {reads[node.copy] if node.copy is not None else repr(tokens[node.tag])}']
+      if node.copy is None:
+        return [f'{indent}return {tokens[node.tag]!r}']
+      name = reads[node.copy]
+      if name not in decisions.numbered:
+        return [f'{indent}return {name}']
+      text, shift = decisions.numbered[name]
+      offset = f' + {shift}' if shift > 0 else f' - {-shift}' if shift < 0 else ''
+      return [f'{indent}return ' + 'f' + repr(f'{text}{{{name}{offset}}}')]
     name = reads[node.column]
     is_token = doms[name][1]
     single = lambda values, child: len(values) == 1 and isinstance(child, Leaf) and child.copy is None
@@ -2224,9 +2349,26 @@ def _decided(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray,
   combinations = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
   decisions = decisions_of(plan, doms, kept, bias, combinations)
   if not decisions:
-    return plan, None, combinations[2], []
+    return plan, _copying(plan, doms, combinations, inputs, lengths, data_file), combinations[2], []
   plan, decisions, uncounted = uncount_first(plan, doms, kept, decisions, combinations, inputs, lengths, data_file)
   return plan, decisions, None if uncounted else combinations[2], uncounted
+
+
+def _copying(plan: Plan, doms, combinations: Combinations, inputs: np.ndarray, lengths: np.ndarray,
+             data_file: str) -> Decisions | None:
+  """``copied_decisions`` over every live variable at the tagged positions, checked: the program written with
+  them tags every input as the classifier does."""
+  _, tags, values, tagged, _ = combinations
+  names = [n for n in _variables(plan) if n in values]
+  decisions = copied_decisions(plan, names, np.stack([values[n].ids[tagged] for n in names], -1).astype(np.int64),
+                               tags, doms)
+  if decisions is None:
+    return None
+  program = _load(source(plan, _needs(plan, set(decisions.reads), doms), doms, 'checked', data_file, decisions),
+                  {}, data_file)
+  if not (program.predict_ids(inputs, lengths)[tagged] == tags).all():
+    raise RuntimeError('the decisions that copy a variable changed a prediction on the input space')
+  return decisions
 
 
 def _unreached_filled(plan: Plan, doms_of, live: set[str], readout: dict[str, np.ndarray], values: dict | None,
@@ -2309,7 +2451,8 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   plan, doms = renamed(plan, names), {r(k): v for k, v in doms.items()}
   live, kept = {r(v) for v in live}, {r(v) for v in kept}
   if decisions:
-    decisions = Decisions([r(v) for v in decisions.reads], decisions.tree)
+    decisions = Decisions([r(v) for v in decisions.reads], decisions.tree,
+                          {r(v): numbered for v, numbered in decisions.numbered.items()})
   origin_of = {v: k for k, v in names.items()}
   # A module's sentence names the model's head or MLP it comes from; the comment above its code is one line where
   # a brief sentence fits (``describe``'s ``brief``).

@@ -1524,15 +1524,13 @@ def classify(variables):
 CLASSIFY_DECISIONS = '''
 
 def classify(variables):
-    """Each position's tag: decide(its values of DECIDES), asked once per combination the positions hold; 0 where
-    it names no token (a count's tag at a position the task does not tag, say)."""
+    """Each position's tag: decide(its values of DECIDES) once per combination held; 0 where it names no token."""
     combination = np.zeros(variables["tokens"].ids.shape, np.int64)
     for name in DECIDES:
         combination = combination * CARDINALITY + variables[name].ids
     _, first, where = np.unique(combination, return_index=True, return_inverse=True)
-    values = [[variables[name].value(int(variables[name].ids.flat[i])) for name in DECIDES] for i in first]
-    ids = {token: i for i, token in enumerate(TOKENS)}
-    return np.array([ids.get(decide(*v), 0) for v in values])[where.reshape(-1)].reshape(combination.shape)
+    tags = [decide(*[variables[name].value(int(variables[name].ids.flat[i])) for name in DECIDES]) for i in first]
+    return np.array([TOKENS.index(t) if t in TOKENS else 0 for t in tags])[where.reshape(-1)].reshape(combination.shape)
 '''
 
 ENTRY = '''

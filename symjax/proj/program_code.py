@@ -1951,8 +1951,8 @@ def copied_decisions(plan: Plan, names: list[str], held: np.ndarray, tags: np.nd
       if not columns:
         continue
       keys = held[:, columns]
-      first = _distinct_rows(keys)[0]
-      if not _decides(keys, tags):
+      first, group = _distinct_rows(keys)
+      if not (tags[first][group] == tags).all():   # the columns do not decide the tags
         continue
       tree = decision_tree(keys[first], tags[first], [copyable[c] for c in columns],
                            [i < k for i in range(len(columns))])

@@ -79,3 +79,21 @@ def test_nothing_to_leave_out_keeps_the_classifier_as_it_was():
   held = every_combination(2, 2)
   tags = held[:, 0] * 2 + held[:, 1]   # four tags, each needing both columns
   assert classifier_fit.sparsest(held, tags, 4, order=[1, 0]) is None
+
+
+def test_a_program_above_the_limit_is_not_solved_and_fewer_columns_may_still_go(monkeypatch):
+  """A linear program of more nonzeros than LP_LIMIT is not built: as if no fit existed. ``sparsest`` then keeps
+  trying fewer columns, whose programs are smaller: the copy of a deciding column still goes."""
+  held = every_combination(4, 5, 3)
+  held = np.column_stack([held, held[:, 1]])
+  rng = np.random.default_rng(0)
+  weights = [rng.normal(size=(n, 6)) for n in (4, 5, 3)]
+  tags = sum(w[held[:, c]] for c, w in enumerate(weights)).argmax(-1)
+  reached, rows = len(np.unique(tags)), len(held)
+  nonzeros = lambda columns: 2 * rows * (reached - 1) * (columns + 1)   # every row distinct, each against the rest
+  assert classifier_fit.separable(held, tags, 6) is not None
+  monkeypatch.setattr(classifier_fit, 'LP_LIMIT', nonzeros(4) - 1)
+  assert classifier_fit.separable(held, tags, 6) is None
+  fit = classifier_fit.sparsest(held, tags, 6, order=[3, 2, 1, 0])
+  assert fit is not None and fit.columns == (0, 1, 2)
+  assert (scores(fit, held).argmax(-1) == tags).all()

@@ -52,9 +52,16 @@ def decides(values: np.ndarray, tags: np.ndarray) -> bool:
   return bool((first[group] == tags).all())
 
 
+# The most nonzeros a linear program of ``separable`` may hold: a most_freq classifier's 178 million took the
+# decompiler past 20 GiB, killed for memory; the largest of one sort, reverse and double_hist run each: 4, 9
+# and 17 million.
+LP_LIMIT = 40_000_000
+
+
 def separable(held: np.ndarray, tags: np.ndarray, n_tags: int) -> Fit | None:
   """Integer scores over every column of ``held`` ``[rows, columns]`` (ids ≥ 0) and a bias, under which each row's
-  tag in ``tags`` (ids < ``n_tags``) scores at least 1 above every other tag; None where none exist.
+  tag in ``tags`` (ids < ``n_tags``) scores at least 1 above every other tag; None where none exist, or where the
+  program would hold more than ``LP_LIMIT`` nonzeros (unsolved, as if none existed).
 
   The linear program (HiGHS) finds real scores with that margin; scaled by one more than the number of terms a
   score sums and rounded, they keep a margin of at least 1 (each term moves by at most ½). A tag no row has
@@ -79,6 +86,8 @@ def separable(held: np.ndarray, tags: np.ndarray, n_tags: int) -> Fit | None:
   n = len(who)
   if not n:  # one tag everywhere: every score 0, the other tags below it
     return _integer(np.zeros((base + 1, 1)), values, tag_index, features, reached, n_tags, 1)
+  if 2 * n * terms > LP_LIMIT:
+    return None
   # Row k: Σ_terms (score[f, other] − score[f, own]) ≤ −1, scores flattened as feature · nt + tag.
   cols = np.concatenate([features[who] * nt + tag_index[who, None], features[who] * nt + against[:, None]], 1)
   data = np.concatenate([-np.ones((n, terms)), np.ones((n, terms))], 1)

@@ -318,7 +318,7 @@ def test_decision_tree_copies_a_token_shares_equal_branches_and_is_exact(monkeyp
   assert program_code.decision_tree(keys, tags, [True, False, True]) is None
 
 
-def test_copied_decisions_test_a_position_and_copy_the_head_or_count_that_holds_the_tag():
+def test_copied_decisions_test_a_position_and_copy_the_head_or_count_that_holds_the_tag(monkeypatch):
   """Two heads each copy the right token on some positions, and at one position the tag is a count's number:
   the decisions test the position and return the head, or the count's tag (``f'#{count + 1}'``), that holds the
   tag, exactly on every row; a constant tag is one leaf; and tags that no two tested variables and no copy
@@ -355,6 +355,11 @@ def test_copied_decisions_test_a_position_and_copy_the_head_or_count_that_holds_
       "    return '<s>' if positions == 7 else tok_1_0")
   # A tag that depends on what no token holds and no pair of tests decides: no decisions.
   noise = np.where(rng.random(n) < 0.5, a, b) + 10 * (position % 2)
+  assert program_code.copied_decisions(plan, names, held, noise, doms) is None
+  # Searched on a sample of the rows first, the same decisions, and none again where none tags every row: a
+  # tree that fails on the sample fails on them all, and one that holds there is checked on them all.
+  monkeypatch.setattr(program_code, 'COPY_SAMPLE', 40)
+  assert program_code.copied_decisions(plan, names, held, tags, doms) == found
   assert program_code.copied_decisions(plan, names, held, noise, doms) is None
 
 

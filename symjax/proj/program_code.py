@@ -23,7 +23,6 @@ the others read is dropped too.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import itertools
 import os
@@ -1770,13 +1769,13 @@ def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool | np.n
         if not tested[c] or len(distinct) < 2:
           continue
         rest = tuple(x for x in columns if x != c)
-        children = [(rows[values == v], *best(rows[values == v], rest)) for v in distinct]
+        children = [(at, *best(at, rest)) for at in (rows[values == v] for v in distinct)]
         if any(child is None for _, _, child in children):
           continue
         # One tag that a copy gives too is that copy, so that the values share one branch: a copy of the column
         # tested (``return f'#{count}'`` for each count naming its tag), or one a sibling returns.
         copied = sorted({child.copy for _, _, child in children if isinstance(child, Leaf) and child.copy is not None}
-                        | ({c} if _copyable_column(copyable[c]) else set()))
+                        | ({c} if isinstance(copyable[c], np.ndarray) or copyable[c] else set()))
         shared: dict[Leaf | Split, list[int]] = {}
         cost = 0
         for v, (at, size, child) in zip(distinct, children):
@@ -1799,28 +1798,44 @@ def decision_tree(keys: np.ndarray, tags: np.ndarray, copyable: list[bool | np.n
     return None
 
 
-def _copyable_column(copyable: bool | np.ndarray) -> bool:
-  return isinstance(copyable, np.ndarray) or bool(copyable)
+def _named(copyable: bool | np.ndarray, values: np.ndarray) -> np.ndarray | None:
+  """The tags a leaf returning a column gives at its ``values``: the values themselves (a token column), the
+  tags they name (a number's array of ``copyable``), or None where the column is not returned."""
+  if isinstance(copyable, np.ndarray):
+    return copyable[values]
+  return values if copyable else None
 
 
 def _copies(copyable: bool | np.ndarray, values: np.ndarray, tags: np.ndarray) -> bool:
-  """Whether a column's ``values`` are, or (an array) name, ``tags``."""
-  if isinstance(copyable, np.ndarray):
-    return bool((copyable[values] == tags).all())
-  return bool(copyable) and bool((values == tags).all())
+  """Whether a leaf returning a column gives ``tags`` at its ``values``."""
+  named = _named(copyable, values)
+  return named is not None and bool((named == tags).all())
+
+
+# A numbered tag: a text, then a number (``'#3'``, ``'3'``).
+NUMBERED = re.compile(r'(.*?)(0|[1-9][0-9]*)')
+
+
+def _number_text(name: str, text: str, shift: int) -> str:
+  """The f-string of ``text`` then ``name``'s value plus ``shift``: ``f'#{count - 1}'``."""
+  offset = f' + {shift}' if shift > 0 else f' - {-shift}' if shift < 0 else ''
+  return 'f' + repr(f"{text.replace('{', '{{').replace('}', '}}')}{{{name}{offset}}}")
 
 
 def numbered_tags(values: np.ndarray, tags: np.ndarray, tokens: list[str]) -> tuple[np.ndarray, str, int] | None:
   """The tags a number's ``values`` name where the tags are numbered (``'#3'``): the text and the shift most of
   its rows agree on (``f'#{count + 1}'``), and the tag id each value names (−1 for no tag); None where no row's
   tag is its value give or take that shift."""
-  split = [re.fullmatch(r'(.*?)(0|[1-9][0-9]*)', token) for token in tokens]
-  numbered = np.array([m is not None for m in split] + [False])[np.minimum(tags, len(tokens))]
+  split = [NUMBERED.fullmatch(token) for token in tokens] + [None]   # the last: a tag id past the tokens
+  texts = sorted({m.group(1) for m in split if m})
+  text_of = np.array([texts.index(m.group(1)) if m else -1 for m in split])[np.minimum(tags, len(tokens))]
+  number_of = np.array([int(m.group(2)) if m else 0 for m in split])[np.minimum(tags, len(tokens))]
+  numbered = text_of >= 0
   if not numbered.any():
     return None
-  pairs = collections.Counter((split[t].group(1), int(split[t].group(2)) - int(v))
-                              for v, t in zip(values[numbered], tags[numbered]))
-  (text, shift), _ = pairs.most_common(1)[0]
+  pairs, counts = np.unique(np.stack([text_of[numbered], number_of[numbered] - values[numbered]]), axis=1,
+                            return_counts=True)
+  text, shift = texts[pairs[0, counts.argmax()]], int(pairs[1, counts.argmax()])
   index = {m.group(0): t for t, m in enumerate(split) if m}
   names = np.array([index.get(f'{text}{v + shift}', -1) for v in range(int(values.max()) + 1)])
   return (names, text, shift) if (names[values] == tags).any() else None
@@ -1944,8 +1959,8 @@ def copied_decisions(plan: Plan, names: list[str], held: np.ndarray, tags: np.nd
   held, tags = held[rows], tags[rows]
   copyable, numbered = _copyable(plan, names, held, tags, doms)
   # The variables a leaf may return: those whose value is, or names, the tag somewhere.
-  copies = [c for c, copy in enumerate(copyable) if isinstance(copy, np.ndarray) and (copy[held[:, c]] == tags).any()
-            or copy is True and (held[:, c] == tags).any()]
+  copies = [c for c in range(len(names)) if (named := _named(copyable[c], held[:, c])) is not None
+            and (named == tags).any()]
 
   def tree_over(rows: np.ndarray, columns: list[int], k: int) -> Leaf | Split | None:
     keys = held[rows][:, columns]
@@ -2054,9 +2069,7 @@ def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str
       name = reads[node.copy]
       if name not in decisions.numbered:
         return [f'{indent}return {name}']
-      text, shift = decisions.numbered[name]
-      offset = f' + {shift}' if shift > 0 else f' - {-shift}' if shift < 0 else ''
-      return [f'{indent}return ' + 'f' + repr(f'{text}{{{name}{offset}}}')]
+      return [f'{indent}return {_number_text(name, *decisions.numbered[name])}']
     name = reads[node.column]
     is_token = doms[name][1]
     single = lambda values, child: len(values) == 1 and isinstance(child, Leaf) and child.copy is None
@@ -2108,15 +2121,13 @@ def _formula(name: str, lookup: list[tuple[int, int]], tokens: list[str]) -> str
   tag the same text followed by the value plus one constant (``f'#{count}'``, ``f'#{count - 1}'``)."""
   if len(lookup) < 3:
     return None
-  split = [re.fullmatch(r'(.*?)(0|[1-9][0-9]*)', tokens[tag]) for _, tag in lookup]
+  split = [NUMBERED.fullmatch(tokens[tag]) for _, tag in lookup]
   if not all(split) or len({m.group(1) for m in split}) != 1:
     return None
   shifts = {int(m.group(2)) - v for (v, _), m in zip(lookup, split)}
   if len(shifts) != 1:
     return None
-  shift, text = shifts.pop(), split[0].group(1).replace('{', '{{').replace('}', '}}')
-  offset = f' + {shift}' if shift > 0 else f' - {-shift}' if shift < 0 else ''
-  return 'f' + repr(f'{text}{{{name}{offset}}}')
+  return _number_text(name, split[0].group(1), shifts.pop())
 
 
 def _test(name: str, values: tuple[int, ...], dom, is_token: bool, tokens: list[str]) -> str:

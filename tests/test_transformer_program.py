@@ -603,6 +603,35 @@ def test_random_programs_that_sum_numerical_variables_decompile_exactly(seed, ca
   assert reads['attn_1_1'][2] == 'attn_0_1' and reads['attn_2_2'][2] == 'attn_1_2'
 
 
+def test_a_linear_readout_weighs_a_count_by_its_value_and_decompiles_exactly():
+  """model.numerical_readout='linear', against a NumPy transcription of the classifier of "Learning Transformer
+  Programs" (§3.4): a row per value of every categorical variable, plus each count times one column per tag."""
+  cfg = config(num_layers=2, num_heads=2, numerical_heads=1, mlps=1, numerical_readout='linear')
+  card, names = tp.cardinality(cfg), tp.variable_names(cfg)
+  assert tp.is_numerical(cfg) == [name in ('attn_0_1', 'attn_1_1') for name in names]
+  params = init(cfg, seed=5)
+  weights = np.asarray(params['readout'])
+  assert weights.shape == (cfg.vocab_size, (len(names) - 2) * card + 2 + 1)
+  x, lengths = every_input(4, cfg.max_len)
+  hidden, table = build(cfg).apply({'params': params}, jnp.asarray(x), jnp.asarray(x != PAD), return_hidden=True)
+  hidden = np.asarray(hidden)
+  want, at = weights[:, -1].copy(), 0
+  for i, numerical in enumerate(tp.is_numerical(cfg)):
+    one_hot = hidden[..., i * card:(i + 1) * card]
+    if numerical:
+      want = want + (one_hot @ np.arange(card))[..., None] * weights[:, at]
+      at += 1
+    else:
+      want = want + one_hot @ weights[:, at:at + card].T
+      at += card
+  np.testing.assert_allclose(hidden @ np.asarray(table).T, want, rtol=1e-5, atol=1e-5)
+  got = tags(cfg, params, x, lengths)
+  assert (got == np.where(x != PAD, want.argmax(-1), 0)).all()
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == got).all()
+
+
 @pytest.mark.parametrize('numerical_values', [False, True])
 def test_forward_is_one_hot_and_gradients_reach_every_choice(numerical_values):
   cfg = config(num_layers=2, num_heads=2, numerical_heads=1, mlps=1, numerical_values=numerical_values)
@@ -663,6 +692,12 @@ def test_program_kind_refuses_options_it_has_not():
     config(numerical_heads=0, numerical_values=True)
   with pytest.raises(InputError, match="model.numerical_values sums a Transformer Program's numerical"):
     config(kind='symbolic', numerical_values=True)
+  with pytest.raises(InputError, match=r"model.numerical_readout must be one of \['one_hot', 'linear'\]"):
+    config(numerical_readout='log')
+  with pytest.raises(InputError, match='linear needs model.numerical_heads >= 1'):
+    config(numerical_heads=0, numerical_readout='linear')
+  with pytest.raises(InputError, match="model.numerical_readout weighs a Transformer Program's numerical"):
+    config(kind='symbolic', numerical_readout='linear')
 
 
 def test_the_command_trains_and_decompiles_sort_into_code_equal_on_every_input(tmp_path):

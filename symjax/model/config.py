@@ -35,6 +35,7 @@ GATES = ('none', 'combined', 'symbolic')
 PLS_DECAYS = ('linear', 'exponential', 'uniform', 'linear_final')
 PLS_SOURCES = ('x', 'x_e')
 CHANNEL_NORM_SCALES = ('vector', 'scalar')
+NUMERICAL_READOUTS = ('one_hot', 'linear')
 SYMBOLIC_SITES = ('both', 'values', 'ffn')  # which sites of a symbolic layer are vocabulary-projected
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 REMAT_POLICIES = {'full': None, 'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
@@ -123,6 +124,11 @@ class ProgramConfig:
   # sum is the count; above it a lower layer's numerical head). Each selects its value variable among these;
   # a sum saturates at the largest value a variable holds (cardinality − 1).
   numerical_values: bool = False
+  # Kind 'program' only: how the classifier reads a numerical variable. 'one_hot': a row per value, as it
+  # reads every other variable; 'linear': the value times one weight per tag, as the published programs of
+  # "Learning Transformer Programs" weigh theirs (their classifiers multiply each count by one column), so
+  # that the tag a larger count favours is favoured more.
+  numerical_readout: str = 'one_hot'
   # Kind 'program' only: MLPs per layer, each reading two variables it selects, and their hidden width.
   mlps: int = 2
   mlp_hidden: int = 64
@@ -473,6 +479,9 @@ def _check_program(c) -> None:
   if c.relaxed:
     raise InputError(f"model.relaxed trains a Transformer Program's relaxation: it needs model.kind = 'program', "
                      f'got {c.kind!r}')
+  if c.numerical_readout != 'one_hot':
+    raise InputError(f"model.numerical_readout weighs a Transformer Program's numerical variables: it needs "
+                     f"model.kind = 'program', got {c.kind!r}")
   if c.numerical_values:
     raise InputError(f"model.numerical_values sums a Transformer Program's numerical variables: it needs "
                      f"model.kind = 'program', got {c.kind!r}")
@@ -519,6 +528,10 @@ def _check_transformer_program(c) -> None:
   if c.numerical_values and not c.numerical_heads:
     raise InputError('model.numerical_values is what numerical heads sum: it needs model.numerical_heads >= 1, '
                      f'got {c.numerical_heads!r}')
+  if c.numerical_readout not in NUMERICAL_READOUTS or (c.numerical_readout == 'linear' and not c.numerical_heads):
+    raise InputError(f'model.numerical_readout must be one of {list(NUMERICAL_READOUTS)} (linear needs '
+                     f'model.numerical_heads >= 1), got {c.numerical_readout!r} with model.numerical_heads = '
+                     f'{c.numerical_heads!r}')
   if not (isinstance(c.mlps, int) and c.mlps >= 0) or not (isinstance(c.mlp_hidden, int) and c.mlp_hidden > 0):
     raise InputError(f'model.mlps must be an int >= 0 and model.mlp_hidden an int > 0, got {c.mlps!r} and '
                      f'{c.mlp_hidden!r}')

@@ -23,7 +23,8 @@ A module reads a variable through a selection: a learned distribution over the v
   numerical head), saturating at cardinality − 1;
 - an MLP (§3.3) selects two variables and writes the argmax of a one-hidden-layer network of their one-hots:
   a lookup table from pairs of values to a value;
-- the readout is linear in every variable's one-hot (the classifier of §3.4).
+- the readout is linear in every variable's one-hot (the classifier of §3.4), or with
+  ``model.numerical_readout='linear'`` in a numerical variable's value, as that paper's programs weigh theirs.
 
 The forward pass is exactly the program: every argmax is one-hot, and the gradient is the softmax's
 (straight-through; ``hard + (soft − stop_gradient(soft))`` is ``hard`` exactly, so no rounding ever moves a
@@ -240,6 +241,30 @@ class ProgramMLP(nn.Module):
     return noise.choose(mlp_logits(p, x))
 
 
+def is_numerical(cfg: ModelConfig) -> list[bool]:
+  """Per variable of ``variable_names(cfg)``: whether it holds a number (a numerical head's)."""
+  first = cfg.num_heads - cfg.program.numerical_heads
+  return [name.startswith('attn_') and int(name.rsplit('_', 1)[1]) >= first for name in variable_names(cfg)]
+
+
+def readout_table(weights: Array, cfg: ModelConfig) -> Array:
+  """The classifier as a row per value of every variable, ``[vocab, variables · card + 1]`` (the bias last),
+  from its parameter ``weights``: that table itself, or with ``model.numerical_readout='linear'`` the
+  categorical variables' rows, one column per numerical variable and the bias, a value v of a numerical
+  variable reading v times its column."""
+  if cfg.program.numerical_readout != 'linear':
+    return weights
+  card, at, blocks = cardinality(cfg), 0, []
+  for numerical in is_numerical(cfg):
+    if numerical:
+      blocks.append(weights[:, at:at + 1] * jnp.arange(card, dtype=weights.dtype))
+      at += 1
+    else:
+      blocks.append(weights[:, at:at + card])
+      at += card
+  return jnp.concatenate(blocks + [weights[:, at:]], -1)
+
+
 def readout_group_norm(table: Array, card: int) -> Array:
   """Σ_v ‖W_v‖₂ over the readout ``table`` [vocab, variables · card + 1]: W_v the columns that variable v's
   one-hot reads (the bias column left out). A group lasso on it drives whole variables out of the classifier
@@ -293,7 +318,9 @@ class TransformerProgram(nn.Module):
     if names.active():  # the variables as the readout reads them (edge patching); the training pass skips it
       stack = list(names.tap(self, 'readout', jnp.stack(stack)))
     hidden = jnp.concatenate(stack + [jnp.ones((batch, time, 1))], -1)
-    table = self.param('readout', nn.initializers.normal(0.1), (cfg.vocab_size, hidden.shape[-1]))
+    numerical = sum(is_numerical(cfg)) if cfg.program.numerical_readout == 'linear' else 0
+    width = hidden.shape[-1] - numerical * (card - 1)  # a linear numerical variable: one column, not card
+    table = readout_table(self.param('readout', nn.initializers.normal(0.1), (cfg.vocab_size, width)), cfg)
     if return_hidden:
       return hidden, table
     return jnp.einsum('btd,vd->btv', hidden, table)

@@ -153,7 +153,7 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
       extra['objective'] = total
     if options.readout_sparsity:  # the group lasso of program training (config.readout_sparsity)
       extra['readout_norm'] = transformer_program.readout_group_norm(
-          params['readout'], transformer_program.cardinality(model.config))
+          table, transformer_program.cardinality(model.config))
       total = total + options.readout_sparsity * extra['readout_norm']
       extra['objective'] = total
     if objective is None:

@@ -153,7 +153,8 @@ def make_steps(model: Transformer, tx: optax.GradientTransformation, options: St
       extra['objective'] = total
     if options.readout_sparsity:  # the group lasso of program training (config.readout_sparsity)
       extra['readout_norm'] = transformer_program.readout_group_norm(
-          table, transformer_program.cardinality(model.config))
+          transformer_program.readout_table(params['readout'], model.config),
+          transformer_program.cardinality(model.config))
       total = total + options.readout_sparsity * extra['readout_norm']
       extra['objective'] = total
     if objective is None:

@@ -632,6 +632,45 @@ def test_a_linear_readout_weighs_a_count_by_its_value_and_decompiles_exactly():
   assert (loaded.predict_ids(x, lengths) == got).all()
 
 
+@pytest.mark.parametrize('seed', [0, 3])
+def test_a_readout_of_chosen_variables_reads_only_them_and_its_decision_is_code(seed):
+  """model.readout_reads=2: the logits are a NumPy transcription of the classifier over the two variables the
+  argmaxes of select_readout_* choose (every other row ignored); gradients reach both selections; the program
+  decides from those variables alone, in code (no data file), equal to the model on every input."""
+  cfg = config(num_layers=2, num_heads=2, numerical_heads=1, mlps=1, readout_reads=2, gumbel_scale=1.0)
+  card, names = tp.cardinality(cfg), tp.variable_names(cfg)
+  params = init(cfg, seed)
+  params['select_readout_1'] = choose(len(names), names.index('attn_1_1'))  # a count, with another variable
+  chosen = {names[int(np.argmax(params[f'select_readout_{i}']))] for i in range(2)}
+  x, lengths = every_input(4, cfg.max_len)
+  model = build(cfg)
+  hidden, table = model.apply({'params': params}, jnp.asarray(x), jnp.asarray(x != PAD), return_hidden=True)
+  hidden, weights = np.asarray(hidden), np.asarray(params['readout'])
+  want = weights[:, -1] + sum(hidden[..., i * card:(i + 1) * card] @ weights[:, i * card:(i + 1) * card].T
+                              for i, name in enumerate(names) if name in chosen)
+  np.testing.assert_allclose(hidden @ np.asarray(table).T, want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(tp.readout_of(params, cfg)), np.asarray(table), rtol=0, atol=0)
+
+  def loss(p):
+    h, t = model.apply({'params': p}, jnp.asarray(x), jnp.asarray(x != PAD), return_hidden=True)
+    return jnp.mean(jax.nn.log_softmax(h @ t.T)[..., 2])
+
+  grads = jax.grad(loss)(params)
+  for i in range(2):
+    assert np.abs(np.asarray(grads[f'select_readout_{i}'])).sum() > 0, i
+  # While training the choice is a Gumbel-softmax sample: every variable's rows weigh in, and train.
+  _, sampled = model.apply({'params': params}, jnp.asarray(x[:4]), jnp.asarray(x[:4] != PAD), return_hidden=True,
+                           gumbel_scale=1.0, rngs={'gumbel': jax.random.PRNGKey(seed)})
+  others = [i for i, name in enumerate(names) if name not in chosen]
+  assert all(np.abs(np.asarray(sampled)[:, i * card:(i + 1) * card]).max() > 0 for i in others)
+  got = tags(cfg, params, x, lengths)
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  assert program.tables == {} and program.decisions is not None
+  assert set(program.decisions.reads) <= {program.names.get(v, v) for v in chosen}
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == got).all()
+
+
 @pytest.mark.parametrize('numerical_values', [False, True])
 def test_forward_is_one_hot_and_gradients_reach_every_choice(numerical_values):
   cfg = config(num_layers=2, num_heads=2, numerical_heads=1, mlps=1, numerical_values=numerical_values)
@@ -698,6 +737,10 @@ def test_program_kind_refuses_options_it_has_not():
     config(numerical_heads=0, numerical_readout='linear')
   with pytest.raises(InputError, match="model.numerical_readout weighs a Transformer Program's numerical"):
     config(kind='symbolic', numerical_readout='linear')
+  with pytest.raises(InputError, match=r'model.readout_reads must be an int in \[0, 5\]'):
+    config(readout_reads=6)
+  with pytest.raises(InputError, match="model.readout_reads chooses the variables a Transformer Program's"):
+    config(kind='symbolic', readout_reads=1)
 
 
 def test_the_command_trains_and_decompiles_sort_into_code_equal_on_every_input(tmp_path):

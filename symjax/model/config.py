@@ -129,6 +129,11 @@ class ProgramConfig:
   # "Learning Transformer Programs" weigh theirs (their classifiers multiply each count by one column), so
   # that the tag a larger count favours is favoured more.
   numerical_readout: str = 'one_hot'
+  # Kind 'program' only: how many variables the classifier reads. 0: every variable (§3.4 of that paper). k > 0:
+  # k selections of learned logits (their argmax in the program, Gumbel-softmax samples at the schedule's
+  # temperature while training) choose the variables, and the classifier is zero outside their rows, so the
+  # program decides its output from k variables (a table over their reachable values, short enough for code).
+  readout_reads: int = 0
   # Kind 'program' only: MLPs per layer, each reading two variables it selects, and their hidden width.
   mlps: int = 2
   mlp_hidden: int = 64
@@ -485,6 +490,9 @@ def _check_program(c) -> None:
   if c.numerical_values:
     raise InputError(f"model.numerical_values sums a Transformer Program's numerical variables: it needs "
                      f"model.kind = 'program', got {c.kind!r}")
+  if c.readout_reads:
+    raise InputError(f"model.readout_reads chooses the variables a Transformer Program's classifier reads: it "
+                     f"needs model.kind = 'program', got {c.kind!r}")
   # What program training and numerical heads both need: the explicit, dense, one-piece computations that
   # the forward pass takes its argmaxes and predicates from.
   needs = (('kind', 'symbolic', c.kind), ('symbolic_sites', 'both', c.symbolic_sites),
@@ -535,6 +543,10 @@ def _check_transformer_program(c) -> None:
   if not (isinstance(c.mlps, int) and c.mlps >= 0) or not (isinstance(c.mlp_hidden, int) and c.mlp_hidden > 0):
     raise InputError(f'model.mlps must be an int >= 0 and model.mlp_hidden an int > 0, got {c.mlps!r} and '
                      f'{c.mlp_hidden!r}')
+  variables = 2 + c.num_layers * (c.num_heads + c.mlps)
+  if not (isinstance(c.readout_reads, int) and 0 <= c.readout_reads <= variables):
+    raise InputError(f'model.readout_reads must be an int in [0, {variables}] (0: the classifier reads every '
+                     f'variable; the model has {variables}), got {c.readout_reads!r}')
   if c.relational or c.qk_positions or c.hard:
     raise InputError("model.kind 'program' reads its positions as a variable and is always hard: set "
                      'model.relational, model.qk_positions and model.hard to False')

@@ -24,7 +24,8 @@ A module reads a variable through a selection: a learned distribution over the v
 - an MLP (§3.3) selects two variables and writes the argmax of a one-hidden-layer network of their one-hots:
   a lookup table from pairs of values to a value;
 - the readout is linear in every variable's one-hot (the classifier of §3.4), or with
-  ``model.numerical_readout='linear'`` in a numerical variable's value, as that paper's programs weigh theirs.
+  ``model.numerical_readout='linear'`` in a numerical variable's value, as that paper's programs weigh theirs;
+  with ``model.readout_reads = k`` it reads only the k variables that k selections choose.
 
 The forward pass is exactly the program: every argmax is one-hot, and the gradient is the softmax's
 (straight-through; ``hard + (soft − stop_gradient(soft))`` is ``hard`` exactly, so no rounding ever moves a
@@ -121,8 +122,16 @@ class _Noise:
     """One value out of the last axis: the (sampled) straight-through argmax, or, relaxed, the Gumbel-softmax
     sample softmax((logits + g) / τ)."""
     if self.relaxed:
-      return jax.nn.softmax((logits + self.gumbel(logits.shape)) / self.temperature, -1)
+      return self.sample(logits)
     return one_hot_argmax(logits, self.gumbel(logits.shape))
+
+  def sample(self, logits: Array) -> Array:
+    """The Gumbel-softmax sample softmax((logits + g) / τ) while training (τ the schedule's scale, g unit
+    noise), whatever ``relaxed``; the one-hot argmax otherwise."""
+    if not self.on:
+      return one_hot_argmax(logits, None)
+    noise = jax.random.gumbel(self.module.make_rng(GUMBEL_RNG), logits.shape)
+    return jax.nn.softmax((logits + noise) / self.temperature, -1)
 
 
 def relaxed_attention(matches: Array, allowed: Array, max_len: int) -> Array:
@@ -265,6 +274,28 @@ def readout_table(weights: Array, cfg: ModelConfig) -> Array:
   return jnp.concatenate(blocks + [weights[:, at:]], -1)
 
 
+def readout_mask(weights: list[Array], card: int) -> Array:
+  """The readout table's columns that the chosen variables own (model.readout_reads): 1 − Π_i (1 − w_i) per
+  variable over the selections' one-hots ``w_i`` (a variable two of them choose counts once; exactly 0 or 1
+  in the forward pass, the selections' gradients through it), repeated over its ``card`` values, and 1 for
+  the bias."""
+  chosen = 1.0 - jnp.prod(1.0 - jnp.stack(weights), 0)
+  return jnp.concatenate([jnp.repeat(chosen, card), jnp.ones((1,), chosen.dtype)])
+
+
+def readout_of(params, cfg: ModelConfig) -> Array:
+  """The classifier the program runs, ``[vocab, variables · card + 1]``, from the model's ``params``: the
+  ``readout_table``, zero outside the variables that the selections ``select_readout_{i}`` choose (their
+  argmax) where ``model.readout_reads`` is set."""
+  table = readout_table(params['readout'], cfg)
+  if not cfg.program.readout_reads:
+    return table
+  n = len(variable_names(cfg))
+  chosen = [jax.nn.one_hot(jnp.argmax(params[f'select_readout_{i}']), n, dtype=table.dtype)
+            for i in range(cfg.program.readout_reads)]
+  return table * readout_mask(chosen, cardinality(cfg))
+
+
 def readout_group_norm(table: Array, card: int) -> Array:
   """Σ_v ‖W_v‖₂ over the readout ``table`` [vocab, variables · card + 1]: W_v the columns that variable v's
   one-hot reads (the bias column left out). A group lasso on it drives whole variables out of the classifier
@@ -321,6 +352,14 @@ class TransformerProgram(nn.Module):
     numerical = sum(is_numerical(cfg)) if cfg.program.numerical_readout == 'linear' else 0
     width = hidden.shape[-1] - numerical * (card - 1)  # a linear numerical variable: one column, not card
     table = readout_table(self.param('readout', nn.initializers.normal(0.1), (cfg.vocab_size, width)), cfg)
+    if cfg.program.readout_reads:
+      # The variables the classifier reads: their argmax in evaluation (the program), a Gumbel-softmax sample
+      # while training even where the rest is straight-through. A hard choice trains only the rows of the
+      # variable it holds, so no other variable's rows can ever win it: sort stalled at 49.8% that way.
+      noise = _Noise(self, scale, relaxed)
+      chosen = [noise.sample(self.param(f'select_readout_{i}', nn.initializers.normal(1.0), (len(stack),)))
+                for i in range(cfg.program.readout_reads)]
+      table = table * readout_mask(chosen, card)
     if return_hidden:
       return hidden, table
     return jnp.einsum('btd,vd->btv', hidden, table)

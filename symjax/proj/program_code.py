@@ -106,7 +106,7 @@ def plan_of(params, cfg) -> Plan:
       logits = jax.jit(tp.mlp_logits)({k: jnp.asarray(v) for k, v in p.items()}, jnp.asarray(x))
       table = np.asarray(logits).argmax(-1).reshape(card, card)
       modules.append(Module(name, 'mlp', tuple(chosen(p, r, readable) for r in ('first', 'second')), table))
-  weights = np.asarray(tp.readout_table(jnp.asarray(params['readout']), cfg), np.float32)  # [vocab, variables·card+1]
+  weights = np.asarray(tp.readout_of(jax.tree.map(jnp.asarray, params), cfg), np.float32)  # [vocab, variables·card+1]
   readout = {n: weights[:, i * card:(i + 1) * card].T.copy() for i, n in enumerate(names)}
   readout['bias'] = weights[:, -1].copy()
   return Plan(modules, readout, [], cfg.max_len, cfg.causal, card)

@@ -122,7 +122,7 @@ class _Noise:
     """One value out of the last axis: the (sampled) straight-through argmax, or, relaxed, the Gumbel-softmax
     sample softmax((logits + g) / τ)."""
     if self.relaxed:
-      return self.sample(logits)
+      return jax.nn.softmax((logits + self.gumbel(logits.shape)) / self.temperature, -1)
     return one_hot_argmax(logits, self.gumbel(logits.shape))
 
   def sample(self, logits: Array) -> Array:

@@ -355,7 +355,7 @@ class TransformerProgram(nn.Module):
     if cfg.program.readout_reads:
       # The variables the classifier reads: their argmax in evaluation (the program), a Gumbel-softmax sample
       # while training even where the rest is straight-through. A hard choice trains only the rows of the
-      # variable it holds, so no other variable's rows can ever win it: sort stalled at 49.8% that way.
+      # variable it holds, so no other variable's rows could ever win it (docs/results/programs_steps.md).
       noise = _Noise(self, scale, relaxed)
       chosen = [noise.sample(self.param(f'select_readout_{i}', nn.initializers.normal(1.0), (len(stack),)))
                 for i in range(cfg.program.readout_reads)]

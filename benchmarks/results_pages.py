@@ -696,6 +696,8 @@ GENERATED = {
                                   ('readable-double-hist-small', 'transformer_program_double_hist_small',
                                    readable_programs_table)),
                                  'data'),
+    'docs/results/programs_shapes.md': ((('double-hist-recipe', 'transformer_program_double_hist_recipe',
+                                          readable_programs_table),), 'data'),
     'docs/results/symbolic_programs.md': ((('program-form', 'symbolic_program_form', program_form_table),), 'data'),
     'docs/scaling.md': ((('vocab-projection', 'vocab_projection', vocab_projection_table),
                          ('train-step', 'train_step', train_step_table)), 'results/data'),

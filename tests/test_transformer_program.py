@@ -1363,3 +1363,46 @@ def test_readout_sparsity_adds_the_group_lasso_of_each_variables_rows_to_the_los
       assert float(metrics['objective']) == pytest.approx(float(metrics['loss']) + weight * want, rel=1e-5)
   # The group term's gradient λ·W_v/‖W_v‖ moves each of the variables' blocks lr·λ towards 0.
   assert norms[0.0] - norms[0.5] == pytest.approx(0.1 * 0.5 * (columns.shape[1] // card), rel=0.05)
+
+
+def test_sort_with_repeated_symbols_is_three_counts_and_a_head_that_copies():
+  """Sort in the kind with a decision of one variable: head 0.1 counts the symbols below the query's (s, where
+  its run starts in the sorted output), head 0.2 those at or below it (c, where it ends); head 1.1 counts the
+  keys whose run ends at or before the query's position i − 1 (m, the start of the run that holds position i);
+  head 2.0 copies the token of a key whose run starts there (s == m). Set by hand, it sorts every input of the
+  task, repeats included, and its decompiled decision is the copied token alone: no data file."""
+  from symjax.tasks import base, rasp
+  v = rasp.vocab('sort', 8)
+  x = rasp.all_inputs('sort', 8, 8, v)
+  lengths = (x != v.id(base.PAD)).sum(1)
+  cfg = config(vocab_size=len(v), num_layers=3, num_heads=3, numerical_heads=2, mlps=0, max_len=8)
+  card = tp.cardinality(cfg)
+  q, k = np.indices((card, card))
+  symbol = lambda i: (i >= v.id('0')) & (i <= v.id('4'))
+  every = ~symbol(q)                               # <s> and </s> count every key: a value no run takes
+  params = jax.tree.map(jnp.zeros_like, init(cfg))
+  sign = lambda held: jnp.asarray(np.where(held, 1.0, -1.0))
+  params['attn_0_1'] = dict(select_query=choose(2, 0), select_key=choose(2, 0),               # tokens, tokens
+                            predicate=sign(every | symbol(q) & symbol(k) & (k < q)))
+  params['attn_0_2'] = dict(select_query=choose(2, 0), select_key=choose(2, 0),
+                            predicate=sign(every | symbol(q) & symbol(k) & (k <= q)))
+  params['attn_1_1'] = dict(select_query=choose(5, 1), select_key=choose(5, 4),               # positions, attn_0_2
+                            predicate=sign(k < q))
+  params['attn_2_0'] = dict(select_query=choose(8, 6), select_key=choose(8, 3), select_value=choose(8, 0),
+                            predicate=sign(k == q))                                 # attn_1_1, attn_0_1, tokens
+  readout = np.zeros((cfg.vocab_size, 11 * card + 1))     # 11 variables: attn_2_0 is the ninth
+  readout[np.arange(len(v)), 8 * card + np.arange(len(v))] = 1.0
+  params['readout'] = jnp.asarray(readout)
+  content = (x >= v.id('0')) & (x <= v.id('4'))
+  want = np.where(content, np.sort(np.where(content, x, 99), axis=1)[:, np.r_[-1, 0:x.shape[1] - 1]], 0)
+  got = tags(cfg, params, x, lengths)
+  assert len(x) == 19530 and (got[content] == want[content]).all()
+  program = program_code.build(params, cfg, v.tokens, x, lengths, exhaustive=True)
+  assert program.tables == {} and 'DATA_FILE' not in program.source
+  run = program.source[program.source.index('def run('):program.source.index('def decide(')]
+  assert run.count(' = aggregate') == 4                                      # the unused heads: dropped
+  assert 'return count_0_2 < position' in run and 'return count_0_1 == count_1_1' in run
+  assert 'tok_2_0 = aggregate(select_closest(count_0_1, count_1_1, predicate_tok_2_0), tokens)' in run
+  assert program.source.split('def decide(tok_2_0):')[1].split('def ')[0].strip().endswith('return tok_2_0')
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths)[content] == want[content]).all()

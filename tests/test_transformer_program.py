@@ -1406,3 +1406,71 @@ def test_sort_with_repeated_symbols_is_three_counts_and_a_head_that_copies():
   assert program.source.split('def decide(tok_2_0):')[1].split('def ')[0].strip().endswith('return tok_2_0')
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths)[content] == want[content]).all()
+
+
+def test_dyck1_is_two_bracket_counts_their_sign_and_a_count_of_prefixes_gone_negative():
+  """Dyck1 in the kind with a decision the code states: heads 0.1 and 0.2 count the `(` and the `)` so far,
+  the MLP writes the sign of their difference (0 below, 1 level, 2 above), head 1.1 counts the prefixes whose
+  sign was 0; a prefix is F once that count is 1 or more, else T where level and P where above. Set by hand,
+  it tags all 32,768 inputs of the task, and its decompiled decision is in the code: no data file."""
+  from symjax.tasks import base, rasp
+  v = rasp.vocab('dyck1', 8, 16)
+  x = rasp.all_inputs('dyck1', 16, 8, v)
+  lengths = (x != v.id(base.PAD)).sum(1)
+  cfg = config(vocab_size=len(v), num_layers=2, num_heads=3, numerical_heads=2, mlps=1, max_len=16, causal=True)
+  card = tp.cardinality(cfg)
+  q, k = np.indices((card, card))
+  sign = lambda held: jnp.asarray(np.where(held, 1.0, -1.0))
+  params = jax.tree.map(jnp.zeros_like, init(cfg))
+  for head, bracket in (('attn_0_1', '('), ('attn_0_2', ')')):                    # tokens, tokens
+    params[head] = dict(select_query=choose(2, 0), select_key=choose(2, 0), predicate=sign(k == v.id(bracket)))
+  value = np.arange(card, dtype=np.float32)
+  hidden = np.zeros((2 * card, cfg.program.mlp_hidden), np.float32)
+  hidden[:card, 0], hidden[card:, 0] = value, -value                            # relu(opened - closed)
+  hidden[:card, 1], hidden[card:, 1] = -value, value                            # relu(closed - opened)
+  out = np.zeros((cfg.program.mlp_hidden, card), np.float32)
+  out[0, 2] = out[1, 0] = 1.0
+  out_bias = np.zeros(card, np.float32)
+  out_bias[1] = 0.5                                                             # level: neither unit is on
+  params['mlp_0_0'] = dict(select_first=choose(5, 3), select_second=choose(5, 4), hidden_kernel=jnp.asarray(hidden),
+                           hidden_bias=jnp.zeros(cfg.program.mlp_hidden), out_kernel=jnp.asarray(out),
+                           out_bias=jnp.asarray(out_bias))
+  params['attn_1_1'] = dict(select_query=choose(6, 0), select_key=choose(6, 5),            # tokens, mlp_0_0
+                            predicate=sign(np.broadcast_to(k == 0, (card, card))))
+  readout = np.zeros((cfg.vocab_size, 10 * card + 1))   # 10 variables: mlp_0_0 the sixth, attn_1_1 the eighth
+  readout[v.id('F'), 7 * card + 1:8 * card] = 10.0
+  readout[v.id('T'), 5 * card + 1] = readout[v.id('P'), 5 * card + 2] = 5.0
+  params['readout'] = jnp.asarray(readout)
+  content = x[:, 1:]
+  want = np.array([[0] + [v.id(t) for t in rasp.tags('dyck1', [v.tokens[i] for i in row])] for row in content])
+  got = tags(cfg, params, x, lengths)
+  assert len(x) == 32768 and (got[:, 1:] == want[:, 1:]).all()
+  program = program_code.build(params, cfg, v.tokens, x, lengths, exhaustive=True)
+  assert program.tables == {} and 'DATA_FILE' not in program.source
+  assert ('def mlp_0_0(count_0_1, count_0_2):\n        if count_0_1 < count_0_2:\n            return 0\n'
+          '        return 1 if count_0_1 == count_0_2 else 2\n') in program.source
+  assert '`mlp_0_0` compares `count_0_1` with `count_0_2`: 0 where less, 1 where equal' in program.source
+  assert "def decide(mlp_0_0, count_1_1):" in program.source and "return k_mlp_0_0 == 0" in program.source
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths)[:, 1:] == want[:, 1:]).all()
+
+
+def test_an_mlp_that_compares_two_numbers_is_written_as_the_comparison_and_filled_so_where_unreached():
+  rng = np.random.default_rng(0)
+  dom = list(range(6))
+  signs = program_code._signs(dom, dom)
+  table = np.choose(signs, [5, 3, 7])                       # 5 below, 3 equal, 7 above
+  assert program_code._sign_values(table, dom, dom) == {0: 5, 1: 3, 2: 7}
+  assert program_code._by_sign('a', 'b', {0: 5, 1: 3, 2: 7}) == [
+      '        if a < b:', '            return 5', '        return 3 if a == b else 7']
+  assert program_code._by_sign('a', 'b', {0: 5, 1: 7, 2: 7}) == ['        return 7 if a >= b else 5']
+  assert program_code._by_sign('a', 'b', {0: 5, 1: 5, 2: 7}) == ['        return 7 if a > b else 5']
+  assert program_code._by_sign('a', 'b', {0: 5, 1: 3, 2: 5}) == ['        return 3 if a == b else 5']
+  reached = rng.random(table.shape) < 0.5
+  scrambled = np.where(reached, table, rng.integers(0, 9, table.shape))
+  filled = program_code._sign_filled(scrambled, reached, signs)
+  assert (filled[reached] == table[reached]).all() and program_code._sign_values(filled, dom, dom) is not None
+  unequal = reached & (signs == 1)                          # one reached level cell tagged otherwise: no comparison
+  broken = np.where(unequal & (np.cumsum(unequal) == 1).reshape(table.shape), 0, scrambled)
+  assert program_code._sign_filled(broken, reached, signs) is None
+  assert program_code._sign_values(np.where(signs == 1, np.arange(36).reshape(6, 6), table), dom, dom) is None

@@ -908,7 +908,10 @@ def _fillings(m: Module, doms, reached: np.ndarray, tokens: list[str], kept=None
   table = m.table[_cells(m, doms)]
   if m.kind == 'mlp':
     hit = reached[_cells(m, doms)]
-    return [_rows_filled(table, hit, _commonest_fill), _rows_filled(table.T, hit.T, _commonest_fill).T]
+    options = [_rows_filled(table, hit, _commonest_fill), _rows_filled(table.T, hit.T, _commonest_fill).T]
+    (ad, a_tok), (bd, b_tok) = doms[m.reads[0]], doms[m.reads[1]]
+    compared = None if a_tok or b_tok else _sign_filled(table, hit, _signs(ad, bd))
+    return options + ([compared] if compared is not None else [])
   (qd, q_tok), (kd, k_tok) = _query_domain(m, doms), doms[m.reads[1]]
   q, k = np.array(qd)[:, None], np.array(kd)[None, :]
   hit = reached[np.ix_(q[:, 0], k[0])]
@@ -943,6 +946,25 @@ def _fillings(m: Module, doms, reached: np.ndarray, tokens: list[str], kept=None
     if rows.sum() >= 2:
       options.append(_rows_merged(np.where(rows[:, None], option, truth), ~rows, kept))
   return [o for o in options if kept(o).all()]
+
+
+def _sign_filled(table: np.ndarray, reached: np.ndarray, signs: np.ndarray) -> np.ndarray | None:
+  """An MLP's table over two numbers filled as a comparison of them (``_signs``) where its reached cells are one:
+  each relation's cells take the value its reached cells hold, or where none is reached, the next relation's;
+  None where two reached cells of one relation differ."""
+  held = {}
+  for s in range(3):
+    values = np.unique(table[(signs == s) & reached])
+    if len(values) > 1:
+      return None
+    if len(values):
+      held[s] = values[0]
+  if not held:
+    return None
+  out = table.copy()
+  for s in range(3):
+    out[signs == s] = held.get(s, held.get(s + 1, held.get(s - 1, held.get(s + 2, held.get(s - 2)))))
+  return out
 
 
 def _rows_merged(table: np.ndarray, movable: np.ndarray, kept) -> np.ndarray:
@@ -1328,10 +1350,44 @@ def mlp_source(m: Module, doms, tokens) -> tuple[list[str], int | None]:
     arg = _arg(m.reads[one_input], '', False)
     return [f'    def {m.name}({arg}):', *_returns(arg, dom, tok, outs, tokens, '        ')], one_input
   a, b = (_arg(r, '', False) for r in m.reads)
-  body = min(_by_pairs(a, ad, a_tok, b, bd, b_tok, table, tokens),
-             _by_rows(a, ad, a_tok, b, bd, b_tok, table, tokens),
-             _by_rows(b, bd, b_tok, a, ad, a_tok, table.T, tokens), key=len)
-  return [f'    def {m.name}({a}, {b}):', *body], None
+  bodies = [_by_pairs(a, ad, a_tok, b, bd, b_tok, table, tokens),
+            _by_rows(a, ad, a_tok, b, bd, b_tok, table, tokens),
+            _by_rows(b, bd, b_tok, a, ad, a_tok, table.T, tokens)]
+  by_sign = None if a_tok or b_tok else _sign_values(table, ad, bd)
+  if by_sign is not None:
+    bodies.insert(0, _by_sign(a, b, by_sign))
+  return [f'    def {m.name}({a}, {b}):', *min(bodies, key=len)], None
+
+
+def _signs(ad, bd) -> np.ndarray:
+  """[a values, b values]: 0 where a < b, 1 where a == b, 2 where a > b."""
+  return np.sign(np.array(ad)[:, None] - np.array(bd)[None, :]) + 1
+
+
+def _sign_values(table: np.ndarray, ad, bd) -> dict[int, int] | None:
+  """What a table over two numbers returns where the first is below, equal to and above the second (``_signs``;
+  only the relations its domains hold), where that alone decides it; else None."""
+  signs, out = _signs(ad, bd), {}
+  for s in range(3):
+    values = np.unique(table[signs == s])
+    if len(values) > 1:
+      return None
+    if len(values):
+      out[s] = int(values[0])
+  return out if len(set(out.values())) > 1 else None
+
+
+def _by_sign(a: str, b: str, values: dict[int, int]) -> list[str]:
+  """A table that compares its two inputs (``_sign_values``), as that comparison: one conditional return where
+  two relations share a value, else a test of ``<`` and one of ``==``."""
+  below, equal, above = (values.get(s) for s in range(3))
+  if equal is None or equal == above:
+    return [f'        return {above} if {a} >= {b} else {below}'] if below is not None else []
+  if below is None or equal == below:
+    return [f'        return {above} if {a} > {b} else {equal}'] if above is not None else []
+  if above is None or below == above:
+    return [f'        return {equal} if {a} == {b} else {below if above is None else above}']
+  return [f'        if {a} < {b}:', f'            return {below}', f'        return {equal} if {a} == {b} else {above}']
 
 
 def _by_pairs(a: str, ad, a_tok: bool, b: str, bd, b_tok: bool, table: np.ndarray, tokens: list[str]) -> list[str]:
@@ -1441,6 +1497,11 @@ def _mlp_sentence(m: Module, doms, tokens: list[str], most: int = 3, brief: int 
   table = m.table[np.ix_(np.array(ad), np.array(bd))]
   one = (0 if m.reads[0] == m.reads[1] or (table == table[:, :1]).all() else
          1 if (table == table[:1, :]).all() else None)
+  by_sign = None if one is not None or a_tok or b_tok else _sign_values(table, ad, bd)
+  if by_sign is not None:
+    said = {0: 'less', 1: 'equal', 2: 'greater'}
+    return (f'`{m.name}` compares `{m.reads[0]}` with `{m.reads[1]}`: ' +
+            ', '.join(f'{v} where {said[s]}' for s, v in sorted(by_sign.items())) + '.')
   if one is None:
     values, counts = np.unique(table, return_counts=True)
     common = int(values[np.argmax(counts)])

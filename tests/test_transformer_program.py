@@ -1466,6 +1466,11 @@ def test_an_mlp_that_compares_two_numbers_is_written_as_the_comparison_and_fille
   assert program_code._by_sign('a', 'b', {0: 5, 1: 7, 2: 7}) == ['        return 7 if a >= b else 5']
   assert program_code._by_sign('a', 'b', {0: 5, 1: 5, 2: 7}) == ['        return 7 if a > b else 5']
   assert program_code._by_sign('a', 'b', {0: 5, 1: 3, 2: 5}) == ['        return 3 if a == b else 5']
+  for held, line in (({0: 5, 2: 7}, 'return 7 if a >= b else 5'), ({1: 3, 2: 7}, 'return 7 if a > b else 3'),
+                     ({0: 5, 1: 3}, 'return 3 if a == b else 5')):   # domains where one relation never holds
+    assert program_code._by_sign('a', 'b', held) == [f'        {line}']
+  assert program_code._sign_values(np.array([[5, 5], [5, 5]]), [0, 1], [0, 1]) is None     # a constant
+  assert program_code._sign_values(np.array([[5, 7]]), [0], [1, 3]) is None   # a < b on both cells, two values
   reached = rng.random(table.shape) < 0.5
   scrambled = np.where(reached, table, rng.integers(0, 9, table.shape))
   filled = program_code._sign_filled(scrambled, reached, signs)

@@ -1379,14 +1379,15 @@ def _sign_values(table: np.ndarray, ad, bd) -> dict[int, int] | None:
 
 def _by_sign(a: str, b: str, values: dict[int, int]) -> list[str]:
   """A table that compares its two inputs (``_sign_values``), as that comparison: one conditional return where
-  two relations share a value, else a test of ``<`` and one of ``==``."""
+  two relations share a value, else a test of ``<`` and one of ``==``. Two relations at least hold values, and
+  two of those differ (``_sign_values``), so every branch names values that exist."""
   below, equal, above = (values.get(s) for s in range(3))
   if equal is None or equal == above:
-    return [f'        return {above} if {a} >= {b} else {below}'] if below is not None else []
+    return [f'        return {above} if {a} >= {b} else {below}']
   if below is None or equal == below:
-    return [f'        return {above} if {a} > {b} else {equal}'] if above is not None else []
+    return [f'        return {above} if {a} > {b} else {equal}']
   if above is None or below == above:
-    return [f'        return {equal} if {a} == {b} else {below if above is None else above}']
+    return [f'        return {equal} if {a} == {b} else {below}']
   return [f'        if {a} < {b}:', f'            return {below}', f'        return {equal} if {a} == {b} else {above}']
 
 

@@ -950,20 +950,14 @@ def _fillings(m: Module, doms, reached: np.ndarray, tokens: list[str], kept=None
 
 def _sign_filled(table: np.ndarray, reached: np.ndarray, signs: np.ndarray) -> np.ndarray | None:
   """An MLP's table over two numbers filled as a comparison of them (``_signs``) where its reached cells are one:
-  each relation's cells take the value its reached cells hold, or where none is reached, the next relation's;
+  each relation's cells take the value its reached cells hold, or where none is reached, the nearest relation's;
   None where two reached cells of one relation differ."""
-  held = {}
-  for s in range(3):
-    values = np.unique(table[(signs == s) & reached])
-    if len(values) > 1:
-      return None
-    if len(values):
-      held[s] = values[0]
+  held = _by_relation(table, signs, reached)
   if not held:
     return None
   out = table.copy()
   for s in range(3):
-    out[signs == s] = held.get(s, held.get(s + 1, held.get(s - 1, held.get(s + 2, held.get(s - 2)))))
+    out[signs == s] = held[min(held, key=lambda t: abs(t - s))]
   return out
 
 
@@ -1367,14 +1361,21 @@ def _signs(ad, bd) -> np.ndarray:
 def _sign_values(table: np.ndarray, ad, bd) -> dict[int, int] | None:
   """What a table over two numbers returns where the first is below, equal to and above the second (``_signs``;
   only the relations its domains hold), where that alone decides it; else None."""
-  signs, out = _signs(ad, bd), {}
+  out = _by_relation(table, _signs(ad, bd), np.ones(table.shape, bool))
+  return out if out and len(set(out.values())) > 1 else None
+
+
+def _by_relation(table: np.ndarray, signs: np.ndarray, cells: np.ndarray) -> dict[int, int] | None:
+  """The one value each relation (``_signs``) holds on ``cells``, for the relations those reach; None where two
+  cells of one relation differ."""
+  out = {}
   for s in range(3):
-    values = np.unique(table[signs == s])
+    values = np.unique(table[(signs == s) & cells])
     if len(values) > 1:
       return None
     if len(values):
       out[s] = int(values[0])
-  return out if len(set(out.values())) > 1 else None
+  return out
 
 
 def _by_sign(a: str, b: str, values: dict[int, int]) -> list[str]:

@@ -106,6 +106,10 @@ def test_the_graph_has_an_edge_per_input_and_variable_written_before_it():
   assert {'tokens->a0.h0<q>', 'a0.h1->m0.0<second>', 'm0.0->a1.h1<k>', 'a1.h1->m1.0<first>', 'm1.0->logits'} \
       <= set(g.edges)
   assert 'a1.h0->a1.h1<q>' not in g.edges           # heads of one layer read the stream before it
+  # Numerical heads kept from positions read one variable fewer, query and key alike.
+  blind = edges.graph_of(config(num_layers=2, num_heads=2, numerical_heads=1, mlps=1, numerical_positions=False))
+  assert set(g.edges) - set(blind.edges) == {'positions->a0.h1<q>', 'positions->a0.h1<k>', 'positions->a1.h1<q>',
+                                             'positions->a1.h1<k>'}
 
 
 @pytest.mark.parametrize('method', ['exact', 'eap', 'eap_ig', 'atp_star'])

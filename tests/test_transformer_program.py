@@ -555,6 +555,34 @@ def test_random_programs_decompile_exactly_on_every_short_input(seed, causal):
                                                                           np.minimum(lengths[:50], 3))).all()
 
 
+@pytest.mark.parametrize('seed', [0, 1])
+def test_numerical_heads_kept_from_positions_never_read_them_and_decompile_exactly(seed):
+  """model.numerical_positions = False: a numerical head selects its query and key among every variable but
+  positions (one logit fewer), so its count is the same wherever its query and keys stand; the program the
+  decompiler writes from those selections tags every input as the model does."""
+  cfg = config(num_layers=2, num_heads=3, numerical_heads=2, mlps=1, numerical_positions=False)
+  params = init(cfg, seed)
+  for l in range(2):
+    readable = tp.head_reads(cfg, l, numerical=True)
+    assert 'positions' not in readable and len(readable) == len(tp.variable_names(cfg, l)) - 1
+    assert params[f'attn_{l}_2']['select_query'].shape == (len(readable),)
+    assert params[f'attn_{l}_0']['select_query'].shape == (len(readable) + 1,)     # categorical: positions too
+  # A numerical head whose largest selection logit falls on the variable after tokens reads attn_0_0 in layer 1
+  # (positions are skipped), and the program names it so.
+  params['attn_1_1'] = {**params['attn_1_1'], 'select_query': choose(5, 1), 'select_key': choose(5, 0)}
+  plan = program_code.plan_of(params, cfg)
+  reads = {m.name: m.reads for m in plan.modules}
+  assert reads['attn_1_1'] == ('attn_0_0', 'tokens')
+  assert all('positions' not in reads[f'attn_{l}_{h}'] for l in range(2) for h in (1, 2))
+  x, lengths = every_input(5, cfg.max_len)
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
+  with pytest.raises(InputError, match=r'model.numerical_positions = False keeps numerical heads from reading '
+                                       r'positions: it needs model.numerical_heads >= 1, got 0'):
+    config(numerical_heads=0, numerical_positions=False)
+
+
 def test_a_numerical_head_sums_a_lower_count_and_saturates_as_its_code_says():
   """model.numerical_values, on a hand-built program whose answer is known: head 0.1 counts the keys holding the
   query's token (c_j), head 1.1 sums those counts over every key (the sum of c_s² over the symbols s), which

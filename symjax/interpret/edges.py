@@ -162,7 +162,6 @@ def graph_of(cfg: ModelConfig) -> Graph:
     _add_reader(edges, reads, site, [node_of(v) for v in variables], reader, slot)
 
   for l in range(cfg.num_layers):
-    readable = tp.variable_names(cfg, l)
     for h in range(cfg.num_heads):
       node, module = f'a{l}.h{h}', f'attn_{l}_{h}'
       nodes.append(node)
@@ -170,7 +169,7 @@ def graph_of(cfg: ModelConfig) -> Graph:
       patterns.append((node, f'{module}.pattern', -1))
       numerical = h >= first_numerical
       for slot, role in HEAD_SLOTS[:2 if numerical else 3]:
-        add(f'{module}.{role}', readable, node, slot)
+        add(f'{module}.{role}', tp.head_reads(cfg, l, numerical), node, slot)
       if numerical and cfg.program.numerical_values:
         add(f'{module}.value', tp.numerical_names(cfg, l), node, 'v')
     readable = tp.variable_names(cfg, l, with_heads_of=l)

@@ -117,7 +117,8 @@ class ProgramConfig:
   # Whether numerical heads see positions (the ALiBi bias and, with qk_positions, the position rows) like the
   # other heads. False: their predicate is over the tokens a position holds alone, so a count such as
   # "keys holding my token" cannot depend on where the keys are (opt-in, per task; the categorical heads keep
-  # their positions).
+  # their positions). Kind 'program': a numerical head selects its query and key among every variable but
+  # `positions` (``transformer_program.head_reads``).
   numerical_positions: bool = True
   # Kind 'program' only: numerical heads sum a numerical variable over the keys they select rather than
   # count them ("Learning Transformer Programs", §3.3 and Appendix A: at the input the constant `ones`, whose
@@ -536,6 +537,9 @@ def _check_transformer_program(c) -> None:
   if c.numerical_values and not c.numerical_heads:
     raise InputError('model.numerical_values is what numerical heads sum: it needs model.numerical_heads >= 1, '
                      f'got {c.numerical_heads!r}')
+  if not c.numerical_positions and not c.numerical_heads:
+    raise InputError('model.numerical_positions = False keeps numerical heads from reading positions: it needs '
+                     f'model.numerical_heads >= 1, got {c.numerical_heads!r}')
   if c.numerical_readout not in NUMERICAL_READOUTS or (c.numerical_readout == 'linear' and not c.numerical_heads):
     raise InputError(f'model.numerical_readout must be one of {list(NUMERICAL_READOUTS)} (linear needs '
                      f'model.numerical_heads >= 1), got {c.numerical_readout!r} with model.numerical_heads = '

@@ -16,8 +16,9 @@ A module reads a variable through a selection: a learned distribution over the v
   one key value (one row-wise argmax of a ``[cardinality, cardinality]`` table); each query reads the closest
   key whose value the predicate names (the earlier of two at the same distance, itself last, position 0 where
   no key matches; Appendix A.1) and copies that key's value variable;
-- a numerical head (§3.3) selects a query and a key variable; its predicate holds for every (query value, key
-  value) whose entry of a ``[cardinality, cardinality]`` table is above 0 (several key values per query value,
+- a numerical head (§3.3) selects a query and a key variable (with ``model.numerical_positions = False`` any
+  but ``positions``); its predicate holds for every (query value, key value) whose entry of a
+  ``[cardinality, cardinality]`` table is above 0 (several key values per query value,
   the entry-wise form of Appendix C); it writes how many keys it selects, or with ``model.numerical_values``
   the sum over them of a numerical variable it selects (``ones``, whose sum is that count, or a lower layer's
   numerical head), saturating at cardinality − 1;
@@ -71,6 +72,14 @@ def variable_names(cfg: ModelConfig, upto_layer: int | None = None, with_heads_o
   if with_heads_of is not None:
     names += [f'attn_{with_heads_of}_{h}' for h in range(cfg.num_heads)]
   return names
+
+
+def head_reads(cfg: ModelConfig, layer: int, numerical: bool) -> list[str]:
+  """The variables a head of ``layer`` selects its query and key among: every one written before it, but
+  ``positions`` for a numerical head under ``model.numerical_positions = False``, whose count then cannot
+  depend on where its query or its keys stand."""
+  names = variable_names(cfg, layer)
+  return [n for n in names if n != 'positions'] if numerical and not cfg.program.numerical_positions else names
 
 
 def numerical_names(cfg: ModelConfig, layer: int) -> list[str]:
@@ -195,12 +204,14 @@ class NumericalHead(nn.Module):
 
   noise: Any = None
   relaxed: bool = False
+  positions: bool = True  # False: query and key are selected among every variable but positions (head_reads)
 
   @nn.compact
   def __call__(self, stack: Array, allowed: Array, numbers: Array | None = None) -> Array:
     """``numbers``: ``[variables, batch, time, 1]``, the values of ``numerical_names`` at every position."""
     noise = _Noise(self, self.noise, self.relaxed)
-    q, k = (_select(self, name, stack, noise) for name in ('query', 'key'))
+    readable = stack if self.positions else jnp.concatenate([stack[:1], stack[2:]])  # positions: variable 1
+    q, k = (_select(self, name, readable, noise) for name in ('query', 'key'))
     card = stack.shape[-1]
     psi = self.param('predicate', nn.initializers.normal(1.0), (card, card))
     score = jnp.einsum('bik,kl,bjl->bij', q, psi, k)                  # psi[q value, k value], exactly
@@ -340,7 +351,8 @@ class TransformerProgram(nn.Module):
         if h < first_numerical:
           stack.append(CategoricalHead(cfg.max_len, scale, relaxed, name=f'attn_{l}_{h}')(read, allowed))
         else:
-          stack.append(NumericalHead(scale, relaxed, name=f'attn_{l}_{h}')(read, allowed, read_numbers))
+          stack.append(NumericalHead(scale, relaxed, cfg.program.numerical_positions, name=f'attn_{l}_{h}')(
+              read, allowed, read_numbers))
           if cfg.program.numerical_values:
             numbers.append(stack[-1] @ jnp.arange(card, dtype=stack[-1].dtype)[:, None])  # its value, a number
       read = jnp.stack(stack)

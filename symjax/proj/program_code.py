@@ -96,7 +96,7 @@ def plan_of(params, cfg) -> Plan:
         modules.append(Module(name, 'categorical', tuple(chosen(p, r, readable) for r in ('query', 'key', 'value')),
                               psi.argmax(-1)))
       else:
-        reads = tuple(chosen(p, r, readable) for r in ('query', 'key'))
+        reads = tuple(chosen(p, r, tp.head_reads(cfg, l, numerical=True)) for r in ('query', 'key'))
         if cfg.program.numerical_values:
           reads += (chosen(p, 'value', tp.numerical_names(cfg, l)),)
         modules.append(Module(name, 'numerical', reads, psi > 0))

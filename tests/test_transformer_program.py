@@ -558,8 +558,8 @@ def test_random_programs_decompile_exactly_on_every_short_input(seed, causal):
 @pytest.mark.parametrize('seed', [0, 1])
 def test_numerical_heads_kept_from_positions_never_read_them_and_decompile_exactly(seed):
   """model.numerical_positions = False: a numerical head selects its query and key among every variable but
-  positions (one logit fewer), so its count is the same wherever its query and keys stand; the program the
-  decompiler writes from those selections tags every input as the model does."""
+  positions (one logit fewer), so a first-layer count is the same wherever its query and keys stand; the
+  program the decompiler writes from those selections tags every input as the model does."""
   cfg = config(num_layers=2, num_heads=3, numerical_heads=2, mlps=1, numerical_positions=False)
   params = init(cfg, seed)
   for l in range(2):
@@ -578,6 +578,16 @@ def test_numerical_heads_kept_from_positions_never_read_them_and_decompile_exact
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True)
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   assert (loaded.predict_ids(x, lengths) == tags(cfg, params, x, lengths)).all()
+  # Layer 0's counts read the tokens alone: reversing each input's content reverses them.
+  flipped = x.copy()
+  for r, n in enumerate(lengths):
+    flipped[r, 1:n] = x[r, 1:n][::-1]
+  mask, card = jnp.asarray(x != PAD), tp.cardinality(cfg)
+  counts = lambda ids: np.asarray(build(cfg).apply({'params': params}, jnp.asarray(ids), mask, return_hidden=True)[0]
+                                  )[..., 3 * card:5 * card].reshape(*x.shape, 2, card).argmax(-1)  # attn_0_1, _2
+  a, b = counts(x), counts(flipped)
+  assert all((b[r, 1:n] == a[r, 1:n][::-1]).all() and (b[r, 0] == a[r, 0]).all() for r, n in enumerate(lengths))
+  assert len(np.unique(a)) > 2
   with pytest.raises(InputError, match=r'model.numerical_positions = False keeps numerical heads from reading '
                                        r'positions: it needs model.numerical_heads >= 1, got 0'):
     config(numerical_heads=0, numerical_positions=False)

@@ -16,9 +16,9 @@ trees in one run. With
 ``--command``, each tree's whole training command instead (``python -m symjax.main
 --config=<kind>:task=text,size=medium`` for ``--steps`` steps on ``--text_path``, its own compilation cache
 warmed first): the median tokens/s of its progress lines after the first, so that the loop around the step
-is timed too. With ``--programs``, no timing: each tree compiles each kind's step and the SHA-256 of XLA's
-optimised program (its text, source locations removed) is compared — equal digests are the same machine
-code, so no timing noise can hide or fake a difference.
+is timed too. With ``--programs``, no timing: each tree compiles each kind's step (and the program kind's at
+``PROGRAM_RECIPES``) and the SHA-256 of XLA's optimised program (its text, source locations removed) is
+compared — equal digests are the same machine code, so no timing noise can hide or fake a difference.
 
 Kinds: 4 layers, 4 heads × 32, |V| = 65 (Tiny Shakespeare's characters), batch 12 × 64 tokens, AdamW
 (``configs/<kind>.py:task=text,size=medium``); a fixed random batch, so only the compiled step is timed.
@@ -213,16 +213,24 @@ import symjax.configs as configs
 from symjax import model as model_lib
 from symjax.tasks.text import TextTask
 from symjax.train import config as config_lib, optim, trainer
+from symjax import tasks
 out = {}
 for kind in sys.argv[1].split(','):
-  config = configs.from_file(f'{kind}:task=text,size=medium')
-  model = model_lib.build(config_lib.model_config(config, 65, causal=True))
+  if kind.startswith('program:'):  # the Transformer Program kind at a RASP task's recipe
+    config = configs.from_file(f'rasp:task={kind.split(":")[1]},model=program')
+    task = tasks.get_task(config)
+    model = model_lib.build(config_lib.model_config(config, len(task.vocab), task.causal))
+    options, seq_len = trainer.StepOptions.of(config, task), task.seq_len
+  else:
+    config = configs.from_file(f'{kind}:task=text,size=medium')
+    model = model_lib.build(config_lib.model_config(config, 65, causal=True))
+    options = dataclasses.replace(trainer.StepOptions.of(config), key_mask=TextTask.pads_inputs)
+    seq_len = config.seq_len
   tx = optim.make_optimizer(config)
-  options = dataclasses.replace(trainer.StepOptions.of(config), key_mask=TextTask.pads_inputs)
   step, _ = trainer.make_steps(model, tx, options)
-  state = jax.eval_shape(lambda k: optim.init_state(model, tx, k, config.seq_len), jax.random.key(0))
+  state = jax.eval_shape(lambda k: optim.init_state(model, tx, k, seq_len), jax.random.key(0))
   state = jax.tree.map(lambda x: getattr(x, 'value', x), state, is_leaf=lambda x: hasattr(x, 'value'))
-  shape = (config.batch_size, config.seq_len)
+  shape = (config.batch_size, seq_len)
   batch = {'inputs': jax.ShapeDtypeStruct(shape, np.int32), 'targets': jax.ShapeDtypeStruct(shape, np.int32),
            'weights': jax.ShapeDtypeStruct(shape, np.float32), 'key_mask': jax.ShapeDtypeStruct(shape, bool)}
   text = jax.jit(step, donate_argnums=0).lower(state, batch, jax.random.key(0)).compile().as_text()
@@ -233,18 +241,25 @@ print(json.dumps(out))
 """
 
 
+# The Transformer Program kind's step, at RASP recipes of each of its shapes (3 layers of 8 heads, 1 layer of 4,
+# the relaxation): compared by ``--programs`` beside the kinds.
+PROGRAM_RECIPES = ('program:most_freq', 'program:hist', 'program:reverse')
+
+
 def programs_ab(commit: str) -> None:
-  """``--against --programs``: the digests of the kinds' compiled steps in this tree and in ``commit``'s."""
-  digests = {}
+  """``--against --programs``: the digests of the kinds' compiled steps, and of the program kind's at
+  ``PROGRAM_RECIPES``, in this tree and in ``commit``'s."""
+  digests, steps = {}, KINDS + PROGRAM_RECIPES
   with two_trees(commit) as (_, trees):
     for tree, cwd in trees:
-      proc = subprocess.run([sys.executable, '-c', DIGEST, ','.join(KINDS)], cwd=cwd, check=True,
+      proc = subprocess.run([sys.executable, '-c', DIGEST, ','.join(steps)], cwd=cwd, check=True,
                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=cwd))
       digests[tree] = json.loads(proc.stdout.strip().splitlines()[-1])
-  same = {k: digests['this tree'][k] == digests[commit][k] for k in KINDS}
-  print(f'\nCompiled training step at the text recipe shape, this tree against {commit}')
+  same = {k: digests['this tree'][k] == digests[commit][k] for k in steps}
+  print(f'\nCompiled training step (kinds at the text recipe shape; program:<task> at that RASP recipe), this '
+        f'tree against {commit}')
   print('| kind | same program |\n|---|---|')
-  for k in KINDS:
+  for k in steps:
     print(f'| {k} | {"yes" if same[k] else "no"} |')
   result_files.write(_JSON.value, {'against': commit, 'program_sha256': digests, 'same_program': same,
                                    'command': f'python -m benchmarks.speed.step_time --against={commit} --programs'})

@@ -97,3 +97,52 @@ def test_a_program_above_the_limit_is_not_solved_and_fewer_columns_may_still_go(
   fit = classifier_fit.sparsest(held, tags, 6, order=[3, 2, 1, 0])
   assert fit is not None and fit.columns == (0, 1, 2)
   assert (scores(fit, held).argmax(-1) == tags).all()
+
+
+def affine_scores(fit: classifier_fit.Affine, held: np.ndarray) -> np.ndarray:
+  """The affine fit's score of each tag it scores at each row of ``held``: whole multiples of the numbers, a row
+  per value of the others, and the bias."""
+  total = np.broadcast_to(fit.bias, (len(held), len(fit.tags))).copy()
+  for c, w in fit.weights.items():
+    total += held[:, c:c + 1] * w[None]
+  for c, rows in fit.rows.items():
+    total += rows[np.searchsorted(fit.values[c], held[:, c])]
+  return total
+
+
+def sort_like(held: np.ndarray) -> np.ndarray:
+  """Sorting's tag at a position over symbols a < b < c: the first symbol whose count of symbols at or below it
+  reaches the position (columns: position, count of a, count of a or b, the query's symbol)."""
+  position, at_most_a, at_most_b = held[:, 0], held[:, 1], held[:, 2]
+  return np.where(position <= at_most_a, 0, np.where(position <= at_most_b, 1, 2))
+
+
+def test_tags_cut_by_comparisons_of_counts_are_scored_by_a_whole_multiple_of_each_count():
+  """The tag is the first threshold a position does not pass: a score per tag that grows by a whole multiple of
+  the position and of each count gives every row its tag by at least 1, in a few small integers; a symbol read
+  by value that changes no tag scores nothing."""
+  held = np.array([(p, a, b, s) for b in range(6) for a in range(b + 1) for p in range(1, 6) for s in range(3)],
+                  np.int64)
+  tags = sort_like(held) + 4   # the ids of the tags, as a vocabulary numbers them
+  fit = classifier_fit.affine(held, tags, [True, True, True, False])
+  assert fit is not None and list(fit.tags) == [4, 5, 6]
+  got = affine_scores(fit, held)
+  own = got[np.arange(len(held)), tags - 4]
+  got[np.arange(len(held)), tags - 4] = np.iinfo(np.int64).min
+  assert (own - got.max(1) >= 1).all()
+  assert not fit.rows[3].any()   # the symbol changes no tag: its scores are all 0 at the fewest magnitudes
+  assert max(np.abs(w).max() for w in fit.weights.values()) <= 4
+
+
+def test_tags_no_comparison_of_the_numbers_cuts_have_no_affine_scores():
+  """Tag 1 exactly where a count equals 2 and 0 elsewhere, over one number: no score growing by a multiple of
+  that number is highest for tag 1 there and lower on both sides; read by value, it is."""
+  held = every_combination(5)
+  tags = (held[:, 0] == 2).astype(np.int64)
+  assert classifier_fit.affine(held, tags, [True]) is None
+  by_value = classifier_fit.affine(held, tags, [False])
+  assert by_value is not None and (affine_scores(by_value, held).argmax(-1) == tags).all()
+  # An interval is a region two comparisons cut: a middle tag between two others is affine in the number.
+  middle = np.where(held[:, 0] < 2, 0, np.where(held[:, 0] == 2, 1, 2))
+  fit = classifier_fit.affine(held, middle, [True])
+  assert fit is not None and (affine_scores(fit, held).argmax(-1) == middle).all()

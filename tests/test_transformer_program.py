@@ -2,6 +2,7 @@
 
 import dataclasses
 import itertools
+import types
 
 import jax
 import jax.numpy as jnp
@@ -240,6 +241,72 @@ def test_a_count_that_takes_in_bos_counts_without_it_and_the_decisions_read_it_s
   assert any("leaves out the key '<s>' holds" in note for note in program.notes)
   got = program_code._load(program.source, program.tables, 'program.npz').predict_ids(x, lengths)
   assert (got[content] == want[content]).all()
+
+
+def sorting(cfg):
+  """Sort by counting: head 0 counts the keys holding 'a', head 1 those holding 'a' or 'b' (whatever the query);
+  the readout scores tag t by the sum over the symbols s before it of (position − count of symbols ≤ s − ½), so
+  a position takes the first symbol whose count reaches it: the readout is linear in the position and the counts,
+  a row per value that a table holds and a tree would test value by value."""
+  params = hand_built(cfg)
+  card = tp.cardinality(cfg)
+  a, b, c = SYMBOLS
+  for head, held in (('attn_0_0', [a]), ('attn_0_1', [a, b])):
+    predicate = -np.ones((card, card))
+    predicate[:, held] = 1.0
+    params[head] = dict(select_query=choose(2, 0), select_key=choose(2, 0), predicate=jnp.asarray(predicate))
+  readout = np.zeros((cfg.vocab_size, 5 * card + 1))   # tokens, positions, attn_0_0, attn_0_1, mlp_0_0
+  values = np.arange(card)
+  readout[b, card:2 * card], readout[c, card:2 * card] = values, 2 * values
+  readout[b, 2 * card:3 * card], readout[c, 2 * card:3 * card] = -values, -values
+  readout[c, 3 * card:4 * card] = -values
+  readout[:, -1] = -100.0   # no other token is a tag
+  readout[a, -1], readout[b, -1], readout[c, -1] = 0.0, -0.5, -1.0
+  params['readout'] = jnp.asarray(readout)
+  return params
+
+
+def test_a_classifier_linear_in_counts_is_scores_in_the_code(monkeypatch):
+  """Sorting's classifier compares the position with two counts: in the code it is a score per tag, a whole
+  multiple of the position and of each count, exact on every input; no data file, no value tested one by one."""
+  cfg = config(numerical_heads=2)
+  params = sorting(cfg)
+  x, lengths = every_input(5, cfg.max_len)
+  want = tags(cfg, params, x, lengths)
+  content = (x != BOS) & (x != PAD)
+  assert (want[content] == np.concatenate([sorted(r[1:n]) for r, n in zip(x, lengths)])).all()  # it sorts
+  # A limit that no tree over these combinations meets and three scores of position and two counts do.
+  monkeypatch.setattr(program_code, 'DECISION_LIMIT', 12)
+  program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True, untagged=(BOS,))
+  scores = program.decisions.tree
+  assert isinstance(scores, program_code.Scores) and program.tables == {} and program.entries <= 12
+  assert set(program.decisions.reads) == {'positions', program.names['attn_0_0'], program.names['attn_0_1']}
+  assert 'return max(scores, key=scores.get)' in program.source and 'DATA_FILE' not in program.source
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  got = loaded.predict_ids(x, lengths)
+  assert (got[content] == want[content]).all()
+  # Over the same combinations (the program's run, with the mask predict_ids set), a tree that tests values
+  # needs more than the limit.
+  values = loaded.run(loaded.Variable(x.astype(np.int32), True),
+                      loaded.Variable(np.broadcast_to(np.arange(x.shape[1], dtype=np.int32), x.shape), False))
+  held = np.stack([values[n].ids[content] for n in program.decisions.reads], -1).astype(np.int64)
+  first = program_code._distinct_rows(held)[0]
+  monkeypatch.setattr(program_code, 'DECISION_LIMIT', 10_000)
+  tree = program_code.decision_tree(held[first], want[content][first], [False] * held.shape[1])
+  assert program_code.entries_of(tree) > 12
+
+
+def test_a_token_every_input_holds_once_is_found_anywhere_unless_causal():
+  """``<s>`` at position 0 and an end token once at the end: a count of keys holding either is one at every
+  query that reads every key; under a causal mask only position 0's token is."""
+  end = 9
+  x = np.array([[BOS, 2, 3, end, PAD], [BOS, 2, end, PAD, PAD], [BOS, 4, 4, 4, end]])
+  lengths = (x != PAD).sum(1)
+  found = lambda causal: program_code._held_once(types.SimpleNamespace(causal=causal), x, lengths)
+  assert found(False) == [BOS, end] and found(True) == [BOS]
+  twice = x.copy()
+  twice[2, 2] = end
+  assert program_code._held_once(types.SimpleNamespace(causal=False), twice, lengths) == [BOS]
 
 
 def test_a_classifier_that_reads_nothing_is_one_tag_in_the_code():

@@ -143,3 +143,81 @@ def sparsest(held: np.ndarray, tags: np.ndarray, n_tags: int, order: list[int]) 
     return None
   return Fit(tuple(kept), {kept[i]: v for i, v in best.values.items()},
              {kept[i]: r for i, r in best.rows.items()}, best.bias)
+
+
+@dataclasses.dataclass(frozen=True)
+class Affine:
+  """A classifier whose score of each tag is affine in the numbers: ``weights[c]`` ``[tags]`` the whole multiple of
+  column ``c``'s value each tag adds (a number: a count or a position), ``rows[c]`` ``[values, tags]`` the score
+  of each value of column ``c`` in the order of ``values[c]`` (any other column, read by value); ``bias``
+  ``[tags]``; ``tags`` the tag ids scored, those the combinations have."""
+
+  tags: np.ndarray
+  bias: np.ndarray
+  weights: dict[int, np.ndarray]
+  values: dict[int, np.ndarray]
+  rows: dict[int, np.ndarray]
+
+
+# The largest whole multiple ``affine`` scales a solution by before it takes the one rounding cannot break.
+SMALL_SCALE = 12
+
+
+def affine(held: np.ndarray, tags: np.ndarray, numbers: list[bool]) -> Affine | None:
+  """Integer scores under which each row of ``held`` ``[rows, columns]`` gives its tag by a margin of at least 1,
+  each tag's score a whole multiple of each number column's value (``numbers[c]``) plus a score per value of
+  each other column and a bias; None where none exist, or above ``LP_LIMIT`` nonzeros.
+
+  "Learning Transformer Programs" (§3.4) scores a tag by a row per value of each variable: a count of up to 16
+  values takes 16 rows. Where the tags are regions of the counts cut by hyperplanes (sort's tag is the first
+  token whose count of smaller tokens reaches the position), one weight per count does, and the classifier fits
+  in a few lines of code. The linear program (HiGHS) minimises the scores' total magnitude, so that the
+  smallest multiple that keeps every margin once rounded is small."""
+  if not decides(held, tags):
+    return None
+  rows = distinct_rows(np.column_stack([held, tags]))[0]
+  held, tags = held[rows], tags[rows]
+  reached, tag_index = np.unique(tags, return_inverse=True)
+  nt = len(reached)
+  if nt < 2:
+    return None
+  features, values = [], {}
+  for c in range(held.shape[1]):
+    if numbers[c]:
+      features.append(held[:, c:c + 1].astype(np.float64))
+    else:
+      values[c], inverse = np.unique(held[:, c], return_inverse=True)
+      features.append(np.eye(len(values[c]))[inverse])
+  features = np.column_stack(features + [np.ones((len(held), 1))])   # [rows, terms]: the last is the bias
+  terms = features.shape[1]
+  who = np.concatenate([np.nonzero(tag_index != t)[0] for t in range(nt)])
+  against = np.concatenate([np.full(int((tag_index != t).sum()), t) for t in range(nt)])
+  n = len(who)
+  if 2 * n * terms > LP_LIMIT:
+    return None
+  # Row k: Σ_terms feature · (score[term, other] − score[term, own]) ≤ −1; the scores are split into positive and
+  # negative parts, whose sum the program minimises.
+  cols = np.concatenate([np.arange(terms)[None] * nt + tag_index[who, None],
+                         np.arange(terms)[None] * nt + against[:, None]], 1)
+  data = np.concatenate([-features[who], features[who]], 1)
+  a = sparse.csr_matrix((data.ravel(), (np.repeat(np.arange(n), 2 * terms), cols.ravel())), shape=(n, terms * nt))
+  found = optimize.linprog(np.ones(2 * terms * nt), A_ub=sparse.hstack([a, -a]), b_ub=-np.ones(n),
+                           bounds=(0, None), method='highs')
+  if found.status != 0:
+    return None
+  real = (found.x[:terms * nt] - found.x[terms * nt:]).reshape(terms, nt)
+  for scale in [*range(1, SMALL_SCALE + 1), 1 + int(np.abs(features).max(0).sum())]:
+    whole = np.rint(real * scale).astype(np.int64)
+    total = features.astype(np.int64) @ whole   # [rows, tags]
+    own = total[np.arange(len(total)), tag_index]
+    rival = np.where(np.arange(nt)[None] == tag_index[:, None], np.iinfo(np.int64).min, total).max(1)
+    if (own > rival).all():
+      break
+  else:
+    return None
+  weights, rows_of, at = {}, {}, 0
+  for c in range(held.shape[1]):
+    width = 1 if numbers[c] else len(values[c])
+    (weights if numbers[c] else rows_of)[c] = whole[at] if numbers[c] else whole[at:at + width]
+    at += width
+  return Affine(reached, whole[-1], weights, values, rows_of)

@@ -1773,8 +1773,22 @@ class Split:
   default: Leaf | Split
 
 
-def entries_of(node: Leaf | Split) -> int:
-  """The values and tags a tree writes: one per leaf, one per value a branch tests."""
+@dataclasses.dataclass(frozen=True)
+class Scores:
+  """The tag of highest score, each tag's score a whole multiple of each number read plus a score per value of
+  each other variable read, and a bias (``classifier_fit.affine``): ``weights`` (column, per tag) of the numbers,
+  ``by_value`` (column, ((value, per tag), ...)) of the others' values reached; ``tags`` the tag ids scored."""
+
+  tags: tuple[int, ...]
+  bias: tuple[int, ...]
+  weights: tuple[tuple[int, tuple[int, ...]], ...]
+  by_value: tuple[tuple[int, tuple[tuple[int, tuple[int, ...]], ...]], ...]
+
+
+def entries_of(node: Leaf | Split | Scores) -> int:
+  """The values and tags a tree writes: one per leaf, one per value a branch tests; the numbers scores write."""
+  if isinstance(node, Scores):
+    return len(node.tags) * (1 + len(node.weights) + sum(len(values) for _, values in node.by_value))
   if isinstance(node, Leaf):
     return 1
   return sum(len(values) + entries_of(child) for values, child in node.branches) + entries_of(node.default)
@@ -1904,13 +1918,18 @@ def numbered_tags(values: np.ndarray, tags: np.ndarray, tokens: list[str]) -> tu
   return (names, text, shift) if (names[values] == tags).any() else None
 
 
-def _columns_of(node: Leaf | Split) -> set[int]:
+def _columns_of(node: Leaf | Split | Scores) -> set[int]:
+  if isinstance(node, Scores):
+    return {c for c, _ in node.weights} | {c for c, _ in node.by_value}
   if isinstance(node, Leaf):
     return set() if node.copy is None else {node.copy}
   return {node.column}.union(*(_columns_of(child) for _, child in node.branches), _columns_of(node.default))
 
 
-def _renumbered(node: Leaf | Split, new: dict[int, int]) -> Leaf | Split:
+def _renumbered(node: Leaf | Split | Scores, new: dict[int, int]) -> Leaf | Split | Scores:
+  if isinstance(node, Scores):
+    return dataclasses.replace(node, weights=tuple((new[c], w) for c, w in node.weights),
+                               by_value=tuple((new[c], v) for c, v in node.by_value))
   if isinstance(node, Leaf):
     return node if node.copy is None else Leaf(copy=new[node.copy])
   return Split(new[node.column], tuple((values, _renumbered(child, new)) for values, child in node.branches),
@@ -1954,8 +1973,7 @@ def _copyable(plan: Plan, names: list[str], held: np.ndarray, tags: np.ndarray, 
   """What a leaf of the decisions may return of each of ``names`` (``decision_tree``'s ``copyable``): a token
   variable's value; the tag a count or a position names, where the tags are numbered (``numbered_tags``); and
   the text and shift of each such number."""
-  counts = {m.name for m in plan.modules if m.kind == 'numerical'} | {'positions'}
-  counts |= {alias for alias, name in plan.aliases.items() if name in counts}
+  counts = _numbers(plan)
   copyable, numbered = [], {}
   for c, name in enumerate(names):
     found = None if doms[name][1] or name not in counts else numbered_tags(held[:, c], tags, plan.tokens)
@@ -1965,14 +1983,27 @@ def _copyable(plan: Plan, names: list[str], held: np.ndarray, tags: np.ndarray, 
   return copyable, numbered
 
 
-def _decisions_over(plan: Plan, reads: list[str], held: np.ndarray, tags: np.ndarray, doms) -> Decisions | None:
+def _numbers(plan: Plan) -> set[str]:
+  """The variables that hold numbers: the counts (and sums) of numerical heads, and the positions."""
+  counts = {m.name for m in plan.modules if m.kind == 'numerical'} | {'positions'}
+  return counts | {alias for alias, name in plan.aliases.items() if name in counts}
+
+
+def _decisions_over(plan: Plan, reads: list[str], held: np.ndarray, tags: np.ndarray, doms, scored: bool = False
+                    ) -> Decisions | None:
   """The decisions that give ``tags`` from ``held`` (the values of ``reads`` at each position; one row of each
   (values, tag) pair is enough): None where the values do not decide the tags, or above ``DECISION_LIMIT``
-  entries."""
+  entries. With ``scored``, scores (``scored_decisions``) where no tree is within the limit."""
   if not _decides(held, tags):
     return None
   first = _distinct_rows(held)[0]
   reached, tags = held[first], tags[first]
+  tree = _tree_over(plan, reads, reached, tags, doms)
+  return tree if tree or not scored else scored_decisions(plan, reads, reached, tags, doms)
+
+
+def _tree_over(plan: Plan, reads: list[str], reached: np.ndarray, tags: np.ndarray, doms) -> Decisions | None:
+  """``_decisions_over``'s tree, over the distinct rows ``reached``."""
   # The tag may be a function of fewer of the variables over the combinations reached: drop each one (the
   # last written first) whose values the others' already decide, so the decisions read only what decides.
   columns = list(range(len(reads)))
@@ -1989,7 +2020,42 @@ def _decisions_over(plan: Plan, reads: list[str], held: np.ndarray, tags: np.nda
   return _decisions_of_tree([reads[c] for c in columns], tree, numbered)
 
 
-def _decisions_of_tree(names: list[str], tree: Leaf | Split, numbered: dict[str, tuple[str, int]]) -> Decisions:
+def scored_decisions(plan: Plan, reads: list[str], held: np.ndarray, tags: np.ndarray, doms) -> Decisions | None:
+  """The tags as the highest of a score per tag (``Scores``, ``classifier_fit.affine``): a whole multiple of each
+  number's value and a score per value of each other variable, over the fewest of ``reads`` (dropped greedily,
+  the last written first, where the scores left write no more entries). None where no such scores give every
+  row of ``held`` its tag, or above ``DECISION_LIMIT`` entries.
+
+  A tree tests values one at a time: where the tag compares a position with a sum of counts (sort's), it tests
+  nearly every combination. Scores that grow with the counts state the comparison once."""
+  numbers = _numbers(plan)
+
+  def fit(columns: list[int]) -> Scores | None:
+    found = classifier_fit.affine(held[:, columns], tags, [reads[c] in numbers for c in columns])
+    if found is None:
+      return None
+    per_tag = lambda row: tuple(int(x) for x in row)
+    return Scores(per_tag(found.tags), per_tag(found.bias),
+                  tuple((columns[c], per_tag(w)) for c, w in found.weights.items() if w.any()),
+                  # A value scoring 0 for every tag is left to the lookup's default.
+                  tuple((columns[c], tuple((int(v), per_tag(row)) for v, row in zip(found.values[c], found.rows[c])
+                                           if row.any())) for c in found.rows if found.rows[c].any()))
+
+  columns = list(range(len(reads)))
+  best = fit(columns)
+  if best is None:
+    return None
+  for c in reversed(range(len(reads))):
+    trial = fit([x for x in columns if x != c]) if len(columns) > 1 else None
+    if trial is not None and entries_of(trial) <= entries_of(best):
+      columns, best = [x for x in columns if x != c], trial
+  if entries_of(best) > DECISION_LIMIT:
+    return None
+  return _decisions_of_tree(reads, best, {})
+
+
+def _decisions_of_tree(names: list[str], tree: Leaf | Split | Scores, numbered: dict[str, tuple[str, int]]
+                       ) -> Decisions:
   """The decisions of a tree over the columns ``names``, reading only those it tests or copies, in their order."""
   used = sorted(_columns_of(tree))
   reads = [names[c] for c in used]
@@ -1997,7 +2063,9 @@ def _decisions_of_tree(names: list[str], tree: Leaf | Split, numbered: dict[str,
                    {n: numbered[n] for n in reads if n in numbered and _copied(tree, reads.index(n))})
 
 
-def _copied(node: Leaf | Split, column: int) -> bool:
+def _copied(node: Leaf | Split | Scores, column: int) -> bool:
+  if isinstance(node, Scores):
+    return False
   if isinstance(node, Leaf):
     return node.copy == column
   return any(_copied(child, column) for _, child in node.branches) or _copied(node.default, column)
@@ -2058,71 +2126,119 @@ def copied_decisions(plan: Plan, names: list[str], held: np.ndarray, tags: np.nd
 
 def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combinations: Combinations,
                   inputs: np.ndarray, lengths: np.ndarray, data_file: str) -> tuple[Plan, Decisions, list[str]]:
-  """The plan with each counting head that the decisions alone read leaving out the key at position 0 where
-  every input holds one token there and nowhere else (``<s>``), and the decisions found again over the counts
-  it then gives: where its predicate held at that key, the count is one less (``count_same_token`` instead of
-  ``k_token == q_token or k_token == '<s>'``). Kept only where the decisions still give every tagged position's
-  tag and write fewer entries, or as many with a shorter predicate; the program is then checked on every input."""
-  real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
-  at_first = np.unique(inputs[lengths > 0, 0])
-  if len(at_first) != 1 or (inputs[:, 1:][real[:, 1:]] == at_first[0]).any():
-    return plan, decisions, []
-  bos = int(at_first[0])
+  """The plan with each counting head that the decisions alone read leaving out the keys of a token every input
+  holds once (``_held_once``: ``<s>`` at position 0; ``</s>`` too where no query is causal), and the decisions
+  found again over the counts it then gives: where its predicate held at that key, the count is one less
+  (``count_same_token`` instead of ``k_token == q_token or k_token == '<s>'``). Kept only where the decisions
+  still give every tagged position's tag and write fewer entries, or as many with a shorter predicate; the
+  program is then checked on every input."""
+  once = _held_once(plan, inputs, lengths)
   needed = _needs(plan, set(decisions.reads), doms)
   read_by_modules = {r for m in plan.modules if m.name in needed for r in m.reads}
   candidates = [m for m in plan.modules if m.kind == 'numerical' and len(m.reads) == 2 and m.reads[1] == 'tokens'
                 and m.name in decisions.reads and m.name not in read_by_modules
-                and not any(plan.aliases.get(r) == m.name for r in decisions.reads) and m.table[:, bos].any()]
+                and not any(plan.aliases.get(r) == m.name for r in decisions.reads) and m.table[:, once].any()]
   if not candidates:
     return plan, decisions, []
   held, tags_at, values, tagged, _ = combinations
-  chosen = []   # those whose predicate selects <s> for a query that a tagged position holds
-  for m in candidates:
-    query = values[m.reads[0]].ids[tagged] if m.reads[0] in values else np.zeros(len(held), np.int64)
-    if m.table[np.unique(query), bos].any():
-      chosen.append((m, query))
+  queries = {m.name: values[m.reads[0]].ids[tagged] if m.reads[0] in values else np.zeros(len(held), np.int64)
+             for m in candidates}
+  # Those whose predicate selects such a key for a query that a tagged position holds.
+  chosen = [(m, t) for t in once for m in candidates if m.table[np.unique(queries[m.name]), t].any()]
   if not chosen:
     return plan, decisions, []
   reads = list(decisions.reads)
   held = held[:, [[n for n in _variables(plan) if n in kept].index(n) for n in reads]]
   # One row per distinct (values read, tag, queries of those chosen): all the trials below need.
-  first = _distinct_rows(np.column_stack([held, tags_at, *(q for _, q in chosen)]))[0]
+  first = _distinct_rows(np.column_stack([held, tags_at, *(queries[m.name] for m, _ in chosen)]))[0]
   held, tags = held[first], tags_at[first]
-  modules, notes = list(plan.modules), []
+  modules, notes = {m.name: m for m in plan.modules}, []
 
   def size(d: Decisions, module: Module) -> tuple[int, int, int]:
     code = predicate_source(module, doms, plan.tokens)
     return entries_of(d.tree), len(code), sum(map(len, code))
 
-  for m, query in chosen:
-    query = query[first]
+  for m, t in chosen:
+    m, query = modules[m.name], queries[m.name][first]
     table = m.table.copy()
-    table[:, bos] = False
+    table[:, t] = False
     # Only the decisions read it, at tagged positions: its predicate needs to hold only for the queries there.
     shorter = dataclasses.replace(m, table=table, queried=(
         None if m.reads[0] == NOTHING else tuple(int(v) for v in np.unique(query))))
     trial = held.copy()
-    trial[:, reads.index(m.name)] -= m.table[query, bos]
-    found = _decisions_over(plan, reads, trial, tags, doms)
+    trial[:, reads.index(m.name)] -= m.table[query, t]
+    found = _decisions_over(plan, reads, trial, tags, doms, scored=isinstance(decisions.tree, Scores))
     if found is None or size(found, shorter) >= size(decisions, m):
       continue
-    modules[modules.index(m)] = shorter
+    modules[m.name] = shorter
     held, decisions = trial, found
-    notes.append(f'`{m.name}` leaves out the key {plan.tokens[bos]!r} holds, at position 0 of every input and '
-                 f'nowhere else: where its predicate held there it counts one less, and the decisions read it so.')
+    notes.append(f'`{m.name}` leaves out the key {plan.tokens[t]!r} holds, once in every input: where its '
+                 'predicate held there it counts one less, and the decisions read it so.')
   if not notes:
     return plan, decisions, []
-  after = dataclasses.replace(plan, modules=modules)
+  after = dataclasses.replace(plan, modules=[modules[m.name] for m in plan.modules])
   program = _load(source(after, _needs(after, set(decisions.reads), doms), doms, 'checked', data_file, decisions),
                   {}, data_file)
   if not (program.predict_ids(inputs, lengths)[tagged] == tags_at).all():
-    raise RuntimeError('leaving out the first key of a count changed a prediction on the input space')
+    raise RuntimeError('leaving out a key of a count changed a prediction on the input space')
   return after, decisions, notes
+
+
+def _held_once(plan: Plan, inputs: np.ndarray, lengths: np.ndarray) -> list[int]:
+  """The tokens every input holds exactly once: at position 0 (``<s>``), or anywhere where the program reads
+  every key (no causal mask), so that a count of keys holding it is one at every query."""
+  real = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
+  some = lengths > 0
+  once = []
+  for t in np.unique(inputs[real]):
+    held = (inputs == t) & real
+    if (held[some].sum(1) == 1).all() and (not plan.causal or held[some, 0].all()):
+      once.append(int(t))
+  return once
+
+
+def _scores_source(decisions: Decisions, doms, tokens: list[str]) -> list[str]:
+  """``decide`` as the program writes scores: each variable read by value a lookup of its scores per tag, then
+  each tag's score as a sum, and the highest-scoring tag returned."""
+  reads, scores = decisions.reads, decisions.tree
+  zero = '(' + ', '.join(['0'] * len(scores.tags)) + ')'
+  others = '; the other variables add a score per value' if scores.by_value else ''
+  lines = [f'def decide({", ".join(reads)}):',
+           *textwrap.wrap('"""A position\'s tag: the one of highest score, exact where the task\'s inputs reach. A '
+                          f'score grows by a whole multiple of each number{others}."""', WIDTH,
+                          initial_indent='    ', subsequent_indent='    ')]
+  for c, by_value in scores.by_value:
+    name, is_token = reads[c], doms[reads[c]][1]
+    items = [f'{_value(v, is_token, tokens)}: ({", ".join(map(str, row))})' for v, row in by_value]
+    lines += _wrapped_set(f'{name}_score = ', items, f'.get({name}, {zero})', '    ')
+  lines.append('    scores = {')
+  for i, tag in enumerate(scores.tags):
+    terms = [(1, f'{reads[c]}_score[{i}]') for c, _ in scores.by_value]
+    terms += [(w[i], reads[c]) for c, w in scores.weights if w[i]]
+    terms += [(scores.bias[i], '')] if scores.bias[i] else []
+    pieces = []
+    for k, (w, term) in enumerate(terms):
+      size = str(abs(w)) if not term else '' if abs(w) == 1 else f'{abs(w)} * '
+      sign = ('-' if w < 0 else '') if k == 0 else ('- ' if w < 0 else '+ ')
+      pieces.append(f'{sign}{size}{term}')
+    opening = f'        {tokens[tag]!r}: '
+    if len(opening + ' '.join(pieces)) + 1 <= WIDTH:
+      lines.append(f'{opening}{" ".join(pieces) or "0"},')
+      continue
+    lines.append(f'{opening}(')   # a long sum wraps inside parentheses, each line led by its sign
+    for piece in pieces:
+      if len(lines[-1]) + len(piece) + 3 > WIDTH and not lines[-1].endswith('('):
+        lines.append(' ' * (len(opening) + 1))
+      lines[-1] += piece if lines[-1].endswith(('(', ' ')) else f' {piece}'
+    lines[-1] += '),'
+  return lines + ['    }', '    return max(scores, key=scores.get)']
 
 
 def _decisions_source(decisions: Decisions, doms, tokens: list[str]) -> list[str]:
   """``decide`` as the program writes it: the tree's tests as ``if``s over the variables' values (tokens as
-  strings), each split's default after its tests."""
+  strings), each split's default after its tests; or its scores (``_scores_source``)."""
+  if isinstance(decisions.tree, Scores):
+    return _scores_source(decisions, doms, tokens)
   reads = decisions.reads
 
   def write(node, indent):
@@ -2431,9 +2547,29 @@ def _decided(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray,
   combinations = _tagged_combinations(plan, doms, live, kept, bias, inputs, lengths, data_file)
   decisions = decisions_of(plan, doms, kept, bias, combinations)
   if not decisions:
-    return plan, _copying(plan, doms, combinations, inputs, lengths, data_file), combinations[2], []
+    copying = _copying(plan, doms, combinations, inputs, lengths, data_file)
+    if copying:
+      return plan, copying, combinations[2], []
+    decisions = _scoring(plan, doms, kept, combinations, inputs, lengths, data_file)
+    if not decisions:
+      return plan, None, combinations[2], []
   plan, decisions, uncounted = uncount_first(plan, doms, kept, decisions, combinations, inputs, lengths, data_file)
   return plan, decisions, None if uncounted else combinations[2], uncounted
+
+
+def _scoring(plan: Plan, doms, kept: set[str], combinations: Combinations, inputs: np.ndarray,
+             lengths: np.ndarray, data_file: str) -> Decisions | None:
+  """``scored_decisions`` over the classifier's kept variables at the tagged positions, checked: the program
+  written with them tags every input as the classifier does."""
+  held, tags, _, tagged, first = combinations
+  decisions = scored_decisions(plan, [n for n in _variables(plan) if n in kept], held[first], tags[first], doms)
+  if decisions is None:
+    return None
+  program = _load(source(plan, _needs(plan, set(decisions.reads), doms), doms, 'checked', data_file, decisions),
+                  {}, data_file)
+  if not (program.predict_ids(inputs, lengths)[tagged] == tags).all():
+    raise RuntimeError('the scores changed a prediction on the input space')
+  return decisions
 
 
 def _copying(plan: Plan, doms, combinations: Combinations, inputs: np.ndarray, lengths: np.ndarray,
@@ -2517,6 +2653,9 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   decisions, values = None, None
   if exhaustive:
     plan, decisions, values, decided = _decided(plan, doms, live, kept, bias, inputs, lengths, data_file)
+    if decided:  # a count that leaves out a key may now match the same keys whatever its query holds
+      plan, folded = simplify(plan, doms_of, merge=False)
+      doms, decided = doms_of(plan), decided + folded
     simplified += decided
   if decisions:  # what the decisions read, and what that reads: the rest of the program is not needed
     live = _needs(plan, set(decisions.reads), doms)
@@ -2554,7 +2693,12 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   readout = {} if decisions else _reached(plan, doms, _readout(plan, kept, bias), text, inputs, lengths,
                                           exhaustive, data_file)
   notes = list(sentences.values()) + simplified
-  if decisions:
+  if decisions and isinstance(decisions.tree, Scores):
+    entries = entries_of(decisions.tree)
+    notes.append('The classifier is a score per tag over ' + ', '.join(f'`{n}`' for n in decisions.reads)
+                 + f', {entries} whole numbers in all, each score a whole multiple of each number: the tag of '
+                 'highest score is the tag of every combination of them the task\'s inputs reach.')
+  elif decisions:
     entries = entries_of(decisions.tree)
     notes.append(f'The classifier is a tree of {entries} values and tags over '
                  + (', '.join(f'`{n}`' for n in decisions.reads) or 'nothing') + ': every combination of them '

@@ -2152,7 +2152,7 @@ def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combin
   # One row per distinct (values read, tag, queries of those chosen): all the trials below need.
   first = _distinct_rows(np.column_stack([held, tags_at, *(queries[m.name] for m, _ in chosen)]))[0]
   held, tags = held[first], tags_at[first]
-  modules, notes = {m.name: m for m in plan.modules}, []
+  modules, left_out = {m.name: m for m in plan.modules}, {}
 
   def size(d: Decisions, module: Module) -> tuple[int, int, int]:
     code = predicate_source(module, doms, plan.tokens)
@@ -2172,16 +2172,23 @@ def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combin
       continue
     modules[m.name] = shorter
     held, decisions = trial, found
-    notes.append(f'`{m.name}` leaves out the key {plan.tokens[t]!r} holds, once in every input: where its '
-                 'predicate held there it counts one less, and the decisions read it so.')
-  if not notes:
+    left_out.setdefault(t, []).append(m.name)
+  if not left_out:
     return plan, decisions, []
+  notes = [f"{_listed([f'`{n}`' for n in names])} {'leaves' if len(names) == 1 else 'leave'} out the key "
+           f'{plan.tokens[t]!r} holds, once in every input: where a predicate held there it counts one less, and '
+           'the decisions read it so.' for t, names in left_out.items()]
   after = dataclasses.replace(plan, modules=[modules[m.name] for m in plan.modules])
   program = _load(source(after, _needs(after, set(decisions.reads), doms), doms, 'checked', data_file, decisions),
                   {}, data_file)
   if not (program.predict_ids(inputs, lengths)[tagged] == tags_at).all():
     raise RuntimeError('leaving out a key of a count changed a prediction on the input space')
   return after, decisions, notes
+
+
+def _listed(items: list[str]) -> str:
+  """``a``, ``a and b``, ``a, b and c``."""
+  return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _held_once(plan: Plan, inputs: np.ndarray, lengths: np.ndarray) -> list[int]:

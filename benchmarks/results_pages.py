@@ -368,7 +368,9 @@ def readable_programs_table(data: dict, json_name: str, pages: str) -> str:
                                                         if overrides else '') +
            ". ✓ marks a target met: at most half the published lines; no data file; nothing left that the "
            "simplifier removes (a constant module, a predicate that never holds, a variable equal to an earlier "
-           "one up to a renaming); accuracy on inputs of uniformly drawn length within 1 point of the test split's.",
+           "one up to a renaming); accuracy on inputs of uniformly drawn length within 1 point of the test split's."
+           + ''.join(f" The {task} row: {where['cpu']}, {where['cores']} cores, {where['date']}, a later run of the "
+                     f"suite at {where['commit'][:7]}." for task, where in data.get('rows_from', {}).items()),
            '', '| task | published lines | symjax lines | of which `run` and decisions | seeds without a data file '
            '| left | test accuracy | uniform lengths | uniform − test |',
            '|---|---:|---:|---:|---:|---:|---:|---:|---:|']

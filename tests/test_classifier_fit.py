@@ -146,3 +146,12 @@ def test_tags_no_comparison_of_the_numbers_cuts_have_no_affine_scores():
   middle = np.where(held[:, 0] < 2, 0, np.where(held[:, 0] == 2, 1, 2))
   fit = classifier_fit.affine(held, middle, [True])
   assert fit is not None and (affine_scores(fit, held).argmax(-1) == middle).all()
+
+
+def test_an_affine_program_above_its_limit_is_not_solved(monkeypatch):
+  """Past ``AFFINE_LIMIT`` nonzeros no scores are sought: None, as where none exist."""
+  held = np.array([(p, a, b) for b in range(6) for a in range(b + 1) for p in range(1, 6)], np.int64)
+  tags = sort_like(held)
+  assert classifier_fit.affine(held, tags, [True] * 3) is not None
+  monkeypatch.setattr(classifier_fit, 'AFFINE_LIMIT', 2 * len(held) * 2 * 4 - 1)   # rows × 2 rivals × 4 terms
+  assert classifier_fit.affine(held, tags, [True] * 3) is None

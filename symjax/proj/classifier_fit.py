@@ -161,12 +161,17 @@ class Affine:
 
 # The largest whole multiple ``affine`` scales a solution by before it takes the one rounding cannot break.
 SMALL_SCALE = 12
+# The most nonzeros a linear program of ``affine`` may hold. Scores are written in the code only at up to 64
+# entries, over few variables; a program this large comes from a classifier over many variables or values,
+# which scores that short rarely tag (dyck1's over a dozen variables: none), and solving it would add seconds
+# to minutes to every decompile.
+AFFINE_LIMIT = 4_000_000
 
 
 def affine(held: np.ndarray, tags: np.ndarray, numbers: list[bool]) -> Affine | None:
   """Integer scores under which each row of ``held`` ``[rows, columns]`` gives its tag by a margin of at least 1,
   each tag's score a whole multiple of each number column's value (``numbers[c]``) plus a score per value of
-  each other column and a bias; None where none exist, or above ``LP_LIMIT`` nonzeros.
+  each other column and a bias; None where none exist, or above ``AFFINE_LIMIT`` nonzeros.
 
   "Learning Transformer Programs" (§3.4) scores a tag by a row per value of each variable: a count of up to 16
   values takes 16 rows. Where the tags are regions of the counts cut by hyperplanes (sort's tag is the first
@@ -181,20 +186,16 @@ def affine(held: np.ndarray, tags: np.ndarray, numbers: list[bool]) -> Affine | 
   nt = len(reached)
   if nt < 2:
     return None
-  features, values = [], {}
-  for c in range(held.shape[1]):
-    if numbers[c]:
-      features.append(held[:, c:c + 1].astype(np.float64))
-    else:
-      values[c], inverse = np.unique(held[:, c], return_inverse=True)
-      features.append(np.eye(len(values[c]))[inverse])
-  features = np.column_stack(features + [np.ones((len(held), 1))])   # [rows, terms]: the last is the bias
-  terms = features.shape[1]
+  values = {c: np.unique(held[:, c]) for c in range(held.shape[1]) if not numbers[c]}
+  terms = 1 + sum(1 if numbers[c] else len(values[c]) for c in range(held.shape[1]))   # the last is the bias
+  n = len(held) * (nt - 1)   # a constraint per row and tag other than its own
+  if 2 * n * terms > AFFINE_LIMIT:
+    return None
+  features = np.column_stack([held[:, c:c + 1].astype(np.float64) if numbers[c] else
+                              np.eye(len(values[c]))[np.searchsorted(values[c], held[:, c])]
+                              for c in range(held.shape[1])] + [np.ones((len(held), 1))])   # [rows, terms]
   who = np.concatenate([np.nonzero(tag_index != t)[0] for t in range(nt)])
   against = np.concatenate([np.full(int((tag_index != t).sum()), t) for t in range(nt)])
-  n = len(who)
-  if 2 * n * terms > LP_LIMIT:
-    return None
   # Row k: Σ_terms feature · (score[term, other] − score[term, own]) ≤ −1; the scores are split into positive and
   # negative parts, whose sum the program minimises.
   cols = np.concatenate([np.arange(terms)[None] * nt + tag_index[who, None],

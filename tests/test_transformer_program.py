@@ -243,19 +243,24 @@ def test_a_count_that_takes_in_bos_counts_without_it_and_the_decisions_read_it_s
   assert (got[content] == want[content]).all()
 
 
-def sorting(cfg):
+def sorting(cfg, with_bos: bool = False):
   """Sort by counting: head 0 counts the keys holding 'a', head 1 those holding 'a' or 'b' (whatever the query);
   the readout scores tag t by the sum over the symbols s before it of (position − count of symbols ≤ s − ½), so
   a position takes the first symbol whose count reaches it: the readout is linear in the position and the counts,
-  a row per value that a table holds and a tree would test value by value."""
+  a row per value that a table holds and a tree would test value by value. ``with_bos``: head 0 counts '<s>' too
+  where the query holds 'b', and the readout takes that one off again by the query's token."""
   params = hand_built(cfg)
   card = tp.cardinality(cfg)
   a, b, c = SYMBOLS
   for head, held in (('attn_0_0', [a]), ('attn_0_1', [a, b])):
     predicate = -np.ones((card, card))
     predicate[:, held] = 1.0
+    if with_bos and head == 'attn_0_0':
+      predicate[b, BOS] = 1.0
     params[head] = dict(select_query=choose(2, 0), select_key=choose(2, 0), predicate=jnp.asarray(predicate))
   readout = np.zeros((cfg.vocab_size, 5 * card + 1))   # tokens, positions, attn_0_0, attn_0_1, mlp_0_0
+  if with_bos:   # tags b and c weigh head 0's count by −1: one more at the query 'b' is made up by its token
+    readout[b, b] = readout[c, b] = 1.0
   values = np.arange(card)
   readout[b, card:2 * card], readout[c, card:2 * card] = values, 2 * values
   readout[b, 2 * card:3 * card], readout[c, 2 * card:3 * card] = -values, -values
@@ -266,22 +271,28 @@ def sorting(cfg):
   return params
 
 
-def test_a_classifier_linear_in_counts_is_scores_in_the_code(monkeypatch):
+@pytest.mark.parametrize('with_bos', [False, True])
+def test_a_classifier_linear_in_counts_is_scores_in_the_code(monkeypatch, with_bos):
   """Sorting's classifier compares the position with two counts: in the code it is a score per tag, a whole
-  multiple of the position and of each count, exact on every input; no data file, no value tested one by one."""
+  multiple of the position and of each count, exact on every input; no data file, no value tested one by one.
+  A count that takes '<s>' in for some queries counts without it, and the scores read no token for it."""
   cfg = config(numerical_heads=2)
-  params = sorting(cfg)
+  params = sorting(cfg, with_bos)
   x, lengths = every_input(5, cfg.max_len)
   want = tags(cfg, params, x, lengths)
   content = (x != BOS) & (x != PAD)
   assert (want[content] == np.concatenate([sorted(r[1:n]) for r, n in zip(x, lengths)])).all()  # it sorts
-  # A limit that no tree over these combinations meets and three scores of position and two counts do.
-  monkeypatch.setattr(program_code, 'DECISION_LIMIT', 12)
+  # A limit that no tree over these combinations meets and three scores of position and two counts do (with a
+  # row for the token 'b' too, before the count leaves '<s>' out).
+  limit = 15 if with_bos else 12
+  monkeypatch.setattr(program_code, 'DECISION_LIMIT', limit)
   program = program_code.build(params, cfg, TOKENS, x, lengths, exhaustive=True, untagged=(BOS,))
   scores = program.decisions.tree
   assert isinstance(scores, program_code.Scores) and program.tables == {} and program.entries <= 12
   assert set(program.decisions.reads) == {'positions', program.names['attn_0_0'], program.names['attn_0_1']}
   assert 'return max(scores, key=scores.get)' in program.source and 'DATA_FILE' not in program.source
+  assert "'<s>'" not in program.source.split('def run(')[1] and 'tokens_score' not in program.source
+  assert any("out the key '<s>' holds" in note for note in program.notes) == with_bos
   loaded = program_code._load(program.source, program.tables, 'program.npz')
   got = loaded.predict_ids(x, lengths)
   assert (got[content] == want[content]).all()
@@ -293,7 +304,36 @@ def test_a_classifier_linear_in_counts_is_scores_in_the_code(monkeypatch):
   first = program_code._distinct_rows(held)[0]
   monkeypatch.setattr(program_code, 'DECISION_LIMIT', 10_000)
   tree = program_code.decision_tree(held[first], want[content][first], [False] * held.shape[1])
-  assert program_code.entries_of(tree) > 12
+  assert program_code.entries_of(tree) > limit
+
+
+def test_scores_moved_by_a_count_one_less_give_the_same_tags():
+  """A count one less where it shifts: its weight moves into the bias (every query) or into the scores of the
+  query's values that shift (a token the scores read by value), and every combination keeps its tag; a count
+  the scores read by value, or a shift by a query they do not read, moves nothing."""
+  scores = program_code.Scores(tags=(2, 3), bias=(0, 1), weights=((1, (2, -3)),), by_value=((0, ((2, (1, 0)),)),))
+  decisions = program_code.Decisions(['tokens', 'count'], scores)
+  rng = np.random.default_rng(0)
+  held = np.column_stack([rng.integers(2, 5, 200), rng.integers(1, 9, 200)])
+
+  def tags_of(d, held):
+    s = d.tree
+    total = np.array(s.bias)[None] + sum(held[:, [c]] * np.array(w)[None] for c, w in s.weights)
+    for c, rows in s.by_value:
+      table = dict(rows)
+      total = total + np.array([table.get(int(v), (0, 0)) for v in held[:, c]])
+    return total.argmax(-1)
+
+  want = tags_of(decisions, held)
+  for shift in (np.array([0, 0, 1, 1, 1]), np.array([0, 0, 0, 1, 1])):   # by token id; ids 2 to 4 reached
+    moved = program_code._shifted(decisions, 'count', 'tokens', np.array([2, 3, 4]), shift)
+    less = held.copy()
+    less[:, 1] -= shift[held[:, 0]]
+    assert (tags_of(moved, less) == want).all()
+  assert program_code._shifted(decisions, 'count', 'tokens', np.array([2, 3, 4]), np.ones(5)).tree.bias == (2, -2)
+  assert program_code._shifted(decisions, 'count', 'positions', np.array([2, 3]), np.array([0, 0, 1, 0])) is None
+  by_value = program_code.Decisions(['tokens', 'count'], dataclasses.replace(scores, weights=()))
+  assert program_code._shifted(by_value, 'count', 'tokens', np.array([2, 3, 4]), np.ones(5)) is None
 
 
 def test_a_token_every_input_holds_once_is_found_anywhere_unless_causal():

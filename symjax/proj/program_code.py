@@ -2020,11 +2020,12 @@ def _tree_over(plan: Plan, reads: list[str], reached: np.ndarray, tags: np.ndarr
   return _decisions_of_tree([reads[c] for c in columns], tree, numbered)
 
 
-def scored_decisions(plan: Plan, reads: list[str], held: np.ndarray, tags: np.ndarray, doms) -> Decisions | None:
+def scored_decisions(plan: Plan, reads: list[str], held: np.ndarray, tags: np.ndarray, doms, bounded: bool = True
+                     ) -> Decisions | None:
   """The tags as the highest of a score per tag (``Scores``, ``classifier_fit.affine``): a whole multiple of each
   number's value and a score per value of each other variable, over the fewest of ``reads`` (dropped greedily,
   the last written first, where the scores left write no more entries). None where no such scores give every
-  row of ``held`` its tag, or above ``DECISION_LIMIT`` entries.
+  row of ``held`` its tag, or (``bounded``) above ``DECISION_LIMIT`` entries.
 
   A tree tests values one at a time: where the tag compares a position with a sum of counts (sort's), it tests
   nearly every combination. Scores that grow with the counts state the comparison once."""
@@ -2049,7 +2050,7 @@ def scored_decisions(plan: Plan, reads: list[str], held: np.ndarray, tags: np.nd
     trial = fit([x for x in columns if x != c]) if len(columns) > 1 else None
     if trial is not None and entries_of(trial) <= entries_of(best):
       columns, best = [x for x in columns if x != c], trial
-  if entries_of(best) > DECISION_LIMIT:
+  if bounded and entries_of(best) > DECISION_LIMIT:
     return None
   return _decisions_of_tree(reads, best, {})
 
@@ -2154,25 +2155,41 @@ def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combin
   held, tags = held[first], tags_at[first]
   modules, left_out = {m.name: m for m in plan.modules}, {}
 
-  def size(d: Decisions, module: Module) -> tuple[int, int, int]:
-    code = predicate_source(module, doms, plan.tokens)
+  def size(d: Decisions, changed: list[Module]) -> tuple[int, int, int]:
+    code = [line for module in changed for line in predicate_source(module, doms, plan.tokens)]
     return entries_of(d.tree), len(code), sum(map(len, code))
 
-  for m, t in chosen:
-    m, query = modules[m.name], queries[m.name][first]
-    table = m.table.copy()
-    table[:, t] = False
-    # Only the decisions read it, at tagged positions: its predicate needs to hold only for the queries there.
-    shorter = dataclasses.replace(m, table=table, queried=(
-        None if m.reads[0] == NOTHING else tuple(int(v) for v in np.unique(query))))
-    trial = held.copy()
-    trial[:, reads.index(m.name)] -= m.table[query, t]
+  def attempt(pairs: list[tuple[Module, int]]) -> None:
+    """Each count of ``pairs`` without its key: kept where the decisions found again write less."""
+    nonlocal held, decisions
+    trial, after = held.copy(), {}
+    for m, t in pairs:
+      m, query = after.get(m.name, modules[m.name]), queries[m.name][first]
+      table = m.table.copy()
+      table[:, t] = False
+      trial[:, reads.index(m.name)] -= m.table[query, t]
+      # Only the decisions read it, at tagged positions: its predicate needs to hold only for the queries there.
+      after[m.name] = dataclasses.replace(m, table=table, queried=(
+          None if m.reads[0] == NOTHING else tuple(int(v) for v in np.unique(query))))
     found = _decisions_over(plan, reads, trial, tags, doms, scored=isinstance(decisions.tree, Scores))
-    if found is None or size(found, shorter) >= size(decisions, m):
-      continue
-    modules[m.name] = shorter
+    if isinstance(decisions.tree, Scores) and len(pairs) == 1:  # or the scores moved by the count's weight
+      (m, t), = pairs
+      moved = _shifted(decisions, m.name, m.reads[0], np.unique(queries[m.name][first]), m.table[:, t])
+      if moved is not None and (found is None or size(moved, [*after.values()]) < size(found, [*after.values()])):
+        found = moved
+    if found is None or size(found, [*after.values()]) >= size(decisions, [modules[n] for n in after]):
+      return
+    modules.update(after)
     held, decisions = trial, found
-    left_out.setdefault(t, []).append(m.name)
+    for m, t in pairs:
+      left_out.setdefault(t, []).append(m.name)
+
+  # Scores over counts of token sets alone may be shorter than over any of them with its key: all at once first.
+  if isinstance(decisions.tree, Scores) and len(chosen) > 1:
+    attempt(chosen)
+  if not left_out:
+    for pair in chosen:
+      attempt([pair])
   if not left_out:
     return plan, decisions, []
   notes = [f"{_listed([f'`{n}`' for n in names])} {'leaves' if len(names) == 1 else 'leave'} out the key "
@@ -2184,6 +2201,36 @@ def uncount_first(plan: Plan, doms, kept: set[str], decisions: Decisions, combin
   if not (program.predict_ids(inputs, lengths)[tagged] == tags_at).all():
     raise RuntimeError('leaving out a key of a count changed a prediction on the input space')
   return after, decisions, notes
+
+
+def _shifted(decisions: Decisions, count: str, query: str, values: np.ndarray, shift: np.ndarray
+             ) -> Decisions | None:
+  """The scores that give every combination its tag once ``count`` is one less wherever ``shift[v]`` holds for the
+  value v of its query variable ``query`` (``values``: those reached): the count's weight added to the bias where
+  it shifts for every value, else to the scores of those values where the scores read ``query`` by value. None
+  where the scores read the count by value, or shift by a query they do not read by value.
+
+  A score whole multiple w of the count gives w·(c − 1) + w at the count one less: the tags stay. A linear
+  program solved anew may well find as short scores, but it need not, and these are never longer where the
+  shift is the same for every query."""
+  scores, reads = decisions.tree, decisions.reads
+  weights = {reads[c]: np.array(w) for c, w in scores.weights}
+  if count not in weights:
+    return None
+  w, held = weights[count], shift[values].astype(bool)
+  if held.all():
+    return dataclasses.replace(decisions, tree=dataclasses.replace(
+        scores, bias=tuple(int(x) for x in np.array(scores.bias) + w)))
+  column = reads.index(query) if query in reads else None
+  by_value = dict(scores.by_value)
+  if column not in by_value:
+    return None
+  rows = {v: np.array(row) for v, row in by_value[column]}
+  for v in values[held]:
+    rows[int(v)] = rows.get(int(v), np.zeros_like(w)) + w
+  written = tuple((v, tuple(int(x) for x in row)) for v, row in sorted(rows.items()) if row.any())
+  return dataclasses.replace(decisions, tree=dataclasses.replace(
+      scores, by_value=tuple((c, written if c == column else r) for c, r in scores.by_value)))
 
 
 def _listed(items: list[str]) -> str:
@@ -2560,16 +2607,21 @@ def _decided(plan: Plan, doms, live: set[str], kept: set[str], bias: np.ndarray,
     decisions = _scoring(plan, doms, kept, combinations, inputs, lengths, data_file)
     if not decisions:
       return plan, None, combinations[2], []
+  before = plan
   plan, decisions, uncounted = uncount_first(plan, doms, kept, decisions, combinations, inputs, lengths, data_file)
+  if entries_of(decisions.tree) > DECISION_LIMIT:  # scores the counts without their keys did not shorten enough
+    return before, None, combinations[2], []
   return plan, decisions, None if uncounted else combinations[2], uncounted
 
 
 def _scoring(plan: Plan, doms, kept: set[str], combinations: Combinations, inputs: np.ndarray,
              lengths: np.ndarray, data_file: str) -> Decisions | None:
-  """``scored_decisions`` over the classifier's kept variables at the tagged positions, checked: the program
-  written with them tags every input as the classifier does."""
+  """``scored_decisions`` over the classifier's kept variables at the tagged positions, of any size (counts
+  without ``<s>`` may yet shorten them: ``uncount_first``), checked: the program written with them tags every
+  input as the classifier does."""
   held, tags, _, tagged, first = combinations
-  decisions = scored_decisions(plan, [n for n in _variables(plan) if n in kept], held[first], tags[first], doms)
+  decisions = scored_decisions(plan, [n for n in _variables(plan) if n in kept], held[first], tags[first], doms,
+                               bounded=False)
   if decisions is None:
     return None
   program = _load(source(plan, _needs(plan, set(decisions.reads), doms), doms, 'checked', data_file, decisions),

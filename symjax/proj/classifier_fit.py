@@ -52,6 +52,14 @@ def decides(values: np.ndarray, tags: np.ndarray) -> bool:
   return bool((first[group] == tags).all())
 
 
+def _distinct(held: np.ndarray, tags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """One row of each distinct (values, tag) of ``held`` and ``tags``, the tags those rows have, and each row's
+  index among them: a linear program needs each constraint once."""
+  rows = distinct_rows(np.column_stack([held, tags]))[0]
+  reached, tag_index = np.unique(tags[rows], return_inverse=True)
+  return held[rows], reached, tag_index
+
+
 # The most nonzeros a linear program of ``separable`` may hold: a most_freq classifier's 178 million took the
 # decompiler past 20 GiB, killed for memory; the largest of one sort, reverse and double_hist run each: 4, 9
 # and 17 million.
@@ -68,9 +76,7 @@ def separable(held: np.ndarray, tags: np.ndarray, n_tags: int) -> Fit | None:
   scores below every reachable score through its bias alone."""
   if not decides(held, tags):
     return None
-  rows = distinct_rows(np.column_stack([held, tags]))[0]
-  held, tags = held[rows], tags[rows]
-  reached, tag_index = np.unique(tags, return_inverse=True)
+  held, reached, tag_index = _distinct(held, tags)
   nt = len(reached)
   values, features, base = [], [], 0
   for c in range(held.shape[1]):
@@ -180,9 +186,7 @@ def affine(held: np.ndarray, tags: np.ndarray, numbers: list[bool]) -> Affine | 
   smallest multiple that keeps every margin once rounded is small."""
   if not decides(held, tags):
     return None
-  rows = distinct_rows(np.column_stack([held, tags]))[0]
-  held, tags = held[rows], tags[rows]
-  reached, tag_index = np.unique(tags, return_inverse=True)
+  held, reached, tag_index = _distinct(held, tags)
   nt = len(reached)
   if nt < 2:
     return None

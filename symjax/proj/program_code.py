@@ -2624,10 +2624,17 @@ def _scoring(plan: Plan, doms, kept: set[str], combinations: Combinations, input
                                bounded=False)
   if decisions is None:
     return None
+  return _checked(plan, doms, decisions, inputs, lengths, tagged, tags, data_file, 'the scores')
+
+
+def _checked(plan: Plan, doms, decisions: Decisions, inputs: np.ndarray, lengths: np.ndarray, tagged: np.ndarray,
+             tags: np.ndarray, data_file: str, what: str) -> Decisions:
+  """``decisions``, once the program written with them gives every tagged position of ``inputs`` its tag in
+  ``tags``: a RuntimeError naming ``what`` otherwise."""
   program = _load(source(plan, _needs(plan, set(decisions.reads), doms), doms, 'checked', data_file, decisions),
                   {}, data_file)
   if not (program.predict_ids(inputs, lengths)[tagged] == tags).all():
-    raise RuntimeError('the scores changed a prediction on the input space')
+    raise RuntimeError(f'{what} changed a prediction on the input space')
   return decisions
 
 
@@ -2641,11 +2648,7 @@ def _copying(plan: Plan, doms, combinations: Combinations, inputs: np.ndarray, l
                                tags, doms)
   if decisions is None:
     return None
-  program = _load(source(plan, _needs(plan, set(decisions.reads), doms), doms, 'checked', data_file, decisions),
-                  {}, data_file)
-  if not (program.predict_ids(inputs, lengths)[tagged] == tags).all():
-    raise RuntimeError('the decisions that copy a variable changed a prediction on the input space')
-  return decisions
+  return _checked(plan, doms, decisions, inputs, lengths, tagged, tags, data_file, 'the decisions that copy a variable')
 
 
 def _unreached_filled(plan: Plan, doms_of, live: set[str], readout: dict[str, np.ndarray], values: dict | None,

@@ -53,8 +53,8 @@ def decides(values: np.ndarray, tags: np.ndarray) -> bool:
 
 
 def _distinct(held: np.ndarray, tags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """One row of each distinct (values, tag) of ``held`` and ``tags``, the tags those rows have, and each row's
-  index among them: a linear program needs each constraint once."""
+  """One row of each distinct (values, tag) of ``held`` and ``tags``, the distinct tags, and the index of each
+  row's tag among them: a linear program needs each constraint once."""
   rows = distinct_rows(np.column_stack([held, tags]))[0]
   reached, tag_index = np.unique(tags[rows], return_inverse=True)
   return held[rows], reached, tag_index

@@ -2755,21 +2755,8 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   readout = {} if decisions else _reached(plan, doms, _readout(plan, kept, bias), text, inputs, lengths,
                                           exhaustive, data_file)
   notes = list(sentences.values()) + simplified
-  if decisions and isinstance(decisions.tree, Scores):
-    entries = entries_of(decisions.tree)
-    notes.append('The classifier is a score per tag over ' + ', '.join(f'`{n}`' for n in decisions.reads)
-                 + f', {entries} whole numbers in all, each score a whole multiple of each number: the tag of '
-                 'highest score is the tag of every combination of them the task\'s inputs reach.')
-  elif decisions:
-    entries = entries_of(decisions.tree)
-    notes.append(f'The classifier is a tree of {entries} values and tags over '
-                 + (', '.join(f'`{n}`' for n in decisions.reads) or 'nothing') + ': every combination of them '
-                 'the task\'s inputs reach, and no other.')
-  else:
-    variables = [n for n in readout if n not in ('bias', 'tags') and not n.endswith('.values')]
-    notes.append('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in variables)
-                 + f" that the variable can hold, and predicts the highest-scoring of {len(readout['tags'])} tags.")
-    entries = int(sum(v.size for v in readout.values()))
+  note, entries = _classifier_note(decisions, readout)
+  notes.append(note)
   left = leftovers(plan, doms, live, _run(plan, doms, live, readout or _readout(plan, kept, bias), inputs, lengths,
                                           data_file) if exhaustive else None)
   lines = text.splitlines()
@@ -2781,6 +2768,24 @@ def code_of(plan: Plan, inputs: np.ndarray, lengths: np.ndarray, exhaustive: boo
   decided = len(_decisions_source(decisions, doms, plan.tokens)) if decisions else 0
   return CodeProgram(text, readout, entries, len(lines), exhaustive, notes, names, left, run_lines + decided,
                      decisions)
+
+
+def _classifier_note(decisions: Decisions | None, readout: dict[str, np.ndarray]) -> tuple[str, int]:
+  """The sentence that says what the classifier is (scores, a tree, or the table ``readout``), and its entries."""
+  if decisions and isinstance(decisions.tree, Scores):
+    entries = entries_of(decisions.tree)
+    return ('The classifier is a score per tag over ' + ', '.join(f'`{n}`' for n in decisions.reads)
+            + f', {entries} whole numbers in all, each score a whole multiple of each number: the tag of highest '
+            'score is the tag of every combination of them the task\'s inputs reach.', entries)
+  if decisions:
+    entries = entries_of(decisions.tree)
+    return (f'The classifier is a tree of {entries} values and tags over '
+            + (', '.join(f'`{n}`' for n in decisions.reads) or 'nothing') + ': every combination of them the '
+            'task\'s inputs reach, and no other.', entries)
+  variables = [n for n in readout if n not in ('bias', 'tags') and not n.endswith('.values')]
+  return ('The classifier adds a row per value of ' + ', '.join(f'`{n}`' for n in variables)
+          + f" that the variable can hold, and predicts the highest-scoring of {len(readout['tags'])} tags.",
+          int(sum(v.size for v in readout.values())))
 
 
 def leftovers(plan: Plan, doms, live: set[str], run: tuple[dict, np.ndarray] | None = None) -> dict[str, list[str]]:

@@ -155,3 +155,39 @@ def test_an_affine_program_above_its_limit_is_not_solved(monkeypatch):
   assert classifier_fit.affine(held, tags, [True] * 3) is not None
   monkeypatch.setattr(classifier_fit, 'AFFINE_LIMIT', 2 * len(held) * 2 * 4 - 1)   # rows × 2 rivals × 4 terms
   assert classifier_fit.affine(held, tags, [True] * 3) is None
+
+
+def test_setting_aside_what_one_score_meets_changes_no_answer(monkeypatch):
+  """Constraints a score of one sign alone meets are set aside before the program is solved and met after it:
+  whether scores exist is the whole program's answer, and the scores found give every row its tag."""
+  rng = np.random.default_rng(2)
+  cases = []
+  for trial in range(12):
+    held = rng.integers(0, 3, size=(60, 3))
+    held[held[:, 0] == 0, 1] = 0               # rows with a value only one tag has: their constraints go first
+    tags = np.where(held[:, 1] == 0, 2, (held[:, 0] * (trial % 3) + held[:, 2]) % 3)
+    cases.append((held, tags))
+  peeled = [classifier_fit.separable(held, tags, 3) for held, tags in cases]
+  monkeypatch.setattr(classifier_fit, '_peeled', lambda features, tag_index, nt, nf:
+                      (np.arange(nt)[None] != tag_index[:, None], []))
+  whole = [classifier_fit.separable(held, tags, 3) for held, tags in cases]
+  assert [f is None for f in peeled] == [f is None for f in whole]
+  assert 0 < sum(f is None for f in whole) < len(cases)   # both answers occur
+  for (held, tags), fit in zip(cases, peeled):
+    if fit is not None:
+      got = scores(fit, held)
+      own = got[np.arange(len(held)), tags]
+      got[np.arange(len(held)), tags] = np.iinfo(np.int64).min
+      assert (own - got.max(1) >= 1).all()
+
+
+def test_a_value_only_one_tag_has_sets_its_rows_aside():
+  held = every_combination(3, 4)
+  tags = np.where(held[:, 0] == 0, 2, (held[:, 0] + held[:, 1]) % 2)   # column 0's value 0: tag 2 alone
+  features = np.column_stack([held[:, 0], 3 + held[:, 1], np.full(len(held), 7)])
+  active, peeled = classifier_fit._peeled(features, tags, 3, 8)
+  assert peeled and not active[held[:, 0] == 0].any()    # every constraint of those rows met by raising one score
+  # The other rows keep their constraints between tags 0 and 1, where each value has both; tag 2 no longer
+  # occurs there, so lowering its scores meets every constraint against it.
+  rest = held[:, 0] != 0
+  assert (active[rest] == ((np.arange(3)[None] != tags[rest, None]) & (np.arange(3)[None] != 2))).all()

@@ -73,7 +73,8 @@ def separable(held: np.ndarray, tags: np.ndarray, n_tags: int) -> Fit | None:
 
   The linear program (HiGHS) finds real scores with that margin; scaled by one more than the number of terms a
   score sums and rounded, they keep a margin of at least 1 (each term moves by at most ½). A tag no row has
-  scores below every reachable score through its bias alone."""
+  scores below every reachable score through its bias alone. The constraints a score of one sign alone can
+  meet are set aside first (``_peeled``) and met after the program is solved (``_unpeeled``)."""
   if not decides(held, tags):
     return None
   held, reached, tag_index = _distinct(held, tags)
@@ -86,24 +87,88 @@ def separable(held: np.ndarray, tags: np.ndarray, n_tags: int) -> Fit | None:
     base += len(v)
   features = np.column_stack(features + [np.full(len(held), base)])   # [rows, terms]: the last is the bias
   terms = features.shape[1]
-  others = [(np.nonzero(tag_index != t)[0], t) for t in range(nt)]
-  who = np.concatenate([i for i, _ in others])
-  against = np.concatenate([np.full(len(i), t) for i, t in others])
-  n = len(who)
+  n = len(held) * (nt - 1)   # a constraint per row and tag other than its own
   if not n:  # one tag everywhere: every score 0, the other tags below it
     return _integer(np.zeros((base + 1, 1)), values, tag_index, features, reached, n_tags, 1)
   if 2 * n * terms > LP_LIMIT:
     return None
+  active, peeled = _peeled(features, tag_index, nt, base + 1)
+  scores = _solved(features, tag_index, nt, base + 1, active)
+  if scores is None:   # no solution to a part of the constraints: none to them all
+    return None
+  fit = _integer(_unpeeled(scores, peeled, features, tag_index), values, tag_index, features, reached, n_tags,
+                 terms + 1)
+  if fit is None:   # scores pushed too far for exact rounding: the whole program, as it stands
+    full = _solved(features, tag_index, nt, base + 1, np.arange(nt)[None] != tag_index[:, None])
+    fit = None if full is None else _integer(full, values, tag_index, features, reached, n_tags, terms + 1)
+  return fit
+
+
+def _solved(features: np.ndarray, tag_index: np.ndarray, nt: int, nf: int, active: np.ndarray) -> np.ndarray | None:
+  """Real scores ``[nf, nt]`` under which each ``active[row, tag]`` constraint holds: the row's own tag at least 1
+  above that tag; None where HiGHS finds none (infeasible, or not solved)."""
+  who, against = np.nonzero(active)
+  n, terms = len(who), features.shape[1]
+  if not n:
+    return np.zeros((nf, nt))
   # Row k: Σ_terms (score[f, other] − score[f, own]) ≤ −1, scores flattened as feature · nt + tag.
   cols = np.concatenate([features[who] * nt + tag_index[who, None], features[who] * nt + against[:, None]], 1)
   data = np.concatenate([-np.ones((n, terms)), np.ones((n, terms))], 1)
-  a = sparse.csr_matrix((data.ravel(), (np.repeat(np.arange(n), 2 * terms), cols.ravel())),
-                        shape=(n, (base + 1) * nt))
-  found = optimize.linprog(np.zeros((base + 1) * nt), A_ub=a, b_ub=-np.ones(n), bounds=(None, None),
-                           method='highs')
-  if found.status != 0:   # infeasible, or not solved: the variable stays
-    return None
-  return _integer(found.x.reshape(base + 1, nt), values, tag_index, features, reached, n_tags, terms + 1)
+  a = sparse.csr_matrix((data.ravel(), (np.repeat(np.arange(n), 2 * terms), cols.ravel())), shape=(n, nf * nt))
+  found = optimize.linprog(np.zeros(nf * nt), A_ub=a, b_ub=-np.ones(n), bounds=(None, None), method='highs')
+  return found.x.reshape(nf, nt) if found.status == 0 else None
+
+
+def _peeled(features: np.ndarray, tag_index: np.ndarray, nt: int,
+            nf: int) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
+  """The constraints left once those a score of one sign alone can meet are set aside, ``active`` ``[rows, nt]``,
+  and what was set aside, round by round: (rows, tags, the score meeting each, which scores rise).
+
+  A score (feature f, tag t) that adds to a row's own tag wherever it enters a constraint, and never to its
+  rival (every row with f still constrained has tag t), meets all of them by rising far enough, whatever the
+  other scores; one that only ever adds to the rival, by falling. Setting its constraints aside leaves a program
+  that has a solution exactly where the whole one has, and may free more scores. HiGHS's own presolve finds
+  such reductions too, but its return to the whole program then repairs it by simplex for most of the time
+  (``benchmarks.speed.classifier_fit``)."""
+  rows, terms = features.shape
+  active = np.arange(nt)[None] != tag_index[:, None]
+  own = features * nt + tag_index[:, None]   # [rows, terms]: the scores each row's every constraint raises
+  peeled, none = [], nf * nt
+  while True:
+    raising = np.bincount(own.ravel(), np.repeat(active.sum(1), terms), minlength=none)
+    lowering = sum(np.bincount((features * nt + t).ravel(), np.repeat(active[:, t], terms), minlength=none)
+                   for t in range(nt))
+    rises, falls = (raising > 0) & (lowering == 0), (lowering > 0) & (raising == 0)
+    if not (rises.any() or falls.any()):
+      return active, peeled
+    # Each constraint set aside is met by the first free score it holds, so the scores are set in reverse:
+    # a constraint holds no score freed earlier (it was set aside with it) nor one before its own in the order.
+    first_own = np.where(rises[own], own, none).min(1)
+    who, tag, by = [], [], []
+    for t in range(nt):
+      score = np.minimum(first_own, np.where(falls[features * nt + t], features * nt + t, none).min(1))
+      hit = np.nonzero(active[:, t] & (score < none))[0]
+      who.append(hit)
+      tag.append(np.full(len(hit), t))
+      by.append(score[hit])
+      active[hit, t] = False
+    peeled.append((np.concatenate(who), np.concatenate(tag), np.concatenate(by), rises))
+
+
+def _unpeeled(scores: np.ndarray, peeled: list[tuple[np.ndarray, ...]], features: np.ndarray,
+              tag_index: np.ndarray) -> np.ndarray:
+  """``scores`` of the program ``_peeled`` left, with each score set aside moved (in reverse) just far enough
+  that its constraints hold."""
+  scores = scores.copy()
+  nt = scores.shape[1]
+  for who, tag, by, rises in reversed(peeled):
+    for score in np.unique(by)[::-1]:
+      mine = by == score
+      rows = who[mine]
+      total = scores[features[rows]].sum(1)   # [rows, tags]
+      need = (total[np.arange(len(rows)), tag[mine]] - total[np.arange(len(rows)), tag_index[rows]] + 1).max()
+      scores[score // nt, score % nt] += max(need, 0.0) if rises[score] else -max(need, 0.0)
+  return scores
 
 
 def _integer(scores: np.ndarray, values: list[np.ndarray], tag_index: np.ndarray, features: np.ndarray,

@@ -30,8 +30,8 @@ def define_flags() -> None:
   flags.DEFINE_string('split', 'test', 'The split fidelity and accuracy are measured on.')
   flags.DEFINE_string('json', '', 'Also write the measurements to this JSON file.')
   flags.DEFINE_bool('fit_classifier', True, "Transformer Programs on an enumerable task: fit the classifier anew "
-                    "over fewer variables, exact on every input (shorter programs; minutes of linear programs on "
-                    "large classifiers). False keeps the model's classifier, pruned.")
+                    "over fewer variables, exact on every input (shorter programs, from linear programs that take "
+                    "longest on large classifiers). False keeps the model's classifier, pruned.")
 
 
 def main():

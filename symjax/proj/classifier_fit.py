@@ -130,7 +130,7 @@ def _peeled(features: np.ndarray, tag_index: np.ndarray, nt: int,
   that has a solution exactly where the whole one has, and may free more scores. HiGHS's own presolve finds
   such reductions too, but its return to the whole program then repairs it by simplex for most of the time
   (``benchmarks.speed.classifier_fit``)."""
-  rows, terms = features.shape
+  terms = features.shape[1]
   active = np.arange(nt)[None] != tag_index[:, None]
   own = features * nt + tag_index[:, None]   # [rows, terms]: the scores each row's every constraint raises
   peeled, none = [], nf * nt

@@ -15,6 +15,14 @@ def scores(fit: classifier_fit.Fit, held: np.ndarray) -> np.ndarray:
   return total
 
 
+def margins(fit: classifier_fit.Fit, held: np.ndarray, tags: np.ndarray) -> np.ndarray:
+  """How far each row's own tag scores above its best rival under the fit."""
+  got = scores(fit, held)
+  own = got[np.arange(len(held)), tags]
+  got[np.arange(len(held)), tags] = np.iinfo(np.int64).min
+  return own - got.max(1)
+
+
 def every_combination(*sizes: int) -> np.ndarray:
   return np.array(list(itertools.product(*[range(n) for n in sizes])), np.int64)
 
@@ -26,10 +34,7 @@ def test_an_additive_tagging_is_fit_with_integer_scores_that_win_by_at_least_one
   tags = sum(w[held[:, c]] for c, w in enumerate(weights)).argmax(-1)
   fit = classifier_fit.separable(held, tags, 6)
   assert fit is not None and fit.columns == (0, 1, 2) and fit.bias.dtype == np.int64
-  got = scores(fit, held)
-  own = got[np.arange(len(held)), tags]
-  got[np.arange(len(held)), tags] = np.iinfo(np.int64).min
-  assert (own - got.max(1) >= 1).all()
+  assert (margins(fit, held, tags) >= 1).all()
 
 
 def test_a_tag_no_row_has_never_wins():
@@ -175,10 +180,7 @@ def test_setting_aside_what_one_score_meets_changes_no_answer(monkeypatch):
   assert 0 < sum(f is None for f in whole) < len(cases)   # both answers occur
   for (held, tags), fit in zip(cases, peeled):
     if fit is not None:
-      got = scores(fit, held)
-      own = got[np.arange(len(held)), tags]
-      got[np.arange(len(held)), tags] = np.iinfo(np.int64).min
-      assert (own - got.max(1) >= 1).all()
+      assert (margins(fit, held, tags) >= 1).all()
 
 
 def test_a_value_only_one_tag_has_sets_its_rows_aside():

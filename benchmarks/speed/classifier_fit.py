@@ -35,6 +35,7 @@ WAYS = {'set aside first (the decompiler)': (True, {'method': 'highs'}, None),
         'whole, dual simplex, no presolve': (False, {'method': 'highs-ds', 'options': {'presolve': False}}, None),
         'whole, scores within ±100': (False, {'method': 'highs'}, 100.0)}
 
+
 class _Captured(Exception):
   pass
 

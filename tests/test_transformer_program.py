@@ -1433,6 +1433,12 @@ def test_a_renaming_is_one_to_one_over_the_values_taken():
   assert list(program_code._renaming(np.array([1, 2, 1, 3]), np.array([4, 0, 4, 5]), 6)[[1, 2, 3]]) == [4, 0, 5]
   assert program_code._renaming(np.array([1, 2, 1]), np.array([4, 0, 5]), 6) is None    # 1 goes to two values
   assert program_code._renaming(np.array([1, 2, 3]), np.array([4, 4, 5]), 6) is None    # two values to one
+  # Past the first positions it reads: a renaming there and everywhere, and one there that breaks at the last.
+  a = np.arange(program_code.RENAMING_FIRST + 10) % 3
+  b = np.array([2, 0, 1])[a]
+  assert list(program_code._renaming(a, b, 4)[:3]) == [2, 0, 1]
+  b[-1] = 3
+  assert program_code._renaming(a, b, 4) is None
 
 
 def test_a_head_that_matches_no_key_needs_only_the_variable_it_copies():

@@ -4,6 +4,7 @@ import sys
 import jax
 
 from symjax.system import host
+from symjax.train import config as train_config
 
 # Tests import the NumPy transcription of the paper as a plain module.
 sys.path.insert(0, os.path.dirname(__file__))
@@ -20,6 +21,11 @@ if OPT_LEVEL_0.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
 
 # The same XLA:CPU and allocator settings as the trainer (before the first computation starts the backend).
 host.prepare()
+
+# The trainer's persistent compilation cache from the first test on, as a run turns it on: many tests compile
+# the same program as another test, another worker or a command they start, and each then compiles it once
+# (before, a worker turned it on only at its first training run; benchmarks/results/test_suite_cold_cache.json).
+host.use_compilation_cache(train_config.default_config().compilation_cache_dir)
 
 # On GPU and TPU a float32 matrix product runs by default at reduced precision (TF32 / bfloat16 passes),
 # about 1e-3 relative: the float32 tolerances of these tests assume true float32 products, as on CPU.

@@ -997,6 +997,25 @@ def constant_and_duplicate_plan() -> program_code.Plan:
                            False, card)
 
 
+def test_a_counting_head_left_with_neither_query_nor_key_counts_every_allowed_key_or_none():
+  """Folding can leave a counting head with neither a query nor a key (both ``NOTHING``: its key was a constant,
+  then its query became one, as a reverse program's unused head did); its code counts every key the mask
+  allows, or none, as the model's head does."""
+  x, lengths = every_input(3, 5)
+  card, nothing = len(TOKENS), program_code.NOTHING
+  every = program_code.Module('attn_0_0', 'numerical', (nothing, nothing), np.ones((1, 1), bool))
+  none = program_code.Module('attn_0_1', 'numerical', (nothing, nothing), np.zeros((1, 1), bool))
+  readout = {n: np.zeros((card, card), np.float32) for n in ('attn_0_0', 'attn_0_1')}
+  readout['bias'] = np.zeros(card, np.float32)
+  for causal in (False, True):
+    plan = program_code.Plan([every, none], readout, list(TOKENS), 5, causal, card)
+    doms = program_code.domains(plan, sorted(set(x[x != PAD].tolist())))
+    values, real = program_code._run(plan, doms, {'attn_0_0', 'attn_0_1'}, readout, x, lengths, 'program.npz')
+    keys = np.minimum(np.arange(x.shape[1]) + 1, lengths[:, None]) if causal else lengths[:, None] + 0 * x
+    assert (values['attn_0_0'].ids[real] == keys[real]).all(), causal
+    assert (values['attn_0_1'].ids[real] == 0).all(), causal
+
+
 def test_the_simplifier_folds_constants_merges_duplicates_and_keeps_every_tag():
   """The constant MLP leaves the program and its head's predicate reads the key alone (``k_token == 'a'``); the
   equal head is merged into the first; the counting head that counts nothing is gone; and the program's tags are

@@ -1631,8 +1631,12 @@ def predict(tokens):
 '''
 
 
-# Written into a program only where a head's predicate reads its key or its query alone, or matches nothing.
+# Written into a program only where a head's predicate reads its key or its query alone (or neither: a counting
+# head whose query and key were both constants), or matches nothing.
 ONE_SIDED = '''
+    if queries is None and keys is None:  # both were constants: it holds for every pair or for none
+        n = ALLOWED.shape[-1]  # ALLOWED is [batch, 1, key] where no key is hidden from a query
+        return np.broadcast_to(ALLOWED & bool(predicate(0)), (len(ALLOWED), n, n))
     if queries is None or keys is None:  # a predicate of the key (or the query) alone
         one = keys if queries is None else queries
         n = one.ids.shape[1]

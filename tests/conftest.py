@@ -24,7 +24,7 @@ host.prepare()
 
 # The trainer's persistent compilation cache from the first test on, as a run turns it on: many tests compile
 # the same program as another test, another worker or a command they start, and each then compiles it once
-# (before, a worker turned it on only at its first training run; benchmarks/results/test_suite_cold_cache.json).
+# (before, a worker turned it on only at its first training run; test_suite_cache_from_the_start.json).
 host.use_compilation_cache(train_config.default_config().compilation_cache_dir)
 
 # On GPU and TPU a float32 matrix product runs by default at reduced precision (TF32 / bfloat16 passes),

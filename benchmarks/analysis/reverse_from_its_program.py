@@ -7,7 +7,7 @@ The command of ``symjax.main`` (every flag the same), with one change: the fresh
 that reverses every input ("Learning Transformer Programs", Appendix C.3, reports its training misses it, as
 symjax's does): the first numerical head of layer 0 counts the keys at or after the query (n − i), head 0 of
 layer 1 reads the position one below that count and copies its token, and the classifier reads that head alone
-(the other modules keep their random initialisation; nothing reads them). Its selections, predicates and
+(the other modules keep their random initialisation; the classifier reads none of them). Its selections, predicates and
 classifier rows are set to ±``SCALE``, so the relaxation's samples start on that program. Before the first step
 it tags every input right; whether it still does after training is the question (score the run with
 ``python -m symjax.decompile --workdir=RUN --json=…``). ``tests/test_transformer_program.py`` sets the same two

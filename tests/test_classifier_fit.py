@@ -3,6 +3,7 @@
 import itertools
 
 import numpy as np
+import pytest
 
 from symjax.proj import classifier_fit
 
@@ -193,3 +194,44 @@ def test_a_value_only_one_tag_has_sets_its_rows_aside():
   # occurs there, so lowering its scores meets every constraint against it.
   rest = held[:, 0] != 0
   assert (active[rest] == ((np.arange(3)[None] != tags[rest, None]) & (np.arange(3)[None] != 2))).all()
+
+
+def test_a_program_past_the_work_limit_is_unsettled_and_stops_the_search_where_it_found_none(monkeypatch):
+  """HiGHS stops at ``WORK_LIMIT`` (iterations × nonzeros): ``separable`` then answers None, or raises where asked,
+  and ``sparsest`` raises where it had found no fit before that program."""
+  rng = np.random.default_rng(0)
+  held = every_combination(6, 6, 6)
+  weights = [rng.normal(size=(6, 6)) for _ in range(3)]
+  tags = sum(w[held[:, c]] for c, w in enumerate(weights)).argmax(-1)
+  assert classifier_fit.separable(held, tags, 6) is not None
+  monkeypatch.setattr(classifier_fit, 'WORK_LIMIT', 1)   # one iteration, which this program does not settle in
+  assert classifier_fit.separable(held, tags, 6) is None
+  with pytest.raises(classifier_fit.Unsettled):
+    classifier_fit.separable(held, tags, 6, raise_unsettled=True)
+  with_copy = np.column_stack([held, held[:, 0]])   # the copy could go, were the program over the rest settled
+  with pytest.raises(classifier_fit.Unsettled):
+    classifier_fit.sparsest(with_copy, tags, 6, order=[3, 2, 1, 0])
+
+
+def test_the_search_stops_at_the_first_unsettled_program_and_keeps_the_fit_found_before_it(monkeypatch):
+  held = every_combination(4, 5, 3)
+  held = np.column_stack([held, held[:, 1]])
+  rng = np.random.default_rng(0)
+  weights = [rng.normal(size=(n, 6)) for n in (4, 5, 3)]
+  tags = sum(w[held[:, c]] for c, w in enumerate(weights)).argmax(-1)
+  real, calls, found = classifier_fit.separable, [], []
+
+  def settles_until_a_fit_is_found(h, t, n, raise_unsettled=False):
+    calls.append(h.shape[1])
+    if found:
+      raise classifier_fit.Unsettled('past the limit')
+    fit = real(h, t, n)
+    found.extend([fit] if fit is not None else [])
+    return fit
+
+  monkeypatch.setattr(classifier_fit, 'separable', settles_until_a_fit_is_found)
+  fit = classifier_fit.sparsest(held, tags, 6, order=[3, 2, 1, 0])
+  assert fit.unsettled and fit.columns == (0, 1, 2)   # the copy went; the search stopped at the next program
+  assert calls[-1] < 3 and (scores(fit, held).argmax(-1) == tags).all()
+  monkeypatch.setattr(classifier_fit, 'separable', real)
+  assert not classifier_fit.sparsest(held, tags, 6, order=[3, 2, 1, 0]).unsettled

@@ -1,6 +1,7 @@
 """Where the decompiler's classifier fit spends its time, and what other ways of solving its linear programs cost.
 
-  python -m benchmarks.speed.classifier_fit --runs=RUN,RUN,... [--json=benchmarks/results/classifier_fit.json]
+  python -m benchmarks.speed.classifier_fit --runs=RUN,RUN,... [--noways]
+      [--json=benchmarks/results/classifier_fit.json]
 
 ``program_code.refit`` fits a Transformer Program's classifier anew over fewer variables: ``classifier_fit.sparsest``
 drops variables while a linear program (``classifier_fit.separable``, HiGHS through SciPy) still finds integer
@@ -11,7 +12,8 @@ does (the constraints one score meets set aside first, ``classifier_fit._peeled`
 simplex (the decompiler before the constraints were set aside), its interior point method, its dual simplex
 without presolve, and scores bounded to ±100 (a bounded program that has a solution is one of the unbounded one;
 the unbounded one is still needed to show that none exists). Each way answers the same question; only the
-seconds differ.
+seconds differ. Each program's work (HiGHS's iterations times the program's nonzeros) is reported beside
+``classifier_fit.WORK_LIMIT``, past which the decompiler stops a program and its search.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from benchmarks.lib import results as result_files
 
 _RUNS = flags.DEFINE_list('runs', None, 'Run folders of model kind program on an enumerable task.', required=True)
 _JSON = flags.DEFINE_string('json', 'benchmarks/results/classifier_fit.json', 'Output JSON.')
+_WAYS = flags.DEFINE_bool('ways', True, 'Solve each run\'s largest program with a solution again every way.')
 
 # The ways of solving one program: whether the constraints one score meets are set aside first, keyword arguments
 # of scipy.optimize.linprog, and a bound on every score.
@@ -67,21 +70,38 @@ def timed_sparsest(held, tags, n_tags, order) -> tuple[dict, list[dict]]:
   from symjax.proj import classifier_fit
   calls, real = [], classifier_fit.separable
 
-  def timed(h, t, n):
-    start = time.perf_counter()
-    fit = real(h, t, n)
-    calls.append({'columns': h.shape[1], 'seconds': time.perf_counter() - start, 'solution': fit is not None})
+  def timed(h, t, n, **kwargs):
+    start, work[:], fit, settled = time.perf_counter(), [], None, False
+    try:
+      fit = real(h, t, n, **kwargs)
+      settled = True
+    finally:
+      calls.append({'columns': h.shape[1], 'seconds': time.perf_counter() - start, 'solution': fit is not None,
+                    'settled': settled, 'iterations': sum(w[0] for w in work),
+                    'work': sum(w[0] * w[1] for w in work)})
     return fit
 
-  classifier_fit.separable = timed
+  def counted(*args, **kwargs):   # each HiGHS call's iterations, nonzeros and status
+    found = real_linprog(*args, **kwargs)
+    work.append((int(found.nit), int(kwargs['A_ub'].nnz), int(found.status)))
+    return found
+
+  work, real_linprog = [], classifier_fit.optimize.linprog
+  classifier_fit.separable, classifier_fit.optimize.linprog = timed, counted
+  unsettled = False
   try:
     start = time.perf_counter()
-    fit = classifier_fit.sparsest(held, tags, n_tags, order)
+    try:
+      fit = classifier_fit.sparsest(held, tags, n_tags, order)
+    except classifier_fit.Unsettled:
+      fit, unsettled = None, True
     total = time.perf_counter() - start
   finally:
-    classifier_fit.separable = real
+    classifier_fit.separable, classifier_fit.optimize.linprog = real, real_linprog
   return {'seconds': total, 'columns': held.shape[1], 'rows': len(held),
-          'kept': None if fit is None else len(fit.columns)}, calls
+          'kept': None if fit is None else len(fit.columns),
+          'unsettled': unsettled or (fit is not None and fit.unsettled),
+          'largest_work': max((c['work'] for c in calls), default=0), 'work_limit': classifier_fit.WORK_LIMIT}, calls
 
 
 def solve_way(held, tags, n_tags, peel: bool, linprog_args: dict, bound: float | None) -> dict:
@@ -97,6 +117,8 @@ def solve_way(held, tags, n_tags, peel: bool, linprog_args: dict, bound: float |
     return real(c, **kwargs)
 
   classifier_fit.optimize.linprog = linprog
+  # Every way runs to its answer: the decompiler's limit on one program's work would stop the slow ones.
+  limit, classifier_fit.WORK_LIMIT = classifier_fit.WORK_LIMIT, 10**18
   if not peel:
     classifier_fit._peeled = lambda features, tag_index, nt, nf: (np.arange(nt)[None] != tag_index[:, None], [])
   try:
@@ -105,6 +127,7 @@ def solve_way(held, tags, n_tags, peel: bool, linprog_args: dict, bound: float |
     return {'seconds': time.perf_counter() - start, 'solution': fit is not None}
   finally:
     classifier_fit.optimize.linprog, classifier_fit._peeled = real, real_peeled
+    classifier_fit.WORK_LIMIT = limit
 
 
 def trial_of(columns: int, tags, n_tags, order, index: int, calls: list[dict]) -> list[int]:
@@ -113,7 +136,7 @@ def trial_of(columns: int, tags, n_tags, order, index: int, calls: list[dict]) -
   from symjax.proj import classifier_fit
   answers, trials, real = iter(calls), [], classifier_fit.separable
 
-  def replay(h, t, n):
+  def replay(h, t, n, **kwargs):
     trials.append([int(c) for c in h[0]])
     return classifier_fit.Fit((), {}, {}, np.zeros(n, np.int64)) if next(answers)['solution'] else None
 
@@ -132,26 +155,33 @@ def main(argv):
     held, tags, n_tags, order = fit_inputs(run)
     whole, calls = timed_sparsest(held, tags, n_tags, order)
     print(f'{run}: sparsest {whole["seconds"]:.1f} s over {len(calls)} programs', flush=True)
+    per_run[run] = {'sparsest': whole, 'programs': calls}
+    solved = [c for c in calls if c['solution']]
+    if not (_WAYS.value and solved):
+      continue
     # The largest program with a solution, solved again each way: the costly ones are those with a solution.
-    largest = max((c for c in calls if c['solution']), key=lambda c: c['columns'])
+    largest = max(solved, key=lambda c: c['columns'])
     trial = trial_of(held.shape[1], tags, n_tags, order, calls.index(largest), calls)
     ways = {name: solve_way(held[:, trial], tags, n_tags, *way) for name, way in WAYS.items()}
     for name, got in ways.items():
       print(f'  {name}: {got["seconds"]:.1f} s, {"a solution" if got["solution"] else "none"}', flush=True)
-    per_run[run] = {'sparsest': whole, 'programs': calls,
-                    'largest_with_a_solution': {'columns': len(trial), 'ways': ways}}
-  print('| run | sparsest (s) | programs | of which with a solution (s) | largest: ' + ' | '.join(WAYS) + ' |')
-  print('|---|---:|---:|---:|' + '---:|' * len(WAYS))
+    per_run[run]['largest_with_a_solution'] = {'columns': len(trial), 'ways': ways}
+  print('| run | sparsest (s) | programs | of which with a solution (s) | largest work | stopped unsettled | '
+        'largest: ' + ' | '.join(WAYS) + ' |')
+  print('|---|---:|---:|---:|---:|---|' + '---:|' * len(WAYS))
   for run, r in per_run.items():
     solved = sum(c['seconds'] for c in r['programs'] if c['solution'])
-    ways = r['largest_with_a_solution']['ways']
+    ways = r.get('largest_with_a_solution', {}).get('ways', {})
     print(f"| {run} | {r['sparsest']['seconds']:.1f} | {len(r['programs'])} | {solved:.1f} | "
-          + ' | '.join(f"{ways[w]['seconds']:.1f}" for w in WAYS) + ' |')
+          f"{r['sparsest']['largest_work']:.2g} | {'yes' if r['sparsest']['unsettled'] else 'no'} | "
+          + ' | '.join(f"{ways[w]['seconds']:.1f}" if w in ways else '—' for w in WAYS) + ' |')
   result_files.write(_JSON.value, {
       'runs': per_run,
       'what': "seconds of the decompiler's classifier fit (classifier_fit.sparsest, as program_code.refit calls "
               'it on the run\'s best checkpoint) and of each linear program it solves (columns: the variables '
-              'tried; solution: whether integer scores exist); then the largest program that has a solution '
+              'tried; solution: whether integer scores exist; settled: whether HiGHS settled it within '
+              'classifier_fit.WORK_LIMIT; work: simplex iterations times nonzeros); then the largest program that '
+              'has a solution '
               'solved again each way: with the constraints one score meets set aside first (the decompiler), or '
               'whole (the decompiler before that) by scipy.optimize.linprog methods and options, or every score '
               'bounded to ±100; every way gives the same answer',

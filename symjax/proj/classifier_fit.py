@@ -29,6 +29,7 @@ class Fit:
   values: dict[int, np.ndarray]
   rows: dict[int, np.ndarray]
   bias: np.ndarray
+  unsettled: bool = False   # ``sparsest`` stopped at a program past ``WORK_LIMIT``: more columns might go
 
 
 def distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -64,12 +65,21 @@ def _distinct(held: np.ndarray, tags: np.ndarray) -> tuple[np.ndarray, np.ndarra
 # decompiler past 20 GiB, killed for memory; the largest of one sort, reverse and double_hist run each: 4, 9
 # and 17 million.
 LP_LIMIT = 40_000_000
+# The most work one linear program may take, in simplex iterations times its nonzeros: far more than any of the
+# recipes' runs takes, far less than those of a run that fits its task poorly can, where setting constraints
+# aside (``_peeled``) leaves nearly all of them (``benchmarks.speed.classifier_fit`` reports each program's).
+WORK_LIMIT = 10_000_000_000
 
 
-def separable(held: np.ndarray, tags: np.ndarray, n_tags: int) -> Fit | None:
+class Unsettled(Exception):
+  """A linear program HiGHS did not settle within ``WORK_LIMIT``: whether it has a solution is not known."""
+
+
+def separable(held: np.ndarray, tags: np.ndarray, n_tags: int, raise_unsettled: bool = False) -> Fit | None:
   """Integer scores over every column of ``held`` ``[rows, columns]`` (ids ≥ 0) and a bias, under which each row's
   tag in ``tags`` (ids < ``n_tags``) scores at least 1 above every other tag; None where none exist, or where the
-  program would hold more than ``LP_LIMIT`` nonzeros (unsolved, as if none existed).
+  program would hold more than ``LP_LIMIT`` nonzeros or take more than ``WORK_LIMIT`` (unsolved, as if none
+  existed; past ``WORK_LIMIT`` ``Unsettled`` is raised instead where ``raise_unsettled``).
 
   The linear program (HiGHS) finds real scores with that margin; scaled by one more than the number of terms a
   score sums and rounded, they keep a margin of at least 1 (each term moves by at most ½). A tag no row has
@@ -93,20 +103,26 @@ def separable(held: np.ndarray, tags: np.ndarray, n_tags: int) -> Fit | None:
   if 2 * n * terms > LP_LIMIT:
     return None
   active, peeled = _peeled(features, tag_index, nt, base + 1)
-  scores = _solved(features, tag_index, nt, base + 1, active)
-  if scores is None:   # no solution to a part of the constraints: none to them all
+  try:
+    scores = _solved(features, tag_index, nt, base + 1, active)
+    if scores is None:   # no solution to a part of the constraints: none to them all
+      return None
+    fit = _integer(_unpeeled(scores, peeled, features, tag_index), values, tag_index, features, reached, n_tags,
+                   terms + 1)
+    if fit is None:   # scores pushed too far for exact rounding: the whole program, as it stands
+      full = _solved(features, tag_index, nt, base + 1, np.arange(nt)[None] != tag_index[:, None])
+      fit = None if full is None else _integer(full, values, tag_index, features, reached, n_tags, terms + 1)
+  except Unsettled:
+    if raise_unsettled:
+      raise
     return None
-  fit = _integer(_unpeeled(scores, peeled, features, tag_index), values, tag_index, features, reached, n_tags,
-                 terms + 1)
-  if fit is None:   # scores pushed too far for exact rounding: the whole program, as it stands
-    full = _solved(features, tag_index, nt, base + 1, np.arange(nt)[None] != tag_index[:, None])
-    fit = None if full is None else _integer(full, values, tag_index, features, reached, n_tags, terms + 1)
   return fit
 
 
 def _solved(features: np.ndarray, tag_index: np.ndarray, nt: int, nf: int, active: np.ndarray) -> np.ndarray | None:
   """Real scores ``[nf, nt]`` under which each ``active[row, tag]`` constraint holds: the row's own tag at least 1
-  above that tag; None where HiGHS finds none (infeasible, or not solved)."""
+  above that tag; None where HiGHS finds none (infeasible, or not solved). ``Unsettled`` where it stops at
+  ``WORK_LIMIT``: its iterations are counted, so where it stops does not hang on the machine's speed."""
   who, against = np.nonzero(active)
   n, terms = len(who), features.shape[1]
   if not n:
@@ -115,7 +131,10 @@ def _solved(features: np.ndarray, tag_index: np.ndarray, nt: int, nf: int, activ
   cols = np.concatenate([features[who] * nt + tag_index[who, None], features[who] * nt + against[:, None]], 1)
   data = np.concatenate([-np.ones((n, terms)), np.ones((n, terms))], 1)
   a = sparse.csr_matrix((data.ravel(), (np.repeat(np.arange(n), 2 * terms), cols.ravel())), shape=(n, nf * nt))
-  found = optimize.linprog(np.zeros(nf * nt), A_ub=a, b_ub=-np.ones(n), bounds=(None, None), method='highs')
+  found = optimize.linprog(np.zeros(nf * nt), A_ub=a, b_ub=-np.ones(n), bounds=(None, None), method='highs',
+                           options={'maxiter': int(np.clip(WORK_LIMIT // a.nnz, 1, np.iinfo(np.int32).max))})
+  if found.status == 1:   # the iteration limit
+    raise Unsettled(f'a linear program of {a.nnz} nonzeros unsettled after {found.nit} iterations')
   return found.x.reshape(nf, nt) if found.status == 0 else None
 
 
@@ -196,24 +215,35 @@ def sparsest(held: np.ndarray, tags: np.ndarray, n_tags: int, order: list[int]) 
 
   A block of ``order`` is tried at once first, then each half where it cannot go: whatever can be left out with
   more columns out can be left out with fewer, so this drops what one at a time would, in far fewer programs
-  (and those over few columns are the fast ones)."""
+  (and those over few columns are the fast ones).
+
+  The search stops at the first program HiGHS does not settle within ``WORK_LIMIT`` (``unsettled`` on the fit
+  found so far; ``Unsettled`` raised where none was): one such program is rarely alone, and each takes the limit.
+  """
   kept, best = list(range(held.shape[1])), None
 
   def drop(block: list[int]) -> None:
     nonlocal kept, best
     trial = [k for k in kept if k not in block]
-    fit = separable(held[:, trial], tags, n_tags)   # rows that do not decide the tags settle it without a program
+    # Rows that do not decide the tags settle it without a program.
+    fit = separable(held[:, trial], tags, n_tags, raise_unsettled=True)
     if fit is not None:
       kept, best = trial, fit
     elif len(block) > 1:
       drop(block[:len(block) // 2])
       drop(block[len(block) // 2:])
 
-  drop(list(order))
+  try:
+    drop(list(order))
+    unsettled = False
+  except Unsettled:
+    if best is None:
+      raise
+    unsettled = True
   if best is None:
     return None
   return Fit(tuple(kept), {kept[i]: v for i, v in best.values.items()},
-             {kept[i]: r for i, r in best.rows.items()}, best.bias)
+             {kept[i]: r for i, r in best.rows.items()}, best.bias, unsettled)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2520,6 +2520,10 @@ def prune(plan: Plan, doms, inputs: np.ndarray, lengths: np.ndarray, data_file: 
   return set(kept), bias
 
 
+# Why a classifier fit stopped short, in its note.
+UNSETTLED = 'a linear program did not settle within `classifier_fit.WORK_LIMIT` (simplex iterations × nonzeros)'
+
+
 def refit(plan: Plan, doms_of, kept: set[str], bias: np.ndarray, inputs: np.ndarray, lengths: np.ndarray,
           data_file: str) -> tuple[Plan, set[str], np.ndarray, list[str]]:
   """The classifier fit anew over fewer of the ``kept`` variables (``classifier_fit.sparsest``): the same tag at
@@ -2536,7 +2540,10 @@ def refit(plan: Plan, doms_of, kept: set[str], bias: np.ndarray, inputs: np.ndar
   del values
   held = held[_distinct_rows(held)[0]]
   tags = _logits(plan, {n: held[:, i] for i, n in enumerate(reads)}, reads, bias).argmax(-1)
-  fit = classifier_fit.sparsest(held, tags, len(bias), order=list(reversed(range(len(reads)))))
+  try:
+    fit = classifier_fit.sparsest(held, tags, len(bias), order=list(reversed(range(len(reads)))))
+  except classifier_fit.Unsettled:
+    return plan, kept, bias, [f'The classifier is not fit anew: {UNSETTLED}.']
   if fit is None:
     return plan, kept, bias, []
   # Every variable left out adds nothing: the plan's classifier is the new one, for the passes after this one.
@@ -2551,7 +2558,8 @@ def refit(plan: Plan, doms_of, kept: set[str], bias: np.ndarray, inputs: np.ndar
   dropped = [n for n in reads if n not in names]
   note = (f'The classifier is fit anew over {len(names)} of its {len(reads)} variables, with integer rows: the '
           'same tag at every tagged position of every input of the task (a linear program). Left out: '
-          + ', '.join(f'`{n}`' for n in dropped) + '.')
+          + ', '.join(f'`{n}`' for n in dropped) + '.'
+          + (f' The search for fewer stopped: {UNSETTLED}.' if fit.unsettled else ''))
   after, loosened = loosen(after, doms_of, inputs, lengths, data_file)
   return after, set(names), fit.bias, [note, *loosened]
 

@@ -184,7 +184,8 @@ def main(argv):
               'has a solution '
               'solved again each way: with the constraints one score meets set aside first (the decompiler), or '
               'whole (the decompiler before that) by scipy.optimize.linprog methods and options, or every score '
-              'bounded to ±100; every way gives the same answer',
+              'bounded to ±100; every way gives the same answer'
+              + ('' if _WAYS.value else ' (not run here: --noways)'),
       'intervals': 'none: one timing each, on one machine; the programs are deterministic'})
 
 

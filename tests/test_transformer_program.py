@@ -817,6 +817,38 @@ def test_a_readout_of_chosen_variables_reads_only_them_and_its_decision_is_code(
 
 
 @pytest.mark.parametrize('numerical_values', [False, True])
+def test_position_counts_start_three_heads_counting_positions_and_leave_the_rest(numerical_values):
+  """model.position_counts: after the trainer's fresh-parameter changes, layer 0's first three numerical heads
+  write n − i, i + 1 and n at every real position i of an input of n (a NumPy count, independent of the model),
+  and every other parameter is as initialised; without the option the state is returned as is."""
+  from symjax.train import optim
+  from symjax.train import trainer as train
+  cfg = config(num_heads=4, numerical_heads=3, mlps=0, position_counts=True, numerical_values=numerical_values)
+  params = init(cfg, seed=1)
+  state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=())
+  no_change = types.SimpleNamespace(initial_params=lambda params, model_config: None)
+  assert train.task_init(state, no_change, cfg.replace(position_counts=False), None) is state
+  params = jax.tree.map(np.asarray, params)  # task_init donates the state
+  got = train.task_init(state, no_change, cfg, None).params
+  x, lengths = every_input(3, cfg.max_len)
+  real = np.arange(x.shape[1])[None, :] < lengths[:, None]
+  hidden, _ = build(cfg).apply({'params': got}, jnp.asarray(x), jnp.asarray(real), return_hidden=True)
+  card, names = tp.cardinality(cfg), tp.variable_names(cfg)
+  value = lambda name: np.asarray(hidden)[..., names.index(name) * card:(names.index(name) + 1) * card].argmax(-1)
+  i, n = np.arange(x.shape[1])[None, :], lengths[:, None]
+  for name, want in [('attn_0_1', n - i), ('attn_0_2', i + 1), ('attn_0_3', np.broadcast_to(n, x.shape))]:
+    np.testing.assert_array_equal(np.where(real, value(name), -1), np.where(real, want, -1), err_msg=name)
+  set_leaves = {(f'attn_0_{h}', leaf) for h in (1, 2, 3)
+                for leaf in ('select_query', 'select_key', 'predicate', 'select_value')}
+  kept = [(path, np.asarray(a), b) for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got),
+                                                           jax.tree.leaves(params))
+          if tuple(getattr(k, 'key', None) for k in path)[:2] not in set_leaves]
+  assert len(kept) == len(jax.tree.leaves(params)) - (12 if numerical_values else 9)
+  for path, a, b in kept:
+    np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize('numerical_values', [False, True])
 def test_forward_is_one_hot_and_gradients_reach_every_choice(numerical_values):
   cfg = config(num_layers=2, num_heads=2, numerical_heads=1, mlps=1, numerical_values=numerical_values)
   params = init(cfg)
@@ -886,6 +918,10 @@ def test_program_kind_refuses_options_it_has_not():
     config(readout_reads=6)
   with pytest.raises(InputError, match="model.readout_reads chooses the variables a Transformer Program's"):
     config(kind='symbolic', readout_reads=1)
+  with pytest.raises(InputError, match=r'model.position_counts starts three numerical heads .* got 1 and True'):
+    config(position_counts=True)
+  with pytest.raises(InputError, match="model.position_counts starts a Transformer Program's numerical heads"):
+    config(kind='symbolic', position_counts=True)
 
 
 def test_the_command_trains_and_decompiles_sort_into_code_equal_on_every_input(tmp_path):

@@ -135,6 +135,11 @@ class ProgramConfig:
   # temperature while training) choose the variables, and the classifier is zero outside their rows, so the
   # program decides its output from k variables (a table over their reachable values, short enough for code).
   readout_reads: int = 0
+  # Kind 'program' only: layer 0's first three numerical heads start counting, over positions, the keys at or
+  # after the query (n − i), at or before it (i + 1) and all of them (n), the counts any sequence task may
+  # build on (``transformer_program.position_counts``); every other parameter starts random. Training may move
+  # them: it is where they start, not a constraint.
+  position_counts: bool = False
   # Kind 'program' only: MLPs per layer, each reading two variables it selects, and their hidden width.
   mlps: int = 2
   mlp_hidden: int = 64
@@ -494,6 +499,9 @@ def _check_program(c) -> None:
   if c.readout_reads:
     raise InputError(f"model.readout_reads chooses the variables a Transformer Program's classifier reads: it "
                      f"needs model.kind = 'program', got {c.kind!r}")
+  if c.position_counts:
+    raise InputError(f"model.position_counts starts a Transformer Program's numerical heads as counts: it "
+                     f"needs model.kind = 'program', got {c.kind!r}")
   # What program training and numerical heads both need: the explicit, dense, one-piece computations that
   # the forward pass takes its argmaxes and predicates from.
   needs = (('kind', 'symbolic', c.kind), ('symbolic_sites', 'both', c.symbolic_sites),
@@ -551,6 +559,10 @@ def _check_transformer_program(c) -> None:
   if not (isinstance(c.readout_reads, int) and 0 <= c.readout_reads <= variables):
     raise InputError(f'model.readout_reads must be an int in [0, {variables}] (0: the classifier reads every '
                      f'variable; the model has {variables}), got {c.readout_reads!r}')
+  if c.position_counts and (c.numerical_heads < 3 or not c.numerical_positions):
+    raise InputError(f'model.position_counts starts three numerical heads counting positions: it needs '
+                     f'model.numerical_heads >= 3 and model.numerical_positions = True, got '
+                     f'{c.numerical_heads!r} and {c.numerical_positions!r}')
   if c.relational or c.qk_positions or c.hard:
     raise InputError("model.kind 'program' reads its positions as a variable and is always hard: set "
                      'model.relational, model.qk_positions and model.hard to False')

@@ -53,6 +53,10 @@ from symjax.system.errors import InputError
 
 Array = jax.Array
 
+# The logit of a selection or predicate entry that ``position_counts`` sets (−it for an entry that does not
+# hold, 0 for the selections not made): far beyond the relaxation's noise, so its samples start on the count.
+SET_LOGIT = 10.0
+
 # Sharpness of the soft attention whose gradient the hard choice takes: logits β·S_ij·rank_ij/(max_len + 1).
 ATTENTION_SHARPNESS = 8.0
 
@@ -87,6 +91,23 @@ def numerical_names(cfg: ModelConfig, layer: int) -> list[str]:
   ``ones`` and every numerical head of the layers below."""
   first = cfg.num_heads - cfg.program.numerical_heads
   return ['ones'] + [f'attn_{l}_{h}' for l in range(layer) for h in range(first, cfg.num_heads)]
+
+
+def position_counts(params: dict, cfg: ModelConfig) -> dict:
+  """``params`` with layer 0's first three numerical heads counting, over positions, the keys at or after the
+  query (n − i), at or before it (i + 1) and all of them (n) (``model.position_counts``); traceable."""
+  card, first = cardinality(cfg), cfg.num_heads - cfg.program.numerical_heads
+  q, k = jnp.arange(card)[:, None], jnp.arange(card)[None, :]
+  reads = head_reads(cfg, 0, numerical=True)
+  positions = jnp.where(jnp.arange(len(reads)) == reads.index('positions'), SET_LOGIT, 0.0)
+  params = dict(params)
+  for h, holds in enumerate([k >= q, k <= q, jnp.ones((card, card), bool)]):
+    head = {**params[f'attn_0_{first + h}'], 'select_query': positions, 'select_key': positions,
+            'predicate': jnp.where(holds, SET_LOGIT, -SET_LOGIT)}
+    if cfg.program.numerical_values:  # the sum of `ones`: the count
+      head['select_value'] = jnp.where(jnp.arange(len(numerical_names(cfg, 0))) == 0, SET_LOGIT, 0.0)
+    params[f'attn_0_{first + h}'] = head
+  return params
 
 
 def exact_straight_through(hard: Array, soft: Array) -> Array:

@@ -264,10 +264,17 @@ def readable_eval_splits(task: tasks.Task, model_config: ModelConfig) -> tuple[s
 
 
 def task_init(state: TrainState, task: tasks.Task, model_config: ModelConfig, shardings) -> TrainState:
-  """Freshly initialised parameters with the task's own changes (``Task.initial_params``), if it has any."""
-  change = lambda params: task.initial_params(params, model_config)
-  if jax.eval_shape(change, state.params) is None:
+  """Freshly initialised parameters with the model's set counts (``model.position_counts``) and the task's own
+  changes (``Task.initial_params``), if it has any."""
+  counts = model_config.kind == 'program' and model_config.program.position_counts
+  if not counts and jax.eval_shape(lambda params: task.initial_params(params, model_config), state.params) is None:
     return state
+
+  def change(params):
+    params = transformer_program.position_counts(params, model_config) if counts else params
+    changed = task.initial_params(params, model_config)
+    return params if changed is None else changed
+
   return jax.jit(lambda s: s.replace(params=change(s.params)), out_shardings=shardings, donate_argnums=0)(state)
 
 

@@ -693,7 +693,7 @@ GENERATED = {
                                   ('readable-sort-balanced', 'transformer_program_readable_sort_balanced',
                                    readable_programs_table),
                                   ('readable-counts', 'transformer_program_counts', readable_programs_table),
-                                  ('readable-counts-reverse', 'transformer_program_counts_reverse',
+                                  ('readable-counts-reverse', 'transformer_program_reverse_position_counts',
                                    readable_programs_table),
                                   ('readable-double-hist-small', 'transformer_program_double_hist_small',
                                    readable_programs_table)),

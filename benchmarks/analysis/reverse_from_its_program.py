@@ -1,19 +1,24 @@
-"""Reverse trained from its length-general program: whether training keeps the program it does not find.
+"""Reverse trained from its length-general program, or from its count alone: whether training keeps it, finds it.
 
   python -m benchmarks.analysis.reverse_from_its_program --config=rasp:task=reverse,model=program --config.seed=0
-      --config.progress_bar=false --workdir=RUN [--config.model.gumbel_scale=0.3] [--start=count]
+      --config.progress_bar=false --config.model.position_counts=false --config.model.gumbel_scale=3
+      --workdir=RUN [--start=count]
+
+(the reverse recipe before bbcdcca, which starts from position counts with the relaxation at 0.3: give the
+temperature to try, 3 or 0.3, and no position counts, as the runs of its results file do).
 
 The command of ``symjax.main`` (every flag the same), with one change: the fresh initialisation holds the program
 that reverses every input ("Learning Transformer Programs", Appendix C.3, reports its training misses it, as
-symjax's does): the first numerical head of layer 0 counts the keys at or after the query (n − i), head 0 of
-layer 1 reads the position one below that count and copies its token, and the classifier reads that head alone
-(the other modules keep their random initialisation; the classifier reads none of them). Its selections, predicates and
-classifier rows are set to ±``SCALE``, so the relaxation's samples start on that program. Before the first step
-it tags every input right; whether it still does after training is the question (score the run with
-``python -m symjax.decompile --workdir=RUN --json=…``). ``tests/test_transformer_program.py`` sets the same two
-heads by hand. With ``--start=count`` only the count (n − i) is set and the copy and classifier start random:
-whether training finds the rest of the program once the count it needs is there. (``model.position_counts``
-starts three counts of positions, this one among them, on any task, through ``symjax.main`` itself.)
+symjax's does from a random start): the first numerical head of layer 0 counts the keys at or after the query
+(n − i), head 0 of layer 1 reads the position one below that count and copies its token, and the classifier
+reads that head alone (the other modules keep their random initialisation; the classifier reads none of them).
+Its selections, predicates and classifier rows are set to ±``SCALE``, so the relaxation's samples start on that
+program. Before the first step it tags every input right; whether it still does after training is the question
+(score the run with ``python -m symjax.decompile --workdir=RUN --json=…``). ``tests/test_transformer_program.py``
+sets the same two heads by hand. With ``--start=count`` only the count (n − i) is set and the copy and classifier
+start random: whether training finds the rest of the program once the count it needs is there.
+(``model.position_counts`` starts three counts of positions, this one among them, on any task, through
+``symjax.main`` itself.)
 """
 
 from __future__ import annotations

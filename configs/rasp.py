@@ -75,8 +75,9 @@ TRANSFORMER_PROGRAM_TASK = {'hist': {'num_layers': 1, 'num_heads': 4, 'mlps': 2}
 # Programs", Appendix B: the best of 5 initialisations of each of 8 shapes, 40 runs, on validation). Reverse
 # kept the best of ten while its programs copied from positions laid out per input length, which lengths a run
 # covered varying by initialisation (benchmarks/results/transformer_program_reverse_restarts.json); from
-# position counts every initialisation tried reverses every length, so it trains one. Double_hist's small shape
-# trains erratically, so its recipe keeps the best of 5. One command above trains one initialisation.
+# position counts each seed tried found the count and the copy that serve every length, so it trains one.
+# Double_hist's small shape trains erratically, so its recipe keeps the best of 5. One command above trains one
+# initialisation.
 RESTARTS = {'double_hist': 5}
 
 

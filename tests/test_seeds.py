@@ -122,6 +122,28 @@ def test_seeds_refuse_what_they_cannot_do(tmp_path):
     seeds.train_seeds(tiny(), [0, 1], [str(tmp_path / 'a')])
 
 
+def test_seeds_start_from_position_counts_as_a_single_run_does(tmp_path, monkeypatch):
+  """model.position_counts: every seed's fresh state has layer 0's first three numerical heads set to the counts
+  (the predicates k >= q, k <= q and always, read over positions), the rest of each seed's initialisation its own."""
+  from symjax.model import transformer_program as tp
+  config = configs.from_file('rasp:task=reverse,model=program,runlocal=true')
+  config.model.num_heads, config.model.numerical_heads, config.model.position_counts = 4, 3, True
+  config.total_steps, config.warmup_steps, config.progress_bar = 2, 1, False
+  seen = {}
+  monkeypatch.setattr(train, 'train_seats', lambda config, s, seats, *a, **k: seen.update(s=s, seats=seats))
+  seeds.train_seeds(config, [0, 1], [str(tmp_path / 'a'), str(tmp_path / 'b')], verbose=False)
+  cfg, params = seen['s'].model_config, seen['seats'].state.params
+  card, reads = tp.cardinality(cfg), tp.head_reads(cfg, 0, numerical=True)
+  q, k = np.indices((card, card))
+  for h, holds in zip((1, 2, 3), (k >= q, k <= q, np.ones((card, card), bool))):
+    head = params[f'attn_0_{h}']
+    for i in range(2):
+      np.testing.assert_array_equal(np.asarray(head['predicate'][i]) > 0, holds)
+      chosen = {int(np.argmax(head[f'select_{side}'][i])) for side in ('query', 'key')}
+      assert chosen == {reads.index('positions')}, chosen
+  assert max_difference(params['attn_0_0']['predicate'][0], params['attn_0_0']['predicate'][1]) > 1e-3
+
+
 @pytest.mark.parametrize('spec, message', [
     ('learnig_rate=1e-3', r"--grid field 'learnig_rate' is not a config field; fields: adam_b1, .*learning_rate"),
     ('model.tau=1', r"--grid field 'model.tau' is not a config field; fields of model: .*tau_init"),

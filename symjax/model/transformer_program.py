@@ -93,6 +93,11 @@ def numerical_names(cfg: ModelConfig, layer: int) -> list[str]:
   return ['ones'] + [f'attn_{l}_{h}' for l in range(layer) for h in range(first, cfg.num_heads)]
 
 
+def sets_counts(cfg: ModelConfig) -> bool:
+  """Whether fresh parameters start with counts of positions set (``model.position_counts``)."""
+  return cfg.kind == 'program' and cfg.program.position_counts
+
+
 def position_counts(params: dict, cfg: ModelConfig) -> dict:
   """``params`` with layer 0's first three numerical heads counting, over positions, the keys at or after the
   query (n − i), at or before it (i + 1) and all of them (n) (``model.position_counts``); traceable."""

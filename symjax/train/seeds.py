@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from symjax.model import transformer_program
 from symjax.run import lock
 from symjax.run import workdir as rundir
 from symjax.system import files, host
@@ -167,7 +168,13 @@ def seed_seats(config, s: train.Setup, seeds: Sequence[int], workdirs: Sequence[
   # Every seed learns from the same frozen teacher.
   objective = distill.make_objective(model_config, s.teacher, s.spec) if s.teacher is not None else None
   train_step, eval_step = train.make_steps(model, tx, train.StepOptions.of(config, task), objective)
-  init = lambda key: nn.meta.unbox(optim.init_state(model, tx, key, task.seq_len))
+  counts = transformer_program.sets_counts(model_config)
+
+  def init(key):
+    """A seed's fresh state, its counts of positions set as a single run's (``trainer.task_init``)."""
+    state = nn.meta.unbox(optim.init_state(model, tx, key, task.seq_len))
+    return state.replace(params=transformer_program.position_counts(state.params, model_config)) if counts else state
+
   keys = jnp.stack([jax.random.key(s) for s in seeds])
   v_train = combined_step(train_step, len(seeds), seed_step)
   v_eval = jax.jit(jax.vmap(eval_step, in_axes=(0, None)))   # every seed scores the same batch

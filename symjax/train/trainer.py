@@ -266,7 +266,7 @@ def readable_eval_splits(task: tasks.Task, model_config: ModelConfig) -> tuple[s
 def task_init(state: TrainState, task: tasks.Task, model_config: ModelConfig, shardings) -> TrainState:
   """Freshly initialised parameters with the model's set counts (``model.position_counts``) and the task's own
   changes (``Task.initial_params``), if it has any."""
-  counts = model_config.kind == 'program' and model_config.program.position_counts
+  counts = transformer_program.sets_counts(model_config)
   if not counts and jax.eval_shape(lambda params: task.initial_params(params, model_config), state.params) is None:
     return state
 

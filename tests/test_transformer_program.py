@@ -897,6 +897,38 @@ def test_the_relaxation_becomes_the_program_as_its_temperature_falls(seed, causa
     config(kind='symbolic', relaxed=True)
 
 
+def test_relaxed_attention_without_its_noise_reads_the_closest_match_as_tau_falls():
+  """A head whose predicate matches every `a` reads the closest one. The relaxation's Gumbel-softmax sample of
+  its attention reads a farther `a` on many queries however small τ is (the closeness bias is under the unit
+  noise); with ``model.attention_noise = False`` the softmax at a small τ is the program's pattern, the earlier
+  of two keys at the same distance included."""
+  def pattern(noise: bool, tau: float | None, seed: int = 0):
+    cfg = config(num_heads=1, numerical_heads=0, mlps=0, relaxed=tau is not None, gumbel_scale=3.0,
+                 attention_noise=noise)
+    card = tp.cardinality(cfg)
+    params = jax.tree.map(jnp.zeros_like, init(cfg))
+    params['attn_0_0'] = dict(select_query=choose(2, 1, 50.0), select_key=choose(2, 0, 50.0),   # positions, tokens
+                              select_value=choose(2, 0, 50.0),
+                              predicate=jnp.asarray(np.where(np.arange(card)[None, :] == SYMBOLS[0], 50.0, -50.0)
+                                                    * np.ones((card, 1))))
+    x, lengths = every_input(5, cfg.max_len)
+    mask = jnp.asarray(np.arange(x.shape[1])[None, :] < lengths[:, None])
+    rngs = {} if tau is None else {'gumbel': jax.random.PRNGKey(seed)}
+    _, state = build(cfg).apply({'params': params}, jnp.asarray(x), mask, gumbel_scale=tau, rngs=rngs,
+                                mutable=['intermediates'])
+    return np.asarray(state['intermediates']['attn_0_0']['pattern'][0]), x, np.asarray(mask)
+
+  hard, x, mask = pattern(True, None)
+  several = mask & ((x == SYMBOLS[0]).sum(1) >= 2)[:, None]          # queries with two or more `a`s to read
+  assert set(np.unique(hard)) == {0.0, 1.0} and several.sum() > 500
+  soft, _, _ = pattern(False, 0.01)
+  np.testing.assert_allclose(soft[mask], hard[mask], atol=1e-3)
+  farther = np.mean([(pattern(True, 0.01, seed)[0].argmax(-1) != hard.argmax(-1))[several].mean() for seed in range(3)])
+  assert farther > 0.2
+  with pytest.raises(InputError, match='model.attention_noise = False .* needs model.relaxed = True'):
+    config(attention_noise=False)
+
+
 def test_program_kind_refuses_options_it_has_not():
   with pytest.raises(InputError, match='qk_positions'):
     config(qk_positions=True)
@@ -922,6 +954,8 @@ def test_program_kind_refuses_options_it_has_not():
     config(position_counts=True)
   with pytest.raises(InputError, match="model.position_counts starts a Transformer Program's numerical heads"):
     config(kind='symbolic', position_counts=True)
+  with pytest.raises(InputError, match="model.attention_noise is a Transformer Program's relaxed attention"):
+    config(kind='symbolic', attention_noise=False)
 
 
 def test_the_command_trains_and_decompiles_sort_into_code_equal_on_every_input(tmp_path):

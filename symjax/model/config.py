@@ -148,6 +148,12 @@ class ProgramConfig:
   # softmax((logits + g) / τ), τ going geometrically from gumbel_scale to gumbel_scale_end, rather than the
   # straight-through argmax of logits + s·g. Evaluation and the decompiled program take the argmax.
   relaxed: bool = False
+  # Kind 'program' with model.relaxed only: whether a categorical head's relaxed attention is a Gumbel-softmax
+  # sample, as that paper trains it, or the softmax of the same scores at temperature τ with no noise. Of the
+  # keys a predicate matches the program reads the closest; in the scores that preference is a bias under 1,
+  # the size of the unit noise, so a sample reads a farther match about as often, whatever τ. Without the noise
+  # the relaxation reads the closest match more and more as τ falls, as the program does.
+  attention_noise: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -499,6 +505,9 @@ def _check_program(c) -> None:
   if c.readout_reads:
     raise InputError(f"model.readout_reads chooses the variables a Transformer Program's classifier reads: it "
                      f"needs model.kind = 'program', got {c.kind!r}")
+  if not c.attention_noise:
+    raise InputError(f"model.attention_noise is a Transformer Program's relaxed attention: it needs "
+                     f"model.kind = 'program', got {c.kind!r}")
   if c.position_counts:
     raise InputError(f"model.position_counts starts a Transformer Program's numerical heads as counts: it "
                      f"needs model.kind = 'program', got {c.kind!r}")
@@ -571,6 +580,9 @@ def _check_transformer_program(c) -> None:
       end is not None and not (c.gumbel_scale > 0 and math.isfinite(end) and end > 0)):
     raise InputError(f'model.gumbel_scale must be >= 0, and model.gumbel_scale_end > 0 (or None) with it, got '
                      f'{c.gumbel_scale!r} and {end!r}')
+  if not c.attention_noise and not c.relaxed:
+    raise InputError('model.attention_noise = False trains the relaxed attention without its noise: it needs '
+                     'model.relaxed = True')
   if c.relaxed and not c.gumbel_scale:
     raise InputError('model.relaxed trains on Gumbel-softmax samples at the temperature model.gumbel_scale: set '
                      'it > 0 (Learning Transformer Programs anneals it from 3), or model.relaxed = False')

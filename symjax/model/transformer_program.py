@@ -169,14 +169,15 @@ class _Noise:
     return jax.nn.softmax((logits + noise) / self.temperature, -1)
 
 
-def relaxed_attention(matches: Array, allowed: Array, max_len: int) -> Array:
+def relaxed_attention(matches: Array, allowed: Array, max_len: int, tie: float = 1e-3) -> Array:
   """The log-scores whose softmax relaxes select_closest: log(match) plus a bias in (−1, 0] for being close
   (itself last), so that as the temperature falls the weight goes to the key the hard head reads; where no
-  key matches, position 0 (whose floor is e² times the others')."""
+  key matches, position 0 (whose floor is e² times the others'). ``tie``: what the later of two keys at the
+  same distance loses."""
   n = matches.shape[-1]
   i, j = jnp.arange(n)[:, None], jnp.arange(n)[None, :]
   # Of two keys at the same distance the hard head reads the earlier one: the later loses a little.
-  bias = closest_rank(n, max_len) / (max_len + 1) - 1.0 - 1e-3 * (j > i)
+  bias = closest_rank(n, max_len) / (max_len + 1) - 1.0 - tie * (j > i)
   floor = jnp.where(jnp.arange(n) == 0, 1e-9 * jnp.e ** 2, 1e-9)
   return jnp.where(allowed, jnp.log(matches + floor) + bias, -1e9)
 
@@ -198,6 +199,7 @@ class CategoricalHead(nn.Module):
   max_len: int
   noise: Any = None
   relaxed: bool = False
+  attention_noise: bool = True  # relaxed: the pattern a Gumbel-softmax sample, or the softmax at τ
 
   @nn.compact
   def __call__(self, stack: Array, allowed: Array) -> Array:
@@ -208,7 +210,11 @@ class CategoricalHead(nn.Module):
     predicate = noise.choose(psi)                                     # row a: the key value query a matches
     matches = jnp.einsum('bik,kl,bjl->bij', q, predicate, k)          # 0 or 1, exactly (unless relaxed)
     if noise.relaxed:
-      pattern = noise.choose(relaxed_attention(matches, allowed, self.max_len))
+      if self.attention_noise:
+        pattern = noise.choose(relaxed_attention(matches, allowed, self.max_len))
+      else:  # a tie lost by half a step of distance, so that the softmax settles it as τ falls
+        scores = relaxed_attention(matches, allowed, self.max_len, tie=0.5 / (self.max_len + 1))
+        pattern = jax.nn.softmax(scores / noise.temperature, -1)
       self.sow('intermediates', 'pattern', pattern)
       return jnp.einsum('bij,bjk->bik', pattern, v)
     rank = closest_rank(q.shape[1], self.max_len)
@@ -375,7 +381,8 @@ class TransformerProgram(nn.Module):
       read_numbers = jnp.stack(numbers) if cfg.program.numerical_values else None
       for h in range(cfg.num_heads):
         if h < first_numerical:
-          stack.append(CategoricalHead(cfg.max_len, scale, relaxed, name=f'attn_{l}_{h}')(read, allowed))
+          stack.append(CategoricalHead(cfg.max_len, scale, relaxed, cfg.program.attention_noise,
+                                       name=f'attn_{l}_{h}')(read, allowed))
         else:
           stack.append(NumericalHead(scale, relaxed, cfg.program.numerical_positions, name=f'attn_{l}_{h}')(
               read, allowed, read_numbers))

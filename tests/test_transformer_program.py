@@ -1695,6 +1695,33 @@ def test_dyck1_is_two_bracket_counts_their_sign_and_a_count_of_prefixes_gone_neg
   assert (loaded.predict_ids(x, lengths)[:, 1:] == want[:, 1:]).all()
 
 
+def test_dyck2_is_bracket_counts_a_level_the_partner_bracket_there_and_a_count_of_mismatches():
+  """Dyck-2 in the kind, four layers (``benchmarks/analysis/dyck2_from_its_program.py``): counts of the opening
+  and closing brackets so far, the depth, each bracket's level, the token of the closest earlier key at the same
+  level (a closing bracket's partner), whether that partner mismatches, and a count of mismatches so far. Set
+  by hand, it tags 20,000 inputs drawn as the task draws them, and its decompiled code tags them alike."""
+  from benchmarks.analysis import dyck2_from_its_program as dyck2
+  from symjax.tasks import base, rasp
+  v = rasp.vocab('dyck2', 8, 16)
+  contents = rasp.distinct_contents('dyck2', base.rng_for(0, 'rasp', 'dyck2'), 16, 8, 20000)
+  x, want = (np.stack(rows) for rows in zip(*(rasp.encode('dyck2', list(c), 16, v) for c in contents)))
+  lengths = (x != v.id(base.PAD)).sum(1)
+  cfg = config(vocab_size=len(v), num_layers=4, num_heads=3, numerical_heads=2, mlps=2, max_len=16, causal=True)
+  params = dyck2.dyck2_program(init(cfg), cfg, list(v.tokens))           # the other modules: random
+  assert len(x) == 20000 and (tags(cfg, params, x, lengths)[:, 1:] == want[:, 1:]).all()
+  mismatched = dict(params)                          # the partner head matching the other levels instead
+  mismatched['attn_2_0'] = {**params['attn_2_0'], 'predicate': -params['attn_2_0']['predicate']}
+  assert (tags(cfg, mismatched, x, lengths)[:, 1:] != want[:, 1:]).any()
+  program = program_code.build(params, cfg, v.tokens, x[:4000], lengths[:4000], exhaustive=False)
+  assert "return k_token in {'(', '{'}" in program.source and "return k_token in {')', '}'}" in program.source
+  assert 'aggregate(select_closest(mlp_1_0, mlp_1_0, predicate_tok_2_0), tokens)' in program.source
+  loaded = program_code._load(program.source, program.tables, 'program.npz')
+  assert (loaded.predict_ids(x, lengths)[:, 1:] == want[:, 1:]).all()
+  three = config(vocab_size=len(v), num_layers=3, num_heads=3, numerical_heads=2, mlps=2, max_len=16, causal=True)
+  with pytest.raises(SystemExit, match='needs model.num_layers >= 4'):
+    dyck2.dyck2_program(init(three), three, list(v.tokens))
+
+
 def test_an_mlp_that_compares_two_numbers_is_written_as_the_comparison_and_filled_so_where_unreached():
   rng = np.random.default_rng(0)
   dom = list(range(6))

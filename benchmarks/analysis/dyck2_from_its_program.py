@@ -37,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
+from benchmarks.lib import program_start
 from symjax.model import transformer_program as tp
-from symjax.tasks import rasp
 
 SCALE = tp.SET_LOGIT  # what a set selection or predicate entry holds, and the margin of a set MLP's scores
 OPENING, CLOSING = ('(', '{'), (')', '}')
@@ -151,17 +151,6 @@ def dyck2_program(params: dict, cfg, vocab: list[str]) -> dict:
   return params
 
 
-def initial_params(self, params, model_config):
-  if self.name != 'dyck2' or model_config.kind != 'program':
-    raise SystemExit(f'error: this diagnostic trains task dyck2 with model=program, got task {self.name!r} '
-                     f'and model.kind {model_config.kind!r}')
-  vocab = list(self.vocab.tokens)
-  if _START.value == 'counts':
-    return bracket_counts(params, model_config, vocab)
-  return dyck2_program(params, model_config, vocab)
-
-
 if __name__ == '__main__':
-  rasp.RaspTask.initial_params = initial_params
-  from symjax.cli import train
-  train.run()
+  program_start.train_from('dyck2', lambda params, cfg, vocab: (bracket_counts if _START.value == 'counts' else
+                                                                dyck2_program)(params, cfg, vocab))

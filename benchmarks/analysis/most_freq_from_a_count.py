@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from benchmarks.lib import program_start
 from symjax.model import transformer_program as tp
-from symjax.tasks import rasp
 
 
 def same_token_count(params: dict, cfg) -> dict:
@@ -29,14 +29,5 @@ def same_token_count(params: dict, cfg) -> dict:
                            'predicate': jnp.where(jnp.eye(card, dtype=bool), tp.SET_LOGIT, -tp.SET_LOGIT)}}
 
 
-def initial_params(self, params, model_config):
-  if self.name != 'most_freq' or model_config.kind != 'program':
-    raise SystemExit(f'error: this diagnostic trains task most_freq with model=program, got task {self.name!r} '
-                     f'and model.kind {model_config.kind!r}')
-  return same_token_count(params, model_config)
-
-
 if __name__ == '__main__':
-  rasp.RaspTask.initial_params = initial_params
-  from symjax.cli import train
-  train.run()
+  program_start.train_from('most_freq', lambda params, cfg, _: same_token_count(params, cfg))

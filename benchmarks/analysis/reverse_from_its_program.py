@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
+from benchmarks.lib import program_start
 from symjax.model import transformer_program as tp
-from symjax.tasks import rasp
 
 SCALE = 10.0  # logits of the chosen selections and predicate rows; the others at −SCALE
 _START = flags.DEFINE_enum('start', 'program', ['program', 'count'],
@@ -70,16 +70,6 @@ def general_reverse(params: dict, cfg) -> dict:
   return params
 
 
-def initial_params(self, params, model_config):
-  if self.name != 'reverse' or model_config.kind != 'program':
-    raise SystemExit(f'error: this diagnostic trains task reverse with model=program, got task {self.name!r} '
-                     f'and model.kind {model_config.kind!r}')
-  if _START.value == 'count':
-    return count_from_end(params, model_config)
-  return general_reverse(params, model_config)
-
-
 if __name__ == '__main__':
-  rasp.RaspTask.initial_params = initial_params
-  from symjax.cli import train
-  train.run()
+  program_start.train_from('reverse', lambda params, cfg, _: (count_from_end if _START.value == 'count' else
+                                                              general_reverse)(params, cfg))

@@ -12,7 +12,7 @@ docs site; the source is symjax/train/config.py's default_config):
   model         model.* (ModelConfig's fields: kind, num_layers, num_heads, head_dim, ... see docs/configs.md)
   optimisation  seed, batch_size, total_steps, learning_rate, warmup_steps, end_learning_rate_fraction,
                 weight_decay, adam_b1, adam_b2, grad_clip_norm, length_balance, soft_steps,
-                readout_sparsity
+                straight_steps, readout_sparsity
   evaluation    log_every_steps, eval_every_steps, top_ks, keep_checkpoints, best_metric, stop_at_accuracy,
                 numeral_glyph_init, progress_bar, compilation_cache_dir
   distillation  distill.* (teacher, teacher_checkpoint, label_weight, logits_weight, temperature, streams)

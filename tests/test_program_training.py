@@ -50,6 +50,48 @@ def test_soft_steps_need_program_training_and_fit_in_the_run():
     config_lib.validate(config)
 
 
+@pytest.mark.slow
+def test_straight_steps_end_relaxed_training_on_the_argmax_program(tmp_path):
+  """config.straight_steps = 10 of 20 on a relaxed Transformer Program: at step 10 the parameters equal a run
+  relaxed throughout, by step 20 they differ."""
+  from helpers import params_of
+
+  from symjax import configs
+  from symjax.train import trainer
+
+  def run(name, straight):
+    config = configs.from_file('rasp:task=sort,model=program,runlocal=true')
+    config.total_steps, config.eval_every_steps, config.keep_checkpoints = 20, 10, 2
+    config.progress_bar, config.straight_steps = False, straight
+    assert config.model.relaxed
+    trainer.train_and_evaluate(config, str(tmp_path / name))
+    return str(tmp_path / name)
+
+  relaxed, ended = run('relaxed', 0), run('ended', 10)
+  for which, equal in ((10, True), (20, False)):
+    same = [np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params_of(relaxed, which)),
+                                                  jax.tree.leaves(params_of(ended, which)))]
+    assert all(same) if equal else not all(same), which
+
+
+def test_straight_steps_need_relaxed_program_training_and_fit_in_the_run():
+  from helpers import tiny_config
+
+  from symjax.train import config as config_lib
+  config = tiny_config(straight_steps=5)
+  with pytest.raises(InputError, match=r"config.straight_steps = 5 ends relaxed program training straight-through: "
+                                       r"it needs model.kind = 'program' and model.relaxed = True, got 'symbolic'"):
+    config_lib.validate(config)
+  from symjax import configs
+  config = configs.from_file('rasp:task=sort,model=program,runlocal=true')
+  config.straight_steps = config.total_steps
+  with pytest.raises(InputError, match=r'config.straight_steps must be in \[0, config.total_steps = \d+\)'):
+    config_lib.validate(config)
+  config.straight_steps, config.model.relaxed = 1, False
+  with pytest.raises(InputError, match=r"got 'program' and False"):
+    config_lib.validate(config)
+
+
 def test_gumbel_noise_samples_the_weights_and_keeps_zeros_and_gradients_finite():
   """The argmax of gumbel_perturbed at scale 1 is a sample from the weights (Gumbel-max); a zero weight is
   never drawn and passes no NaN back, nor does a row with no weight at all (a padding query)."""

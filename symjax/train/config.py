@@ -99,6 +99,10 @@ def default_config(kind: str = 'symbolic', shape: dict | None = None) -> ml_coll
   # With model.hard (program training): the first soft_steps train the soft model (the paper's mixtures and
   # attention), the rest the hard one; evaluation and checkpoints always score the hard model (the program).
   c.soft_steps = 0
+  # With model.relaxed (kind 'program'): the last straight_steps train straight-through (the argmax program
+  # itself, as model.relaxed = False trains, the noise scale the schedule's temperature) rather than the
+  # relaxation, so that training ends on the program that is evaluated and decompiled.
+  c.straight_steps = 0
   # Program training (model.kind 'program'): > 0 adds this weight times Σ_v ‖W_v‖₂ to the loss, W_v the readout
   # rows of variable v: a group lasso, to push whole variables out of the classifier. No recipe sets it: at
   # 0.001 sort and dyck1 lost accuracy (docs/results/programs_steps.md).
@@ -193,7 +197,7 @@ def check_finite(config: ml_collections.ConfigDict, prefix: str = 'config') -> N
 
 
 def _check_program_training(config: ml_collections.ConfigDict) -> None:
-  """The fields only program training reads: ``soft_steps`` and ``readout_sparsity``."""
+  """The fields only program training reads: ``soft_steps``, ``straight_steps`` and ``readout_sparsity``."""
   if config.get('soft_steps', 0):
     if not config.model.get('hard', False):
       raise InputError(f'config.soft_steps = {config.soft_steps} is for program training: set '
@@ -201,6 +205,14 @@ def _check_program_training(config: ml_collections.ConfigDict) -> None:
     if not 0 < config.soft_steps < config.total_steps:
       raise InputError(f'config.soft_steps must be in [0, config.total_steps = {config.total_steps}), got '
                        f'{config.soft_steps!r}')
+  if config.get('straight_steps', 0):
+    if config.model.kind != 'program' or not config.model.get('relaxed', False):
+      raise InputError(f'config.straight_steps = {config.straight_steps} ends relaxed program training '
+                       f"straight-through: it needs model.kind = 'program' and model.relaxed = True, got "
+                       f'{config.model.kind!r} and {config.model.get("relaxed", False)!r}')
+    if not 0 < config.straight_steps < config.total_steps:
+      raise InputError(f'config.straight_steps must be in [0, config.total_steps = {config.total_steps}), got '
+                       f'{config.straight_steps!r}')
   if config.get('readout_sparsity', 0.0):
     if config.model.kind != 'program' or config.readout_sparsity < 0:
       raise InputError(f'config.readout_sparsity must be >= 0, and > 0 only with model.kind = program (its '

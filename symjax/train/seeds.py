@@ -56,9 +56,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if config.numeral_glyph_init:
     raise InputError('config.numeral_glyph_init is not supported when seeds train together; '
                      'train such runs one by one with python -m symjax.main')
-  if config.get('soft_steps', 0):
-    raise InputError('config.soft_steps (program training) is not taken by the seed trainer; train such runs '
-                     'one by one with python -m symjax.main')
+  for phase in ('soft_steps', 'straight_steps'):
+    if config.get(phase, 0):
+      raise InputError(f'config.{phase} (program training) is not taken by the seed trainer; train such runs '
+                       'one by one with python -m symjax.main')
   if config.mesh.vocab != 1 or config.mesh.data not in (-1, 1) or config.distributed.num_processes != 1:
     raise InputError('seeds train together on one device of one process: config.mesh.vocab and '
                      'config.mesh.data must be 1 (or data -1) and config.distributed.num_processes 1')

@@ -365,18 +365,25 @@ def interactive_output() -> bool:
 
 
 def compile_steps(config: ml_collections.ConfigDict, s: Setup, mesh, rng) -> tuple[CompiledRun, Any]:
-  """The run's compiled steps, and program training's soft-phase step (the same parameters through the soft
-  model; None without a soft phase). Call under `jax.set_mesh(mesh)`."""
+  """The run's compiled steps, and ``step_at(i)``: the train step to take at step ``i`` — ``run.train_step``
+  but in program training's soft phase (the first ``soft_steps``: the same parameters through the soft model)
+  and its straight-through end (the last ``straight_steps``: through the model that trains the argmax program,
+  not its relaxation). Call under `jax.set_mesh(mesh)`."""
   rules, options = tuple(map(tuple, config.sharding_rules)), StepOptions.of(config, s.task)
   objective = None
   if s.teacher is not None:  # stream-specific distillation from a frozen teacher (symjax.train.distill)
     objective = distill.make_objective(s.model_config, distill.teacher_on(mesh, s.teacher), s.spec)
   run = compile_run(s.model, s.tx, options, rng, mesh, rules, s.task.seq_len, objective)
-  if not config.get('soft_steps', 0):
-    return run, None
-  soft = s.model_config.replace(hard=False, gumbel_scale=0.0, gumbel_scale_end=None)
-  return run, compile_run(model_lib.build(soft), s.tx, options, rng, mesh, rules, s.task.seq_len,
-                          objective).train_step
+  phase = lambda model_config: compile_run(model_lib.build(model_config), s.tx, options, rng, mesh, rules,
+                                           s.task.seq_len, objective).train_step
+  soft, straight = config.get('soft_steps', 0), config.get('straight_steps', 0)
+  if soft:
+    soft_step = phase(s.model_config.replace(hard=False, gumbel_scale=0.0, gumbel_scale_end=None))
+    return run, lambda i: soft_step if i < soft else run.train_step
+  if straight:  # the noise schedule runs on over the whole run: its scale is the argmax's noise at the end
+    straight_step = phase(s.model_config.replace(relaxed=False, attention_noise=True))
+    return run, lambda i: straight_step if i >= config.total_steps - straight else run.train_step
+  return run, lambda i: run.train_step
 
 
 def restore_latest(run: CompiledRun, workdir: str, keep: int, best_metric: str):
@@ -646,15 +653,14 @@ def one_run(config: ml_collections.ConfigDict, s: Setup, mesh, workdir: str) -> 
   of ``workdir`` or initialised anew. Call under ``jax.set_mesh(mesh)``."""
   put = mesh_lib.batch_putter(mesh)
   rng = jax.random.key(config.seed)
-  run, soft_step = compile_steps(config, s, mesh, rng)
+  run, step_at = compile_steps(config, s, mesh, rng)
   manager, state = restore_latest(run, workdir, config.keep_checkpoints, config.best_metric)
   if state is None:
     state = task_init(run.init(rng), s.task, s.model_config, run.shardings)
   announce(s.model_config, state.params, s.task, mesh, workdir, int(state.step))
 
   def step(state, i):
-    step_fn = soft_step if soft_step is not None and i < config.soft_steps else run.train_step
-    return step_fn(state, put(s.task.batch('train', i, config.batch_size, config.seed)))
+    return step_at(i)(state, put(s.task.batch('train', i, config.batch_size, config.seed)))
   evaluate = evaluator(run, s.task, config, put)
   return Seats([workdir], [config], [workdir], step, lambda params, split: [evaluate(params, split)],
                lambda params: [bool(run.all_finite(params))], lambda tree, i: tree, [manager], state,

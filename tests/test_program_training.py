@@ -17,7 +17,7 @@ from symjax.system.errors import InputError
 @pytest.mark.slow
 def test_soft_steps_train_the_soft_model_first_then_the_hard_one(tmp_path):
   """config.soft_steps = 10 of 20: at step 10 the parameters equal a soft run's; by step 20 they differ."""
-  from helpers import params_of, tiny_config
+  from helpers import tiny_config
 
   from symjax.train import trainer
 
@@ -30,10 +30,15 @@ def test_soft_steps_train_the_soft_model_first_then_the_hard_one(tmp_path):
     trainer.train_and_evaluate(config, str(tmp_path / name))
     return str(tmp_path / name)
 
-  soft, staged = run('soft'), run('staged', hard=True)
+  _equal_at_10_not_at_20(run('soft'), run('staged', hard=True))
+
+
+def _equal_at_10_not_at_20(one: str, other: str) -> None:
+  """Two runs' parameters: equal, leaf for leaf, at step 10; not all equal at step 20."""
+  from helpers import params_of
   for which, equal in ((10, True), (20, False)):
-    same = [np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params_of(soft, which)),
-                                                  jax.tree.leaves(params_of(staged, which)))]
+    same = [np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params_of(one, which)),
+                                                  jax.tree.leaves(params_of(other, which)))]
     assert all(same) if equal else not all(same), which
 
 
@@ -54,8 +59,6 @@ def test_soft_steps_need_program_training_and_fit_in_the_run():
 def test_straight_steps_end_relaxed_training_on_the_argmax_program(tmp_path):
   """config.straight_steps = 10 of 20 on a relaxed Transformer Program: at step 10 the parameters equal a run
   relaxed throughout, by step 20 they differ."""
-  from helpers import params_of
-
   from symjax import configs
   from symjax.train import trainer
 
@@ -67,11 +70,7 @@ def test_straight_steps_end_relaxed_training_on_the_argmax_program(tmp_path):
     trainer.train_and_evaluate(config, str(tmp_path / name))
     return str(tmp_path / name)
 
-  relaxed, ended = run('relaxed', 0), run('ended', 10)
-  for which, equal in ((10, True), (20, False)):
-    same = [np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params_of(relaxed, which)),
-                                                  jax.tree.leaves(params_of(ended, which)))]
-    assert all(same) if equal else not all(same), which
+  _equal_at_10_not_at_20(run('relaxed', 0), run('ended', 10))
 
 
 def test_straight_steps_need_relaxed_program_training_and_fit_in_the_run():

@@ -147,8 +147,12 @@ def default_config(kind: str = 'symbolic', shape: dict | None = None) -> ml_coll
 
 def runlocal(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The seconds-long version of a recipe (``runlocal=true`` in every config file), for tests, notebooks and
-  a first look: 20 steps, evaluation every 10 on a few batches, one checkpoint kept. Pair it with
-  ``size=tiny``, which the config files choose for it."""
+  a first look: 20 steps, evaluation every 10 on a few batches, one checkpoint kept, a program training phase
+  (``soft_steps``, ``straight_steps``) the same share of them. Pair it with ``size=tiny``, which the config
+  files choose for it."""
+  for phase in ('soft_steps', 'straight_steps'):
+    if config.get(phase, 0):
+      config[phase] = min(max(1, round(20 * config[phase] / config.total_steps)), 19)
   config.total_steps = 20
   config.warmup_steps = 2
   config.log_every_steps = 5

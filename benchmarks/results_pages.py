@@ -361,7 +361,9 @@ def readable_programs_table(data: dict, json_name: str, pages: str) -> str:
   today's recipe and decompiled by today's code)."""
   ms = lambda st, f='{:.2f}': f"{f.format(st['mean'])} ± {f.format(st['ci95'])}"
   mark = lambda ok: ' ✓' if ok else ' ✗'
-  overrides = sorted({part for commands in data['commands'].values() for part in commands[0].split()
+  # A row a later run of the suite replaced says where it comes from (rows_from); its flags are that run's.
+  overrides = sorted({part for key, commands in data['commands'].items()
+                      if key.split('/')[0] not in data.get('rows_from', {}) for part in commands[0].split()
                       if part.startswith('--config.') and not part.startswith(('--config.seed', '--config.progress'))})
   lines = [f"{data['cpu']}, {data['cores']} cores, {data['date']}; mean ± 95% interval over seeds "
            f"([per seed]({pages}/{json_name}.md))" + (f", trained with {', '.join(f'`{o}`' for o in overrides)}"

@@ -13,7 +13,9 @@ writes what ``symjax.main`` writes into RUN; score the run on validation (its ``
 is not read. With ``--start=counts`` only layer 0's
 two counts (the opening and the closing brackets so far) are set: whether training finds the rest once the
 counts it needs are there, as reverse found its copy from a count of positions (``model.position_counts``).
-``tests/test_transformer_program.py`` checks the program on the task's inputs and its decompiled code.
+``tests/test_transformer_program.py`` checks the program on the task's inputs and its decompiled code. The
+recipe now ends straight-through (``config.straight_steps``); its results here trained without that ending:
+add ``--config.straight_steps=0`` to run them again.
 
 The program, each step one module of the kind ("Learning Transformer Programs", §3):
 

@@ -89,9 +89,9 @@ def test_straight_steps_need_relaxed_program_training_and_fit_in_the_run():
   config.straight_steps, config.model.relaxed = 1, False
   with pytest.raises(InputError, match=r"got 'program' and False"):
     config_lib.validate(config)
-  # Dyck-2's recipe ends with 3,000 of 36,000 steps straight-through; runlocal keeps that share of its 20.
+  # Dyck-2's recipe ends with 9,000 of 36,000 steps straight-through; runlocal keeps that share of its 20.
   recipe, local = (configs.from_file(f'rasp:task=dyck2,model=program{extra}') for extra in ('', ',runlocal=true'))
-  assert (recipe.straight_steps, recipe.total_steps, local.straight_steps, local.total_steps) == (3000, 36000, 2, 20)
+  assert (recipe.straight_steps, recipe.total_steps, local.straight_steps, local.total_steps) == (9000, 36000, 5, 20)
   config_lib.validate(local)
 
 

@@ -89,3 +89,12 @@ def test_profiles_read_products_and_metadata_from_hlo_text():
   # No metadata of its own (a compiler pass made it): its operand's.
   assert ops['wrapped_reduce-window'] == (tanh, False)
 
+
+
+def test_ab_rounds_put_each_side_first_and_early_alike():
+  from benchmarks.lib.timing import in_turn, round_ratios
+  order = [side for r in range(4) for side in in_turn(('a', 'b'), r)]
+  assert order == ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a']
+  # Each side sits as early on average, so a steady drift of the machine weighs on both alike.
+  assert sum(i for i, s in enumerate(order) if s == 'a') == sum(i for i, s in enumerate(order) if s == 'b')
+  assert round_ratios([2.0, 3.0], [4.0, 1.5]) == [0.5, 2.0]

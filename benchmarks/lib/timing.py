@@ -1,5 +1,5 @@
-"""Shared by the benchmark scripts: the median time of a compiled function over timed rounds, and two trees
-(this one and a commit's) to time side by side."""
+"""Shared by the benchmark scripts: the median time of a compiled function over timed rounds, two trees
+(this one and a commit's) to time side by side, and the order their processes take turns in."""
 
 import contextlib
 import os
@@ -41,3 +41,15 @@ def two_trees(commit: str):
       yield folder, (('this tree', repo), (commit, other))
     finally:
       subprocess.run(['git', 'worktree', 'remove', '--force', other], cwd=repo, capture_output=True)
+
+
+def in_turn(pair: tuple, r: int) -> tuple:
+  """``pair`` in round ``r``'s order: A B, then B A, and so on. Over an even number of rounds each side runs
+  first as often and sits as early in the run on average, so a machine that speeds up or slows down as the run
+  goes on weighs on both alike; over an odd number one side runs first once more."""
+  return pair if r % 2 == 0 else pair[::-1]
+
+
+def round_ratios(a: list[float], b: list[float]) -> list[float]:
+  """Each round's ``a`` over its ``b``: the two ran next to each other, so what drifts between rounds cancels."""
+  return [x / y for x, y in zip(a, b)]

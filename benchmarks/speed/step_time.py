@@ -11,8 +11,10 @@ default induction config.
 defaults: ``SYMJAX_KEEP_MALLOC=1``), each in its own process since malloc's settings are process-wide,
 the two alternating ``repeats`` times; the median of each is reported.
 ``--against=COMMIT``: the kinds' step of this tree and of COMMIT's (checked out in a temporary worktree, its
-own ``step_time`` run), the two alternating ``repeats`` times, which runs first alternating too: an A/B of two
-trees in one run. With
+own ``step_time`` run), after one untimed process, the two in turn for ``repeats`` rounds, which runs first
+alternating too: an A/B of two trees in one run. Each round's ratio of the two is reported, their median and
+range: single processes of one tree spread by more than most changes, so the range says what a ratio can
+show (``--against=HEAD`` times this code against itself). With
 ``--command``, each tree's whole training command instead (``python -m symjax.main
 --config=<kind>:task=text,size=medium`` for ``--steps`` steps on ``--text_path``, its own compilation cache
 warmed first): the median tokens/s of its progress lines after the first, so that the loop around the step
@@ -45,7 +47,7 @@ from absl import app, flags
 import symjax.configs as configs
 from benchmarks.lib import cli, recipe
 from benchmarks.lib import results as result_files
-from benchmarks.lib.timing import two_trees
+from benchmarks.lib.timing import in_turn, round_ratios, two_trees
 from symjax import model as model_lib
 from symjax import tasks
 from symjax.system import host
@@ -55,7 +57,7 @@ from symjax.train import trainer as train
 
 _JSON = cli.json_output('benchmarks/results/step_time.json')
 _STEPS = cli.steps(100, 'Timed steps per round.')
-_REPEATS = cli.repeats(3, 'Rounds; the fastest is reported.')
+_REPEATS = cli.repeats(4, 'Rounds; the fastest is reported (A/Bs: processes per side, best even).')
 _SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds trained together in the seeds comparison.')
 _ALLOCATOR = flags.DEFINE_bool('allocator', False, 'A/B of the allocator setting instead (see the docstring).')
 _AGAINST = flags.DEFINE_string('against', '', 'A commit to time against this tree (see the docstring).')
@@ -132,7 +134,7 @@ def allocator_ab() -> None:
   times: dict[str, dict[str, list[float]]] = {mode: {k: [] for k in KINDS} for mode in ('retained', 'glibc default')}
   with tempfile.TemporaryDirectory() as folder:
     for r in range(_REPEATS.value):
-      for mode in times:
+      for mode in in_turn(tuple(times), r):
         out = os.path.join(folder, f'{r}_{mode}.json')
         env = dict(os.environ, **({host.KEEP_MALLOC_ENV: '1'} if mode == 'glibc default' else {}))
         subprocess.run([sys.executable, '-m', 'benchmarks.speed.step_time', '--kinds_only', '--repeats=1',
@@ -171,32 +173,42 @@ def command_rate(kind: str, cwd: str, folder: str) -> float:
 
 
 def report(commit: str, values: dict, what: str, unit: str, show, name: str, flags_: str) -> None:
-  """The medians of ``values`` {tree: {kind: [per run]}} as a table of this tree against ``commit``, and JSON."""
+  """The medians of ``values`` {tree: {kind: [per round]}} as a table of this tree against ``commit``, each
+  round's ratio of the two (``round_ratios``), their median and range, and JSON."""
   median = {tree: {k: statistics.median(v) for k, v in by_kind.items()} for tree, by_kind in values.items()}
-  print(f'\n{what}, this tree against {commit}, median of {_REPEATS.value} alternating runs '
+  ratios = {k: round_ratios(values['this tree'][k], values[commit][k]) for k in KINDS}
+  print(f'\n{what}, this tree against {commit}, {_REPEATS.value} rounds of the two in turn '
         f'({result_files.cpu_model()}, {result_files.cpu_id()})')
-  print(f'| kind | this tree ({unit}) | {commit} ({unit}) | this / {commit} |')
-  print('|---|---:|---:|---:|')
+  print(f'| kind | this tree ({unit}, median) | {commit} ({unit}, median) | this / {commit}, median of rounds | '
+        f'range over rounds |')
+  print('|---|---:|---:|---:|---:|')
   for k in KINDS:
-    a, b = median['this tree'][k], median[commit][k]
-    print(f'| {k} | {show(a)} | {show(b)} | {a / b:.3f} |')
+    print(f'| {k} | {show(median["this tree"][k])} | {show(median[commit][k])} | '
+          f'{statistics.median(ratios[k]):.3f} | {min(ratios[k]):.3f} to {max(ratios[k]):.3f} |')
   result_files.write(_JSON.value, {'against': commit, 'steps': _STEPS.value, 'repeats': _REPEATS.value,
-                                   name: values, f'median_{name}': median,
+                                   name: values, f'median_{name}': median, 'round_ratios': ratios,
+                                   'median_round_ratio': {k: statistics.median(v) for k, v in ratios.items()},
                                    'command': f'python -m benchmarks.speed.step_time --against={commit}{flags_} '
                                               f'--steps={_STEPS.value} --repeats={_REPEATS.value}'})
 
 
 def trees_ab(commit: str) -> None:
-  """The kinds' step of this tree and of ``commit``'s, in alternating processes."""
+  """The kinds' step of this tree and of ``commit``'s, in processes taking turns (``in_turn``), after one
+  untimed process: the first process after a pause runs slower."""
   times: dict[str, dict[str, list[float]]] = {t: {k: [] for k in KINDS} for t in ('this tree', commit)}
   with two_trees(commit) as (folder, trees):
-    for r in range(_REPEATS.value):
-      # Which tree runs first alternates between rounds: a process right after a pause runs slower.
-      for (tree, cwd), extra in list(zip(trees, (['--kinds_only'], [])))[::1 if r % 2 == 0 else -1]:
+    # Both stop after the kinds, unless the commit is from before --kinds_only (it would refuse the flag).
+    theirs = os.path.join(trees[1][1], 'benchmarks', 'speed', 'step_time.py')
+    knows = os.path.exists(theirs) and "'kinds_only'" in open(theirs).read()
+    sides = tuple(zip(trees, (['--kinds_only'], ['--kinds_only'] if knows else [])))
+    for r in range(-1, _REPEATS.value):
+      for (tree, cwd), extra in in_turn(sides, max(r, 0)):
         out = os.path.join(folder, f'{r}.json')
         subprocess.run([sys.executable, '-m', 'benchmarks.speed.step_time', '--repeats=1', '--seeds=1',
                         f'--steps={_STEPS.value}', f'--json={out}', *extra], cwd=cwd, check=True,
                        capture_output=True, env=dict(os.environ, PYTHONPATH=cwd))
+        if r < 0:
+          break  # the untimed process
         with open(out) as f:
           step = json.load(f)['recipe_step_seconds']
         for k in KINDS:
@@ -275,7 +287,7 @@ def commands_ab(commit: str) -> None:
         command_rate(k, cwd, folder)  # warm-up: each tree's programs compiled into its own cache
     for r in range(_REPEATS.value):
       for k in KINDS:
-        for tree, cwd in trees[::1 if r % 2 == 0 else -1]:  # which runs first alternates, as in trees_ab
+        for tree, cwd in in_turn(trees, r):
           rates[tree][k].append(command_rate(k, cwd, folder))
   report(commit, rates, f'The training command at the text recipe ({_STEPS.value} steps)', 'tokens/s',
          lambda r: f'{r:,.0f}', 'tokens_per_second', ' --command')

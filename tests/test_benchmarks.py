@@ -90,7 +90,6 @@ def test_profiles_read_products_and_metadata_from_hlo_text():
   assert ops['wrapped_reduce-window'] == (tanh, False)
 
 
-
 def test_ab_rounds_put_each_side_first_and_early_alike():
   from benchmarks.lib.timing import in_turn, round_ratios
   order = [side for r in range(4) for side in in_turn(('a', 'b'), r)]

@@ -32,6 +32,7 @@ variant alike.
 
 import json
 import os
+import pathlib
 import re
 import statistics
 import subprocess
@@ -199,7 +200,7 @@ def trees_ab(commit: str) -> None:
   with two_trees(commit) as (folder, trees):
     # Both stop after the kinds, unless the commit is from before --kinds_only (it would refuse the flag).
     theirs = os.path.join(trees[1][1], 'benchmarks', 'speed', 'step_time.py')
-    knows = os.path.exists(theirs) and "'kinds_only'" in open(theirs).read()
+    knows = os.path.exists(theirs) and "'kinds_only'" in pathlib.Path(theirs).read_text()
     sides = tuple(zip(trees, (['--kinds_only'], ['--kinds_only'] if knows else [])))
     for r in range(-1, _REPEATS.value):
       for (tree, cwd), extra in in_turn(sides, max(r, 0)):

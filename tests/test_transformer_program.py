@@ -826,7 +826,7 @@ def test_position_counts_start_three_heads_counting_positions_and_leave_the_rest
   cfg = config(num_heads=4, numerical_heads=3, mlps=0, position_counts=True, numerical_values=numerical_values)
   params = init(cfg, seed=1)
   state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=())
-  no_change = types.SimpleNamespace(initial_params=lambda params, model_config: None)
+  no_change = types.SimpleNamespace(initial_params=lambda params, model_config: None, symbol_ids=tuple)
   assert train.task_init(state, no_change, cfg.replace(position_counts=False), None) is state
   params = jax.tree.map(np.asarray, params)  # task_init donates the state
   got = train.task_init(state, no_change, cfg, None).params
@@ -846,6 +846,44 @@ def test_position_counts_start_three_heads_counting_positions_and_leave_the_rest
   assert len(kept) == len(jax.tree.leaves(params)) - (12 if numerical_values else 9)
   for path, a, b in kept:
     np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
+def test_symbol_counts_start_a_head_per_symbol_after_the_position_counts_and_leave_the_rest():
+  """model.symbol_counts with model.position_counts: after the trainer's fresh-parameter changes the numerical
+  heads after the three counting positions write, at every real position, how many of the input's symbols
+  are each of the task's symbols (a NumPy count), layer 0's counts of positions are still set, and every other
+  parameter is as initialised."""
+  from symjax.train import optim
+  from symjax.train import trainer as train
+  cfg = config(num_layers=2, num_heads=4, numerical_heads=3, mlps=0, position_counts=True, symbol_counts=True)
+  params = init(cfg, seed=2)
+  state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=())
+  task = types.SimpleNamespace(initial_params=lambda params, model_config: None, symbol_ids=lambda: SYMBOLS)
+  params = jax.tree.map(np.asarray, params)  # task_init donates the state
+  got = train.task_init(state, task, cfg, None).params
+  x, lengths = every_input(3, cfg.max_len)
+  real = np.arange(x.shape[1])[None, :] < lengths[:, None]
+  hidden, _ = build(cfg).apply({'params': got}, jnp.asarray(x), jnp.asarray(real), return_hidden=True)
+  card, names = tp.cardinality(cfg), tp.variable_names(cfg)
+  value = lambda name: np.asarray(hidden)[..., names.index(name) * card:(names.index(name) + 1) * card].argmax(-1)
+  i, n = np.arange(x.shape[1])[None, :], lengths[:, None]
+  counts = [np.broadcast_to(((x == s) & real).sum(1, keepdims=True), x.shape) for s in SYMBOLS]
+  for name, want in zip(['attn_0_1', 'attn_0_2', 'attn_0_3', 'attn_1_1', 'attn_1_2', 'attn_1_3'],
+                        [n - i, i + 1, np.broadcast_to(n, x.shape), *counts], strict=True):
+    np.testing.assert_array_equal(np.where(real, value(name), -1), np.where(real, want, -1), err_msg=name)
+  set_leaves = {(f'attn_{l}_{h}', leaf) for l in (0, 1) for h in (1, 2, 3)
+                for leaf in ('select_query', 'select_key', 'predicate')}
+  kept = [(path, np.asarray(a), b) for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got),
+                                                           jax.tree.leaves(params))
+          if tuple(getattr(k, 'key', None) for k in path)[:2] not in set_leaves]
+  assert len(kept) == len(jax.tree.leaves(params)) - 18
+  for path, a, b in kept:
+    np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+  with pytest.raises(InputError, match='it has 3 symbols and the model 0 numerical heads free to count them'):
+    tp.symbol_counts(params, cfg.replace(num_layers=1), SYMBOLS)
+  with pytest.raises(InputError, match='model.symbol_counts counts the symbols of the task, and this task names'):
+    tp.symbol_counts(params, cfg, ())
+
 
 
 @pytest.mark.parametrize('numerical_values', [False, True])
@@ -954,6 +992,10 @@ def test_program_kind_refuses_options_it_has_not():
     config(position_counts=True)
   with pytest.raises(InputError, match="model.position_counts starts a Transformer Program's numerical heads"):
     config(kind='symbolic', position_counts=True)
+  with pytest.raises(InputError, match="model.symbol_counts starts a Transformer Program's numerical heads"):
+    config(kind='symbolic', symbol_counts=True)
+  with pytest.raises(InputError, match='model.symbol_counts starts numerical heads whose query reads positions'):
+    config(symbol_counts=True, numerical_positions=False)
   with pytest.raises(InputError, match="model.attention_noise is a Transformer Program's relaxed attention"):
     config(kind='symbolic', attention_noise=False)
 

@@ -140,6 +140,11 @@ class ProgramConfig:
   # build on (``transformer_program.position_counts``); every other parameter starts random. Training may move
   # them: it is where they start, not a constraint.
   position_counts: bool = False
+  # Kind 'program' only: one numerical head per symbol of the task starts counting, at every query, the keys
+  # that hold that symbol (a histogram of the input, ``transformer_program.symbol_counts``), on the numerical
+  # heads after those position_counts sets; the task names its symbols (the RASP tasks do). Where it starts,
+  # as position_counts: training may move them.
+  symbol_counts: bool = False
   # Kind 'program' only: MLPs per layer, each reading two variables it selects, and their hidden width.
   mlps: int = 2
   mlp_hidden: int = 64
@@ -513,6 +518,9 @@ def _check_program(c) -> None:
   if c.position_counts:
     raise InputError(f"model.position_counts starts a Transformer Program's numerical heads as counts: it "
                      f"needs model.kind = 'program', got {c.kind!r}")
+  if c.symbol_counts:
+    raise InputError(f"model.symbol_counts starts a Transformer Program's numerical heads as counts: it "
+                     f"needs model.kind = 'program', got {c.kind!r}")
   # What program training and numerical heads both need: the explicit, dense, one-piece computations that
   # the forward pass takes its argmaxes and predicates from.
   needs = (('kind', 'symbolic', c.kind), ('symbolic_sites', 'both', c.symbolic_sites),
@@ -570,6 +578,9 @@ def _check_transformer_program(c) -> None:
   if not (isinstance(c.readout_reads, int) and 0 <= c.readout_reads <= variables):
     raise InputError(f'model.readout_reads must be an int in [0, {variables}] (0: the classifier reads every '
                      f'variable; the model has {variables}), got {c.readout_reads!r}')
+  if c.symbol_counts and not c.numerical_positions:
+    raise InputError('model.symbol_counts starts numerical heads whose query reads positions: it needs '
+                     'model.numerical_positions = True, got False')
   if c.position_counts and (c.numerical_heads < 3 or not c.numerical_positions):
     raise InputError(f'model.position_counts starts three numerical heads counting positions: it needs '
                      f'model.numerical_heads >= 3 and model.numerical_positions = True, got '

@@ -94,8 +94,16 @@ def numerical_names(cfg: ModelConfig, layer: int) -> list[str]:
 
 
 def sets_counts(cfg: ModelConfig) -> bool:
-  """Whether fresh parameters start with counts of positions set (``model.position_counts``)."""
-  return cfg.kind == 'program' and cfg.program.position_counts
+  """Whether fresh parameters start with counts set (``model.position_counts``, ``model.symbol_counts``)."""
+  return cfg.kind == 'program' and (cfg.program.position_counts or cfg.program.symbol_counts)
+
+
+def set_counts(params: dict, cfg: ModelConfig, symbol_ids: tuple[int, ...]) -> dict:
+  """``params`` with the counts ``model.position_counts`` and ``model.symbol_counts`` ask for set: those of
+  positions on layer 0's first three numerical heads, then one of each of the task's symbols (``symbol_ids``,
+  its content tokens) on the numerical heads after them; traceable."""
+  params = position_counts(params, cfg) if cfg.program.position_counts else params
+  return symbol_counts(params, cfg, symbol_ids) if cfg.program.symbol_counts else params
 
 
 def position_counts(params: dict, cfg: ModelConfig) -> dict:
@@ -112,6 +120,34 @@ def position_counts(params: dict, cfg: ModelConfig) -> dict:
     if cfg.program.numerical_values:  # the sum of `ones`: the count
       head['select_value'] = jnp.where(jnp.arange(len(numerical_names(cfg, 0))) == 0, SET_LOGIT, 0.0)
     params[f'attn_0_{first + h}'] = head
+  return params
+
+
+def symbol_counts(params: dict, cfg: ModelConfig, symbol_ids: tuple[int, ...]) -> dict:
+  """``params`` with one numerical head per symbol (``symbol_ids``) counting, at every query, the keys that hold
+  it: a histogram of the input at every position (``model.symbol_counts``). The heads are the numerical ones
+  in order of layer, after the three ``position_counts`` sets; the query reads ``positions`` and no predicate
+  row depends on it, so training may make a count depend on where it is read. Traceable."""
+  first = cfg.num_heads - cfg.program.numerical_heads
+  heads = [(l, h) for l in range(cfg.num_layers) for h in range(first, cfg.num_heads)]
+  heads = heads[3:] if cfg.program.position_counts else heads
+  if not symbol_ids:
+    raise InputError('model.symbol_counts counts the symbols of the task, and this task names none (the RASP '
+                     'tasks do); set model.symbol_counts=false')
+  if len(heads) < len(symbol_ids):
+    raise InputError(f'model.symbol_counts starts one numerical head per symbol of the task: it has '
+                     f'{len(symbol_ids)} symbols and the model {len(heads)} numerical heads free to count them; '
+                     f'raise model.num_heads or model.numerical_heads, or set model.symbol_counts=false')
+  card, params = cardinality(cfg), dict(params)
+  for (l, h), symbol in zip(heads, symbol_ids):
+    reads = head_reads(cfg, l, numerical=True)
+    choose = lambda name: jnp.where(jnp.arange(len(reads)) == reads.index(name), SET_LOGIT, 0.0)
+    holds = jnp.broadcast_to(jnp.arange(card) == symbol, (card, card))   # [query value, key value]
+    head = {**params[f'attn_{l}_{h}'], 'select_query': choose('positions'), 'select_key': choose('tokens'),
+            'predicate': jnp.where(holds, SET_LOGIT, -SET_LOGIT)}
+    if cfg.program.numerical_values:  # the sum of `ones`: the count
+      head['select_value'] = jnp.where(jnp.arange(len(numerical_names(cfg, l))) == 0, SET_LOGIT, 0.0)
+    params[f'attn_{l}_{h}'] = head
   return params
 
 

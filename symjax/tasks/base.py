@@ -88,10 +88,17 @@ class Task(abc.ABC):
   # What identifies data read from files (text: the token stream's length and hash), recorded in run.json
   # so that a resume on changed data is refused; None for tasks generated from config.data_seed.
   data_fingerprint: dict | None = None
+  # The symbols an input's content is drawn from, for a model that starts counting each of them
+  # (``model.symbol_counts``); empty where the task names none.
+  symbols: tuple[str, ...] = ()
 
   @abc.abstractmethod
   def batch(self, split: str, step: int, batch_size: int, seed: int) -> dict[str, np.ndarray]:
     """The training-order batch number ``step`` of ``split``."""
+
+  def symbol_ids(self) -> tuple[int, ...]:
+    """The token ids of ``symbols``."""
+    return tuple(self.vocab.id(s) for s in self.symbols)
 
   def initial_params(self, params, model_config):
     """The task's changes to freshly initialised parameters (traced under jit), or None for none."""

@@ -219,6 +219,7 @@ class RaspTask(base.FixedSetTask):
     if name not in TASKS:
       raise InputError(f'config.task must name a RASP task {list(TASKS)}, got {name!r}')
     self.name, self.vocab_size = name, vocab_size
+    self.symbols = tuple(symbols(name, vocab_size))
     self.causal = name.startswith('dyck')
     self.seq_len = max_len or (16 if self.causal else 8)
     longest = self.seq_len if self.causal else max(GENERALISATION_LENGTHS)

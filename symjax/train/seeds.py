@@ -172,9 +172,11 @@ def seed_seats(config, s: train.Setup, seeds: Sequence[int], workdirs: Sequence[
   counts = transformer_program.sets_counts(model_config)
 
   def init(key):
-    """A seed's fresh state, its counts of positions set as a single run's (``trainer.task_init``)."""
+    """A seed's fresh state, its counts set as a single run's (``trainer.task_init``)."""
     state = nn.meta.unbox(optim.init_state(model, tx, key, task.seq_len))
-    return state.replace(params=transformer_program.position_counts(state.params, model_config)) if counts else state
+    if not counts:
+      return state
+    return state.replace(params=transformer_program.set_counts(state.params, model_config, task.symbol_ids()))
 
   keys = jnp.stack([jax.random.key(s) for s in seeds])
   v_train = combined_step(train_step, len(seeds), seed_step)

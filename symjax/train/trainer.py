@@ -264,14 +264,14 @@ def readable_eval_splits(task: tasks.Task, model_config: ModelConfig) -> tuple[s
 
 
 def task_init(state: TrainState, task: tasks.Task, model_config: ModelConfig, shardings) -> TrainState:
-  """Freshly initialised parameters with the model's set counts (``model.position_counts``) and the task's own
-  changes (``Task.initial_params``), if it has any."""
+  """Freshly initialised parameters with the model's set counts (``model.position_counts``,
+  ``model.symbol_counts``) and the task's own changes (``Task.initial_params``), if it has any."""
   counts = transformer_program.sets_counts(model_config)
   if not counts and jax.eval_shape(lambda params: task.initial_params(params, model_config), state.params) is None:
     return state
 
   def change(params):
-    params = transformer_program.position_counts(params, model_config) if counts else params
+    params = transformer_program.set_counts(params, model_config, task.symbol_ids()) if counts else params
     changed = task.initial_params(params, model_config)
     return params if changed is None else changed
 

@@ -885,6 +885,17 @@ def test_symbol_counts_start_a_head_per_symbol_after_the_position_counts_and_lea
     tp.symbol_counts(params, cfg, ())
 
 
+def test_the_most_freq_recipe_starts_from_counts_of_its_six_symbols():
+  """configs/rasp.py: most_freq's program recipe sets model.symbol_counts (runlocal's two heads could not hold
+  them), and the task names its content symbols, the ids a histogram counts."""
+  from symjax import configs
+  from symjax.tasks import rasp
+  recipe, local = (configs.from_file(f'rasp:task=most_freq,model=program{extra}') for extra in ('', ',runlocal=true'))
+  assert recipe.model.symbol_counts and not local.model.symbol_counts
+  assert not configs.from_file('rasp:task=hist,model=program').model.symbol_counts
+  task = rasp.RaspTask('most_freq')
+  assert [task.vocab.tokens[i] for i in task.symbol_ids()] == ['0', '1', '2', '3', '4', '5']
+
 
 @pytest.mark.parametrize('numerical_values', [False, True])
 def test_forward_is_one_hot_and_gradients_reach_every_choice(numerical_values):

@@ -816,6 +816,34 @@ def test_a_readout_of_chosen_variables_reads_only_them_and_its_decision_is_code(
   assert (loaded.predict_ids(x, lengths) == got).all()
 
 
+def counts_set(cfg, task, seed):
+  """The trainer's fresh-parameter changes (``trainer.task_init``) on ``init(cfg, seed)`` for ``task``: the
+  parameters before and after, each variable's value on every input of up to 3 symbols, its lengths and which of
+  its positions are real."""
+  from symjax.train import optim
+  from symjax.train import trainer as train
+  params = init(cfg, seed=seed)
+  state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=())
+  before = jax.tree.map(np.asarray, params)  # task_init donates the state
+  got = train.task_init(state, task, cfg, None).params
+  x, lengths = every_input(3, cfg.max_len)
+  real = np.arange(x.shape[1])[None, :] < lengths[:, None]
+  hidden, _ = build(cfg).apply({'params': got}, jnp.asarray(x), jnp.asarray(real), return_hidden=True)
+  card, names = tp.cardinality(cfg), tp.variable_names(cfg)
+  value = lambda name: np.asarray(hidden)[..., names.index(name) * card:(names.index(name) + 1) * card].argmax(-1)
+  return before, got, value, x, lengths, real
+
+
+def assert_the_rest_as_initialised(got, before, set_leaves, count: int):
+  """Every leaf of ``got`` but the ``count`` (module, leaf) pairs of ``set_leaves`` equals ``before``'s."""
+  kept = [(path, np.asarray(a), b) for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got),
+                                                           jax.tree.leaves(before))
+          if tuple(getattr(k, 'key', None) for k in path)[:2] not in set_leaves]
+  assert len(kept) == len(jax.tree.leaves(before)) - count
+  for path, a, b in kept:
+    np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
 @pytest.mark.parametrize('numerical_values', [False, True])
 def test_position_counts_start_three_heads_counting_positions_and_leave_the_rest(numerical_values):
   """model.position_counts: after the trainer's fresh-parameter changes, layer 0's first three numerical heads
@@ -824,28 +852,16 @@ def test_position_counts_start_three_heads_counting_positions_and_leave_the_rest
   from symjax.train import optim
   from symjax.train import trainer as train
   cfg = config(num_heads=4, numerical_heads=3, mlps=0, position_counts=True, numerical_values=numerical_values)
-  params = init(cfg, seed=1)
-  state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=())
   no_change = types.SimpleNamespace(initial_params=lambda params, model_config: None, symbol_ids=tuple)
+  state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=init(cfg, seed=1), opt_state=())
   assert train.task_init(state, no_change, cfg.replace(position_counts=False), None) is state
-  params = jax.tree.map(np.asarray, params)  # task_init donates the state
-  got = train.task_init(state, no_change, cfg, None).params
-  x, lengths = every_input(3, cfg.max_len)
-  real = np.arange(x.shape[1])[None, :] < lengths[:, None]
-  hidden, _ = build(cfg).apply({'params': got}, jnp.asarray(x), jnp.asarray(real), return_hidden=True)
-  card, names = tp.cardinality(cfg), tp.variable_names(cfg)
-  value = lambda name: np.asarray(hidden)[..., names.index(name) * card:(names.index(name) + 1) * card].argmax(-1)
+  before, got, value, x, lengths, real = counts_set(cfg, no_change, seed=1)
   i, n = np.arange(x.shape[1])[None, :], lengths[:, None]
   for name, want in [('attn_0_1', n - i), ('attn_0_2', i + 1), ('attn_0_3', np.broadcast_to(n, x.shape))]:
     np.testing.assert_array_equal(np.where(real, value(name), -1), np.where(real, want, -1), err_msg=name)
   set_leaves = {(f'attn_0_{h}', leaf) for h in (1, 2, 3)
                 for leaf in ('select_query', 'select_key', 'predicate', 'select_value')}
-  kept = [(path, np.asarray(a), b) for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got),
-                                                           jax.tree.leaves(params))
-          if tuple(getattr(k, 'key', None) for k in path)[:2] not in set_leaves]
-  assert len(kept) == len(jax.tree.leaves(params)) - (12 if numerical_values else 9)
-  for path, a, b in kept:
-    np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+  assert_the_rest_as_initialised(got, before, set_leaves, 12 if numerical_values else 9)
 
 
 def test_symbol_counts_start_a_head_per_symbol_after_the_position_counts_and_leave_the_rest():
@@ -853,19 +869,9 @@ def test_symbol_counts_start_a_head_per_symbol_after_the_position_counts_and_lea
   heads after the three counting positions write, at every real position, how many of the input's symbols
   are each of the task's symbols (a NumPy count), layer 0's counts of positions are still set, and every other
   parameter is as initialised."""
-  from symjax.train import optim
-  from symjax.train import trainer as train
   cfg = config(num_layers=2, num_heads=4, numerical_heads=3, mlps=0, position_counts=True, symbol_counts=True)
-  params = init(cfg, seed=2)
-  state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=())
   task = types.SimpleNamespace(initial_params=lambda params, model_config: None, symbol_ids=lambda: SYMBOLS)
-  params = jax.tree.map(np.asarray, params)  # task_init donates the state
-  got = train.task_init(state, task, cfg, None).params
-  x, lengths = every_input(3, cfg.max_len)
-  real = np.arange(x.shape[1])[None, :] < lengths[:, None]
-  hidden, _ = build(cfg).apply({'params': got}, jnp.asarray(x), jnp.asarray(real), return_hidden=True)
-  card, names = tp.cardinality(cfg), tp.variable_names(cfg)
-  value = lambda name: np.asarray(hidden)[..., names.index(name) * card:(names.index(name) + 1) * card].argmax(-1)
+  before, got, value, x, lengths, real = counts_set(cfg, task, seed=2)
   i, n = np.arange(x.shape[1])[None, :], lengths[:, None]
   counts = [np.broadcast_to(((x == s) & real).sum(1, keepdims=True), x.shape) for s in SYMBOLS]
   for name, want in zip(['attn_0_1', 'attn_0_2', 'attn_0_3', 'attn_1_1', 'attn_1_2', 'attn_1_3'],
@@ -873,16 +879,11 @@ def test_symbol_counts_start_a_head_per_symbol_after_the_position_counts_and_lea
     np.testing.assert_array_equal(np.where(real, value(name), -1), np.where(real, want, -1), err_msg=name)
   set_leaves = {(f'attn_{l}_{h}', leaf) for l in (0, 1) for h in (1, 2, 3)
                 for leaf in ('select_query', 'select_key', 'predicate')}
-  kept = [(path, np.asarray(a), b) for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got),
-                                                           jax.tree.leaves(params))
-          if tuple(getattr(k, 'key', None) for k in path)[:2] not in set_leaves]
-  assert len(kept) == len(jax.tree.leaves(params)) - 18
-  for path, a, b in kept:
-    np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+  assert_the_rest_as_initialised(got, before, set_leaves, 18)
   with pytest.raises(InputError, match='it has 3 symbols and the model 0 numerical heads free to count them'):
-    tp.symbol_counts(params, cfg.replace(num_layers=1), SYMBOLS)
+    tp.symbol_counts(got, cfg.replace(num_layers=1), SYMBOLS)
   with pytest.raises(InputError, match='model.symbol_counts counts the symbols of the task, and this task names'):
-    tp.symbol_counts(params, cfg, ())
+    tp.symbol_counts(got, cfg, ())
 
 
 def test_the_most_freq_recipe_starts_from_counts_of_its_six_symbols():

@@ -122,12 +122,16 @@ def test_seeds_refuse_what_they_cannot_do(tmp_path):
     seeds.train_seeds(tiny(), [0, 1], [str(tmp_path / 'a')])
 
 
-def test_seeds_start_from_position_counts_as_a_single_run_does(tmp_path, monkeypatch):
-  """model.position_counts: every seed's fresh state has layer 0's first three numerical heads set to the counts
-  (the predicates k >= q, k <= q and always, read over positions), the rest of each seed's initialisation its own."""
+def test_seeds_start_from_position_and_symbol_counts_as_a_single_run_does(tmp_path, monkeypatch):
+  """model.position_counts and model.symbol_counts: every seed's fresh state has layer 0's first three numerical
+  heads set to the counts (the predicates k >= q, k <= q and always, read over positions) and the next five each
+  counting one of reverse's symbols (the key a token, k == that token's id), the rest of each seed's
+  initialisation its own."""
   from symjax.model import transformer_program as tp
+  from symjax.tasks import rasp
   config = configs.from_file('rasp:task=reverse,model=program,runlocal=true')
   config.model.num_heads, config.model.numerical_heads, config.model.position_counts = 4, 3, True
+  config.model.symbol_counts = True
   config.total_steps, config.warmup_steps, config.progress_bar = 2, 1, False
   seen = {}
   monkeypatch.setattr(train, 'train_seats', lambda config, s, seats, *a, **k: seen.update(s=s, seats=seats))
@@ -141,6 +145,13 @@ def test_seeds_start_from_position_counts_as_a_single_run_does(tmp_path, monkeyp
       np.testing.assert_array_equal(np.asarray(head['predicate'][i]) > 0, holds)
       chosen = {int(np.argmax(head[f'select_{side}'][i])) for side in ('query', 'key')}
       assert chosen == {reads.index('positions')}, chosen
+  tokens = list(rasp.vocab('reverse').tokens)
+  for (l, h), symbol in zip([(1, 1), (1, 2), (1, 3), (2, 1), (2, 2)], rasp.symbols('reverse'), strict=True):
+    head, reads = params[f'attn_{l}_{h}'], tp.head_reads(cfg, l, numerical=True)
+    for i in range(2):
+      np.testing.assert_array_equal(np.asarray(head['predicate'][i]) > 0, k == tokens.index(symbol))
+      assert int(np.argmax(head['select_key'][i])) == reads.index('tokens')
+  assert max_difference(params['attn_2_3']['predicate'][0], params['attn_2_3']['predicate'][1]) > 1e-3
   assert max_difference(params['attn_0_0']['predicate'][0], params['attn_0_0']['predicate'][1]) > 1e-3
 
 

@@ -180,6 +180,14 @@ def test_a_program_is_scored_on_each_sequence_of_the_split_once_in_one_call(sort
   # The last evaluation batch of 500 is filled up with empty rows; they are not sequences.
   assert measured['sequences'] == task.split_size('test') == 1953
   assert measured['fidelity'] == 100.0  # a hard model, padded sequences of unequal length, one batch
+  # By length (tagged positions per sequence): every length of the split, each weighed by its positions.
+  by_length, positions = measured['program_accuracy_by_length'], measured['positions_by_length']
+  batch = np.concatenate([b['weights'] for b in task.eval_batches('test', 500, loaded.config.data_seed)]) > 0
+  lengths = batch.sum(1)[batch.any(1)]
+  assert positions == {str(n): int(n * (lengths == n).sum()) for n in np.unique(lengths)}
+  assert len(positions) > 1 and sum(positions.values()) == measured['positions']
+  assert sum(by_length[n] * positions[n] for n in positions) / measured['positions'] == pytest.approx(
+      measured['program_accuracy'])
   with open(path) as f:
     assert program.lines == len(f.read().splitlines())
   umask = os.umask(0)

@@ -539,7 +539,8 @@ def evaluate(loaded, program, split: str = 'test', batches: list[dict] | None = 
   """On ``split`` of the run's task (or on ``batches``, which ``split`` then names): fidelity (% of tagged
   positions where program and model agree), the program's and the model's accuracy (% of tagged positions
   right), the share of sequences the program gets entirely right, and the seconds each takes over the split
-  (the model compiled and warm, in the evaluation batches; the program in one call)."""
+  (the model compiled and warm, in the evaluation batches; the program in one call), and the program's
+  accuracy and tagged positions by sequence length (its tagged positions)."""
   if batches is None:
     from symjax import tasks
     task = tasks.get_task(loaded.config)
@@ -558,9 +559,16 @@ def evaluate(loaded, program, split: str = 'test', batches: list[dict] | None = 
   # The last evaluation batch is filled up with empty rows: they are not sequences of the split.
   real = key_mask.any(1)
   whole = ((prog == targets) | ~weights).all(1)
+  # A sequence's length is its tagged positions: by length, a split's accuracy is comparable with another's
+  # whose lengths are mixed otherwise (the splits hold mostly long inputs, uniform draws as many short ones).
+  length = np.broadcast_to(weights.sum(1, keepdims=True), weights.shape)[weights]
+  right = (prog == targets)[weights]
+  by_length = {int(n): (int((length == n).sum()), float(100 * right[length == n].mean())) for n in np.unique(length)}
   return {'split': split, 'positions': int(weights.sum()), 'sequences': int(real.sum()),
           'fidelity': pct(model == prog), 'program_accuracy': pct(prog == targets),
           'model_accuracy': pct(model == targets), 'program_sequence_accuracy': float(100 * whole[real].mean()),
+          'positions_by_length': {str(n): c for n, (c, _) in by_length.items()},
+          'program_accuracy_by_length': {str(n): a for n, (_, a) in by_length.items()},
           'program_seconds': program_seconds, 'model_seconds': model_seconds}
 
 

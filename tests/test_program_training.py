@@ -180,6 +180,16 @@ def test_the_program_chosen_on_validation_is_the_best_seed_there_the_first_on_a_
   assert chosen_on_validation({'0': {'program_accuracy': 99.0}}) is None  # a file without validation
 
 
+def test_accuracy_at_another_draws_lengths_weighs_each_length_by_its_positions_there():
+  from benchmarks.lib.collect import at_lengths
+  uniform = {'1': 100.0, '2': 80.0, '7': 70.0}  # the short inputs right more often
+  # A draw of mostly long inputs (50 positions of length 7 for 10 of length 2): 70 · 5/6 + 80 · 1/6.
+  assert at_lengths(uniform, {'2': 10, '7': 50}) == pytest.approx(215 / 3)
+  assert at_lengths(uniform, {'1': 1, '2': 2, '7': 7}) == pytest.approx((100 + 160 + 490) / 10)
+  assert at_lengths(uniform, {'3': 5, '7': 5}) is None  # a length the first draw has no accuracy at
+  assert at_lengths(uniform, {}) is None
+
+
 def test_restarted_seeds_train_disjoint_initialisations_and_one_seed_is_itself():
   from benchmarks.lib.collect import initialisations
   assert [initialisations(s, 5) for s in range(3)] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]

@@ -75,6 +75,16 @@ def initialisations(seed: int, restarts: int) -> list[int]:
   return list(range(seed * restarts, (seed + 1) * restarts))
 
 
+def at_lengths(accuracy_by_length: dict, positions_by_length: dict) -> float | None:
+  """One draw's accuracy (%) by sequence length weighed by another draw's tagged positions at each length: what
+  the first would read with the second's mix of lengths. None where the second has a length the first lacks,
+  or no positions."""
+  total = sum(positions_by_length.values())
+  if not total or not set(positions_by_length) <= set(accuracy_by_length):
+    return None
+  return sum(accuracy_by_length[n] * count for n, count in positions_by_length.items()) / total
+
+
 def chosen_on_validation(per_seed: dict) -> tuple[str, dict] | None:
   """The seed whose run is best on validation (the lowest such seed on a tie) and its record: how
   "Learning Transformer Programs" choose the one program they report (of 5 seeds, Appendix B)."""

@@ -76,7 +76,7 @@ PUBLISHED_LINES = {'reverse': 709, 'hist': 195, 'double_hist': 845, 'sort': 917,
                    'dyck2': 1258}
 MEASURES = ('program_accuracy', 'fidelity', 'model_accuracy', 'lines', 'table_entries', 'validation_accuracy',
             'uniform_length_accuracy', 'decompile_seconds', 'program_seconds', 'model_seconds', 'train_seconds',
-            'data_file', 'left', 'uniform_minus_test', 'model_lines')
+            'data_file', 'left', 'uniform_minus_test', 'uniform_minus_test_at_test_lengths', 'model_lines')
 # Per-seed fields kept beside the measures: the restarts a seed chose among, the names the simplifier left.
 PER_SEED_FIELDS = ('initialisation', 'restart_validation_accuracies', 'left_names')
 
@@ -157,6 +157,12 @@ def one(task: str, mode: str, seed: int) -> tuple[dict, list[str]]:
   if 'uniform_lengths' in row:  # the program's accuracy on inputs of uniformly drawn length (RASP, not Dyck)
     row['uniform_length_accuracy'] = row['uniform_lengths']['program_accuracy']
     row['uniform_minus_test'] = row['uniform_length_accuracy'] - row['program_accuracy']
+    # The same difference with the uniform draw's accuracy at each length weighed as the test split's lengths
+    # are: what remains once the two mixes of lengths are alike (runs decompiled before this have no lengths).
+    at_test = collect.at_lengths(row['uniform_lengths'].get('program_accuracy_by_length', {}),
+                                 row.get('positions_by_length', {}))
+    if at_test is not None:
+      row['uniform_minus_test_at_test_lengths'] = at_test - row['program_accuracy']
   if 'left' in row:  # a Transformer Program's code: whether it needs a data file, what the simplifier left
     row['data_file'] = int(bool(row['tables']))
     row['left_names'] = row['left']

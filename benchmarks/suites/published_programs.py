@@ -13,9 +13,10 @@ time as the published code runs; the score is token accuracy over the tagged pos
 reports it, and by position in the sequence. Tags are compared as text, with symjax's count tags (``#2``)
 read as the published ones (``2``). ``--split=uniform`` scores the 2,000 inputs of uniformly drawn length that
 ``symjax.decompile`` scores a program on (``RaspTask.uniform_length_batches``), beside the test split (the
-Dyck tasks have none), and adds the accuracy by input length (tagged positions per sequence). ``--split=generator``
-(Dyck tasks only) scores 2,000 distinct inputs drawn as that paper's own code draws them (``generator_tokens``),
-beside the test split: whether a gap to the published figure is in symjax's data.
+Dyck tasks have none), and the difference with the uniform draw's accuracy at each input length (tagged
+positions per sequence) weighed as the test split's lengths are: what is left at one mix of lengths.
+``--split=generator`` (Dyck tasks only) scores 2,000 distinct inputs drawn as that paper's own code draws them
+(``generator_tokens``), beside the test split: whether a gap to the published figure is in symjax's data.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import time
 import numpy as np
 from absl import app, flags
 
+from benchmarks.lib import collect
 from benchmarks.lib import results as result_files
 from symjax.tasks import rasp
 from symjax.tasks.base import BOS, PAD
@@ -122,12 +124,11 @@ def score(programs: str, task_name: str, split: str = 'test') -> dict:
     seconds = time.perf_counter() - start
   finally:
     os.chdir(here)
-  found = {'accuracy': 100.0 * sum(right.values()) / sum(total.values()), 'positions': sum(total.values()),
-           'sequences': len(rows), 'seconds': seconds,
-           'accuracy_by_position': {str(i): 100.0 * right[i] / total[i] for i in sorted(total)}}
-  if split == 'uniform':
-    found['accuracy_by_length'] = {str(n): 100.0 * right_by_length[n] / by_length[n] for n in sorted(by_length)}
-  return found
+  return {'accuracy': 100.0 * sum(right.values()) / sum(total.values()), 'positions': sum(total.values()),
+          'sequences': len(rows), 'seconds': seconds,
+          'accuracy_by_position': {str(i): 100.0 * right[i] / total[i] for i in sorted(total)},
+          'accuracy_by_length': {str(n): 100.0 * right_by_length[n] / by_length[n] for n in sorted(by_length)},
+          'positions_by_length': {str(n): by_length[n] for n in sorted(by_length)}}
 
 
 def main(argv):
@@ -168,15 +169,19 @@ def main(argv):
               'published_accuracy': {t: rasp.PUBLISHED[t] for t in generated},
               'on_this_split': test, 'on_generator': generated}
   else:
-    header = ('task', 'test split', 'uniform lengths', 'uniform - test')
-    rows = [(t, test[t]['accuracy'], s['accuracy'], s['accuracy'] - test[t]['accuracy']) for t, s in uniform.items()]
+    header = ('task', 'test split', 'uniform lengths', 'uniform - test', 'at test lengths')
+    # The last column weighs the uniform draw's accuracy at each length as the test split's lengths weigh.
+    rows = [(t, test[t]['accuracy'], s['accuracy'], s['accuracy'] - test[t]['accuracy'],
+             collect.at_lengths(s['accuracy_by_length'], test[t]['positions_by_length']) - test[t]['accuracy'])
+            for t, s in uniform.items()]
     record = {'what': about.format('the 2,000 inputs of uniformly drawn length symjax.decompile scores a program '
                                    "on, and on the test split symjax's program recipe scores on")
                       + 'one published program per task (no seeds, so no interval)',
               'programs_commit': commit, 'split': 'uniform', 'intervals': 'none: one published program per task',
               'published_accuracy': {t: rasp.PUBLISHED[t] for t in uniform},
               'on_this_split': {t: test[t] for t in uniform}, 'on_uniform_lengths': uniform,
-              'uniform_minus_test': {t: row[3] for t, row in zip(uniform, rows)}}
+              'uniform_minus_test': {t: row[3] for t, row in zip(uniform, rows)},
+              'uniform_minus_test_at_test_lengths': {t: row[4] for t, row in zip(uniform, rows)}}
   print(f'{header[0]:12s} ' + ' '.join(f'{h:>15s}' for h in header[1:]))
   for task, *values in rows:
     print(f'{task:12s} ' + ' '.join(f'{v:15.2f}' if isinstance(v, float) else f'{v:15d}' for v in values))

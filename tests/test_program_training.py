@@ -190,6 +190,16 @@ def test_accuracy_at_another_draws_lengths_weighs_each_length_by_its_positions_t
   assert at_lengths(uniform, {}) is None
 
 
+def test_runs_read_as_restarts_keep_each_seeds_best_initialisation_on_validation():
+  from benchmarks.lib.collect import restarted
+  best = {0: 70.0, 1: 72.0, 2: 71.0, 3: 68.0, 4: 68.0, 5: 67.0, 6: 75.0}  # 6: a seed with 1 of its 3
+  kept = restarted([{'seed': s, 'best_validation_accuracy': v} for s, v in best.items()], 3)
+  assert [(s['seed'], s['kept']) for s in kept['restarted_seeds']] == [(0, 1), (1, 3)]  # 3 before 4 on a tie
+  assert kept['best_values'] == [72.0, 68.0] and kept['best_of_restarts']['mean'] == 70.0
+  assert kept['first_initialisation']['values'] == [70.0, 68.0]
+  assert restarted([{'seed': 6, 'best_validation_accuracy': 75.0}], 3) is None
+
+
 def test_restarted_seeds_train_disjoint_initialisations_and_one_seed_is_itself():
   from benchmarks.lib.collect import initialisations
   assert [initialisations(s, 5) for s in range(3)] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]

@@ -14,9 +14,10 @@ STUDY, its arguments and the default JSON it writes:
   of several collected sweeps on validation loss: the candidates of kind K are the sweeps named
   ``<task>/K<suffix>`` for each of ``--suffixes``, so every kind is tuned over the union of its grids.
   Writes benchmarks/results/suite_tied_untied_h100.json.
-- ``validation RUN_DIR [RUN_DIR ...] --json=PATH [--what=...] [--command=...] [--fields=...]``: the validation
-  accuracy of finished training runs at every evaluation and the best, then per task and setting the mean
-  and 95% interval of the best over seeds, for choosing a recipe on validation data only.
+- ``validation RUN_DIR [RUN_DIR ...] --json=PATH [--what=...] [--command=...] [--fields=...] [--restarts=R]``:
+  the validation accuracy of finished training runs at every evaluation and the best, then per task and
+  setting the mean and 95% interval of the best over seeds, for choosing a recipe on validation data only;
+  with R, also over seeds each keeping the best of R initialisations, beside each seed's first alone.
 - ``align [ROOT=runs/align_suite]``: ``grid.sh align``: per task, kind and alignment on/off, precision@k of
   the module's activations (eq. 10), of its weights (eq. 9), of the backbone's attention, the module's
   accuracy and the frozen backbone's. Writes benchmarks/results/alignment.json.
@@ -40,7 +41,7 @@ from absl import app, flags
 
 from benchmarks.lib import cli
 from benchmarks.lib import results as result_files
-from benchmarks.lib.collect import RASP, TRANSFORMER_PROGRAMS, cell, run_record
+from benchmarks.lib.collect import RASP, TRANSFORMER_PROGRAMS, cell, restarted, run_record
 from symjax.train import sweep
 from symjax.train.sweep import stat
 
@@ -52,6 +53,9 @@ _SUFFIXES = flags.DEFINE_list('suffixes', ['', '_untied'],
                               'combine: sweep-name suffixes that are candidates of a kind ("" is the kind itself).')
 _WHAT = flags.DEFINE_string('what', '', 'validation: what the runs compare (written to the JSON).')
 _COMMAND = flags.DEFINE_string('command', '', 'validation: the training command of the runs, RUN for the folder.')
+_RESTARTS = flags.DEFINE_integer('restarts', 1, 'validation: read the runs as a recipe keeping the best of this '
+                                  'many initialisations per seed (training seeds seed·R … seed·R + R − 1).',
+                                  lower_bound=1)
 _FIELDS = flags.DEFINE_list('fields', ['gumbel_scale', 'gumbel_scale_end', 'numerical_heads'],
                             'validation: config.model fields that tell the settings apart (or, not a model '
                             'field, a field of the config itself: learning_rate, weight_decay, eval_every_steps).')
@@ -262,6 +266,15 @@ def collect_validation(argv: list[str], out: str | None):
       summary[-1]['program_lines'] = lines
     print(f"| {task} | {setting} | {len(rs)} | {', '.join(f'{b:.3f}' for b in best)} | "
           f"{s['mean']:.3f} ± {s['ci95']:.3f} |" + (f" lines {', '.join(map(str, lines))}" if lines else ''))
+    if _RESTARTS.value > 1:
+      kept = restarted(rs, _RESTARTS.value)
+      if kept is None:
+        raise app.UsageError(f'--restarts={_RESTARTS.value}: no seed of {task} {setting} has all its '
+                             'initialisations among these runs')
+      summary[-1].update(kept)
+      print(f"|  | best of {kept['restarts']} per seed | {len(kept['restarted_seeds'])} | "
+            f"{', '.join(f'{v:.3f}' for v in kept['best_values'])} | "
+            f"{kept['best_of_restarts']['mean']:.3f} ± {kept['best_of_restarts']['ci95']:.3f} |")
   result_files.write(out, {'command': _COMMAND.value, 'what': _WHAT.value, 'summary': summary,
                                    'runs': runs})
 

@@ -8,6 +8,7 @@ from symjax.model import ModelConfig
 from symjax.system.errors import InputError
 from symjax.tasks import rasp
 from symjax.train import config as config_lib
+from symjax.train import sweep
 
 RASP = rasp.TASKS
 # Test token accuracy (%) of Transformer Programs, "Learning Transformer Programs" Table 1.
@@ -83,6 +84,26 @@ def at_lengths(accuracy_by_length: dict, positions_by_length: dict) -> float | N
   if not total or not set(positions_by_length) <= set(accuracy_by_length):
     return None
   return sum(accuracy_by_length[n] * count for n, count in positions_by_length.items()) / total
+
+
+def restarted(runs: list[dict], restarts: int) -> dict | None:
+  """Runs read as a recipe that keeps the best of ``restarts`` initialisations per seed
+  (``initialisations``): per seed, the initialisation kept and its best validation accuracy, beside that
+  of each seed's first initialisation alone (the recipe without restarts). Seeds missing an initialisation
+  are left out; None where no seed is whole."""
+  by_seed = {r['seed']: r['best_validation_accuracy'] for r in runs}
+  kept, first, seeds = [], [], []
+  for seed in range(max(by_seed) // restarts + 1):
+    inits = initialisations(seed, restarts)
+    if all(i in by_seed for i in inits):
+      best = max(inits, key=lambda i: (by_seed[i], -i))  # the first on a tie, as chosen_on_validation
+      seeds.append({'seed': seed, 'initialisations': inits, 'kept': best})
+      kept.append(by_seed[best])
+      first.append(by_seed[inits[0]])
+  if not seeds:
+    return None
+  return {'restarts': restarts, 'restarted_seeds': seeds, 'best_values': kept, 'best_of_restarts': sweep.stat(kept),
+          'first_initialisation': sweep.stat(first)}
 
 
 def chosen_on_validation(per_seed: dict) -> tuple[str, dict] | None:

@@ -85,8 +85,9 @@ TRANSFORMER_PROGRAM_TASK = {'hist': {'num_layers': 1, 'num_heads': 4, 'mlps': 2}
 # kept the best of ten while its programs copied from positions laid out per input length, which lengths a run
 # covered varying by initialisation (benchmarks/results/transformer_program_reverse_restarts.json); from
 # position counts each seed tried found the count and the copy that serve every length, so it trains one.
-# Double_hist's small shape trains erratically, so its recipe keeps the best of 5. One command above trains one
-# initialisation.
+# Double_hist's small shape trains erratically, so its recipe keeps the best of 5. Most_freq from its histogram
+# did no better on validation as the best of 3 than as one run a seed, so it trains one
+# (transformer_program_most_freq_symbol_counts_restarts.json). One command above trains one initialisation.
 RESTARTS = {'double_hist': 5}
 
 
